@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/trafficmap/publisher/publish"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+const usage = `publisher publishes OME TrafficMaps as Gateway API HTTPRoute weights.
+
+Usage:
+  publisher run --gateway NAMESPACE/NAME [flags]
+
+Commands:
+  run    watch TrafficMaps and publish their drained weights until stopped
+
+Run 'publisher run -h' for the flags.
+`
+
+// runMain dispatches a subcommand and returns the process exit code.
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "run":
+		return runCommand(ctx, args[1:], stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "error: unknown command %q\n\n%s", args[0], usage)
+		return exitUsage
+	}
+}
+
+// runFlags are the flags of 'publisher run'.
+type runFlags struct {
+	kubeconfig, context  string
+	namespaces           string
+	gateway, section     string
+	hostTemplate         string
+	rewriteHostname      bool
+	requireRouteAccepted bool
+	noPositivePolicy     string
+	workers              int
+	resync               time.Duration
+	qps                  float64
+	burst                int
+	logFormat, logLevel  string
+}
+
+func parseRunFlags(args []string, stderr io.Writer) (runFlags, *flag.FlagSet, error) {
+	var f runFlags
+	fs := flag.NewFlagSet("publisher run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "path to a kubeconfig; default: in-cluster config, then $KUBECONFIG or ~/.kube/config")
+	fs.StringVar(&f.context, "context", "", "kubeconfig context to use")
+	fs.StringVar(&f.namespaces, "namespace", "", "comma-separated namespaces to watch; empty watches all namespaces")
+	fs.StringVar(&f.gateway, "gateway", "", "parent Gateway of every HTTPRoute, NAMESPACE/NAME or NAME (NAME means the TrafficMap's namespace); required")
+	fs.StringVar(&f.section, "gateway-section", "", "listener name (parentRef sectionName) on the Gateway")
+	fs.StringVar(&f.hostTemplate, "host-template", "", "Go template for the route hostname when the InferenceService has no ome.io/global-host annotation, over {{.Namespace}} and {{.Service}}, e.g. '{{.Service}}.{{.Namespace}}.example.com'")
+	fs.BoolVar(&f.rewriteHostname, "rewrite-hostname", false, "add a per-backend URLRewrite filter that sets Host to the cluster endpoint's host")
+	fs.BoolVar(&f.requireRouteAccepted, "require-route-accepted", true, "Published waits for the Gateway to report Accepted and ResolvedRefs at the route's generation")
+	fs.StringVar(&f.noPositivePolicy, "no-positive-policy", string(publish.ApplyCurrent), "when every effective weight is 0: ApplyCurrent publishes the zeros, RetainLastPositive keeps the last positive weights")
+	fs.IntVar(&f.workers, "workers", 2, "concurrent reconciles")
+	fs.DurationVar(&f.resync, "resync", 10*time.Minute, "re-reconcile every TrafficMap this often to repair drift")
+	fs.Float64Var(&f.qps, "kube-api-qps", 50, "API client queries per second")
+	fs.IntVar(&f.burst, "kube-api-burst", 100, "API client burst")
+	fs.StringVar(&f.logFormat, "log-format", "json", "log format: json or console")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return f, fs, err
+	}
+	if fs.NArg() > 0 {
+		return f, fs, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	return f, fs, nil
+}
+
+// config turns the flags into the publisher's configuration.
+func (f runFlags) config() publish.Config {
+	cfg := publish.Config{
+		GatewaySection:       f.section,
+		HostTemplate:         f.hostTemplate,
+		RewriteHostname:      f.rewriteHostname,
+		RequireRouteAccepted: f.requireRouteAccepted,
+		NoPositivePolicy:     publish.NoPositivePolicy(f.noPositivePolicy),
+		Workers:              f.workers,
+		ResyncPeriod:         f.resync,
+		QPS:                  float32(f.qps),
+		Burst:                f.burst,
+	}
+	if ns, name, ok := strings.Cut(f.gateway, "/"); ok {
+		cfg.Gateway = types.NamespacedName{Namespace: ns, Name: name}
+	} else {
+		cfg.Gateway = types.NamespacedName{Name: f.gateway}
+	}
+	for _, ns := range strings.Split(f.namespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			cfg.Namespaces = append(cfg.Namespaces, ns)
+		}
+	}
+	return cfg
+}
+
+func runCommand(ctx context.Context, args []string, stderr io.Writer) int {
+	f, _, err := parseRunFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return exitUsage
+	}
+	cfg := f.config()
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return exitUsage
+	}
+	log, err := newLogger(f.logFormat, f.logLevel, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return exitUsage
+	}
+	defer func() { _ = log.Sync() }()
+
+	rc, err := restConfig(f.kubeconfig, f.context)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: load kubeconfig: %v\n", err)
+		return exitUsage
+	}
+	p, err := publish.New(cfg, rc, log.Named("publish"))
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return exitUsage
+	}
+	if err := p.Run(ctx); err != nil {
+		log.Error("publisher stopped", zap.Error(err))
+		if errors.Is(err, publish.ErrInvalidConfig) {
+			return exitUsage
+		}
+		return exitFailure
+	}
+	return exitOK
+}
+
+func restConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
+	if kubeconfig == "" && kubeContext == "" {
+		if rc, err := rest.InClusterConfig(); err == nil {
+			return rc, nil
+		}
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+		&clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
+}
+
+// newLogger builds the one logger of the process.
+func newLogger(format, level string, out io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level %q: must be debug, info, warn or error", level)
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	var encoder zapcore.Encoder
+	switch format {
+	case "json":
+		encoder = zapcore.NewJSONEncoder(enc)
+	case "console":
+		enc.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		encoder = zapcore.NewConsoleEncoder(enc)
+	default:
+		return nil, fmt.Errorf("--log-format %q: must be json or console", format)
+	}
+	return zap.New(zapcore.NewCore(encoder, zapcore.AddSync(out), lvl)).Named("publisher"), nil
+}

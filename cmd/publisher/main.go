@@ -1,0 +1,20 @@
+// Command publisher publishes OME TrafficMaps as Gateway API HTTPRoute weights and sets
+// their Published condition once the weights are really in place.
+//
+// Exit codes: 0 on success, 1 when the publisher fails at run time, 2 on a usage or
+// configuration error.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

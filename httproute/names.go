@@ -1,0 +1,75 @@
+package httproute
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// Label and annotation keys the publisher puts on everything it creates. An object is owned
+// by the publisher only when it carries all ownership labels with the exact source values.
+const (
+	LabelManagedBy       = "app.kubernetes.io/managed-by"
+	ManagedByValue       = "trafficmap-publisher"
+	LabelSourceNamespace = "publisher.trafficmap.dev/source-namespace"
+	LabelSourceName      = "publisher.trafficmap.dev/source-name"
+	LabelCluster         = "publisher.trafficmap.dev/cluster"
+
+	// AnnotationDrains records, on the route, the last valid drain set the route was built
+	// from, so a malformed annotation keeps the same drains across publisher restarts.
+	AnnotationDrains = "publisher.trafficmap.dev/drains"
+	// AnnotationTrafficMapGeneration records the TrafficMap generation the route was built from.
+	AnnotationTrafficMapGeneration = "publisher.trafficmap.dev/trafficmap-generation"
+)
+
+const maxNameLength = 63
+
+// RouteName returns the HTTPRoute name for the TrafficMap named mapName: "<mapName>-global",
+// made a DNS-1035 label of at most 63 characters. Distinct map names give distinct route names.
+func RouteName(mapName string) string {
+	return boundedName(mapName+"-global", mapName)
+}
+
+// ServiceName returns the backend Service name for one cluster of one TrafficMap. The name is
+// readable ("<map>-<cluster>-<hash>") and the hash over the NUL-joined tuple keeps it
+// collision-free even where the readable part is truncated or ambiguous.
+func ServiceName(namespace, mapName, cluster string) string {
+	sum := sha256.Sum256([]byte(strings.Join([]string{"trafficmap-backend/v1", namespace, mapName, cluster}, "\x00")))
+	suffix := "-" + hex.EncodeToString(sum[:4])
+	readable := sanitize(mapName + "-" + cluster)
+	if room := maxNameLength - len(suffix); len(readable) > room {
+		readable = strings.TrimRight(readable[:room], "-")
+	}
+	return readable + suffix
+}
+
+// boundedName makes name a DNS-1035 label of at most 63 characters; when it must be cut, a
+// hash of seed keeps distinct inputs distinct.
+func boundedName(name, seed string) string {
+	s := sanitize(name)
+	if len(s) <= maxNameLength && s == name {
+		return s
+	}
+	sum := sha256.Sum256([]byte(seed))
+	suffix := "-" + hex.EncodeToString(sum[:4])
+	if room := maxNameLength - len(suffix); len(s) > room {
+		s = strings.TrimRight(s[:room], "-")
+	}
+	return s + suffix
+}
+
+// sanitize maps an object name onto DNS-1035 label characters: dots become dashes and a
+// leading non-letter gets an "a" prefix.
+func sanitize(name string) string {
+	b := []byte(strings.ToLower(name))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	s := string(b)
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		s = "a" + s
+	}
+	return s
+}

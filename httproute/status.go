@@ -1,0 +1,95 @@
+package httproute
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// Verdict is what the parent Gateway's controller has said about the route's current
+// generation.
+type Verdict int
+
+// Verdicts, from the route's status.parents entry for the configured Gateway.
+const (
+	// Pending: no controller has reported on the current generation yet.
+	Pending Verdict = iota
+	// Accepted: Accepted=True and ResolvedRefs=True at the route's generation.
+	Accepted
+	// Rejected: Accepted or ResolvedRefs is False at the route's generation.
+	Rejected
+)
+
+// Acceptance is the parent Gateway's verdict on a stored route, with a message for humans.
+type Acceptance struct {
+	Verdict Verdict
+	Message string
+}
+
+// Acceptance reads the route's status for the configured parent. Conditions whose
+// observedGeneration is not the route's generation are ignored, as the Gateway API status
+// contract requires.
+func (c Config) Acceptance(route *gwapiv1.HTTPRoute) Acceptance {
+	gw := c.gatewayName(route.Namespace)
+	rt := route.Namespace + "/" + route.Name
+	for _, p := range route.Status.Parents {
+		if !c.sameParent(p.ParentRef, route.Namespace) {
+			continue
+		}
+		accepted := current(p.Conditions, string(gwapiv1.RouteConditionAccepted), route.Generation)
+		resolved := current(p.Conditions, string(gwapiv1.RouteConditionResolvedRefs), route.Generation)
+		for _, cond := range []*metav1.Condition{accepted, resolved} {
+			if cond != nil && cond.Status == metav1.ConditionFalse {
+				return Acceptance{Rejected, fmt.Sprintf("gateway %s (controller %s) reports %s=False on route %s generation %d: %s: %s",
+					gw, p.ControllerName, cond.Type, rt, route.Generation, cond.Reason, cond.Message)}
+			}
+		}
+		if accepted != nil && resolved != nil && accepted.Status == metav1.ConditionTrue && resolved.Status == metav1.ConditionTrue {
+			return Acceptance{Accepted, fmt.Sprintf("route %s generation %d accepted by gateway %s (controller %s)",
+				rt, route.Generation, gw, p.ControllerName)}
+		}
+	}
+	return Acceptance{Pending, fmt.Sprintf("waiting for gateway %s to accept route %s generation %d (Accepted and ResolvedRefs)",
+		gw, rt, route.Generation)}
+}
+
+func current(conds []metav1.Condition, typ string, generation int64) *metav1.Condition {
+	c := meta.FindStatusCondition(conds, typ)
+	if c == nil || c.ObservedGeneration != generation {
+		return nil
+	}
+	return c
+}
+
+func (c Config) gatewayName(routeNamespace string) string {
+	ns := c.Gateway.Namespace
+	if ns == "" {
+		ns = routeNamespace
+	}
+	return ns + "/" + c.Gateway.Name
+}
+
+// sameParent reports whether ref names the configured Gateway (group and kind defaulting to
+// Gateway API's Gateway, namespace to the route's).
+func (c Config) sameParent(ref gwapiv1.ParentReference, routeNamespace string) bool {
+	if ref.Group != nil && *ref.Group != gwapiv1.GroupName {
+		return false
+	}
+	if ref.Kind != nil && *ref.Kind != "Gateway" {
+		return false
+	}
+	ns := routeNamespace
+	if ref.Namespace != nil {
+		ns = string(*ref.Namespace)
+	}
+	if ns+"/"+string(ref.Name) != c.gatewayName(routeNamespace) {
+		return false
+	}
+	section := ""
+	if ref.SectionName != nil {
+		section = string(*ref.SectionName)
+	}
+	return section == c.GatewaySection
+}

@@ -1,0 +1,123 @@
+package publish
+
+import (
+	"errors"
+	"fmt"
+	"text/template"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// NoPositivePolicy says what to publish when no entry has a positive effective weight.
+type NoPositivePolicy string
+
+const (
+	// ApplyCurrent publishes the all-zero weights as they are, as OME does.
+	ApplyCurrent NoPositivePolicy = "ApplyCurrent"
+	// RetainLastPositive keeps the last positive weights on the route.
+	RetainLastPositive NoPositivePolicy = "RetainLastPositive"
+)
+
+// DefaultFieldManager is the field manager of every write the publisher makes.
+const DefaultFieldManager = "trafficmap-publisher"
+
+// Config is the publisher's configuration. The zero value of an optional field selects its
+// documented default; Validate reports what is wrong with the rest.
+type Config struct {
+	// Namespaces to watch; empty means all namespaces.
+	Namespaces []string
+	// Gateway is the parent Gateway of every route (required). An empty Namespace means the
+	// TrafficMap's namespace.
+	Gateway types.NamespacedName
+	// GatewaySection is the optional listener (sectionName) on the Gateway.
+	GatewaySection string
+	// HostTemplate is a Go text/template over {{.Namespace}} and {{.Service}} used when the
+	// InferenceService has no ome.io/global-host annotation.
+	HostTemplate string
+	// RewriteHostname adds a per-backend URLRewrite filter setting Host to the endpoint host.
+	RewriteHostname bool
+	// RequireRouteAccepted makes Published wait for the Gateway's Accepted and ResolvedRefs.
+	RequireRouteAccepted bool
+	// NoPositivePolicy applies when every effective weight is zero; default ApplyCurrent.
+	NoPositivePolicy NoPositivePolicy
+	// FieldManager names the publisher's writes; default DefaultFieldManager.
+	FieldManager string
+	// Workers is the number of concurrent reconciles; default 2.
+	Workers int
+	// ResyncPeriod re-reconciles every TrafficMap this often to repair drift; default 10m.
+	ResyncPeriod time.Duration
+	// QPS and Burst bound the API client; defaults 50 and 100.
+	QPS   float32
+	Burst int
+}
+
+// ErrInvalidConfig marks a configuration the publisher cannot start with.
+var ErrInvalidConfig = errors.New("invalid configuration")
+
+func (c *Config) setDefaults() {
+	if c.NoPositivePolicy == "" {
+		c.NoPositivePolicy = ApplyCurrent
+	}
+	if c.FieldManager == "" {
+		c.FieldManager = DefaultFieldManager
+	}
+	if c.Workers <= 0 {
+		c.Workers = 2
+	}
+	if c.ResyncPeriod <= 0 {
+		c.ResyncPeriod = 10 * time.Minute
+	}
+	if c.QPS <= 0 {
+		c.QPS = 50
+	}
+	if c.Burst <= 0 {
+		c.Burst = 100
+	}
+}
+
+// Validate reports every problem with c, each naming the flag and the rule.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Gateway.Name == "" {
+		errs = append(errs, fmt.Errorf("%w: --gateway is required (NAMESPACE/NAME or NAME)", ErrInvalidConfig))
+	} else if msgs := validation.IsDNS1123Subdomain(c.Gateway.Name); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("%w: --gateway name %q: %s", ErrInvalidConfig, c.Gateway.Name, msgs[0]))
+	}
+	if c.Gateway.Namespace != "" {
+		if msgs := validation.IsDNS1123Label(c.Gateway.Namespace); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%w: --gateway namespace %q: %s", ErrInvalidConfig, c.Gateway.Namespace, msgs[0]))
+		}
+	}
+	if c.GatewaySection != "" {
+		if msgs := validation.IsDNS1123Subdomain(c.GatewaySection); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%w: --gateway-section %q: %s", ErrInvalidConfig, c.GatewaySection, msgs[0]))
+		}
+	}
+	switch c.NoPositivePolicy {
+	case "", ApplyCurrent, RetainLastPositive:
+	default:
+		errs = append(errs, fmt.Errorf("%w: --no-positive-policy %q: must be ApplyCurrent or RetainLastPositive", ErrInvalidConfig, c.NoPositivePolicy))
+	}
+	if _, err := c.hostTemplate(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, ns := range c.Namespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%w: --namespace %q: %s", ErrInvalidConfig, ns, msgs[0]))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) hostTemplate() (*template.Template, error) {
+	if c.HostTemplate == "" {
+		return nil, nil
+	}
+	t, err := template.New("host").Option("missingkey=error").Parse(c.HostTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --host-template: %w", ErrInvalidConfig, err)
+	}
+	return t, nil
+}

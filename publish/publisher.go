@@ -1,0 +1,224 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
+
+	"github.com/trafficmap/publisher/api/tmclient"
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/httproute"
+)
+
+// Index names on the TrafficMap informer.
+const (
+	indexByService   = "byService"   // namespace/spec.service
+	indexByRouteName = "byRouteName" // namespace/route name
+)
+
+// Publisher runs the control loop. Create it with New and start it with Run.
+type Publisher struct {
+	cfg      Config
+	log      *zap.Logger
+	clients  clients
+	sink     httproute.Config
+	writer   *httproute.Writer
+	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	recorder record.EventRecorder
+	events   record.EventBroadcaster
+
+	maps     []cache.SharedIndexInformer // one per watched namespace ("" = all)
+	isvcs    []cache.SharedIndexInformer
+	routes   []cache.SharedIndexInformer
+	services []cache.SharedIndexInformer
+	scopes   []string
+}
+
+type clients struct {
+	kube    kubernetes.Interface
+	gateway gwclient.Interface
+	maps    *tmclient.Clientset
+	meta    metadata.Interface
+}
+
+// New validates cfg and builds a Publisher talking to the API server at rc. It does not
+// contact the API server; Run does.
+func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	tmpl, err := cfg.hostTemplate()
+	if err != nil {
+		return nil, err
+	}
+	rc = rest.CopyConfig(rc)
+	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
+	if rc.UserAgent == "" {
+		rc.UserAgent = cfg.FieldManager
+	}
+
+	var c clients
+	if c.kube, err = kubernetes.NewForConfig(rc); err != nil {
+		return nil, fmt.Errorf("build kubernetes client: %w", err)
+	}
+	if c.gateway, err = gwclient.NewForConfig(rc); err != nil {
+		return nil, fmt.Errorf("build gateway api client: %w", err)
+	}
+	if c.maps, err = tmclient.NewForConfig(rc); err != nil {
+		return nil, fmt.Errorf("build trafficmap client: %w", err)
+	}
+	if c.meta, err = metadata.NewForConfig(rc); err != nil {
+		return nil, fmt.Errorf("build metadata client: %w", err)
+	}
+
+	p := &Publisher{
+		cfg:     cfg,
+		log:     log,
+		clients: c,
+		sink: httproute.Config{
+			Gateway:         cfg.Gateway,
+			GatewaySection:  cfg.GatewaySection,
+			HostTemplate:    tmpl,
+			RewriteHostname: cfg.RewriteHostname,
+		},
+		writer: httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, 30*time.Second),
+				&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: newBucket()},
+			),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "trafficmaps"},
+		),
+		scopes: cfg.Namespaces,
+	}
+	if len(p.scopes) == 0 {
+		p.scopes = []string{corev1.NamespaceAll}
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(v1beta1.AddToScheme(scheme))
+	p.events = record.NewBroadcaster()
+	p.recorder = p.events.NewRecorder(scheme, corev1.EventSource{Component: cfg.FieldManager})
+	p.buildInformers()
+	return p, nil
+}
+
+func (p *Publisher) buildInformers() {
+	resync := p.cfg.ResyncPeriod
+	managed := labels.SelectorFromSet(labels.Set{httproute.LabelManagedBy: httproute.ManagedByValue}).String()
+	for _, ns := range p.scopes {
+		maps := cache.NewSharedIndexInformer(
+			&cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					return p.clients.maps.TrafficMaps(ns).List(ctx, o)
+				},
+				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+					return p.clients.maps.TrafficMaps(ns).Watch(ctx, o)
+				},
+			},
+			&v1beta1.TrafficMap{}, resync,
+			cache.Indexers{
+				cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
+				indexByService:       indexTrafficMapByService,
+				indexByRouteName:     indexTrafficMapByRoute,
+			},
+		)
+		isvcs := metadatainformer.NewFilteredMetadataInformer(p.clients.meta, v1beta1.InferenceServicesResource, ns, resync,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil).Informer()
+		routes := gwinformers.NewSharedInformerFactoryWithOptions(p.clients.gateway, resync, gwinformers.WithNamespace(ns)).
+			Gateway().V1().HTTPRoutes().Informer()
+		services := kubeinformers.NewSharedInformerFactoryWithOptions(p.clients.kube, resync, kubeinformers.WithNamespace(ns),
+			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })).
+			Core().V1().Services().Informer()
+
+		p.handle(maps, p.onTrafficMap)
+		p.handle(isvcs, p.onInferenceService)
+		p.handle(routes, p.onRoute)
+		p.handle(services, p.onOwnedObject)
+		p.maps = append(p.maps, maps)
+		p.isvcs = append(p.isvcs, isvcs)
+		p.routes = append(p.routes, routes)
+		p.services = append(p.services, services)
+	}
+}
+
+// Run starts the informers, waits for their caches, runs the workers and blocks until ctx
+// is done. It returns an error only when the caches cannot sync.
+func (p *Publisher) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	defer p.queue.ShutDown()
+	p.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.clients.kube.CoreV1().Events("")})
+	defer p.events.Shutdown()
+
+	if err := p.checkAPIs(); err != nil {
+		return err
+	}
+	var synced []cache.InformerSynced
+	for _, group := range [][]cache.SharedIndexInformer{p.maps, p.isvcs, p.routes, p.services} {
+		for _, inf := range group {
+			go inf.RunWithContext(ctx)
+			synced = append(synced, inf.HasSynced)
+		}
+	}
+	p.log.Info("waiting for informer caches", zap.Strings("namespaces", p.cfg.Namespaces))
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("wait for informer caches: %w", ctx.Err())
+	}
+	p.log.Info("caches synced; starting workers", zap.Int("workers", p.cfg.Workers))
+
+	var wg sync.WaitGroup
+	for range p.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wait.UntilWithContext(ctx, p.runWorker, time.Second)
+		}()
+	}
+	<-ctx.Done()
+	p.queue.ShutDown()
+	wg.Wait()
+	p.log.Info("stopped")
+	return nil
+}
+
+func (p *Publisher) runWorker(ctx context.Context) {
+	for p.processNext(ctx) {
+	}
+}
+
+func (p *Publisher) processNext(ctx context.Context) bool {
+	key, shutdown := p.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer p.queue.Done(key)
+	log := p.log.With(zap.String("trafficmap", key.String()))
+	if err := p.reconcile(ctx, key, log); err != nil {
+		log.Info("reconcile failed; retrying with backoff", zap.Error(err), zap.Int("retries", p.queue.NumRequeues(key)))
+		p.queue.AddRateLimited(key)
+		return true
+	}
+	p.queue.Forget(key)
+	return true
+}

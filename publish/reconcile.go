@@ -1,0 +1,218 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/weights"
+)
+
+// Reasons of the Published condition. They are part of the publisher's interface: the
+// README documents each one.
+const (
+	ReasonPublished              = "Published"
+	ReasonPublishing             = "Publishing"
+	ReasonInvalidTrafficMap      = "InvalidTrafficMap"
+	ReasonInvalidDrainAnnotation = "InvalidDrainAnnotation"
+	ReasonSourceNotFound         = "SourceNotFound"
+	ReasonRouteConflict          = "RouteConflict"
+	ReasonRouteRefused           = "RouteRefused"
+	ReasonRouteNotAccepted       = "RouteNotAccepted"
+	ReasonLastPositiveRetained   = "LastPositiveRetained"
+)
+
+// reconcile converges one TrafficMap. It returns an error only for transient failures, which
+// the caller retries with backoff; user errors end in the Published condition.
+func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *zap.Logger) error {
+	tm, err := p.trafficMap(key.Namespace, key.Name)
+	if err != nil {
+		return err
+	}
+	src := httproute.Source{Namespace: key.Namespace, Name: key.Name}
+	if tm == nil || tm.DeletionTimestamp != nil {
+		n, err := p.writer.Delete(ctx, src, store{p})
+		if n > 0 {
+			log.Info("removed published objects of deleted trafficmap", zap.Int("objects", n))
+		}
+		return err
+	}
+
+	st := &statusWriter{p: p, tm: tm, log: log}
+	isvc, err := p.source(tm)
+	if err != nil {
+		return st.fail(ctx, ReasonSourceNotFound, err.Error())
+	}
+	src.Service = tm.Spec.Service
+	src.GlobalHost = strings.TrimSpace(isvc.Annotations[v1beta1.AnnotationGlobalHost])
+
+	route, err := store{p}.Route(tm.Namespace, httproute.RouteName(tm.Name))
+	if err != nil {
+		return err
+	}
+	if route != nil && !httproute.Owned(route.Labels, src) {
+		route = nil // a foreign route: Sync refuses it below; nothing of it is trusted
+	}
+
+	// Drains: a malformed annotation keeps the drain set the route was last built from.
+	drains, drainErr := parseDrains(isvc)
+	if drainErr != nil {
+		drains, _ = httproute.RecordedDrains(route)
+		drainErr = fmt.Errorf("inferenceservice %s/%s annotation %s: %w; keeping the last valid drains (%s)",
+			isvc.Namespace, isvc.Name, weights.DrainAnnotation, drainErr, describeDrains(drains))
+	}
+
+	res, err := weights.Compute(weights.Input{Entries: entries(tm), Drains: drains})
+	if err != nil {
+		return st.fail(ctx, ReasonInvalidTrafficMap, fmt.Sprintf("trafficmap %s/%s is invalid; the published route is left as it was: %s",
+			tm.Namespace, tm.Name, joinLines(err)))
+	}
+
+	desired, err := httproute.Build(p.sink, src, res, httproute.Inputs{Generation: tm.Generation, Drains: drains})
+	if err != nil {
+		return st.fail(ctx, ReasonRouteRefused, fmt.Sprintf("httproute sink cannot publish trafficmap %s/%s: %s", tm.Namespace, tm.Name, err))
+	}
+
+	retain := res.AllZero() && p.cfg.NoPositivePolicy == RetainLastPositive && hasPositiveWeight(route)
+	if !retain && !st.current(route, desired) {
+		// Say "not yet" before touching anything, so PUBLISHED is never stale.
+		if err := st.write(ctx, st.publishing("publishing weights "+describeWeights(res))); err != nil {
+			return err
+		}
+	}
+	if retain {
+		weightsKept, _ := httproute.RouteWeights(route)
+		msg := fmt.Sprintf("every effective weight is 0 (%s); --no-positive-policy RetainLastPositive keeps the last positive weights on route %s/%s (%s)",
+			describeWeights(res), route.Namespace, route.Name, describeRouteWeights(weightsKept))
+		return st.fail(ctx, ReasonLastPositiveRetained, withDrainError(msg, drainErr))
+	}
+
+	synced, err := p.writer.Sync(ctx, src, desired, store{p})
+	if errors.Is(err, httproute.ErrConflict) {
+		return st.fail(ctx, ReasonRouteConflict, err.Error())
+	}
+	if err != nil {
+		return fmt.Errorf("sync httproute: %w", err)
+	}
+	if synced.Writes > 0 {
+		log.Info("stored route", zap.String("httproute", desired.Route.Namespace+"/"+desired.Route.Name),
+			zap.Int("writes", synced.Writes), zap.String("weights", describeWeights(res)))
+	}
+	st.route = synced.Route
+
+	confirm := "route " + synced.Route.Namespace + "/" + synced.Route.Name + " stored (gateway acceptance not required)"
+	if p.cfg.RequireRouteAccepted {
+		acc := p.sink.Acceptance(synced.Route)
+		switch acc.Verdict {
+		case httproute.Pending:
+			return st.write(ctx, st.publishing(acc.Message))
+		case httproute.Rejected:
+			return st.fail(ctx, ReasonRouteNotAccepted, acc.Message)
+		}
+		confirm = acc.Message
+	}
+	msg := confirm + "; weights " + describeWeights(res)
+	if res.AllZero() {
+		msg += "; every effective weight is 0, so the route sends no traffic (--no-positive-policy ApplyCurrent)"
+	}
+	if len(res.Pending) > 0 {
+		msg += "; pending drains (no such entry): " + describeDrains(res.Pending)
+	}
+	if drainErr != nil {
+		return st.fail(ctx, ReasonInvalidDrainAnnotation, msg+"; but "+drainErr.Error())
+	}
+	return st.write(ctx, st.published(msg))
+}
+
+// source returns the InferenceService the map names, checking status.sourceUID when set.
+func (p *Publisher) source(tm *v1beta1.TrafficMap) (*metav1.PartialObjectMetadata, error) {
+	isvc, err := p.inferenceService(tm.Namespace, tm.Spec.Service)
+	if err != nil {
+		return nil, err
+	}
+	if isvc == nil {
+		return nil, fmt.Errorf("inferenceservice %s/%s named by trafficmap %s/%s spec.service does not exist; the published route is left as it was",
+			tm.Namespace, tm.Spec.Service, tm.Namespace, tm.Name)
+	}
+	if tm.Status.SourceUID != "" && tm.Status.SourceUID != isvc.UID {
+		return nil, fmt.Errorf("inferenceservice %s/%s has uid %s but trafficmap %s/%s status.sourceUID is %s; waiting for the routing controller",
+			isvc.Namespace, isvc.Name, isvc.UID, tm.Namespace, tm.Name, tm.Status.SourceUID)
+	}
+	return isvc, nil
+}
+
+func parseDrains(isvc *metav1.PartialObjectMetadata) ([]weights.Drain, error) {
+	v, ok := isvc.Annotations[weights.DrainAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	return weights.ParseDrains(v)
+}
+
+func entries(tm *v1beta1.TrafficMap) []weights.Entry {
+	out := make([]weights.Entry, len(tm.Spec.Entries))
+	for i, e := range tm.Spec.Entries {
+		out[i] = weights.Entry{Cluster: e.Cluster, Endpoint: e.Endpoint, Weight: int64(e.Weight), DrainRefs: e.DrainRefs}
+	}
+	return out
+}
+
+func hasPositiveWeight(route *gwapiv1.HTTPRoute) bool {
+	_, positive := httproute.RouteWeights(route)
+	return positive
+}
+
+func withDrainError(msg string, drainErr error) string {
+	if drainErr == nil {
+		return msg
+	}
+	return msg + "; " + drainErr.Error()
+}
+
+// describeWeights renders effective weights as "worker-a=0 (drained by m-a), worker-b=1".
+func describeWeights(res weights.Result) string {
+	if len(res.Entries) == 0 {
+		return "(no entries)"
+	}
+	parts := make([]string, 0, len(res.Entries))
+	for _, e := range res.Entries {
+		s := fmt.Sprintf("%s=%d", e.Cluster, e.Effective)
+		if e.Drained() {
+			s += " (drained by " + strings.Join(e.HeldBy, ",") + ")"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func describeDrains(drains []weights.Drain) string {
+	if len(drains) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(drains))
+	for _, d := range drains {
+		parts = append(parts, d.ID+" on "+d.Cluster)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func describeRouteWeights(w map[string]int32) string {
+	parts := make([]string, 0, len(w))
+	for _, name := range slices.Sorted(maps.Keys(w)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", name, w[name]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// joinLines flattens a joined error onto one line for a condition message.
+func joinLines(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
