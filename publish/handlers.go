@@ -28,8 +28,9 @@ func (p *Publisher) enqueue(namespace, name string) {
 	p.queue.Add(cache.NewObjectName(namespace, name))
 }
 
-// onTrafficMap enqueues the map unless the change is only to status the publisher or the
-// routing controller owns, which cannot change what is published.
+// onTrafficMap enqueues the map unless the change is only to conditions or publisher-owned
+// status, which cannot change what is published (the periodic resync repairs a Published
+// condition someone else edited). Resyncs, with an unchanged resourceVersion, always pass.
 func (p *Publisher) onTrafficMap(old, obj any) {
 	tm, ok := obj.(*v1beta1.TrafficMap)
 	if !ok {
@@ -39,23 +40,10 @@ func (p *Publisher) onTrafficMap(old, obj any) {
 		prev.Generation == tm.Generation &&
 		prev.Status.SourceUID == tm.Status.SourceUID &&
 		equalStrings(prev.Labels, tm.Labels) && equalStrings(prev.Annotations, tm.Annotations) &&
-		prev.DeletionTimestamp.Equal(tm.DeletionTimestamp) &&
-		samePublished(prev, tm) {
+		prev.DeletionTimestamp.Equal(tm.DeletionTimestamp) {
 		return
 	}
 	p.enqueue(tm.Namespace, tm.Name)
-}
-
-// samePublished reports whether the Published condition is unchanged: a change made by
-// someone else must be repaired.
-func samePublished(a, b *v1beta1.TrafficMap) bool {
-	ca := meta.FindStatusCondition(a.Status.Conditions, v1beta1.ConditionPublished)
-	cb := meta.FindStatusCondition(b.Status.Conditions, v1beta1.ConditionPublished)
-	if ca == nil || cb == nil {
-		return ca == cb
-	}
-	return ca.Status == cb.Status && ca.Reason == cb.Reason && ca.ObservedGeneration == cb.ObservedGeneration &&
-		a.Status.Published == b.Status.Published
 }
 
 // onInferenceService enqueues every TrafficMap whose spec.service names the object.

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -215,7 +216,11 @@ func (p *Publisher) processNext(ctx context.Context) bool {
 	defer p.queue.Done(key)
 	log := p.log.With(zap.String("trafficmap", key.String()))
 	if err := p.reconcile(ctx, key, log); err != nil {
-		log.Info("reconcile failed; retrying with backoff", zap.Error(err), zap.Int("retries", p.queue.NumRequeues(key)))
+		level := zap.InfoLevel
+		if apierrors.IsConflict(err) {
+			level = zap.DebugLevel // a cache behind our own last write; the retry reads it
+		}
+		log.Log(level, "reconcile failed; retrying with backoff", zap.Error(err), zap.Int("retries", p.queue.NumRequeues(key)))
 		p.queue.AddRateLimited(key)
 		return true
 	}

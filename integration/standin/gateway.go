@@ -1,0 +1,154 @@
+package standin
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
+)
+
+// ControllerName is the controllerName the stand-in gateway reports under.
+const ControllerName = "example.com/stand-in-gateway"
+
+// ClassName is the GatewayClass the stand-in gateway serves.
+const ClassName = "stand-in"
+
+// Gateway is the stand-in gateway controller for one Gateway: Accepted=True, and
+// ResolvedRefs=True only when every backendRef Service exists (False/BackendNotFound
+// otherwise), both at the route's metadata.generation. Paused, it reports nothing, like a
+// controller that is behind.
+type Gateway struct {
+	Namespace, Name string
+	kube            kubernetes.Interface
+	gw              gwclient.Interface
+	logf            func(format string, args ...any)
+	paused          atomic.Bool
+	inf             cache.SharedIndexInformer
+	ctx             context.Context
+}
+
+// StartGateway creates the stand-in GatewayClass (if missing) and the Gateway ns/name, and
+// reports route status until ctx is done. logf receives errors worth a look.
+func StartGateway(ctx context.Context, kube kubernetes.Interface, gw gwclient.Interface, ns, name string, logf func(string, ...any)) (*Gateway, error) {
+	_, err := gw.GatewayV1().GatewayClasses().Create(ctx, &gwapiv1.GatewayClass{
+		ObjectMeta: metav1.ObjectMeta{Name: ClassName},
+		Spec:       gwapiv1.GatewayClassSpec{ControllerName: ControllerName},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create gatewayclass %s: %w", ClassName, err)
+	}
+	_, err = gw.GatewayV1().Gateways(ns).Create(ctx, &gwapiv1.Gateway{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: gwapiv1.GatewaySpec{
+			GatewayClassName: ClassName,
+			Listeners:        []gwapiv1.Listener{{Name: "http", Port: 80, Protocol: gwapiv1.HTTPProtocolType}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create gateway %s/%s: %w", ns, name, err)
+	}
+
+	g := &Gateway{Namespace: ns, Name: name, kube: kube, gw: gw, logf: logf, ctx: ctx}
+	g.inf = gwinformers.NewSharedInformerFactoryWithOptions(gw, 0, gwinformers.WithNamespace(ns)).Gateway().V1().HTTPRoutes().Informer()
+	_, _ = g.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    g.handle,
+		UpdateFunc: func(_, obj any) { g.handle(obj) },
+	})
+	go g.inf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), g.inf.HasSynced) {
+		return nil, fmt.Errorf("stand-in gateway cache: %w", ctx.Err())
+	}
+	return g, nil
+}
+
+// Pause stops status reports.
+func (g *Gateway) Pause() { g.paused.Store(true) }
+
+// Resume reports again, catching up on every route.
+func (g *Gateway) Resume() {
+	g.paused.Store(false)
+	for _, obj := range g.inf.GetStore().List() {
+		g.handle(obj)
+	}
+}
+
+func (g *Gateway) handle(obj any) {
+	r, ok := obj.(*gwapiv1.HTTPRoute)
+	if !ok || g.paused.Load() {
+		return
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		route, err := g.gw.GatewayV1().HTTPRoutes(r.Namespace).Get(g.ctx, r.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		next := route.DeepCopy()
+		changed := false
+		for _, ref := range route.Spec.ParentRefs {
+			if g.serves(ref, route.Namespace) {
+				changed = g.setParentStatus(next, ref) || changed
+			}
+		}
+		if !changed {
+			return nil
+		}
+		_, err = g.gw.GatewayV1().HTTPRoutes(r.Namespace).UpdateStatus(g.ctx, next, metav1.UpdateOptions{FieldManager: "stand-in-gateway"})
+		return err
+	})
+	if err != nil && g.ctx.Err() == nil && !apierrors.IsNotFound(err) {
+		g.logf("stand-in gateway: route %s/%s: %v", r.Namespace, r.Name, err)
+	}
+}
+
+func (g *Gateway) serves(ref gwapiv1.ParentReference, routeNS string) bool {
+	return ptr.Deref(ref.Kind, "Gateway") == "Gateway" && ptr.Deref(ref.Group, gwapiv1.GroupName) == gwapiv1.GroupName &&
+		string(ptr.Deref(ref.Namespace, gwapiv1.Namespace(routeNS))) == g.Namespace && string(ref.Name) == g.Name
+}
+
+// setParentStatus merges this controller's conditions into the route's status.parents entry
+// for ref and reports whether anything changed.
+func (g *Gateway) setParentStatus(route *gwapiv1.HTTPRoute, ref gwapiv1.ParentReference) bool {
+	resolved := metav1.Condition{Type: string(gwapiv1.RouteConditionResolvedRefs), Status: metav1.ConditionTrue,
+		Reason: string(gwapiv1.RouteReasonResolvedRefs), Message: "all backend references resolved", ObservedGeneration: route.Generation}
+	for _, rule := range route.Spec.Rules {
+		for _, b := range rule.BackendRefs {
+			if _, err := g.kube.CoreV1().Services(route.Namespace).Get(g.ctx, string(b.Name), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				resolved.Status, resolved.Reason = metav1.ConditionFalse, string(gwapiv1.RouteReasonBackendNotFound)
+				resolved.Message = "service " + string(b.Name) + " not found"
+			}
+		}
+	}
+	accepted := metav1.Condition{Type: string(gwapiv1.RouteConditionAccepted), Status: metav1.ConditionTrue,
+		Reason: string(gwapiv1.RouteReasonAccepted), Message: "accepted by the stand-in gateway", ObservedGeneration: route.Generation}
+
+	idx := -1
+	for i, p := range route.Status.Parents {
+		if p.ControllerName == ControllerName && sameRef(p.ParentRef, ref) {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		route.Status.Parents = append(route.Status.Parents, gwapiv1.RouteParentStatus{ParentRef: ref, ControllerName: ControllerName})
+		idx = len(route.Status.Parents) - 1
+	}
+	conds := &route.Status.Parents[idx].Conditions
+	added := len(*conds) == 0
+	changed := meta.SetStatusCondition(conds, accepted)
+	changed = meta.SetStatusCondition(conds, resolved) || changed
+	return changed || added
+}
+
+func sameRef(a, b gwapiv1.ParentReference) bool {
+	return a.Name == b.Name && ptr.Deref(a.Namespace, "") == ptr.Deref(b.Namespace, "") &&
+		ptr.Deref(a.SectionName, "") == ptr.Deref(b.SectionName, "")
+}
