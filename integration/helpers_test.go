@@ -198,8 +198,16 @@ func (f *fixture) waitPublished() *v1beta1.TrafficMap {
 	return f.waitCondition(metav1.ConditionTrue, publish.ReasonPublished)
 }
 
-// waitCondition waits until Published has this status and reason at the current generation.
-func (f *fixture) waitCondition(status metav1.ConditionStatus, reason string) *v1beta1.TrafficMap {
+// waitPublishedWith waits until Published is True at the current generation with a message
+// containing want.
+func (f *fixture) waitPublishedWith(want string) *v1beta1.TrafficMap {
+	f.t.Helper()
+	return f.waitCondition(metav1.ConditionTrue, publish.ReasonPublished, want)
+}
+
+// waitCondition waits until Published has this status and reason at the current generation,
+// with a message containing every string in want.
+func (f *fixture) waitCondition(status metav1.ConditionStatus, reason string, want ...string) *v1beta1.TrafficMap {
 	f.t.Helper()
 	var tm *v1beta1.TrafficMap
 	require.EventuallyWithT(f.t, func(c *assert.CollectT) {
@@ -211,6 +219,9 @@ func (f *fixture) waitCondition(status metav1.ConditionStatus, reason string) *v
 		assert.Equal(c, status, cond.Status, "status (message: %s)", cond.Message)
 		assert.Equal(c, reason, cond.Reason, "reason (message: %s)", cond.Message)
 		assert.Equal(c, status == metav1.ConditionTrue, got.Status.Published, "status.published moves with the condition")
+		for _, w := range want {
+			assert.Contains(c, cond.Message, w)
+		}
 		tm = got
 	}, waitTimeout, tick)
 	return tm
