@@ -67,6 +67,7 @@ type fixture struct {
 	gw      *standin.Gateway
 	routing standin.Routing
 	pub     *runningPublisher
+	isvcUID types.UID
 }
 
 // newFixture creates the namespace, the Gateway and the InferenceService chat, and starts
@@ -79,7 +80,7 @@ func newFixture(t *testing.T) *fixture {
 	var err error
 	f.gw, err = standin.StartGateway(ctx, kube, gw, f.ns, gatewayName, t.Logf)
 	require.NoError(t, err)
-	f.createISVC(service, nil)
+	f.isvcUID = f.createISVC(service, nil)
 	return f
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -54,8 +55,9 @@ func run(m *testing.M) int {
 		BinaryAssetsDirectory: assets,
 		CRDInstallOptions:     envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
 		// A fixed cert dir keeps serving certificates and client credentials valid across an
-		// API server restart (TestAPIServerRestart).
-		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{CertDir: certDir}},
+		// API server restart (TestAPIServerRestart). With watches open, kube-apiserver's
+		// graceful shutdown outlasts any short wait; after StopTimeout envtest kills it.
+		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{CertDir: certDir, StopTimeout: 3 * time.Second}},
 	}
 	restCfg, err = env.Start()
 	if err != nil {
