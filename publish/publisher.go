@@ -38,6 +38,10 @@ const (
 	indexByRouteName = "byRouteName" // namespace/route name
 )
 
+// maxRetryDelay caps the per-key retry backoff, so that after an API server outage every
+// key is retried within this long of the API coming back.
+const maxRetryDelay = 5 * time.Second
+
 // Publisher runs the control loop. Create it with New and start it with Run.
 type Publisher struct {
 	cfg      Config
@@ -107,7 +111,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		writer: httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedMaxOfRateLimiter(
-				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, 30*time.Second),
+				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, maxRetryDelay),
 				&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: newBucket()},
 			),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "trafficmaps"},

@@ -8,9 +8,11 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
@@ -93,8 +95,29 @@ func (s *statusWriter) fail(ctx context.Context, reason, message string) error {
 
 // write applies want with server-side apply under the publisher's field manager, only when
 // it differs from what is stored. It carries the resourceVersion it decided on, so a write
-// based on a stale read fails with a conflict and is retried.
+// based on a stale read conflicts; it then re-reads the live map and retries while the
+// generation is the one the decision was made for (otherwise the newer generation is
+// reconciled next).
 func (s *statusWriter) write(ctx context.Context, want publisherStatus) error {
+	generation := s.tm.Generation
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := s.apply(ctx, want)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		live, getErr := s.p.clients.maps.TrafficMaps(s.tm.Namespace).Get(ctx, s.tm.Name, metav1.GetOptions{})
+		if getErr != nil {
+			return fmt.Errorf("re-read trafficmap after conflict: %w", getErr)
+		}
+		if live.UID != s.tm.UID || live.Generation != generation {
+			return err // the map changed under us: reconcile it afresh
+		}
+		s.tm = live
+		return err
+	})
+}
+
+func (s *statusWriter) apply(ctx context.Context, want publisherStatus) error {
 	prev := meta.FindStatusCondition(s.tm.Status.Conditions, v1beta1.ConditionPublished)
 	if prev != nil && prev.Status == want.condition.Status && prev.Reason == want.condition.Reason &&
 		prev.Message == want.condition.Message && prev.ObservedGeneration == want.condition.ObservedGeneration &&
@@ -102,9 +125,10 @@ func (s *statusWriter) write(ctx context.Context, want publisherStatus) error {
 		equality.Semantic.DeepEqual(s.tm.Status.GatewayRef, want.gatewayRef) {
 		return nil
 	}
-	want.condition.LastTransitionTime = metav1.Now()
-	if prev != nil && prev.Status == want.condition.Status {
-		want.condition.LastTransitionTime = prev.LastTransitionTime
+	cond := want.condition
+	cond.LastTransitionTime = metav1.Now()
+	if prev != nil && prev.Status == cond.Status {
+		cond.LastTransitionTime = prev.LastTransitionTime
 	}
 
 	body, err := json.Marshal(statusApply{
@@ -115,7 +139,7 @@ func (s *statusWriter) write(ctx context.Context, want publisherStatus) error {
 			Published:                    want.published,
 			ObservedTrafficMapGeneration: want.observed,
 			GatewayRef:                   want.gatewayRef,
-			Conditions:                   []metav1.Condition{want.condition},
+			Conditions:                   []metav1.Condition{cond},
 		},
 	})
 	if err != nil {
@@ -127,14 +151,14 @@ func (s *statusWriter) write(ctx context.Context, want publisherStatus) error {
 	if err != nil {
 		return fmt.Errorf("apply trafficmap %s/%s status: %w", s.tm.Namespace, s.tm.Name, err)
 	}
-	s.log.Info("published condition", zap.String("status", string(want.condition.Status)),
-		zap.String("reason", want.condition.Reason), zap.Int64("generation", s.tm.Generation), zap.String("message", want.condition.Message))
-	if prev == nil || prev.Reason != want.condition.Reason || prev.Status != want.condition.Status {
+	s.log.Info("published condition", zap.String("status", string(cond.Status)),
+		zap.String("reason", cond.Reason), zap.Int64("generation", s.tm.Generation), zap.String("message", cond.Message))
+	if prev == nil || prev.Reason != cond.Reason || prev.Status != cond.Status {
 		eventType := corev1.EventTypeWarning
-		if want.condition.Reason == ReasonPublished || want.condition.Reason == ReasonPublishing {
+		if cond.Reason == ReasonPublished || cond.Reason == ReasonPublishing {
 			eventType = corev1.EventTypeNormal
 		}
-		s.p.recorder.Event(s.tm, eventType, want.condition.Reason, want.condition.Message)
+		s.p.recorder.Event(s.tm, eventType, cond.Reason, cond.Message)
 	}
 	s.tm = updated
 	return nil

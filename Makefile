@@ -1,0 +1,40 @@
+# Development targets. Recipes are POSIX sh. The control plane (kube-apiserver and etcd)
+# is built by hack/controlplane.sh into a cache dir outside the repository; the script
+# prints that dir, which becomes KUBEBUILDER_ASSETS.
+
+GO ?= go
+FUZZTIME ?= 30s
+
+.PHONY: test demo unit fuzz generate build controlplane
+
+## test: go vet, then every test, the integration tests on a real kube-apiserver and etcd
+test:
+	assets="$$(bash hack/controlplane.sh)" && \
+	$(GO) vet ./... && \
+	KUBEBUILDER_ASSETS="$$assets" $(GO) test ./... -count=1
+
+## demo: drain and undrain a cluster on an embedded control plane (hack/demo)
+demo:
+	assets="$$(bash hack/controlplane.sh)" && \
+	KUBEBUILDER_ASSETS="$$assets" $(GO) run ./hack/demo
+
+## unit: the tests of every package except ./integration/... (no control plane)
+unit:
+	$(GO) test $$($(GO) list ./... | grep -v '/integration')
+
+## fuzz: each fuzz target of ./weights for FUZZTIME
+fuzz:
+	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseDrains$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./weights -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime $(FUZZTIME)
+
+## generate: deepcopy functions and CRDs from api/v1beta1 (controller-gen)
+generate:
+	bash hack/generate.sh
+
+## build: the publisher binary at bin/publisher
+build:
+	$(GO) build -o bin/publisher ./cmd/publisher
+
+## controlplane: build (or reuse) kube-apiserver and etcd and print their dir
+controlplane:
+	bash hack/controlplane.sh

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// controlPlane is the embedded kube-apiserver and etcd, with the project's CRDs installed
+// and a kubeconfig file for kubectl.
+type controlPlane struct {
+	env        *envtest.Environment
+	cfg        *rest.Config // cluster-admin config for the Go clients and the publisher
+	dir        string       // temp dir holding the kubeconfig and kubectl's cache
+	kubeconfig string       // path of a kubeconfig for the user "demo" (system:masters)
+}
+
+// startControlPlane starts kube-apiserver and etcd from $KUBEBUILDER_ASSETS with envtest,
+// installs the CRDs the integration tests install and writes a kubeconfig to a temp dir.
+func startControlPlane() (*controlPlane, error) {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run `make demo`, which builds kube-apiserver and etcd (hack/controlplane.sh) and sets it")
+	}
+	fmt.Println("Starting kube-apiserver and etcd (envtest) from " + assets + " ...")
+	crds, err := crdPaths()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDInstallOptions:     envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", assets, err)
+	}
+	cp := &controlPlane{env: env, cfg: cfg}
+	if err := cp.writeKubeconfig(); err != nil {
+		_ = cp.stop()
+		return nil, err
+	}
+	return cp, nil
+}
+
+// writeKubeconfig adds the user "demo" in group system:masters and writes its kubeconfig.
+func (cp *controlPlane) writeKubeconfig() error {
+	user, err := cp.env.AddUser(envtest.User{Name: "demo", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return fmt.Errorf("add control plane user: %w", err)
+	}
+	data, err := user.KubeConfig()
+	if err != nil {
+		return fmt.Errorf("render kubeconfig: %w", err)
+	}
+	if cp.dir, err = os.MkdirTemp("", "publisher-demo-"); err != nil {
+		return fmt.Errorf("create temp dir: %w", err)
+	}
+	cp.kubeconfig = filepath.Join(cp.dir, "kubeconfig")
+	if err := os.WriteFile(cp.kubeconfig, data, 0o600); err != nil {
+		return fmt.Errorf("write kubeconfig: %w", err)
+	}
+	return nil
+}
+
+// stop removes the temp dir and stops kube-apiserver and etcd.
+func (cp *controlPlane) stop() error {
+	if cp.dir != "" {
+		_ = os.RemoveAll(cp.dir)
+	}
+	if err := cp.env.Stop(); err != nil {
+		return fmt.Errorf("stop control plane: %w", err)
+	}
+	return nil
+}
+
+// crdPaths lists the CRDs the integration tests install: the chart's (TrafficMap and the
+// stand-in InferenceService) and Gateway API's standard channel from the gateway-api module,
+// without its ValidatingAdmissionPolicy file.
+func crdPaths() ([]string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/trafficmap/publisher", "sigs.k8s.io/gateway-api").Output()
+	if err != nil {
+		return nil, fmt.Errorf("locate the repository and the gateway-api module with `go list -m` (run the demo from the repository, with `make demo`): %w", err)
+	}
+	dirs := strings.Fields(string(out))
+	if len(dirs) != 2 {
+		return nil, fmt.Errorf("go list -m printed %q, want two directories", out)
+	}
+	paths := []string{filepath.Join(dirs[0], "charts", "publisher", "crds")}
+	std := filepath.Join(dirs[1], "config", "crd", "standard")
+	files, err := filepath.Glob(filepath.Join(std, "gateway.networking.k8s.io_*.yaml"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no gateway api crds in %s", std)
+	}
+	for _, f := range files {
+		if !strings.Contains(f, "_vap_") { // a ValidatingAdmissionPolicy, not a CRD
+			paths = append(paths, f)
+		}
+	}
+	return paths, nil
+}
