@@ -250,3 +250,21 @@ func TestPublishedFlipsBeforeTrueAndKubectlColumn(t *testing.T) {
 	assert.Equal(t, []string{"NAME", "MODE", "PUBLISHED", "ROUTABLE", "OVERRIDE", "REASON", "AGE"}, strings.Fields(lines[0]))
 	assert.Equal(t, []string{"chat", "All", "True"}, strings.Fields(lines[1])[:3])
 }
+
+// S6, first publish: with no route yet there is no last valid drain set, so a malformed
+// annotation publishes nothing rather than reading the drain as absent.
+func TestMalformedDrainBeforeFirstPublish(t *testing.T) {
+	f := newFixture(t)
+	f.drain(`{"maintenance-a":{"cluster":"worker-a"}}`)
+	f.createMap(seedEntries())
+	f.startPublisher()
+
+	tm := f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidDrainAnnotation,
+		`override "maintenance-a" reason must be non-empty`, "nothing is published")
+	assert.False(t, tm.Status.Published)
+	assert.Nil(t, f.route(), "no route published")
+	assert.Empty(t, f.ownedServices())
+
+	f.drain(seedDrain)
+	f.waitPublishedWith("worker-a=0 (drained by maintenance-a), worker-b=1")
+}

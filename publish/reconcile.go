@@ -65,9 +65,17 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 	}
 
 	// Drains: a malformed annotation keeps the drain set the route was last built from.
+	// Malformed intent is never "no drains": with no recorded drain set to fall back on,
+	// nothing is published at all.
 	drains, drainErr := parseDrains(isvc)
 	if drainErr != nil {
-		drains, _ = httproute.RecordedDrains(route)
+		recorded, ok := httproute.RecordedDrains(route)
+		if !ok {
+			return st.fail(ctx, ReasonInvalidDrainAnnotation, fmt.Sprintf(
+				"inferenceservice %s/%s annotation %s: %s; no route was published before, so there is no last valid drain set to keep and nothing is published",
+				isvc.Namespace, isvc.Name, weights.DrainAnnotation, drainErr))
+		}
+		drains = recorded
 		drainErr = fmt.Errorf("inferenceservice %s/%s annotation %s: %w; keeping the last valid drains (%s)",
 			isvc.Namespace, isvc.Name, weights.DrainAnnotation, drainErr, describeDrains(drains))
 	}

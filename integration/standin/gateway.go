@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
@@ -34,6 +36,7 @@ type Gateway struct {
 	logf            func(format string, args ...any)
 	paused          atomic.Bool
 	inf             cache.SharedIndexInformer
+	queue           workqueue.TypedRateLimitingInterface[string]
 	ctx             context.Context
 }
 
@@ -58,17 +61,48 @@ func StartGateway(ctx context.Context, kube kubernetes.Interface, gw gwclient.In
 		return nil, fmt.Errorf("create gateway %s/%s: %w", ns, name, err)
 	}
 
-	g := &Gateway{Namespace: ns, Name: name, kube: kube, gw: gw, logf: logf, ctx: ctx}
+	g := &Gateway{Namespace: ns, Name: name, kube: kube, gw: gw, logf: logf, ctx: ctx,
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, time.Second))}
 	g.inf = gwinformers.NewSharedInformerFactoryWithOptions(gw, 0, gwinformers.WithNamespace(ns)).Gateway().V1().HTTPRoutes().Informer()
 	_, _ = g.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    g.handle,
-		UpdateFunc: func(_, obj any) { g.handle(obj) },
+		AddFunc:    g.enqueue,
+		UpdateFunc: func(_, obj any) { g.enqueue(obj) },
 	})
 	go g.inf.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), g.inf.HasSynced) {
 		return nil, fmt.Errorf("stand-in gateway cache: %w", ctx.Err())
 	}
+	go func() {
+		<-ctx.Done()
+		g.queue.ShutDown()
+	}()
+	go g.work()
 	return g, nil
+}
+
+func (g *Gateway) enqueue(obj any) {
+	if r, ok := obj.(*gwapiv1.HTTPRoute); ok {
+		g.queue.Add(r.Name)
+	}
+}
+
+// work reports on queued routes, retrying failures with backoff as a controller does.
+func (g *Gateway) work() {
+	for {
+		name, shutdown := g.queue.Get()
+		if shutdown {
+			return
+		}
+		if err := g.report(name); err != nil {
+			if g.ctx.Err() == nil {
+				g.logf("stand-in gateway: route %s/%s: %v (retrying)", g.Namespace, name, err)
+			}
+			g.queue.AddRateLimited(name)
+		} else {
+			g.queue.Forget(name)
+		}
+		g.queue.Done(name)
+	}
 }
 
 // Pause stops status reports.
@@ -78,17 +112,20 @@ func (g *Gateway) Pause() { g.paused.Store(true) }
 func (g *Gateway) Resume() {
 	g.paused.Store(false)
 	for _, obj := range g.inf.GetStore().List() {
-		g.handle(obj)
+		g.enqueue(obj)
 	}
 }
 
-func (g *Gateway) handle(obj any) {
-	r, ok := obj.(*gwapiv1.HTTPRoute)
-	if !ok || g.paused.Load() {
-		return
+// report writes this controller's status for the route, unless paused.
+func (g *Gateway) report(name string) error {
+	if g.paused.Load() {
+		return nil
 	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		route, err := g.gw.GatewayV1().HTTPRoutes(r.Namespace).Get(g.ctx, r.Name, metav1.GetOptions{})
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		route, err := g.gw.GatewayV1().HTTPRoutes(g.Namespace).Get(g.ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -102,12 +139,9 @@ func (g *Gateway) handle(obj any) {
 		if !changed {
 			return nil
 		}
-		_, err = g.gw.GatewayV1().HTTPRoutes(r.Namespace).UpdateStatus(g.ctx, next, metav1.UpdateOptions{FieldManager: "stand-in-gateway"})
+		_, err = g.gw.GatewayV1().HTTPRoutes(g.Namespace).UpdateStatus(g.ctx, next, metav1.UpdateOptions{FieldManager: "stand-in-gateway"})
 		return err
 	})
-	if err != nil && g.ctx.Err() == nil && !apierrors.IsNotFound(err) {
-		g.logf("stand-in gateway: route %s/%s: %v", r.Namespace, r.Name, err)
-	}
 }
 
 func (g *Gateway) serves(ref gwapiv1.ParentReference, routeNS string) bool {
