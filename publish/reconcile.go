@@ -65,25 +65,21 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 	}
 
 	// Drains: a malformed annotation keeps the drain set the route was last built from.
-	// Malformed intent is never "no drains": with no recorded drain set to fall back on,
-	// nothing is published at all.
-	drains, drainErr := parseDrains(isvc)
-	if drainErr != nil {
-		recorded, ok := httproute.RecordedDrains(route)
-		if !ok {
-			return st.fail(ctx, ReasonInvalidDrainAnnotation, fmt.Sprintf(
-				"inferenceservice %s/%s annotation %s: %s; no route was published before, so there is no last valid drain set to keep and nothing is published",
-				isvc.Namespace, isvc.Name, weights.DrainAnnotation, drainErr))
-		}
-		drains = recorded
-		drainErr = fmt.Errorf("inferenceservice %s/%s annotation %s: %w; keeping the last valid drains (%s)",
-			isvc.Namespace, isvc.Name, weights.DrainAnnotation, drainErr, describeDrains(drains))
-	}
-
-	res, err := weights.Compute(weights.Input{Entries: entries(tm), Drains: drains})
-	if err != nil {
+	// A malformed drain annotation keeps the drain set the route was last built from; with
+	// none recorded nothing is published (malformed intent is never "no drains").
+	computed, err := Compute(Inputs{TrafficMap: tm, SourceAnnotations: isvc.Annotations, Route: route})
+	source := fmt.Sprintf("inferenceservice %s/%s", isvc.Namespace, isvc.Name)
+	switch {
+	case errors.Is(err, ErrNoDrainFallback):
+		return st.fail(ctx, ReasonInvalidDrainAnnotation, source+" "+err.Error())
+	case err != nil:
 		return st.fail(ctx, ReasonInvalidTrafficMap, fmt.Sprintf("trafficmap %s/%s is invalid; the published route is left as it was: %s",
 			tm.Namespace, tm.Name, joinLines(err)))
+	}
+	res, drains := computed.Result, computed.Drains
+	var drainErr error
+	if computed.DrainErr != nil {
+		drainErr = fmt.Errorf("%s %w; keeping the last valid drains (%s)", source, computed.DrainErr, describeDrains(drains))
 	}
 
 	desired, err := httproute.Build(p.sink, src, res, httproute.Inputs{Generation: tm.Generation, Drains: drains})
@@ -157,22 +153,6 @@ func (p *Publisher) source(tm *v1beta1.TrafficMap) (*metav1.PartialObjectMetadat
 			isvc.Namespace, isvc.Name, isvc.UID, tm.Namespace, tm.Name, tm.Status.SourceUID)
 	}
 	return isvc, nil
-}
-
-func parseDrains(isvc *metav1.PartialObjectMetadata) ([]weights.Drain, error) {
-	v, ok := isvc.Annotations[weights.DrainAnnotation]
-	if !ok {
-		return nil, nil
-	}
-	return weights.ParseDrains(v)
-}
-
-func entries(tm *v1beta1.TrafficMap) []weights.Entry {
-	out := make([]weights.Entry, len(tm.Spec.Entries))
-	for i, e := range tm.Spec.Entries {
-		out[i] = weights.Entry{Cluster: e.Cluster, Endpoint: e.Endpoint, Weight: int64(e.Weight), DrainRefs: e.DrainRefs}
-	}
-	return out
 }
 
 func hasPositiveWeight(route *gwapiv1.HTTPRoute) bool {

@@ -1,0 +1,77 @@
+package publish
+
+import (
+	"errors"
+	"fmt"
+
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/weights"
+)
+
+// Inputs is everything one TrafficMap's effective weights are computed from. The publisher
+// fills it from its caches; the operator commands fill it from the API, so both compute the
+// same weights from the same objects.
+type Inputs struct {
+	// TrafficMap is the map; it is not modified.
+	TrafficMap *v1beta1.TrafficMap
+	// SourceAnnotations are the annotations of the InferenceService spec.service names.
+	SourceAnnotations map[string]string
+	// Route is the publisher's stored HTTPRoute for the map, or nil. Its recorded drain set
+	// stands in for a malformed drain annotation.
+	Route *gwapiv1.HTTPRoute
+}
+
+// Computed is the outcome of Compute.
+type Computed struct {
+	// Result holds the effective weights.
+	Result weights.Result
+	// Drains is the drain set Result was computed with: the annotation's, or, when the
+	// annotation is malformed, the last valid set recorded on the route.
+	Drains []weights.Drain
+	// DrainErr is the annotation's parse error, nil when it is absent or valid. When set,
+	// Drains is the recorded fallback.
+	DrainErr error
+}
+
+// ErrNoDrainFallback means the drain annotation is malformed and no route records a last
+// valid drain set, so no weights can be computed: a malformed drain is never "no drains".
+var ErrNoDrainFallback = errors.New("no route was published before, so there is no last valid drain set to keep and nothing is published")
+
+// Compute returns the effective weights for in. It is pure. Errors: ErrNoDrainFallback
+// (wrapped with the parse error), or the weights validation error for an invalid map.
+func Compute(in Inputs) (Computed, error) {
+	var c Computed
+	drains, err := parseDrainAnnotation(in.SourceAnnotations)
+	if err != nil {
+		recorded, ok := httproute.RecordedDrains(in.Route)
+		if !ok {
+			return c, fmt.Errorf("annotation %s: %w; %w", weights.DrainAnnotation, err, ErrNoDrainFallback)
+		}
+		drains, c.DrainErr = recorded, fmt.Errorf("annotation %s: %w", weights.DrainAnnotation, err)
+	}
+	c.Drains = drains
+	c.Result, err = weights.Compute(weights.Input{Entries: entries(in.TrafficMap), Drains: drains})
+	if err != nil {
+		return Computed{}, err
+	}
+	return c, nil
+}
+
+func parseDrainAnnotation(annotations map[string]string) ([]weights.Drain, error) {
+	v, ok := annotations[weights.DrainAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	return weights.ParseDrains(v)
+}
+
+func entries(tm *v1beta1.TrafficMap) []weights.Entry {
+	out := make([]weights.Entry, len(tm.Spec.Entries))
+	for i, e := range tm.Spec.Entries {
+		out[i] = weights.Entry{Cluster: e.Cluster, Endpoint: e.Endpoint, Weight: int64(e.Weight), DrainRefs: e.DrainRefs}
+	}
+	return out
+}
