@@ -1,0 +1,286 @@
+package xds
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/trafficmap/publisher/weights"
+)
+
+// Service is one TrafficMap as the xDS sink sees it.
+type Service struct {
+	Namespace string // the TrafficMap's namespace
+	Name      string // the TrafficMap's name
+	Service   string // spec.service
+	// Hostnames are the names clients use for the service, the same as its HTTPRoute's.
+	Hostnames []string
+	Result    weights.Result
+}
+
+func (s Service) key() string { return s.Namespace + "/" + s.Name }
+
+// ClusterName is the stable, readable xDS cluster name of one cluster of one service.
+func ClusterName(namespace, name, cluster string) string {
+	return namespace + "/" + name + "/" + cluster
+}
+
+// Resources is one flavour's complete resource set, each list sorted by name.
+type Resources struct {
+	Listeners []*listenerv3.Listener
+	Routes    []*routev3.RouteConfiguration
+	Clusters  []*clusterv3.Cluster
+}
+
+// EnvoyOptions shapes the Envoy flavour.
+type EnvoyOptions struct {
+	// ListenerName names the one listener; RouteConfigName its route configuration.
+	ListenerName, RouteConfigName string
+	// Address and Port are where the listener listens.
+	Address string
+	Port    uint32
+}
+
+// DefaultEnvoyOptions listens on 0.0.0.0:10080.
+var DefaultEnvoyOptions = EnvoyOptions{ListenerName: "trafficmap-http", RouteConfigName: "trafficmap-routes", Address: "0.0.0.0", Port: 10080}
+
+// NoRouteStatus is the fixed response status when a service has no positive weight.
+const NoRouteStatus = 503
+
+// dnsRefresh is how often Envoy re-resolves a LOGICAL_DNS cluster's host.
+var dnsRefresh = durationpb.New(30e9)
+
+// TranslateEnvoy returns the Envoy flavour: one listener with an HTTP connection manager
+// over RDS (ADS), one route configuration with a virtual host per service, and one
+// LOGICAL_DNS cluster per (service, cluster), with TLS, SNI and SAN checks for https.
+func TranslateEnvoy(opts EnvoyOptions, services []Service) (Resources, error) {
+	services = sortedServices(services)
+	rc := &routev3.RouteConfiguration{Name: opts.RouteConfigName, IgnorePortInHostMatching: true}
+	var res Resources
+	for _, s := range services {
+		if len(s.Hostnames) == 0 {
+			return Resources{}, fmt.Errorf("trafficmap %s: no hostnames for its virtual host", s.key())
+		}
+		rc.VirtualHosts = append(rc.VirtualHosts, &routev3.VirtualHost{
+			Name:    s.key(),
+			Domains: slices.Sorted(slices.Values(s.Hostnames)),
+			Routes:  []*routev3.Route{route(s, true)},
+		})
+		for _, e := range s.Result.Entries {
+			c, err := dnsCluster(s, e, true)
+			if err != nil {
+				return Resources{}, err
+			}
+			res.Clusters = append(res.Clusters, c)
+		}
+	}
+	hcm, err := connectionManager(opts.RouteConfigName)
+	if err != nil {
+		return Resources{}, err
+	}
+	res.Listeners = []*listenerv3.Listener{{
+		Name: opts.ListenerName,
+		Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+			Address: opts.Address, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: opts.Port},
+		}}},
+		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
+			Name:       wellknown.HTTPConnectionManager,
+			ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcm},
+		}}}},
+	}}
+	res.Routes = []*routev3.RouteConfiguration{rc}
+	return res, nil
+}
+
+// TranslateGRPC returns the proxyless gRPC flavour: per service an api_listener for
+// "<service>.<namespace>" and for each hostname, one route configuration per service, and
+// LOGICAL_DNS clusters (gRPC does not accept STRICT_DNS). Upstream TLS is left to the
+// client's own credentials.
+func TranslateGRPC(services []Service) (Resources, error) {
+	var res Resources
+	for _, s := range sortedServices(services) {
+		names := listenerNames(s)
+		rc := &routev3.RouteConfiguration{Name: s.key(), VirtualHosts: []*routev3.VirtualHost{{
+			Name: s.key(), Domains: names, Routes: []*routev3.Route{route(s, false)},
+		}}}
+		hcm, err := connectionManager(rc.Name)
+		if err != nil {
+			return Resources{}, err
+		}
+		for _, n := range names {
+			res.Listeners = append(res.Listeners, &listenerv3.Listener{
+				Name:        n,
+				ApiListener: &listenerv3.ApiListener{ApiListener: hcm},
+			})
+		}
+		res.Routes = append(res.Routes, rc)
+		for _, e := range s.Result.Entries {
+			c, err := dnsCluster(s, e, false)
+			if err != nil {
+				return Resources{}, err
+			}
+			res.Clusters = append(res.Clusters, c)
+		}
+	}
+	slices.SortFunc(res.Listeners, func(a, b *listenerv3.Listener) int { return cmp.Compare(a.Name, b.Name) })
+	return res, nil
+}
+
+// listenerNames are the names gRPC clients dial a service by: "<service>.<namespace>" and
+// its hostnames, sorted and unique.
+func listenerNames(s Service) []string {
+	names := append([]string{s.Service + "." + s.Namespace}, s.Hostnames...)
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// route is the one PathPrefix "/" route of a service: weighted clusters over the positive
+// weights, or a fixed 503 saying why when there is none (Envoy and gRPC reject a
+// weighted_clusters whose weights sum to 0).
+func route(s Service, hostRewrite bool) *routev3.Route {
+	r := &routev3.Route{
+		Name:  s.key(),
+		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+	}
+	var clusters []*routev3.WeightedCluster_ClusterWeight
+	for _, e := range s.Result.Entries {
+		if e.Effective <= 0 {
+			continue
+		}
+		cw := &routev3.WeightedCluster_ClusterWeight{
+			Name:   ClusterName(s.Namespace, s.Name, e.Cluster),
+			Weight: wrapperspb.UInt32(uint32(e.Effective)),
+		}
+		if hostRewrite {
+			cw.HostRewriteSpecifier = &routev3.WeightedCluster_ClusterWeight_HostRewriteLiteral{HostRewriteLiteral: e.Endpoint.Host}
+		}
+		clusters = append(clusters, cw)
+	}
+	if len(clusters) == 0 {
+		r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{
+			Status: NoRouteStatus,
+			Body:   &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: noRouteReason(s.Result)}},
+		}}
+		return r
+	}
+	r.Action = &routev3.Route_Route{Route: &routev3.RouteAction{
+		ClusterSpecifier: &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: clusters}},
+	}}
+	return r
+}
+
+// noRouteReason is the fixed response body when no entry has a positive weight.
+func noRouteReason(res weights.Result) string {
+	switch {
+	case len(res.Entries) == 0:
+		return "no routable cluster: the traffic map has no entries"
+	case len(res.Drained()) == len(res.Entries):
+		return "no routable cluster: all drained (" + strings.Join(res.Drained(), ", ") + ")"
+	default:
+		return "no routable cluster: every weight is 0"
+	}
+}
+
+func dnsCluster(s Service, e weights.EffectiveEntry, tls bool) (*clusterv3.Cluster, error) {
+	name := ClusterName(s.Namespace, s.Name, e.Cluster)
+	c := &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_LOGICAL_DNS},
+		ConnectTimeout:       durationpb.New(5e9),
+		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+		LoadAssignment: &endpointv3.ClusterLoadAssignment{
+			ClusterName: name,
+			Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
+				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+					Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+						Address: e.Endpoint.Host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(e.Endpoint.Port)},
+					}}},
+				}},
+			}}}},
+		},
+	}
+	if tls {
+		c.DnsRefreshRate = dnsRefresh
+		c.DnsLookupFamily = clusterv3.Cluster_V4_PREFERRED
+		if e.Endpoint.Scheme == "https" {
+			ts, err := upstreamTLS(e.Endpoint.Host)
+			if err != nil {
+				return nil, fmt.Errorf("cluster %s: %w", name, err)
+			}
+			c.TransportSocket = ts
+		}
+	}
+	return c, nil
+}
+
+// upstreamTLS verifies the upstream against the system roots, with SNI and a SAN check on
+// the endpoint host.
+func upstreamTLS(host string) (*corev3.TransportSocket, error) {
+	ctx := &tlsv3.UpstreamTlsContext{
+		Sni: host,
+		CommonTlsContext: &tlsv3.CommonTlsContext{ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{
+			ValidationContext: &tlsv3.CertificateValidationContext{
+				SystemRootCerts: &tlsv3.CertificateValidationContext_SystemRootCerts{},
+				MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+					SanType: tlsv3.SubjectAltNameMatcher_DNS,
+					Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: host}},
+				}},
+			},
+		}},
+	}
+	if err := ctx.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("upstream tls context: %w", err)
+	}
+	packed, err := anypb.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pack upstream tls context: %w", err)
+	}
+	return &corev3.TransportSocket{Name: wellknown.TransportSocketTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: packed}}, nil
+}
+
+// connectionManager returns an HTTP connection manager over RDS from ADS, validated before
+// it is packed (validation does not descend into Any). gRPC ignores the stat prefix and
+// codec; Envoy requires them.
+func connectionManager(routeConfig string) (*anypb.Any, error) {
+	router, err := anypb.New(&routerv3.Router{})
+	if err != nil {
+		return nil, fmt.Errorf("pack router: %w", err)
+	}
+	hcm := &hcmv3.HttpConnectionManager{
+		StatPrefix:  "trafficmap",
+		CodecType:   hcmv3.HttpConnectionManager_AUTO,
+		HttpFilters: []*hcmv3.HttpFilter{{Name: wellknown.Router, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}},
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			RouteConfigName: routeConfig,
+			ConfigSource: &corev3.ConfigSource{
+				ResourceApiVersion:    corev3.ApiVersion_V3,
+				ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+			},
+		}},
+	}
+	if err := hcm.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("http connection manager: %w", err)
+	}
+	return anypb.New(hcm)
+}
+
+func sortedServices(in []Service) []Service {
+	out := slices.Clone(in)
+	slices.SortFunc(out, func(a, b Service) int { return cmp.Compare(a.key(), b.key()) })
+	return out
+}

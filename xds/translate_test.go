@@ -1,0 +1,221 @@
+package xds_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"sigs.k8s.io/yaml"
+
+	"github.com/trafficmap/publisher/weights"
+	"github.com/trafficmap/publisher/xds"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/ (and delete stale ones)")
+
+func service(t testing.TB, ns, name string, drains []weights.Drain, entries ...weights.Entry) xds.Service {
+	t.Helper()
+	res, err := weights.Compute(weights.Input{Entries: entries, Drains: drains})
+	require.NoError(t, err)
+	return xds.Service{Namespace: ns, Name: name, Service: name, Hostnames: []string{name + ".example.com"}, Result: res}
+}
+
+func seedEntries() []weights.Entry {
+	return []weights.Entry{
+		{Cluster: "worker-a", Endpoint: "https://chat.worker-a.example.com", Weight: 1},
+		{Cluster: "worker-b", Endpoint: "http://chat.worker-b.example.com:8080", Weight: 1},
+	}
+}
+
+var drainA = []weights.Drain{{ID: "maintenance-a", Cluster: "worker-a", Reason: "planned maintenance"}}
+
+func goldenCases(t testing.TB) map[string][]xds.Service {
+	return map[string][]xds.Service{
+		"seed":         {service(t, "prod", "chat", nil, seedEntries()...)},
+		"seed-drained": {service(t, "prod", "chat", drainA, seedEntries()...)},
+		"all-drained": {service(t, "prod", "chat", append(drainA, weights.Drain{ID: "m-b", Cluster: "worker-b", Reason: "r"}),
+			seedEntries()...)},
+		"two-services": {
+			service(t, "team-b", "embed", nil, weights.Entry{Cluster: "eu", Endpoint: "https://embed.eu.example.com", Weight: 7},
+				weights.Entry{Cluster: "us", Endpoint: "https://embed.us.example.com", Weight: 3}),
+			service(t, "prod", "chat", nil, seedEntries()...),
+		},
+	}
+}
+
+// TestGolden compares both flavours with testdata/<case>.<flavour>.yaml; -update rewrites.
+func TestGolden(t *testing.T) {
+	seen := map[string]bool{}
+	for name, services := range goldenCases(t) {
+		for flavour, translate := range map[string]func([]xds.Service) (xds.Resources, error){
+			"envoy": func(s []xds.Service) (xds.Resources, error) { return xds.TranslateEnvoy(xds.DefaultEnvoyOptions, s) },
+			"grpc":  xds.TranslateGRPC,
+		} {
+			t.Run(name+"/"+flavour, func(t *testing.T) {
+				res, err := translate(services)
+				require.NoError(t, err)
+				require.NoError(t, xds.Validate(res), "every generated resource passes ValidateAll and the semantic checks")
+				got := render(t, res)
+				path := filepath.Join("testdata", name+"."+flavour+".yaml")
+				seen[path] = true
+				if *update {
+					require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+				}
+				want, err := os.ReadFile(path)
+				require.NoError(t, err, "missing golden file; run go test ./xds/ -update")
+				assert.Equal(t, string(want), got)
+			})
+		}
+	}
+	if *update {
+		files, _ := filepath.Glob(filepath.Join("testdata", "*.yaml"))
+		for _, f := range files {
+			if !seen[f] {
+				require.NoError(t, os.Remove(f))
+			}
+		}
+	}
+}
+
+// render turns resources into stable YAML (protojson output is re-encoded, which removes
+// its deliberately unstable whitespace).
+func render(t *testing.T, res xds.Resources) string {
+	t.Helper()
+	var docs []string
+	add := func(kind string, m proto.Message) {
+		j, err := protojson.Marshal(m)
+		require.NoError(t, err)
+		y, err := yaml.JSONToYAML(j)
+		require.NoError(t, err)
+		docs = append(docs, "# "+kind+"\n"+string(y))
+	}
+	for _, l := range res.Listeners {
+		add("listener", l)
+	}
+	for _, r := range res.Routes {
+		add("route configuration", r)
+	}
+	for _, c := range res.Clusters {
+		add("cluster", c)
+	}
+	return strings.Join(docs, "---\n")
+}
+
+func TestNoPositiveWeightIsAFixed503(t *testing.T) {
+	all := goldenCases(t)["all-drained"]
+	for _, tr := range []func([]xds.Service) (xds.Resources, error){
+		func(s []xds.Service) (xds.Resources, error) { return xds.TranslateEnvoy(xds.DefaultEnvoyOptions, s) },
+		xds.TranslateGRPC,
+	} {
+		res, err := tr(all)
+		require.NoError(t, err)
+		r := res.Routes[0].VirtualHosts[0].Routes[0]
+		require.Nil(t, r.GetRoute(), "never a weighted_clusters summing to 0")
+		assert.Equal(t, uint32(503), r.GetDirectResponse().GetStatus())
+		assert.Equal(t, "no routable cluster: all drained (worker-a, worker-b)", r.GetDirectResponse().GetBody().GetInlineString())
+	}
+}
+
+func TestDrainedClusterLeavesWeightedClusters(t *testing.T) {
+	res, err := xds.TranslateEnvoy(xds.DefaultEnvoyOptions, goldenCases(t)["seed-drained"])
+	require.NoError(t, err)
+	wc := res.Routes[0].VirtualHosts[0].Routes[0].GetRoute().GetWeightedClusters()
+	require.Len(t, wc.Clusters, 1)
+	assert.Equal(t, "prod/chat/worker-b", wc.Clusters[0].Name)
+	assert.Equal(t, uint32(1), wc.Clusters[0].Weight.GetValue())
+	assert.Len(t, res.Clusters, 2, "the drained cluster stays defined, so a route can move back at once")
+}
+
+func TestValidateCatchesWhatEnvoyAndGRPCReject(t *testing.T) {
+	base := func() xds.Resources {
+		res, err := xds.TranslateEnvoy(xds.DefaultEnvoyOptions, goldenCases(t)["seed"])
+		require.NoError(t, err)
+		return res
+	}
+	wc := func(res xds.Resources) *routev3.WeightedCluster {
+		return res.Routes[0].VirtualHosts[0].Routes[0].GetRoute().GetWeightedClusters()
+	}
+	tests := []struct {
+		name   string
+		mutate func(xds.Resources) xds.Resources
+		want   string
+	}{
+		{"zero sum", func(r xds.Resources) xds.Resources {
+			for _, c := range wc(r).Clusters {
+				c.Weight = wrapperspb.UInt32(0)
+			}
+			return r
+		}, "sum of weights in the weighted_clusters must be greater than 0"},
+		{"unset weight", func(r xds.Resources) xds.Resources { wc(r).Clusters[0].Weight = nil; return r }, `has no explicit weight`},
+		{"missing cluster", func(r xds.Resources) xds.Resources { r.Clusters = r.Clusters[1:]; return r }, `cluster "prod/chat/worker-a" does not exist`},
+		{"missing route configuration", func(r xds.Resources) xds.Resources { r.Routes = nil; return r }, `route configuration "trafficmap-routes" does not exist`},
+		{"field rule", func(r xds.Resources) xds.Resources { r.Clusters[0].Name = ""; return r }, `cluster ""`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := xds.Validate(tc.mutate(base()))
+			require.ErrorIs(t, err, xds.ErrInvalidResources)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestVersionIsContentDerived(t *testing.T) {
+	a := goldenCases(t)["two-services"]
+	reversed := []xds.Service{a[1], a[0]}
+	v1 := version(t, a)
+	assert.Equal(t, v1, version(t, reversed), "input order does not matter")
+	assert.Equal(t, v1, version(t, a), "same content, same version")
+	assert.NotEqual(t, v1, version(t, goldenCases(t)["seed"]), "different content, different version")
+}
+
+func version(t *testing.T, s []xds.Service) string {
+	t.Helper()
+	res, err := xds.TranslateEnvoy(xds.DefaultEnvoyOptions, s)
+	require.NoError(t, err)
+	v, err := xds.Version(res)
+	require.NoError(t, err)
+	return v
+}
+
+// BenchmarkTranslate translates 1,000 TrafficMaps with 8 clusters each, validates and
+// versions the result, as one snapshot build does.
+func BenchmarkTranslate(b *testing.B) {
+	services := make([]xds.Service, 1000)
+	for i := range services {
+		entries := make([]weights.Entry, 8)
+		for j := range entries {
+			entries[j] = weights.Entry{Cluster: fmt.Sprintf("worker-%d", j), Endpoint: fmt.Sprintf("https://svc-%d.worker-%d.example.com", i, j), Weight: int64(j + 1)}
+		}
+		services[i] = service(b, "ns-"+fmt.Sprint(i%50), fmt.Sprintf("svc-%d", i), drainA, entries...)
+	}
+	for flavour, translate := range map[string]func([]xds.Service) (xds.Resources, error){
+		"envoy": func(s []xds.Service) (xds.Resources, error) { return xds.TranslateEnvoy(xds.DefaultEnvoyOptions, s) },
+		"grpc":  xds.TranslateGRPC,
+	} {
+		b.Run(flavour, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				res, err := translate(services)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := xds.Validate(res); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := xds.Version(res); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,150 @@
+package xds
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// ErrInvalidResources marks a resource set that must not be served.
+var ErrInvalidResources = errors.New("invalid xds resources")
+
+// Validate runs ValidateAll on every resource and the semantic checks Envoy and gRPC make
+// that go-control-plane does not: every weighted_clusters has explicit weights summing to
+// more than 0 and at most MaxUint32, every route's clusters exist, every listener's route
+// configuration exists, and a LOGICAL_DNS cluster has exactly one endpoint. It reports
+// every problem, each naming the resource.
+func Validate(res Resources) error {
+	var errs []error
+	bad := func(kind, name string, err error) {
+		errs = append(errs, fmt.Errorf("%w: %s %q: %w", ErrInvalidResources, kind, name, err))
+	}
+	clusters := map[string]bool{}
+	for _, c := range res.Clusters {
+		if err := c.ValidateAll(); err != nil {
+			bad("cluster", c.Name, err)
+		}
+		if c.GetType() == clusterv3.Cluster_LOGICAL_DNS {
+			eps := c.GetLoadAssignment().GetEndpoints()
+			if len(eps) != 1 || len(eps[0].GetLbEndpoints()) != 1 {
+				bad("cluster", c.Name, errors.New("a LOGICAL_DNS cluster needs exactly one locality with one endpoint"))
+			}
+		}
+		clusters[c.Name] = true
+	}
+	routes := map[string]bool{}
+	for _, rc := range res.Routes {
+		if err := rc.ValidateAll(); err != nil {
+			bad("route configuration", rc.Name, err)
+		}
+		routes[rc.Name] = true
+		for _, vh := range rc.VirtualHosts {
+			for _, r := range vh.Routes {
+				for _, err := range checkRoute(r, clusters) {
+					bad("route", rc.Name+"/"+vh.Name, err)
+				}
+			}
+		}
+	}
+	for _, l := range res.Listeners {
+		if err := l.ValidateAll(); err != nil {
+			bad("listener", l.Name, err)
+		}
+		for _, hcmAny := range connectionManagers(l) {
+			hcm := &hcmv3.HttpConnectionManager{}
+			if err := hcmAny.UnmarshalTo(hcm); err != nil {
+				bad("listener", l.Name, fmt.Errorf("http connection manager: %w", err))
+				continue
+			}
+			if err := hcm.ValidateAll(); err != nil {
+				bad("listener", l.Name, fmt.Errorf("http connection manager: %w", err))
+			}
+			if name := hcm.GetRds().GetRouteConfigName(); !routes[name] {
+				bad("listener", l.Name, fmt.Errorf("route configuration %q does not exist", name))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkRoute(r *routev3.Route, clusters map[string]bool) []error {
+	wc := r.GetRoute().GetWeightedClusters()
+	if wc == nil {
+		if r.GetDirectResponse() == nil {
+			return []error{errors.New("a route needs weighted_clusters or a direct response")}
+		}
+		return nil
+	}
+	var errs []error
+	var sum uint64
+	for _, cw := range wc.Clusters {
+		if cw.Weight == nil {
+			errs = append(errs, fmt.Errorf("cluster %q has no explicit weight", cw.Name))
+			continue
+		}
+		sum += uint64(cw.Weight.Value)
+		if !clusters[cw.Name] {
+			errs = append(errs, fmt.Errorf("cluster %q does not exist", cw.Name))
+		}
+	}
+	if sum == 0 {
+		errs = append(errs, errors.New("sum of weights in the weighted_clusters must be greater than 0"))
+	}
+	if sum > math.MaxUint32 {
+		errs = append(errs, fmt.Errorf("sum of weights %d exceeds %d", sum, uint64(math.MaxUint32)))
+	}
+	return errs
+}
+
+// connectionManagers returns the packed HTTP connection managers of a listener: in its
+// filter chains (Envoy) or its api_listener (gRPC).
+func connectionManagers(l *listenerv3.Listener) []*anypb.Any {
+	var out []*anypb.Any
+	if a := l.GetApiListener().GetApiListener(); a != nil {
+		out = append(out, a)
+	}
+	for _, fc := range l.GetFilterChains() {
+		for _, f := range fc.GetFilters() {
+			if f.GetName() == wellknown.HTTPConnectionManager && f.GetTypedConfig() != nil {
+				out = append(out, f.GetTypedConfig())
+			}
+		}
+	}
+	return out
+}
+
+// Version is a digest of the resources' deterministic encoding: the same content always
+// gives the same version, so republishing it sends nothing, also after a restart.
+func Version(res Resources) (string, error) {
+	h := sha256.New()
+	opts := proto.MarshalOptions{Deterministic: true}
+	var msgs []proto.Message
+	for _, l := range res.Listeners {
+		msgs = append(msgs, l)
+	}
+	for _, r := range res.Routes {
+		msgs = append(msgs, r)
+	}
+	for _, c := range res.Clusters {
+		msgs = append(msgs, c)
+	}
+	for _, m := range msgs {
+		b, err := opts.Marshal(m)
+		if err != nil {
+			return "", fmt.Errorf("encode %T: %w", m, err)
+		}
+		fmt.Fprintf(h, "%d:", len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
