@@ -1,0 +1,161 @@
+package xds_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+	grpcxds "google.golang.org/grpc/xds"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/trafficmap/publisher/weights"
+	"github.com/trafficmap/publisher/xds"
+)
+
+// backend is a real gRPC server standing for one workload cluster: it answers UnaryCall
+// with its cluster name as the hostname.
+type backend struct {
+	testgrpc.UnimplementedTestServiceServer
+	cluster string
+}
+
+func (b backend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return &testgrpc.SimpleResponse{Hostname: b.cluster}, nil
+}
+
+func startBackend(t *testing.T, cluster string) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	testgrpc.RegisterTestServiceServer(srv, backend{cluster: cluster})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return "http://" + lis.Addr().String()
+}
+
+type harness struct {
+	t       *testing.T
+	server  *xds.Server
+	entries []weights.Entry
+	client  testgrpc.TestServiceClient
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	h := &harness{t: t, server: xds.NewServer(xds.ServerConfig{Log: zaptest.NewLogger(t)})}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.server.Serve(ctx, lis) }()
+	t.Cleanup(func() { cancel(); assert.NoError(t, <-done) })
+
+	h.entries = []weights.Entry{
+		{Cluster: "worker-a", Endpoint: startBackend(t, "worker-a"), Weight: 70},
+		{Cluster: "worker-b", Endpoint: startBackend(t, "worker-b"), Weight: 30},
+	}
+	h.publish(nil)
+
+	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":%q,"channel_creds":[{"type":"insecure"}],"server_features":["xds_v3"]}],
+		"node":{"id":"grpc-client-1"}}`, lis.Addr().String())
+	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	require.NoError(t, err)
+	conn, err := grpc.NewClient("xds:///chat.prod", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	h.client = testgrpc.NewTestServiceClient(conn)
+	return h
+}
+
+// publish serves the harness's entries under drains and returns the route version.
+func (h *harness) publish(drains []weights.Drain) string {
+	h.t.Helper()
+	res, err := weights.Compute(weights.Input{Entries: h.entries, Drains: drains})
+	require.NoError(h.t, err)
+	r, err := xds.TranslateGRPC([]xds.Service{{Namespace: "prod", Name: "chat", Service: "chat", Hostnames: []string{"chat.example.com"}, Result: res}})
+	require.NoError(h.t, err)
+	version, err := h.server.SetResources(context.Background(), xds.FlavourGRPC, r)
+	require.NoError(h.t, err)
+	return version
+}
+
+// waitAcked waits until the client has ACKed version for every type it uses, with no NACK.
+func (h *harness) waitAcked(version string) {
+	h.t.Helper()
+	require.EventuallyWithT(h.t, func(c *assert.CollectT) {
+		clients := h.server.Tracker().Clients()
+		require.Len(c, clients, 1)
+		assert.Equal(c, xds.FlavourGRPC, clients[0].Flavour)
+		assert.Empty(c, clients[0].Nacked)
+		for _, typ := range []string{resource.ListenerType, resource.RouteType, resource.ClusterType} {
+			assert.Equal(c, version, clients[0].Acked[typ], typ)
+		}
+	}, 30*time.Second, 10*time.Millisecond)
+}
+
+func (h *harness) call() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := h.client.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+	return resp.GetHostname(), err
+}
+
+func (h *harness) spread(n int) map[string]int {
+	h.t.Helper()
+	got := map[string]int{}
+	for range n {
+		host, err := h.call()
+		require.NoError(h.t, err)
+		got[host]++
+	}
+	return got
+}
+
+// TestProxylessGRPCClient drives a real grpc-go xDS client: weighted RPCs, a drain, a drain
+// of everything (UNAVAILABLE from the fixed response) and an undrain, with no NACK.
+func TestProxylessGRPCClient(t *testing.T) {
+	h := newHarness(t)
+	_, err := h.call() // the first RPC waits for the client's first configuration
+	require.NoError(t, err)
+
+	// 70/30 within a chi-square test at alpha 1e-6 (1 degree of freedom: critical value 23.93).
+	const n = 2000
+	got := h.spread(n)
+	chi2 := 0.0
+	for cluster, share := range map[string]float64{"worker-a": 0.7, "worker-b": 0.3} {
+		exp := share * n
+		d := float64(got[cluster]) - exp
+		chi2 += d * d / exp
+	}
+	assert.Less(t, chi2, 23.93, "observed %v", got)
+
+	// The seed's drain: once the client ACKs, every RPC goes to worker-b.
+	h.waitAcked(h.publish([]weights.Drain{{ID: "maintenance-a", Cluster: "worker-a", Reason: "planned maintenance"}}))
+	assert.Equal(t, map[string]int{"worker-b": 200}, h.spread(200))
+
+	// Everything drained: a fixed response, which gRPC answers with UNAVAILABLE.
+	h.waitAcked(h.publish([]weights.Drain{
+		{ID: "maintenance-a", Cluster: "worker-a", Reason: "planned maintenance"},
+		{ID: "maintenance-b", Cluster: "worker-b", Reason: "planned maintenance"},
+	}))
+	_, err = h.call()
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+
+	// Undrain: traffic comes back on both.
+	h.waitAcked(h.publish(nil))
+	got = h.spread(200)
+	assert.Positive(t, got["worker-a"])
+	assert.Positive(t, got["worker-b"])
+}

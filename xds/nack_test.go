@@ -1,0 +1,153 @@
+package xds_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/trafficmap/publisher/weights"
+	"github.com/trafficmap/publisher/xds"
+)
+
+func startServer(t *testing.T) (*xds.Server, discoveryv3.AggregatedDiscoveryServiceClient) {
+	t.Helper()
+	srv := xds.NewServer(xds.ServerConfig{Log: zaptest.NewLogger(t)})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(); cancel(); <-done })
+	return srv, discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
+}
+
+func envoyResources(t *testing.T, weight int64) xds.Resources {
+	t.Helper()
+	res, err := weights.Compute(weights.Input{Entries: []weights.Entry{
+		{Cluster: "worker-a", Endpoint: "https://chat.worker-a.example.com", Weight: weight},
+		{Cluster: "worker-b", Endpoint: "https://chat.worker-b.example.com", Weight: 1},
+	}})
+	require.NoError(t, err)
+	r, err := xds.TranslateEnvoy(xds.DefaultEnvoyOptions, []xds.Service{{Namespace: "prod", Name: "chat", Service: "chat", Hostnames: []string{"chat.example.com"}, Result: res}})
+	require.NoError(t, err)
+	return r
+}
+
+var envoyNode = &corev3.Node{Id: "envoy-1", UserAgentName: "envoy"}
+
+// receiver reads a stream in one goroutine, so that a receive that timed out loses nothing.
+type receiver[T any] chan T
+
+func receive[T any](next func() (T, error)) receiver[T] {
+	ch := make(chan T, 16)
+	go func() {
+		defer close(ch)
+		for {
+			r, err := next()
+			if err != nil {
+				return
+			}
+			ch <- r
+		}
+	}()
+	return ch
+}
+
+// recv returns the next response, or nil when none arrives within wait.
+func recv[T any](t *testing.T, ch receiver[T], wait time.Duration) *T {
+	t.Helper()
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return nil
+		}
+		return &r
+	case <-time.After(wait):
+		return nil
+	}
+}
+
+// A state-of-the-world client NACKs a version: the tracker reports its error text, and the
+// server sends it nothing more until the content changes, then exactly the new version.
+func TestSotWNackIsReportedAndNotResent(t *testing.T) {
+	srv, ads := startServer(t)
+	v1, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
+	require.NoError(t, err)
+
+	stream, err := ads.StreamAggregatedResources(context.Background())
+	require.NoError(t, err)
+	responses := receive(stream.Recv)
+	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType}))
+	first := recv(t, responses, 10*time.Second)
+	require.NotNil(t, first)
+	assert.Equal(t, v1, (*first).GetVersionInfo())
+
+	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType,
+		ResponseNonce: (*first).GetNonce(), ErrorDetail: &status.Status{Message: "cluster prod/chat/worker-a: unsupported"}}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		clients := srv.Tracker().Clients()
+		require.Len(c, clients, 1)
+		assert.Equal(c, xds.Nack{Version: v1, Message: "cluster prod/chat/worker-a: unsupported"}, clients[0].Nacked[resource.ClusterType])
+	}, 10*time.Second, 10*time.Millisecond)
+
+	// No resend storm: nothing arrives while the content is unchanged (a bounded look; an
+	// unguarded cache resends within milliseconds).
+	assert.Nil(t, recv(t, responses, 500*time.Millisecond), "the rejected version is not sent again")
+
+	v2, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 2))
+	require.NoError(t, err)
+	second := recv(t, responses, 10*time.Second)
+	require.NotNil(t, second, "a content change is sent")
+	assert.Equal(t, v2, (*second).GetVersionInfo())
+
+	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType,
+		VersionInfo: v2, ResponseNonce: (*second).GetNonce()}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		clients := srv.Tracker().Clients()
+		require.Len(c, clients, 1)
+		assert.Equal(c, v2, clients[0].Acked[resource.ClusterType])
+		assert.Empty(c, clients[0].Nacked, "an ACK clears the NACK")
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// A delta client NACKs: the tracker reports it, and the server does not resend.
+func TestDeltaNackIsReported(t *testing.T) {
+	srv, ads := startServer(t)
+	v1, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
+	require.NoError(t, err)
+
+	stream, err := ads.DeltaAggregatedResources(context.Background())
+	require.NoError(t, err)
+	responses := receive(stream.Recv)
+	require.NoError(t, stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType}))
+	first := recv(t, responses, 10*time.Second)
+	require.NotNil(t, first)
+	assert.Len(t, (*first).GetResources(), 2)
+
+	require.NoError(t, stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType,
+		ResponseNonce: (*first).GetNonce(), ErrorDetail: &status.Status{Message: "rejected by test"}}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		clients := srv.Tracker().Clients()
+		require.Len(c, clients, 1)
+		assert.Equal(c, xds.Nack{Version: v1, Message: "rejected by test"}, clients[0].Nacked[resource.ClusterType])
+	}, 10*time.Second, 10*time.Millisecond)
+	assert.Nil(t, recv(t, responses, 500*time.Millisecond), "the rejected version is not sent again")
+
+	// A change sends only what changed: one cluster is untouched, the route is not a cluster.
+	v2, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 2))
+	require.NoError(t, err)
+	assert.NotEqual(t, v1, v2)
+}

@@ -1,0 +1,218 @@
+package xds
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Server serves translated resources over xDS (ADS and per-type services, state of the
+// world and delta) and tracks what each client ACKed. It serves nothing to a flavour until
+// SetResources has given it a first snapshot, so a client never gets an empty configuration
+// at start-up.
+type Server struct {
+	log     *zap.Logger
+	cache   *nackGuard
+	tracker *Tracker
+	grpc    *grpc.Server
+}
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Log is the server's logger.
+	Log *zap.Logger
+	// TLS, when set, secures the xDS port (with ClientAuth for mTLS).
+	TLS *tls.Config
+	// OnClientChange is called after every client ACK, NACK, connect or disconnect.
+	OnClientChange func()
+}
+
+// NewServer returns a server; call Serve to accept connections.
+func NewServer(cfg ServerConfig) *Server {
+	log := cfg.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := &Server{log: log}
+	s.tracker = NewTracker(cfg.OnClientChange)
+	// ads=false: gRPC clients subscribe to resource subsets by name, which an ADS snapshot
+	// cache would never answer.
+	s.cache = &nackGuard{SnapshotCache: cachev3.NewSnapshotCache(false, NodeHash{}, nil), tracker: s.tracker, log: log}
+	opts := []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	s.grpc = grpc.NewServer(opts...)
+	xds := serverv3.NewServer(context.Background(), s.cache, s.tracker.Callbacks())
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(s.grpc, xds)
+	listenerservice.RegisterListenerDiscoveryServiceServer(s.grpc, xds)
+	routeservice.RegisterRouteDiscoveryServiceServer(s.grpc, xds)
+	clusterservice.RegisterClusterDiscoveryServiceServer(s.grpc, xds)
+	return s
+}
+
+// Tracker returns the server's ACK tracker.
+func (s *Server) Tracker() *Tracker { return s.tracker }
+
+// Serve accepts xDS connections on lis until ctx is done, then stops the gRPC server.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(lis) }()
+	select {
+	case <-ctx.Done():
+		// Stop, not GracefulStop: xDS streams never end on their own, and clients keep
+		// their last configuration and reconnect.
+		s.grpc.Stop()
+		<-errc
+		return nil
+	case err := <-errc:
+		return fmt.Errorf("serve xds: %w", err)
+	}
+}
+
+// SetResources validates res and makes it flavour's snapshot, versioned by its content. An
+// invalid set is not served (the last good one stays) and the error says why. Setting the
+// same content again changes nothing and sends nothing.
+func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resources) (version string, err error) {
+	if err := Validate(res); err != nil {
+		return "", err
+	}
+	version, err = Version(res)
+	if err != nil {
+		return "", err
+	}
+	if cur, err := s.cache.GetSnapshot(string(flavour)); err == nil && cur.GetVersion(resource.ListenerType) == version {
+		return version, nil
+	}
+	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{
+		resource.ListenerType: toResources(res.Listeners),
+		resource.RouteType:    toResources(res.Routes),
+		resource.ClusterType:  toResources(res.Clusters),
+	})
+	if err != nil {
+		return "", fmt.Errorf("build %s snapshot: %w", flavour, err)
+	}
+	if flavour == FlavourEnvoy { // Consistent ignores api_listeners, so only Envoy's passes it
+		if err := snap.Consistent(); err != nil {
+			return "", fmt.Errorf("%w: %s snapshot: %w", ErrInvalidResources, flavour, err)
+		}
+	}
+	if err := s.cache.SetSnapshot(ctx, string(flavour), snap); err != nil {
+		return "", fmt.Errorf("set %s snapshot: %w", flavour, err)
+	}
+	s.cache.release(string(flavour), snap)
+	s.log.Info("serving snapshot", zap.String("flavour", string(flavour)), zap.String("version", version))
+	return version, nil
+}
+
+func toResources[T types.Resource](in []T) []types.Resource {
+	out := make([]types.Resource, len(in))
+	for i, r := range in {
+		out[i] = r
+	}
+	return out
+}
+
+// nackGuard stops the NACK resend loop go-control-plane has on its own: after a NACK, a
+// state-of-the-world client re-requests with its old version, and the snapshot cache would
+// resend the rejected snapshot at once, forever. The guard parks such a request until the
+// snapshot for that type changes.
+type nackGuard struct {
+	cachev3.SnapshotCache
+	tracker *Tracker
+	log     *zap.Logger
+
+	mu     sync.Mutex
+	parked map[*parkedWatch]struct{}
+}
+
+type parkedWatch struct {
+	hash     string
+	rejected string
+	req      *cachev3.Request
+	sub      cachev3.Subscription
+	value    chan cachev3.Response
+
+	mu     sync.Mutex
+	cancel func() // the inner watch's cancel once released
+	done   bool
+}
+
+// CreateWatch implements cachev3.ConfigWatcher.
+func (g *nackGuard) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, value chan cachev3.Response) (func(), error) {
+	if req.GetErrorDetail() != nil {
+		hash := NodeHash{}.ID(req.GetNode())
+		rejected, sent := g.tracker.LastSent(req.GetNode().GetId(), req.GetTypeUrl())
+		if snap, err := g.GetSnapshot(hash); sent && err == nil && snap.GetVersion(req.GetTypeUrl()) == rejected {
+			w := &parkedWatch{hash: hash, rejected: rejected, req: req, sub: sub, value: value}
+			g.mu.Lock()
+			if g.parked == nil {
+				g.parked = map[*parkedWatch]struct{}{}
+			}
+			g.parked[w] = struct{}{}
+			g.mu.Unlock()
+			g.log.Info("client rejected the current version; not resending it until the content changes",
+				zap.String("node", req.GetNode().GetId()), zap.String("type", req.GetTypeUrl()),
+				zap.String("version", rejected), zap.String("error", req.GetErrorDetail().GetMessage()))
+			return func() { g.drop(w) }, nil
+		}
+	}
+	return g.SnapshotCache.CreateWatch(req, sub, value)
+}
+
+func (g *nackGuard) drop(w *parkedWatch) {
+	g.mu.Lock()
+	delete(g.parked, w)
+	g.mu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+	if w.cancel != nil {
+		w.cancel()
+	}
+}
+
+// release re-issues parked watches of hash whose type now has a new version.
+func (g *nackGuard) release(hash string, snap *cachev3.Snapshot) {
+	g.mu.Lock()
+	var ready []*parkedWatch
+	for w := range g.parked {
+		if w.hash == hash && snap.GetVersion(w.req.GetTypeUrl()) != w.rejected {
+			ready = append(ready, w)
+			delete(g.parked, w)
+		}
+	}
+	g.mu.Unlock()
+	for _, w := range ready {
+		w.mu.Lock()
+		if !w.done {
+			cancel, err := g.SnapshotCache.CreateWatch(w.req, w.sub, w.value)
+			if err != nil {
+				g.log.Error("re-issue parked watch", zap.Error(err))
+			}
+			w.cancel = cancel
+		}
+		w.mu.Unlock()
+	}
+}
+
+var _ cachev3.Cache = (*nackGuard)(nil)
