@@ -2,13 +2,18 @@ package xds_test
 
 import (
 	"context"
+	"encoding/json"
 	"net"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -150,4 +155,61 @@ func TestDeltaNackIsReported(t *testing.T) {
 	v2, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 2))
 	require.NoError(t, err)
 	assert.NotEqual(t, v1, v2)
+}
+
+// The debug endpoint and the metrics show the NACKing client.
+func TestDebugAndMetricsShowClients(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	srv := xds.NewServer(xds.ServerConfig{Log: zaptest.NewLogger(t), Registerer: reg})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	t.Cleanup(func() { cancel(); <-done })
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	v1, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
+	require.NoError(t, err)
+
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(context.Background())
+	require.NoError(t, err)
+	responses := receive(stream.Recv)
+	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType}))
+	first := recv(t, responses, 10*time.Second)
+	require.NotNil(t, first)
+	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType,
+		ResponseNonce: (*first).GetNonce(), ErrorDetail: &status.Status{Message: "no such filter"}}))
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		rec := httptest.NewRecorder()
+		srv.DebugHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/xds", nil))
+		var state struct {
+			Snapshots map[string]string
+			Clients   []struct {
+				NodeID, Flavour string
+				Nacked          map[string]xds.Nack
+			}
+		}
+		require.NoError(c, json.Unmarshal(rec.Body.Bytes(), &state))
+		assert.Equal(c, v1, state.Snapshots["envoy"])
+		require.Len(c, state.Clients, 1)
+		assert.Equal(c, "envoy-1", state.Clients[0].NodeID)
+		assert.Equal(c, "envoy", state.Clients[0].Flavour)
+		assert.Equal(c, xds.Nack{Version: v1, Message: "no such filter"}, state.Clients[0].Nacked["Cluster"])
+	}, 10*time.Second, 10*time.Millisecond)
+
+	n, err := testutil.GatherAndCount(reg, "trafficmap_publisher_xds_nacks_total")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP trafficmap_publisher_xds_clients Connected xDS clients that identified themselves, by flavour.
+# TYPE trafficmap_publisher_xds_clients gauge
+trafficmap_publisher_xds_clients{flavour="envoy"} 1
+trafficmap_publisher_xds_clients{flavour="grpc"} 0
+# HELP trafficmap_publisher_xds_nacks_total xDS responses clients NACKed, by resource type.
+# TYPE trafficmap_publisher_xds_nacks_total counter
+trafficmap_publisher_xds_nacks_total{type="Cluster"} 1
+`), "trafficmap_publisher_xds_clients", "trafficmap_publisher_xds_nacks_total"))
 }

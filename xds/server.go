@@ -16,6 +16,7 @@ import (
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -31,6 +32,7 @@ type Server struct {
 	cache   *nackGuard
 	tracker *Tracker
 	grpc    *grpc.Server
+	metrics *metrics
 }
 
 // ServerConfig configures a Server.
@@ -41,6 +43,8 @@ type ServerConfig struct {
 	TLS *tls.Config
 	// OnClientChange is called after every client ACK, NACK, connect or disconnect.
 	OnClientChange func()
+	// Registerer, when set, receives the server's metrics.
+	Registerer prometheus.Registerer
 }
 
 // NewServer returns a server; call Serve to accept connections.
@@ -51,6 +55,8 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	s := &Server{log: log}
 	s.tracker = NewTracker(cfg.OnClientChange)
+	s.metrics = newMetrics(s, cfg.Registerer)
+	s.tracker.observe = s.metrics.observe
 	// ads=false: gRPC clients subscribe to resource subsets by name, which an ADS snapshot
 	// cache would never answer.
 	s.cache = &nackGuard{SnapshotCache: cachev3.NewSnapshotCache(false, NodeHash{}, nil), tracker: s.tracker, log: log}
@@ -94,6 +100,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // same content again changes nothing and sends nothing.
 func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resources) (version string, err error) {
 	if err := Validate(res); err != nil {
+		s.metrics.invalid.Inc()
 		return "", err
 	}
 	version, err = Version(res)

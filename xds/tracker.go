@@ -33,6 +33,7 @@ type Tracker struct {
 	mu       sync.Mutex
 	streams  map[int64]*stream
 	onChange func()
+	observe  func(typeURL string, nack bool) // metrics hook; nil means none
 }
 
 type stream struct {
@@ -137,6 +138,9 @@ func (t *Tracker) request(id int64, node *corev3.Node, typeURL, nonce, version, 
 		changed = true
 	}
 	t.mu.Unlock()
+	if changed && t.observe != nil {
+		t.observe(typeURL, nack)
+	}
 	if changed {
 		t.changed()
 	}

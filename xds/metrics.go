@@ -1,0 +1,120 @@
+package xds
+
+import (
+	"encoding/json"
+	"net/http"
+	"path"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the xDS server's Prometheus metrics. ACKs and NACKs are counted as they
+// happen; connected clients and snapshot versions are read at scrape time.
+type metrics struct {
+	acks, nacks *prometheus.CounterVec
+	invalid     prometheus.Counter
+	server      *Server
+}
+
+var (
+	descClients  = prometheus.NewDesc("trafficmap_publisher_xds_clients", "Connected xDS clients that identified themselves, by flavour.", []string{"flavour"}, nil)
+	descSnapshot = prometheus.NewDesc("trafficmap_publisher_xds_snapshot_info", "The snapshot version served to each flavour (value 1).", []string{"flavour", "version"}, nil)
+)
+
+func newMetrics(s *Server, reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		server: s,
+		acks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_xds_acks_total",
+			Help: "xDS responses clients ACKed, by resource type."}, []string{"type"}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_xds_nacks_total",
+			Help: "xDS responses clients NACKed, by resource type."}, []string{"type"}),
+		invalid: prometheus.NewCounter(prometheus.CounterOpts{Name: "trafficmap_publisher_xds_invalid_snapshots_total",
+			Help: "Resource sets refused by validation; the last good snapshot kept being served."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.acks, m.nacks, m.invalid, m)
+	}
+	return m
+}
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descClients
+	ch <- descSnapshot
+}
+
+// Collect implements prometheus.Collector.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	count := map[Flavour]int{FlavourEnvoy: 0, FlavourGRPC: 0}
+	for _, c := range m.server.tracker.Clients() {
+		count[c.Flavour]++
+	}
+	for f, n := range count {
+		ch <- prometheus.MustNewConstMetric(descClients, prometheus.GaugeValue, float64(n), string(f))
+	}
+	for f, v := range m.server.Versions() {
+		ch <- prometheus.MustNewConstMetric(descSnapshot, prometheus.GaugeValue, 1, string(f), v)
+	}
+}
+
+// typeLabel shortens a type URL to its message name, e.g. "Cluster".
+func typeLabel(typeURL string) string { return path.Ext(typeURL)[1:] }
+
+func (m *metrics) observe(typeURL string, nack bool) {
+	if m == nil || typeURL == "" {
+		return
+	}
+	if nack {
+		m.nacks.WithLabelValues(typeLabel(typeURL)).Inc()
+		return
+	}
+	m.acks.WithLabelValues(typeLabel(typeURL)).Inc()
+}
+
+// debugState is what the debug endpoint returns.
+type debugState struct {
+	Snapshots map[Flavour]string `json:"snapshots"`
+	Clients   []debugClient      `json:"clients"`
+}
+
+type debugClient struct {
+	NodeID  string            `json:"nodeID"`
+	Flavour Flavour           `json:"flavour"`
+	Acked   map[string]string `json:"acked"`
+	Nacked  map[string]Nack   `json:"nacked,omitempty"`
+}
+
+// DebugHandler serves, as JSON, every connected client with its node id, flavour, the
+// version it ACKed per resource type and its last NACK, plus the version served to each
+// flavour: the publisher's counterpart of `istioctl proxy-status`.
+func (s *Server) DebugHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		state := debugState{Snapshots: s.Versions(), Clients: []debugClient{}}
+		for _, c := range s.tracker.Clients() {
+			dc := debugClient{NodeID: c.NodeID, Flavour: c.Flavour, Acked: map[string]string{}, Nacked: map[string]Nack{}}
+			for t, v := range c.Acked {
+				dc.Acked[typeLabel(t)] = v
+			}
+			for t, n := range c.Nacked {
+				dc.Nacked[typeLabel(t)] = n
+			}
+			state.Clients = append(state.Clients, dc)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(state)
+	})
+}
+
+// Versions returns the snapshot version served to each flavour that has one.
+func (s *Server) Versions() map[Flavour]string {
+	out := map[Flavour]string{}
+	for _, f := range []Flavour{FlavourEnvoy, FlavourGRPC} {
+		if snap, err := s.cache.GetSnapshot(string(f)); err == nil {
+			out[f] = snap.GetVersion(resource.ListenerType)
+		}
+	}
+	return out
+}
