@@ -1,0 +1,148 @@
+package xds
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+)
+
+// Key returns the service's TrafficMap namespace/name.
+func (s Service) Key() string { return s.key() }
+
+// Digest is a digest of everything about one service that the xDS resources carry (its
+// hostnames and, per entry, cluster, endpoint and effective weight), so two versions that
+// serve the same service the same way give it the same digest.
+func (s Service) Digest() string {
+	type entry struct {
+		Cluster, Endpoint string
+		Effective         int32
+	}
+	v := struct {
+		Hostnames []string
+		Entries   []entry
+	}{Hostnames: slices.Sorted(slices.Values(s.Hostnames))}
+	for _, e := range s.Result.Entries {
+		v.Entries = append(v.Entries, entry{e.Cluster, e.Endpoint.URL, e.Effective})
+	}
+	b, _ := json.Marshal(v) // plain strings and ints: cannot fail
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// History remembers, for the last versions served to each flavour, the digest of every
+// service each version carried, so a client's ACKed version can be checked for a service's
+// current content. Safe for concurrent use.
+type History struct {
+	mu    sync.Mutex
+	max   int
+	byVer map[Flavour]map[string]map[string]string // flavour -> version -> key -> digest
+	order map[Flavour][]string
+}
+
+// NewHistory keeps the last max versions per flavour.
+func NewHistory(max int) *History {
+	return &History{max: max, byVer: map[Flavour]map[string]map[string]string{}, order: map[Flavour][]string{}}
+}
+
+// Record notes that version, served to flavour, carries services.
+func (h *History) Record(f Flavour, version string, services []Service) {
+	digests := make(map[string]string, len(services))
+	for _, s := range services {
+		digests[s.Key()] = s.Digest()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.byVer[f] == nil {
+		h.byVer[f] = map[string]map[string]string{}
+	}
+	if _, ok := h.byVer[f][version]; !ok {
+		h.order[f] = append(h.order[f], version)
+	}
+	h.byVer[f][version] = digests
+	for len(h.order[f]) > h.max {
+		delete(h.byVer[f], h.order[f][0])
+		h.order[f] = h.order[f][1:]
+	}
+}
+
+// Carries reports whether version of flavour carried the service key with digest.
+func (h *History) Carries(f Flavour, version, key, digest string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d, ok := h.byVer[f][version][key]
+	return ok && d == digest
+}
+
+// confirmTypes are the resource types that carry a service's weights and endpoints.
+var confirmTypes = []string{resource.ListenerType, resource.RouteType, resource.ClusterType}
+
+// Confirmation is the xDS side of one service's Published condition.
+type Confirmation struct {
+	// Done is true when at least the required number of clients is connected and every
+	// connected client has ACKed, for every resource type, a version carrying the
+	// service's current content.
+	Done bool
+	// Acked and Total count the clients that confirmed and those connected.
+	Acked, Total int
+	// Nack is the first client rejection of a version carrying this content, if any.
+	Nack *ClientNack
+	// Message says which confirmations were obtained, for the condition.
+	Message string
+}
+
+// ClientNack is one client's rejection.
+type ClientNack struct {
+	NodeID, TypeURL string
+	Nack
+}
+
+// Confirm checks the clients' ACKs for the service key whose current content has digest
+// (per flavour; a flavour absent from digests does not carry the service). minClients is
+// the number of clients that must be connected.
+func Confirm(clients []ClientState, h *History, key string, digests map[Flavour]string, minClients int) Confirmation {
+	var c Confirmation
+	var versions []string
+	for _, cl := range clients {
+		digest, ok := digests[cl.Flavour]
+		if !ok {
+			continue
+		}
+		c.Total++
+		acked := true
+		for _, typ := range confirmTypes {
+			if n, bad := cl.Nacked[typ]; bad && c.Nack == nil && h.Carries(cl.Flavour, n.Version, key, digest) {
+				c.Nack = &ClientNack{NodeID: cl.NodeID, TypeURL: typ, Nack: n}
+			}
+			if !h.Carries(cl.Flavour, cl.Acked[typ], key, digest) {
+				acked = false
+			}
+		}
+		if acked {
+			c.Acked++
+			versions = append(versions, cl.Acked[resource.RouteType])
+		}
+	}
+	slices.Sort(versions)
+	versions = slices.Compact(versions)
+	switch {
+	case c.Nack != nil:
+		c.Message = fmt.Sprintf("xds client %s rejected version %s (%s): %s", c.Nack.NodeID, c.Nack.Version, typeLabel(c.Nack.TypeURL), c.Nack.Message)
+	case c.Total < minClients:
+		c.Message = fmt.Sprintf("waiting for xds clients: %d connected, --xds-min-clients is %d", c.Total, minClients)
+	case c.Total == 0:
+		c.Done = true
+		c.Message = "no xds client is connected"
+	case c.Acked < c.Total:
+		c.Message = fmt.Sprintf("waiting for xds clients: %d/%d ACKed a version with these weights", c.Acked, c.Total)
+	default:
+		c.Done = true
+		c.Message = fmt.Sprintf("xds version %s ACKed by %d/%d clients", strings.Join(versions, ","), c.Acked, c.Total)
+	}
+	return c
+}
