@@ -26,6 +26,9 @@ unit:
 fuzz:
 	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseDrains$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./weights -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./weights -run '^$$' -fuzz '^FuzzTolerates$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseTaints$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseTolerations$$' -fuzztime $(FUZZTIME)
 
 ## generate: deepcopy functions and CRDs from api/v1beta1 (controller-gen)
 generate:

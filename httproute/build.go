@@ -68,6 +68,12 @@ type Inputs struct {
 	Generation int64
 	// Drains is the drain set the weights were computed with.
 	Drains []weights.Drain
+	// Taints are the NoExecute taints of each entry cluster the weights were computed with,
+	// recorded as AnnotationClusterTaints; nil records nothing.
+	Taints map[string][]weights.Taint
+	// Tolerations are the service tolerations the weights were computed with, recorded as
+	// AnnotationServiceTolerations; nil records nothing.
+	Tolerations []weights.Toleration
 }
 
 // hostData is what HostTemplate sees.
@@ -142,6 +148,13 @@ func Build(cfg Config, src Source, res weights.Result, in Inputs) (*Desired, err
 				}}},
 			}},
 		},
+	}
+
+	if in.Taints != nil {
+		route.Annotations[AnnotationClusterTaints] = encodeClusterTaints(in.Taints)
+	}
+	if in.Tolerations != nil {
+		route.Annotations[AnnotationServiceTolerations] = EncodeTolerations(in.Tolerations)
 	}
 
 	services := make([]*corev1.Service, 0, len(res.Entries))

@@ -17,7 +17,9 @@ func TestPublishSeedWeights(t *testing.T) {
 	f.createMap(seedEntries())
 	f.startPublisher()
 
-	tm := f.waitCondition(metav1.ConditionFalse, "Publishing")
+	// Wait for the message itself: "publishing weights ..." (False/Publishing, written before
+	// the route) comes first and lasts a few milliseconds, so a poll may see it.
+	tm := f.waitCondition(metav1.ConditionFalse, "Publishing", "waiting for gateway")
 	assert.Contains(t, published(tm).Message, "waiting for gateway")
 	assert.Equal(t, map[string]int32{"worker-a": 1, "worker-b": 1}, f.routeWeights("worker-a", "worker-b"))
 

@@ -20,8 +20,13 @@ type Inputs struct {
 	// SourceAnnotations are the annotations of the InferenceService spec.service names.
 	SourceAnnotations map[string]string
 	// Route is the publisher's stored HTTPRoute for the map, or nil. Its recorded drain set
-	// stands in for a malformed drain annotation.
+	// stands in for a malformed drain annotation, its recorded taints and tolerations for
+	// malformed ones.
 	Route *gwapiv1.HTTPRoute
+	// Clusters are the taint sources' views of the workload clusters (InferenceClusterTaints,
+	// WorkloadClusterTaints), in any order; those naming no entry cluster are ignored. The
+	// service's tolerations are read from SourceAnnotations (weights.TolerationsAnnotation).
+	Clusters []ClusterTaints
 }
 
 // Computed is the outcome of Compute.
@@ -34,14 +39,28 @@ type Computed struct {
 	// DrainErr is the annotation's parse error, nil when it is absent or valid. When set,
 	// Drains is the recorded fallback.
 	DrainErr error
+	// Taints are the taints Result was computed with, for every entry cluster (nil for an
+	// untainted one): the sources' valid taints, or, for a cluster with a malformed source,
+	// the last valid NoExecute taints recorded on the route.
+	Taints map[string][]weights.Taint
+	// TaintErr lists the malformed taint sources whose clusters use the recorded fallback;
+	// nil when none.
+	TaintErr error
+	// Tolerations are the service tolerations Result was computed with (non-nil): the
+	// annotation's, or, when it is malformed, the list recorded on the route.
+	Tolerations []weights.Toleration
+	// TolerationErr is the tolerations annotation's parse error; when set, Tolerations is
+	// the recorded fallback.
+	TolerationErr error
 }
 
 // ErrNoDrainFallback means the drain annotation is malformed and no route records a last
 // valid drain set, so no weights can be computed: a malformed drain is never "no drains".
 var ErrNoDrainFallback = errors.New("no route was published before, so there is no last valid drain set to keep and nothing is published")
 
-// Compute returns the effective weights for in. It is pure. Errors: ErrNoDrainFallback
-// (wrapped with the parse error), or the weights validation error for an invalid map.
+// Compute returns the effective weights for in. It is pure. Errors: ErrNoDrainFallback,
+// ErrNoTolerationFallback or ErrNoTaintFallback (wrapped with the parse error), or the
+// weights validation error for an invalid map.
 func Compute(in Inputs) (Computed, error) {
 	var c Computed
 	drains, err := parseDrainAnnotation(in.SourceAnnotations)
@@ -53,7 +72,10 @@ func Compute(in Inputs) (Computed, error) {
 		drains, c.DrainErr = recorded, fmt.Errorf("annotation %s: %w", weights.DrainAnnotation, err)
 	}
 	c.Drains = drains
-	c.Result, err = weights.Compute(weights.Input{Entries: entries(in.TrafficMap), Drains: drains})
+	if err := fleetInputs(in, &c); err != nil {
+		return Computed{}, err
+	}
+	c.Result, err = weights.Compute(weights.Input{Entries: entries(in.TrafficMap), Drains: drains, Taints: c.Taints, Tolerations: c.Tolerations})
 	if err != nil {
 		return Computed{}, err
 	}

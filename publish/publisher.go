@@ -15,6 +15,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -58,6 +59,11 @@ type Publisher struct {
 	routes   []cache.SharedIndexInformer
 	services []cache.SharedIndexInformer
 	scopes   []string
+
+	// The optional taint sources (cluster-scoped), nil while their API is not served. Set in
+	// Run before any worker starts.
+	inferenceClusters cache.SharedIndexInformer
+	workloadClusters  cache.SharedIndexInformer
 }
 
 type clients struct {
@@ -65,6 +71,7 @@ type clients struct {
 	gateway gwclient.Interface
 	maps    *tmclient.Clientset
 	meta    metadata.Interface
+	dyn     dynamic.Interface
 }
 
 // New validates cfg and builds a Publisher talking to the API server at rc. It does not
@@ -96,6 +103,9 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	}
 	if c.meta, err = metadata.NewForConfig(rc); err != nil {
 		return nil, fmt.Errorf("build metadata client: %w", err)
+	}
+	if c.dyn, err = dynamic.NewForConfig(rc); err != nil {
+		return nil, fmt.Errorf("build dynamic client: %w", err)
 	}
 
 	p := &Publisher{
@@ -147,6 +157,7 @@ func (p *Publisher) buildInformers() {
 				cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
 				indexByService:       indexTrafficMapByService,
 				indexByRouteName:     indexTrafficMapByRoute,
+				indexByCluster:       indexTrafficMapByCluster,
 			},
 		)
 		isvcs := metadatainformer.NewFilteredMetadataInformer(p.clients.meta, v1beta1.InferenceServicesResource, ns, resync,
@@ -159,6 +170,7 @@ func (p *Publisher) buildInformers() {
 
 		p.handle(maps, p.onTrafficMap)
 		p.handle(isvcs, p.onInferenceService)
+		p.handleTolerationEvents(isvcs)
 		p.handle(routes, p.onRoute)
 		p.handle(services, p.onOwnedObject)
 		p.maps = append(p.maps, maps)
@@ -186,6 +198,13 @@ func (p *Publisher) Run(ctx context.Context) error {
 			synced = append(synced, inf.HasSynced)
 		}
 	}
+	// The optional taint sources start while the caches above fill; no worker runs before
+	// they have synced too.
+	fleet, err := p.startTaintSources(ctx)
+	if err != nil {
+		return err
+	}
+	synced = append(synced, fleet...)
 	p.log.Info("waiting for informer caches", zap.Strings("namespaces", p.cfg.Namespaces))
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("wait for informer caches: %w", ctx.Err())

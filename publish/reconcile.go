@@ -67,11 +67,20 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 	// Drains: a malformed annotation keeps the drain set the route was last built from.
 	// A malformed drain annotation keeps the drain set the route was last built from; with
 	// none recorded nothing is published (malformed intent is never "no drains").
-	computed, err := Compute(Inputs{TrafficMap: tm, SourceAnnotations: isvc.Annotations, Route: route})
+	// Malformed taints or tolerations keep the last valid ones recorded on the route, the same way.
+	clusters, err := p.clusterTaints(tm)
+	if err != nil {
+		return err
+	}
+	computed, err := Compute(Inputs{TrafficMap: tm, SourceAnnotations: isvc.Annotations, Route: route, Clusters: clusters})
 	source := fmt.Sprintf("inferenceservice %s/%s", isvc.Namespace, isvc.Name)
 	switch {
 	case errors.Is(err, ErrNoDrainFallback):
 		return st.fail(ctx, ReasonInvalidDrainAnnotation, source+" "+err.Error())
+	case errors.Is(err, ErrNoTolerationFallback):
+		return st.fail(ctx, ReasonInvalidTolerations, source+" "+err.Error())
+	case errors.Is(err, ErrNoTaintFallback):
+		return st.fail(ctx, ReasonInvalidTaints, joinLines(err))
 	case err != nil:
 		return st.fail(ctx, ReasonInvalidTrafficMap, fmt.Sprintf("trafficmap %s/%s is invalid; the published route is left as it was: %s",
 			tm.Namespace, tm.Name, joinLines(err)))
@@ -81,8 +90,32 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 	if computed.DrainErr != nil {
 		drainErr = fmt.Errorf("%s %w; keeping the last valid drains (%s)", source, computed.DrainErr, describeDrains(drains))
 	}
+	// inputReason is the reason for the first malformed input (drains, then taints, then
+	// tolerations); drainErr then carries every one of them.
+	inputReason := ReasonInvalidDrainAnnotation
+	var inputErrs []error
+	if drainErr != nil {
+		inputErrs = append(inputErrs, drainErr)
+	}
+	if computed.TaintErr != nil {
+		if len(inputErrs) == 0 {
+			inputReason = ReasonInvalidTaints
+		}
+		inputErrs = append(inputErrs, computed.TaintErr)
+	}
+	if computed.TolerationErr != nil {
+		if len(inputErrs) == 0 {
+			inputReason = ReasonInvalidTolerations
+		}
+		inputErrs = append(inputErrs, fmt.Errorf("%s %w; keeping the last valid tolerations (%s)", source, computed.TolerationErr, describeTolerations(computed.Tolerations)))
+	}
+	if len(inputErrs) > 0 {
+		drainErr = errors.New(joinLines(errors.Join(inputErrs...)))
+	}
 
-	desired, err := httproute.Build(p.sink, src, res, httproute.Inputs{Generation: tm.Generation, Drains: drains})
+	recorded := recordedFleet(computed)
+	desired, err := httproute.Build(p.sink, src, res, httproute.Inputs{Generation: tm.Generation, Drains: drains,
+		Taints: recorded.Taints, Tolerations: recorded.Tolerations})
 	if err != nil {
 		return st.fail(ctx, ReasonRouteRefused, fmt.Sprintf("httproute sink cannot publish trafficmap %s/%s: %s", tm.Namespace, tm.Name, err))
 	}
@@ -133,7 +166,7 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 		msg += "; pending drains (no such entry): " + describeDrains(res.Pending)
 	}
 	if drainErr != nil {
-		return st.fail(ctx, ReasonInvalidDrainAnnotation, msg+"; but "+drainErr.Error())
+		return st.fail(ctx, inputReason, msg+"; but "+drainErr.Error())
 	}
 	return st.write(ctx, st.published(msg))
 }
@@ -167,7 +200,9 @@ func withDrainError(msg string, drainErr error) string {
 	return msg + "; " + drainErr.Error()
 }
 
-// describeWeights renders effective weights as "worker-a=0 (drained by m-a), worker-b=1".
+// describeWeights renders effective weights as "worker-a=0 (drained by m-a), worker-b=1",
+// with the taints holding an entry after its drains:
+// "worker-a=0 (drained by m-a; taint maintenance=planned:NoExecute)".
 func describeWeights(res weights.Result) string {
 	if len(res.Entries) == 0 {
 		return "(no entries)"
@@ -176,7 +211,14 @@ func describeWeights(res weights.Result) string {
 	for _, e := range res.Entries {
 		s := fmt.Sprintf("%s=%d", e.Cluster, e.Effective)
 		if e.Drained() {
-			s += " (drained by " + strings.Join(e.HeldBy, ",") + ")"
+			var holds []string
+			if len(e.HeldBy) > 0 {
+				holds = append(holds, "drained by "+strings.Join(e.HeldBy, ","))
+			}
+			if len(e.Taints) > 0 {
+				holds = append(holds, "taint "+describeTaints(e.Taints))
+			}
+			s += " (" + strings.Join(holds, "; ") + ")"
 		}
 		parts = append(parts, s)
 	}

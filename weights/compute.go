@@ -19,11 +19,20 @@ type Entry struct {
 	DrainRefs []string // drain IDs the routing controller already recorded on the entry, taken verbatim
 }
 
-// Input is everything [Compute] needs: the TrafficMap entries and the annotation
-// drains, already parsed by [ParseDrains].
+// Input is everything [Compute] needs: the TrafficMap entries, the annotation
+// drains, already parsed by [ParseDrains], and the fleet drains: the taints of each
+// workload cluster and the service's tolerations.
 type Input struct {
 	Entries []Entry
 	Drains  []Drain // annotation drains (already parsed)
+
+	// Taints are the taints of each workload cluster, keyed by cluster name (already
+	// parsed, e.g. by [ParseTaints]); clusters with no entry are ignored. Nil means no
+	// taints anywhere.
+	Taints map[string][]Taint
+	// Tolerations are the service's tolerations (already parsed, e.g. by
+	// [ParseTolerations]).
+	Tolerations []Toleration
 }
 
 // EffectiveEntry is one validated entry with its effective weight and the holds on
@@ -34,11 +43,12 @@ type EffectiveEntry struct {
 	Weight    int32    // TrafficMap weight
 	Effective int32    // 0 if drained, else Weight
 	HeldBy    []string // sorted, deduplicated IDs holding the entry: annotation drain IDs naming this cluster ∪ the entry's DrainRefs; nil when none
+	Taints    []Taint  // the cluster's NoExecute taints the service does not tolerate, sorted (see [Untolerated]); nil when none
 }
 
-// Drained reports whether anything holds the entry, i.e. whether HeldBy is
-// non-empty; a drained entry has Effective 0.
-func (e EffectiveEntry) Drained() bool { return len(e.HeldBy) > 0 }
+// Drained reports whether anything holds the entry, i.e. whether HeldBy or Taints
+// is non-empty; a drained entry has Effective 0.
+func (e EffectiveEntry) Drained() bool { return len(e.HeldBy) > 0 || len(e.Taints) > 0 }
 
 // Result is the outcome of [Compute].
 type Result struct {
@@ -141,6 +151,9 @@ func Compute(in Input) (Result, error) {
 			holders = append(holders, e.DrainRefs...)
 			slices.Sort(holders)
 			out.HeldBy = slices.Clip(slices.Compact(holders))
+			out.Effective = 0
+		}
+		if out.Taints = Untolerated(in.Taints[e.Cluster], in.Tolerations); out.Taints != nil {
 			out.Effective = 0
 		}
 		entries[i] = out

@@ -43,4 +43,27 @@
 //     [Result]: nothing is half-applied.
 //   - Output is deterministic: entries are sorted by cluster and ID lists by ID
 //     regardless of input order, and the input slices are never mutated.
+//
+// # Fleet drains: taints and tolerations
+//
+// A workload cluster can carry [Taint]s (Modelplane's InferenceCluster spec.taints,
+// or the [TaintsAnnotation] on an OME WorkloadCluster) and a service can carry
+// [Toleration]s (the [TolerationsAnnotation] on its InferenceService), with exactly
+// Modelplane's semantics:
+//
+//   - A toleration matches a taint by key and effect ([Toleration.Tolerates]):
+//     operator Exists ignores the value, Equal (the default) needs key and value
+//     equal, an empty key with Exists tolerates every taint, and an empty effect
+//     matches both effects.
+//   - A service stays on a cluster only if it tolerates every NoExecute taint
+//     there. Each untolerated NoExecute taint holds the entry
+//     ([EffectiveEntry.Taints], see [Untolerated]): the entry is drained, with
+//     effective weight 0, until the taint is removed or tolerated; it comes back
+//     only when no drain and no taint holds it.
+//   - NoSchedule taints never move traffic.
+//
+// [ParseTaints] and [ParseTolerations] decode the JSON lists strictly, like
+// [ParseDrains]: unknown or duplicate fields, non-strings, invalid keys, values,
+// effects or operators and trailing data are errors naming the element and the
+// rule.
 package weights
