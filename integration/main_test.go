@@ -74,7 +74,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "integration:", err)
 		return 1
 	}
-	return m.Run()
+	code := m.Run()
+	if binPath != "" { // built by publisherBinary for the operator-command tests
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	return code
 }
 
 // controlPlaneAssets returns the folder holding kube-apiserver and etcd: KUBEBUILDER_ASSETS
@@ -95,7 +99,9 @@ func controlPlaneAssets() (string, error) {
 // crdPaths lists the project's CRDs (the chart's copy, the one file users install) and
 // Gateway API's standard-channel CRDs shipped in the gateway-api module.
 func crdPaths() ([]string, error) {
-	paths := []string{filepath.Join(repoRoot(), "charts", "publisher", "crds")}
+	paths := []string{filepath.Join(repoRoot(), "charts", "publisher", "crds"),
+		// Minimal stand-ins for third-party CRDs (Modelplane InferenceCluster, OME WorkloadCluster).
+		filepath.Join(repoRoot(), "integration", "testdata", "crds")}
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
 	if err != nil {
 		return nil, fmt.Errorf("locate the gateway-api module: %w", err)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/trafficmap/publisher/drain"
 	"github.com/trafficmap/publisher/publish"
 )
 
@@ -29,11 +30,19 @@ const usage = `publisher publishes OME TrafficMaps as Gateway API HTTPRoute weig
 
 Usage:
   publisher run --gateway NAMESPACE/NAME [flags]
+  publisher drain SERVICE -n NAMESPACE --workload-cluster CLUSTER --id ID --reason REASON [flags]
+  publisher undrain SERVICE -n NAMESPACE --id ID [flags]
+  publisher status SERVICE -n NAMESPACE [flags]
+  publisher status --workload-cluster CLUSTER [-n NAMESPACE | -A] [flags]
 
 Commands:
-  run    watch TrafficMaps and publish their drained weights until stopped
+  run      watch TrafficMaps and publish their drained weights until stopped
+  drain    add one drain to an InferenceService's ome.io/traffic-drain annotation (guarded)
+  undrain  remove one drain by its ID (guarded)
+  status   show a TrafficMap's drained, pending and effective weights and what is published,
+           or every service still sending traffic to a workload cluster
 
-Run 'publisher run -h' for the flags.
+Run 'publisher COMMAND -h' for the flags.
 `
 
 // runMain dispatches a subcommand and returns the process exit code.
@@ -45,6 +54,12 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return runCommand(ctx, args[1:], stderr)
+	case "drain":
+		return actionCommand(ctx, drain.ActionDrain, args[1:], stdout, stderr)
+	case "undrain":
+		return actionCommand(ctx, drain.ActionUndrain, args[1:], stdout, stderr)
+	case "status":
+		return statusCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -2,7 +2,8 @@
 // their Published condition once the weights are really in place.
 //
 // Exit codes: 0 on success, 1 when the publisher fails at run time, 2 on a usage or
-// configuration error.
+// configuration error of 'publisher run'. The operator commands (drain, undrain, status)
+// follow OME's kubectl plugin: 1 for any error, 3 for a rejected guarded patch.
 package main
 
 import (

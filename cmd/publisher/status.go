@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+
+	"github.com/trafficmap/publisher/api/tmclient"
+	"github.com/trafficmap/publisher/report"
+)
+
+// statusTimeout bounds the status command.
+const statusTimeout = 45 * time.Second
+
+const statusUsage = `Usage:
+  publisher status SERVICE -n NAMESPACE [flags]
+  publisher status --workload-cluster CLUSTER [-n NAMESPACE | -A] [flags]
+
+The first form shows one TrafficMap: per cluster its TrafficMap weight, the effective weight
+the publisher computes (the publisher's own computation) and the drains holding it; pending
+drains; the drain annotation (a malformed one with the parser's error and the last valid
+drains the publisher keeps); the Published condition, Current or Stale; and what the
+HTTPRoute sink holds and which gateway accepted it at which generation.
+
+The second form lists every service whose effective weight on CLUSTER is above 0, or cannot be
+computed: when it lists nothing, the cluster receives no traffic through the publisher.
+
+Flags:
+  -n, --namespace NS         namespace (default: the context's, else default)
+  -A, --all-namespaces       with --workload-cluster: every namespace
+  --workload-cluster NAME    list the services sending traffic to this cluster
+  --gateway NS/NAME          the Gateway whose verdict is shown (default: the route's parentRef)
+  --gateway-section NAME     its listener (parentRef sectionName)
+  -o, --output FORMAT        table, json or yaml; default table
+  --kubeconfig PATH, --context NAME, --cluster NAME   the Kubernetes API to read
+
+Exit codes: 0 shown, 1 error.
+`
+
+type statusFlags struct {
+	kube             kubeFlags
+	namespace        string
+	all              bool
+	workloadCluster  string
+	gateway, section string
+	output           string
+}
+
+func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f statusFlags
+	fs := flag.NewFlagSet("publisher status", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f.kube.register(fs)
+	fs.StringVar(&f.namespace, "namespace", "", "")
+	fs.StringVar(&f.namespace, "n", "", "")
+	fs.BoolVar(&f.all, "all-namespaces", false, "")
+	fs.BoolVar(&f.all, "A", false, "")
+	fs.StringVar(&f.workloadCluster, "workload-cluster", "", "")
+	fs.StringVar(&f.gateway, "gateway", "", "")
+	fs.StringVar(&f.section, "gateway-section", "", "")
+	fs.StringVar(&f.output, "output", "table", "")
+	fs.StringVar(&f.output, "o", "table", "")
+	positional, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, statusUsage)
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v; use --help\n", err)
+		return exitFailure
+	}
+	if err := runStatus(ctx, f, positional, stdout); err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+func runStatus(ctx context.Context, f statusFlags, positional []string, stdout io.Writer) error {
+	switch {
+	case f.workloadCluster == "" && len(positional) != 1:
+		return errors.New("exactly one inference service is required, or --workload-cluster")
+	case f.workloadCluster != "" && len(positional) != 0:
+		return errors.New("--workload-cluster lists services; do not name one")
+	case f.all && f.workloadCluster == "":
+		return errors.New("-A needs --workload-cluster")
+	case f.all && f.namespace != "":
+		return errors.New("-A and -n exclude each other")
+	case !slices.Contains(report.Outputs, f.output):
+		return errors.New("output must be table, json or yaml")
+	}
+	var gw types.NamespacedName
+	if f.gateway != "" {
+		ns, name, ok := strings.Cut(f.gateway, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--gateway %q: must be NAMESPACE/NAME", f.gateway)
+		}
+		gw = types.NamespacedName{Namespace: ns, Name: name}
+	}
+	kc, err := loadKube(f.kube, f.namespace)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	r := report.Reader{GatewayRef: gw, GatewaySection: f.section}
+	if r.Maps, err = tmclient.NewForConfig(kc.rest); err != nil {
+		return fmt.Errorf("build trafficmap client: %w", err)
+	}
+	if r.Metadata, err = metadata.NewForConfig(kc.rest); err != nil {
+		return fmt.Errorf("build metadata client: %w", err)
+	}
+	if r.Dynamic, err = dynamic.NewForConfig(kc.rest); err != nil {
+		return fmt.Errorf("build dynamic client: %w", err)
+	}
+	if r.Gateway, err = gwclient.NewForConfig(kc.rest); err != nil {
+		return fmt.Errorf("build gateway api client: %w", err)
+	}
+	var out any
+	if f.workloadCluster != "" {
+		ns := kc.namespace
+		if f.all {
+			ns = ""
+		}
+		if out, err = r.Cluster(ctx, ns, f.workloadCluster); err != nil {
+			return err
+		}
+	} else if out, err = r.Status(ctx, kc.namespace, positional[0]); err != nil {
+		return err
+	}
+	return report.Write(stdout, out, f.output)
+}

@@ -1,0 +1,9 @@
+// Package drain is the guarded drain and undrain action of the operator commands: it validates
+// a request as OME's `kubectl ome traffic drain` does, checks the InferenceService it targets
+// and its existing ome.io/traffic-drain annotation against the same rules and safety bounds,
+// builds the one JSON Patch that tests the object's exact UID and resourceVersion and changes
+// only that annotation, and renders the preview and the result.
+//
+// Everything but [Client] is pure. Error messages are OME's, word for word, so that an
+// operator who knows one tool can read the other.
+package drain

@@ -1,0 +1,287 @@
+package drain
+
+import (
+	"bytes"
+	"encoding/json"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/trafficmap/publisher/weights"
+)
+
+// Annotation is the annotation the action changes, and the only one.
+const Annotation = weights.DrainAnnotation
+
+// Labels and annotations that mark placement's derived copies (and labels that were never
+// valid on a source); such objects are refused.
+var derivedKeys = []string{"ome.io/placement-origin", "ome.io/placement-origin-uid", "ome.io/placement-control-plane"}
+var derivedLabelsOnly = []string{"ome.io/accelerator-requirements", "ome.io/cluster-selector"}
+
+// obsoleteEligibility are the annotations that make a service without spec.placement
+// eligible for routing.
+var obsoleteEligibility = []string{"ome.io/accelerator-requirements", "ome.io/cluster-selector"}
+
+// Target is the InferenceService as read, reduced to what the action checks.
+type Target struct {
+	Namespace       string
+	Name            string
+	UID             types.UID
+	ResourceVersion string
+	Generation      int64
+	Deleting        bool
+	Labels          map[string]string
+	Annotations     map[string]string // nil when the object has none
+	Finalizers      []string
+	Placement       bool // spec.placement is set
+	Conditions      int  // len(status.conditions)
+	Components      int  // len(status.components)
+	PayloadBytes    int  // size of the object as JSON
+}
+
+// TargetOf reduces an InferenceService read from the API.
+func TargetOf(u *unstructured.Unstructured) Target {
+	t := Target{
+		Namespace:       u.GetNamespace(),
+		Name:            u.GetName(),
+		UID:             u.GetUID(),
+		ResourceVersion: u.GetResourceVersion(),
+		Generation:      u.GetGeneration(),
+		Deleting:        u.GetDeletionTimestamp() != nil,
+		Labels:          u.GetLabels(),
+		Annotations:     u.GetAnnotations(),
+		Finalizers:      u.GetFinalizers(),
+	}
+	if p, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "placement"); ok && p != nil {
+		t.Placement = true
+	}
+	if c, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "conditions"); ok {
+		if list, ok := c.([]any); ok {
+			t.Conditions = len(list)
+		}
+	}
+	if c, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "components"); ok {
+		if m, ok := c.(map[string]any); ok {
+			t.Components = len(m)
+		}
+	}
+	if b, err := json.Marshal(u.Object); err == nil {
+		t.PayloadBytes = len(b)
+	} else {
+		t.PayloadBytes = MaxPayloadBytes + 1
+	}
+	return t
+}
+
+// Op is what the patch does to the annotation.
+type Op string
+
+// Patch operations on the annotation.
+const (
+	OpAdd     Op = "add"
+	OpReplace Op = "replace"
+	OpRemove  Op = "remove"
+)
+
+// Plan is a validated action on one exact object.
+type Plan struct {
+	Request Request
+	Target  Target
+	// Cluster is the drained cluster: the request's for drain, the removed drain's for undrain.
+	Cluster string
+	// Before and After count the drains.
+	Before, After int
+	// Op and Value are the annotation change; Value is empty for OpRemove.
+	Op    Op
+	Value string
+}
+
+// Prepare checks the target and its existing drains against req and returns the plan, or
+// the first refusal in OME's order. req must have passed Validate.
+func Prepare(req Request, t Target) (*Plan, error) {
+	raw, present := t.Annotations[Annotation]
+	if objectOutOfBounds(t) || len(raw) > MaxAnnotationBytes {
+		return nil, ErrBounds
+	}
+	for _, k := range derivedKeys {
+		if _, ok := t.Labels[k]; ok {
+			return nil, ErrDerived
+		}
+		if _, ok := t.Annotations[k]; ok {
+			return nil, ErrDerived
+		}
+	}
+	for _, k := range derivedLabelsOnly {
+		if _, ok := t.Labels[k]; ok {
+			return nil, ErrDerived
+		}
+	}
+	if !eligible(t) {
+		return nil, ErrIneligible
+	}
+	if !SafeScalar(t.Namespace) || !ValidName(t.Name) || !SafeScalar(string(t.UID)) || !SafeScalar(t.ResourceVersion) || t.Generation <= 0 {
+		return nil, ErrIdentity
+	}
+	if t.Deleting {
+		return nil, ErrDeleting
+	}
+	var existing []weights.Drain
+	if present {
+		var err error
+		if existing, err = ExistingDrains(raw); err != nil {
+			return nil, err
+		}
+	}
+	if len(existing) > MaxDrains {
+		return nil, ErrBounds
+	}
+
+	p := &Plan{Request: req, Target: t, Before: len(existing)}
+	after := existing
+	switch req.Action {
+	case ActionDrain:
+		for _, d := range existing {
+			if d.ID == req.ID {
+				return nil, ErrIDExists
+			}
+		}
+		after = append(append([]weights.Drain{}, existing...), weights.Drain{ID: req.ID, Cluster: req.Cluster, Reason: req.Reason})
+		p.Cluster = req.Cluster
+	case ActionUndrain:
+		i := sort.Search(len(existing), func(i int) bool { return existing[i].ID >= req.ID })
+		if i == len(existing) || existing[i].ID != req.ID {
+			return nil, ErrIDMissing
+		}
+		p.Cluster = existing[i].Cluster
+		after = append(append([]weights.Drain{}, existing[:i]...), existing[i+1:]...)
+	default:
+		return nil, ErrAction
+	}
+	p.After = len(after)
+
+	switch {
+	case len(after) == 0 && req.Action == ActionUndrain:
+		p.Op = OpRemove
+	case present:
+		p.Op = OpReplace
+	default:
+		p.Op = OpAdd
+	}
+	if p.Op != OpRemove {
+		p.Value = Encode(after)
+	}
+	if p.After > MaxDrains || len(p.Value) > MaxAnnotationBytes {
+		return nil, ErrBounds
+	}
+	if p.Op == OpAdd && len(t.Annotations) >= MaxAnnotations {
+		return nil, ErrBounds
+	}
+	if projectedMetadataBytes(t, p) > MaxMetadataBytes {
+		return nil, ErrBounds
+	}
+	return p, nil
+}
+
+// ExistingDrains parses an existing annotation value strictly (weights.ParseDrains, the
+// publisher's parser) and applies the request rules to every entry, so state that a drain
+// could not have written is refused rather than normalized away.
+func ExistingDrains(raw string) ([]weights.Drain, error) {
+	drains, err := weights.ParseDrains(raw)
+	if err != nil {
+		return nil, ErrUnsafeAnnotation
+	}
+	for _, d := range drains {
+		if (Request{Action: ActionDrain, ID: d.ID, Cluster: d.Cluster, Reason: d.Reason}).Validate() != nil {
+			return nil, ErrUnsafeAnnotation
+		}
+	}
+	return drains, nil
+}
+
+func objectOutOfBounds(t Target) bool {
+	return len(t.Annotations) > MaxAnnotations || len(t.Labels) > MaxLabels || len(t.Finalizers) > MaxFinalizers ||
+		t.Conditions > MaxConditions || t.Components > MaxStatusComponents || t.PayloadBytes > MaxPayloadBytes
+}
+
+func eligible(t Target) bool {
+	if t.Placement {
+		return true
+	}
+	for _, k := range obsoleteEligibility {
+		if _, ok := t.Annotations[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// projectedMetadataBytes is the size of annotations, labels and finalizers after the patch.
+func projectedMetadataBytes(t Target, p *Plan) int {
+	n := 0
+	for k, v := range t.Annotations {
+		if k != Annotation {
+			n += len(k) + len(v)
+		}
+	}
+	if p.Op != OpRemove {
+		n += len(Annotation) + len(p.Value)
+	}
+	for k, v := range t.Labels {
+		n += len(k) + len(v)
+	}
+	for _, f := range t.Finalizers {
+		n += len(f)
+	}
+	return n
+}
+
+type drainValue struct {
+	Cluster string `json:"cluster"`
+	Reason  string `json:"reason"`
+}
+
+// Encode renders drains as the annotation value: a JSON object keyed by ID, keys sorted,
+// each value {"cluster","reason"}. HTML characters are not escaped.
+func Encode(drains []weights.Drain) string {
+	m := make(map[string]drainValue, len(drains))
+	for _, d := range drains {
+		m[d.ID] = drainValue{Cluster: d.Cluster, Reason: d.Reason}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(m) // a map of strings always encodes
+	return string(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+}
+
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// annotationPath is the JSON Pointer of the annotation ("/" escaped as "~1").
+const annotationPath = "/metadata/annotations/ome.io~1traffic-drain"
+
+// Patch returns the JSON Patch: test the exact UID and resourceVersion, add an empty
+// annotations object if there is none, then add, replace or remove the one annotation.
+func (p *Plan) Patch() []byte {
+	ops := []patchOp{
+		{Op: "test", Path: "/metadata/uid", Value: string(p.Target.UID)},
+		{Op: "test", Path: "/metadata/resourceVersion", Value: p.Target.ResourceVersion},
+	}
+	if p.Target.Annotations == nil {
+		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
+	}
+	if p.Op == OpRemove {
+		ops = append(ops, patchOp{Op: "remove", Path: annotationPath})
+	} else {
+		ops = append(ops, patchOp{Op: string(p.Op), Path: annotationPath, Value: p.Value})
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(ops)
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}

@@ -1,0 +1,6 @@
+// Package report is the operator's status view of one TrafficMap, or of every TrafficMap that
+// still sends traffic to a workload cluster. It reads the TrafficMap, the InferenceService's
+// metadata and the publisher's HTTPRoute, and computes the effective weights with
+// publish.Compute, the very computation the publisher runs, so the command and the
+// publisher cannot disagree.
+package report

@@ -1,0 +1,137 @@
+package report
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+
+	"github.com/trafficmap/publisher/api/tmclient"
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/publish"
+)
+
+// Needs is the permission the status view needs, for permission errors.
+const Needs = "status needs get and list on trafficmaps.ome.io, get on inferenceservices.ome.io and httproutes.gateway.networking.k8s.io, " +
+	"and get on the taint sources inferenceclusters.modelplane.ai and workloadclusters.ome.io where they are served"
+
+// Reader reads the objects a status is computed from. It only reads.
+type Reader struct {
+	Maps     *tmclient.Clientset
+	Metadata metadata.Interface
+	Dynamic  dynamic.Interface
+	Gateway  gwclient.Interface
+	// GatewayRef and GatewaySection override the route's parentRef for the verdict.
+	GatewayRef     types.NamespacedName
+	GatewaySection string
+}
+
+// Status reads the TrafficMap named service in namespace and its objects.
+func (r Reader) Status(ctx context.Context, namespace, service string) (Status, error) {
+	tm, err := r.Maps.TrafficMaps(namespace).Get(ctx, service, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return Status{}, fmt.Errorf("trafficmap %s/%s not found: routing is off for the service, or it has no such InferenceService", namespace, service)
+	}
+	if err != nil {
+		return Status{}, apiError("get", "trafficmaps.ome.io", inNamespace(namespace), err)
+	}
+	o, err := r.objects(ctx, tm)
+	if err != nil {
+		return Status{}, err
+	}
+	return Build(o), nil
+}
+
+// Cluster lists every TrafficMap in namespace (all when empty) whose effective weight on
+// cluster is positive or unknown.
+func (r Reader) Cluster(ctx context.Context, namespace, cluster string) (ClusterTraffic, error) {
+	list, err := r.Maps.TrafficMaps(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return ClusterTraffic{}, apiError("list", "trafficmaps.ome.io", inNamespace(namespace), err)
+	}
+	var statuses []Status
+	for i := range list.Items {
+		tm := &list.Items[i]
+		has := false
+		for _, e := range tm.Spec.Entries {
+			has = has || e.Cluster == cluster
+		}
+		if !has {
+			continue
+		}
+		o, err := r.objects(ctx, tm)
+		if err != nil {
+			return ClusterTraffic{}, err
+		}
+		statuses = append(statuses, Build(o))
+	}
+	return ForCluster(cluster, namespace, statuses), nil
+}
+
+func (r Reader) objects(ctx context.Context, tm *v1beta1.TrafficMap) (Objects, error) {
+	o := Objects{TrafficMap: tm, Gateway: r.GatewayRef, GatewaySection: r.GatewaySection}
+	src, err := r.Metadata.Resource(v1beta1.InferenceServicesResource).Namespace(tm.Namespace).Get(ctx, tm.Spec.Service, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return o, apiError("get", "inferenceservices.ome.io", inNamespace(tm.Namespace), err)
+	default:
+		o.Source = src
+	}
+	route, err := r.Gateway.GatewayV1().HTTPRoutes(tm.Namespace).Get(ctx, httproute.RouteName(tm.Name), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return o, apiError("get", "httproutes.gateway.networking.k8s.io", inNamespace(tm.Namespace), err)
+	default:
+		o.Route = route
+	}
+	o.Clusters, err = r.taints(ctx, tm)
+	return o, err
+}
+
+// taints reads the taint sources of the map's entry clusters, as the publisher does. A
+// source that is not served, or has no object for a cluster, contributes nothing.
+func (r Reader) taints(ctx context.Context, tm *v1beta1.TrafficMap) ([]publish.ClusterTaints, error) {
+	var out []publish.ClusterTaints
+	for _, e := range tm.Spec.Entries {
+		u, err := r.Dynamic.Resource(publish.InferenceClustersResource).Get(ctx, e.Cluster, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, apiError("get", "inferenceclusters.modelplane.ai", "at cluster scope", err)
+		default:
+			out = append(out, publish.InferenceClusterTaints(u))
+		}
+		m, err := r.Metadata.Resource(publish.WorkloadClustersResource).Get(ctx, e.Cluster, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, apiError("get", "workloadclusters.ome.io", "at cluster scope", err)
+		default:
+			out = append(out, publish.WorkloadClusterTaints(m.Name, m.Annotations))
+		}
+	}
+	return out, nil
+}
+
+// inNamespace names where a namespaced request went.
+func inNamespace(namespace string) string {
+	if namespace == "" {
+		return "in all namespaces"
+	}
+	return "in namespace " + namespace
+}
+
+func apiError(verb, resource, where string, err error) error {
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("forbidden: cannot %s %s %s; %s", verb, resource, where, Needs)
+	}
+	return fmt.Errorf("%s %s %s: %w", verb, resource, where, err)
+}

@@ -1,0 +1,205 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Outputs are the -o values.
+var Outputs = []string{"table", "json", "yaml"}
+
+// Write writes v (a Status or a ClusterTraffic) as a table, JSON or YAML.
+func Write(w io.Writer, v any, output string) error {
+	var out []byte
+	var err error
+	switch output {
+	case "json":
+		out, err = json.MarshalIndent(v, "", "  ")
+		out = append(out, '\n')
+	case "yaml":
+		out, err = yaml.Marshal(v)
+	case "table":
+		switch r := v.(type) {
+		case Status:
+			out = []byte(statusTable(r))
+		case ClusterTraffic:
+			out = []byte(clusterTable(r))
+		default:
+			return fmt.Errorf("no table for %T", v)
+		}
+	default:
+		return fmt.Errorf("output must be table, json or yaml")
+	}
+	if err != nil {
+		return fmt.Errorf("render %s: %w", output, err)
+	}
+	_, err = w.Write(out)
+	return err
+}
+
+func statusTable(s Status) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "TrafficMap %s/%s generation %d, InferenceService %s\n\n", s.Namespace, s.TrafficMap, s.Generation, s.Service)
+
+	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+	fmt.Fprint(tw, "CLUSTER\tWEIGHT\tEFFECTIVE\tHELD BY\n")
+	for _, c := range s.Clusters {
+		eff := "?"
+		if c.Effective != nil {
+			eff = strconv.Itoa(int(*c.Effective))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", c.Cluster, c.Weight, eff, holds(c.HeldBy, c.Taints))
+	}
+	_ = tw.Flush()
+	if s.Error != "" {
+		fmt.Fprintf(&b, "effective weights unknown: %s\n", s.Error)
+	}
+
+	b.WriteString("\nPending drains (no such entry):")
+	if len(s.Pending) == 0 {
+		b.WriteString(" none\n")
+	} else {
+		b.WriteString("\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+		fmt.Fprint(tw, "ID\tCLUSTER\tREASON\n")
+		for _, d := range s.Pending {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", d.ID, d.Cluster, strconv.Quote(d.Reason))
+		}
+		_ = tw.Flush()
+	}
+
+	b.WriteString("\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+	fmt.Fprintf(tw, "Drain annotation\t%s\n", drainLine(s.Drains))
+	if s.TaintError != "" {
+		fmt.Fprintf(tw, "Taints\tMalformed: %s\n", s.TaintError)
+	}
+	if s.TolerationError != "" {
+		fmt.Fprintf(tw, "Tolerations\tMalformed: %s\n", s.TolerationError)
+	}
+	p := s.Published
+	pub := p.Status
+	if p.Reason != "" {
+		pub += " (" + p.Reason + ")"
+	}
+	switch p.Freshness {
+	case Current:
+		pub += fmt.Sprintf(", Current: observedGeneration %d is the generation", p.ObservedGeneration)
+	case Stale:
+		pub += fmt.Sprintf(", Stale: observedGeneration %d, generation %d", p.ObservedGeneration, s.Generation)
+	default:
+		pub += ", no Published condition"
+	}
+	fmt.Fprintf(tw, "Published\t%s\n", pub)
+	if p.Message != "" {
+		fmt.Fprintf(tw, "Message\t%s\n", p.Message)
+	}
+	r := s.Sinks.HTTPRoute
+	switch {
+	case !r.Found:
+		fmt.Fprintf(tw, "HTTPRoute sink\troute %s: not found\n", r.Name)
+	case !r.Owned:
+		fmt.Fprintf(tw, "HTTPRoute sink\troute %s generation %d: %s\n", r.Name, r.Generation, r.Message)
+	default:
+		fmt.Fprintf(tw, "HTTPRoute sink\troute %s generation %d (trafficmap generation %s): %s\n", r.Name, r.Generation, r.TrafficMapGeneration, routeWeights(r.Weights))
+		match := "no"
+		if r.MatchesComputed {
+			match = "yes"
+		}
+		fmt.Fprintf(tw, "Route weights = computed\t%s\n", match)
+		if r.Gateway != "" {
+			fmt.Fprintf(tw, "Gateway\t%s: %s at route generation %d\n", r.Gateway, r.Verdict, r.Generation)
+		}
+		fmt.Fprintf(tw, "Gateway message\t%s\n", r.Message)
+	}
+	fmt.Fprintf(tw, "xDS sink\t%s\n", strings.TrimPrefix(s.Sinks.XDS, "xds sink: "))
+	_ = tw.Flush()
+	return b.String()
+}
+
+func holds(hs []Hold, taints []string) string {
+	if len(hs) == 0 && len(taints) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(hs)+len(taints))
+	for _, h := range hs {
+		switch h.Source {
+		case "drainRefs":
+			parts = append(parts, h.ID+" (drainRefs only)")
+		default:
+			parts = append(parts, h.ID+" "+strconv.Quote(h.Reason))
+		}
+	}
+	for _, t := range taints {
+		parts = append(parts, "taint "+t)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func drainLine(d DrainState) string {
+	in := make([]string, 0, len(d.InEffect))
+	for _, x := range d.InEffect {
+		in = append(in, x.ID+" on "+x.Cluster)
+	}
+	set := "none"
+	if len(in) > 0 {
+		set = strings.Join(in, ", ")
+	}
+	switch d.State {
+	case AnnotationMalformed:
+		if len(d.InEffect) == 0 && strings.Contains(d.Error, "no route was published before") {
+			return "Malformed: " + d.Error
+		}
+		return "Malformed: " + d.Error + "; the publisher keeps the last valid drains: " + set
+	case AnnotationValid:
+		return "Valid: " + set
+	}
+	return "Absent: no drains"
+}
+
+func routeWeights(ws []RouteWeight) string {
+	if len(ws) == 0 {
+		return "no backends"
+	}
+	parts := make([]string, 0, len(ws))
+	for _, w := range ws {
+		name := w.Cluster
+		if name == "" {
+			name = "backend " + w.Backend
+		}
+		parts = append(parts, fmt.Sprintf("%s=%d", name, w.Weight))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func clusterTable(c ClusterTraffic) string {
+	var b strings.Builder
+	if len(c.Services) == 0 {
+		scope := "namespace " + c.Namespace
+		if c.Namespace == "" {
+			scope = "any namespace"
+		}
+		fmt.Fprintf(&b, "No service in %s sends traffic to workload cluster %s.\n", scope, c.Cluster)
+		return b.String()
+	}
+	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+	fmt.Fprint(tw, "NAMESPACE\tSERVICE\tWEIGHT\tEFFECTIVE\tPUBLISHED\tNOTE\n")
+	for _, s := range c.Services {
+		eff, note := "?", "-"
+		if s.Effective != nil {
+			eff = strconv.Itoa(int(*s.Effective))
+		}
+		if s.Error != "" {
+			note = "effective weight unknown: " + s.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", s.Namespace, s.Service, s.Weight, eff, s.Published, note)
+	}
+	_ = tw.Flush()
+	return b.String()
+}

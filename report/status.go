@@ -1,0 +1,356 @@
+package report
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/weights"
+)
+
+// APIVersion is the version of the reports' JSON and YAML form.
+const APIVersion = "publisher.trafficmap.dev/v1alpha1"
+
+// XDSNotAvailable is what the report says about the xDS sink.
+const XDSNotAvailable = "xds sink: not available in this version"
+
+// Freshness of the Published condition.
+const (
+	Current = "Current" // observedGeneration is the TrafficMap's generation
+	Stale   = "Stale"   // it is an older generation
+	Absent  = "Absent"  // no Published condition
+)
+
+// Verdicts of the route's parent Gateway.
+const (
+	VerdictAccepted = "Accepted"
+	VerdictPending  = "Pending"
+	VerdictRejected = "Rejected"
+)
+
+// Drain annotation states.
+const (
+	AnnotationAbsent    = "Absent"
+	AnnotationValid     = "Valid"
+	AnnotationMalformed = "Malformed"
+)
+
+// Objects are what one TrafficMap's status is computed from.
+type Objects struct {
+	TrafficMap *v1beta1.TrafficMap
+	// Source is the InferenceService's metadata; nil when it does not exist.
+	Source *metav1.PartialObjectMetadata
+	// Route is the HTTPRoute at the publisher's name for the map; nil when absent.
+	Route *gwapiv1.HTTPRoute
+	// Gateway overrides the Gateway whose verdict is read; zero means the route's first
+	// parentRef.
+	Gateway        types.NamespacedName
+	GatewaySection string
+	// Clusters are the taint sources' views of the entry clusters (fleet drains), as the
+	// publisher reads them.
+	Clusters []publish.ClusterTaints
+}
+
+// Status is the status of one TrafficMap.
+type Status struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Namespace  string `json:"namespace"`
+	TrafficMap string `json:"trafficMap"`
+	Service    string `json:"service"`
+	Generation int64  `json:"generation"`
+	// Clusters has one row per entry, sorted by cluster.
+	Clusters []Cluster `json:"clusters"`
+	// Pending are drains naming a cluster with no entry.
+	Pending []Drain `json:"pending"`
+	// Drains is the state of the ome.io/traffic-drain annotation.
+	Drains DrainState `json:"drains"`
+	// TaintError and TolerationError report malformed fleet-drain input for which the
+	// publisher keeps the last valid state recorded on the route.
+	TaintError      string `json:"taintError,omitempty"`
+	TolerationError string `json:"tolerationError,omitempty"`
+	// Error says why no effective weights could be computed; empty when they were.
+	Error     string    `json:"error,omitempty"`
+	Published Published `json:"published"`
+	Sinks     Sinks     `json:"sinks"`
+}
+
+// Cluster is one TrafficMap entry.
+type Cluster struct {
+	Cluster string `json:"cluster"`
+	Weight  int32  `json:"weight"`
+	// Effective is the weight the publisher computes; nil when it cannot compute one.
+	Effective *int32 `json:"effective"`
+	HeldBy    []Hold `json:"heldBy,omitempty"`
+	// Taints are the cluster's NoExecute taints the service does not tolerate (fleet drains).
+	Taints []string `json:"taints,omitempty"`
+}
+
+// Hold is one drain holding a cluster.
+type Hold struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason,omitempty"`
+	// Source is "annotation" (a drain of ome.io/traffic-drain, or of the last valid set kept
+	// for a malformed one), "drainRefs" (only the entry's drainRefs) or "both".
+	Source string `json:"source"`
+}
+
+// Drain is one drain of the annotation.
+type Drain struct {
+	ID      string `json:"id"`
+	Cluster string `json:"cluster"`
+	Reason  string `json:"reason"`
+}
+
+// DrainState is the state of the drain annotation.
+type DrainState struct {
+	State string `json:"state"`
+	// Error is the parser's error for a malformed annotation.
+	Error string `json:"error,omitempty"`
+	// InEffect is the drain set the weights are computed with: the annotation's, or for a
+	// malformed annotation the last valid set recorded on the route.
+	InEffect []Drain `json:"inEffect"`
+}
+
+// Published is the TrafficMap's Published condition.
+type Published struct {
+	Status             string `json:"status"`
+	Reason             string `json:"reason,omitempty"`
+	Message            string `json:"message,omitempty"`
+	ObservedGeneration int64  `json:"observedGeneration,omitempty"`
+	Freshness          string `json:"freshness"`
+	// LastPublishedGeneration is status.observedTrafficMapGeneration.
+	LastPublishedGeneration int64 `json:"lastPublishedGeneration,omitempty"`
+}
+
+// Sinks is what each sink realized.
+type Sinks struct {
+	HTTPRoute RouteSink `json:"httpRoute"`
+	XDS       string    `json:"xds"`
+}
+
+// RouteSink is the publisher's HTTPRoute for the map.
+type RouteSink struct {
+	Name  string `json:"name"`
+	Found bool   `json:"found"`
+	// Owned is false for a route at the publisher's name that the publisher does not own.
+	Owned      bool  `json:"owned"`
+	Generation int64 `json:"generation,omitempty"`
+	// TrafficMapGeneration is the map generation the route was built from.
+	TrafficMapGeneration string        `json:"trafficMapGeneration,omitempty"`
+	Weights              []RouteWeight `json:"weights,omitempty"`
+	Gateway              string        `json:"gateway,omitempty"`
+	Verdict              string        `json:"verdict,omitempty"`
+	Message              string        `json:"message,omitempty"`
+	// MatchesComputed reports whether the route's weights are the computed effective ones.
+	MatchesComputed bool `json:"matchesComputed"`
+}
+
+// RouteWeight is one backend of the route.
+type RouteWeight struct {
+	// Cluster is the entry the backend Service stands for; empty when none does.
+	Cluster string `json:"cluster,omitempty"`
+	Backend string `json:"backend"`
+	Weight  int32  `json:"weight"`
+}
+
+// Build computes the status from the objects. It is pure.
+func Build(o Objects) Status {
+	tm := o.TrafficMap
+	s := Status{
+		APIVersion: APIVersion, Kind: "TrafficStatus",
+		Namespace: tm.Namespace, TrafficMap: tm.Name, Service: tm.Spec.Service, Generation: tm.Generation,
+		Clusters: []Cluster{}, Pending: []Drain{},
+		Drains: DrainState{State: AnnotationAbsent, InEffect: []Drain{}},
+		Sinks:  Sinks{XDS: XDSNotAvailable},
+	}
+	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name}
+	route := o.Route
+	if route != nil && !httproute.Owned(route.Labels, src) {
+		route = nil // the publisher trusts nothing of a foreign route, and neither do we
+	}
+
+	computed, err := compute(o, route)
+	for _, e := range tm.Spec.Entries {
+		s.Clusters = append(s.Clusters, Cluster{Cluster: e.Cluster, Weight: e.Weight})
+	}
+	sort.Slice(s.Clusters, func(i, j int) bool { return s.Clusters[i].Cluster < s.Clusters[j].Cluster })
+	if o.Source != nil {
+		if _, ok := o.Source.Annotations[weights.DrainAnnotation]; ok {
+			s.Drains.State = AnnotationValid
+		}
+	}
+	var parseErr error
+	switch {
+	case errors.Is(err, publish.ErrNoDrainFallback):
+		parseErr = err
+	case err == nil && computed.DrainErr != nil:
+		parseErr = computed.DrainErr
+	}
+	if parseErr != nil {
+		s.Drains.State, s.Drains.Error = AnnotationMalformed, parseErr.Error()
+	}
+	if err != nil {
+		s.Error = err.Error()
+	} else {
+		s.Drains.InEffect = drainsOf(computed.Drains)
+		s.Pending = drainsOf(computed.Result.Pending)
+		s.Clusters = clusters(tm, computed)
+		if computed.TaintErr != nil {
+			s.TaintError = computed.TaintErr.Error()
+		}
+		if computed.TolerationErr != nil {
+			s.TolerationError = computed.TolerationErr.Error()
+		}
+	}
+	s.Published = published(tm)
+	s.Sinks.HTTPRoute = routeSink(o, src, computed, err == nil)
+	return s
+}
+
+// compute runs the publisher's computation, with the publisher's checks of the source.
+func compute(o Objects, route *gwapiv1.HTTPRoute) (publish.Computed, error) {
+	tm := o.TrafficMap
+	if o.Source == nil {
+		return publish.Computed{}, fmt.Errorf("inferenceservice %s/%s named by spec.service does not exist", tm.Namespace, tm.Spec.Service)
+	}
+	if tm.Status.SourceUID != "" && tm.Status.SourceUID != o.Source.UID {
+		return publish.Computed{}, fmt.Errorf("inferenceservice %s/%s has uid %s but status.sourceUID is %s",
+			tm.Namespace, tm.Spec.Service, o.Source.UID, tm.Status.SourceUID)
+	}
+	return publish.Compute(publish.Inputs{TrafficMap: tm, SourceAnnotations: o.Source.Annotations, Route: route, Clusters: o.Clusters})
+}
+
+func clusters(tm *v1beta1.TrafficMap, c publish.Computed) []Cluster {
+	reasons := map[string]string{}
+	annotated := map[string]map[string]bool{} // cluster -> drain IDs
+	for _, d := range c.Drains {
+		reasons[d.ID] = d.Reason
+		if annotated[d.Cluster] == nil {
+			annotated[d.Cluster] = map[string]bool{}
+		}
+		annotated[d.Cluster][d.ID] = true
+	}
+	refs := map[string]map[string]bool{}
+	for _, e := range tm.Spec.Entries {
+		refs[e.Cluster] = map[string]bool{}
+		for _, id := range e.DrainRefs {
+			refs[e.Cluster][id] = true
+		}
+	}
+	out := make([]Cluster, 0, len(c.Result.Entries))
+	for _, e := range c.Result.Entries {
+		row := Cluster{Cluster: e.Cluster, Weight: e.Weight, Effective: ptr(e.Effective)}
+		for _, id := range e.HeldBy {
+			h := Hold{ID: id}
+			inAnnotation, inRefs := annotated[e.Cluster][id], refs[e.Cluster][id]
+			switch {
+			case inAnnotation && inRefs:
+				h.Source, h.Reason = "both", reasons[id]
+			case inAnnotation:
+				h.Source, h.Reason = "annotation", reasons[id]
+			default:
+				h.Source = "drainRefs"
+			}
+			row.HeldBy = append(row.HeldBy, h)
+		}
+		for _, taint := range e.Taints {
+			row.Taints = append(row.Taints, taint.String())
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+func drainsOf(ds []weights.Drain) []Drain {
+	out := make([]Drain, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, Drain{ID: d.ID, Cluster: d.Cluster, Reason: d.Reason})
+	}
+	return out
+}
+
+func published(tm *v1beta1.TrafficMap) Published {
+	p := Published{Status: "Unknown", Freshness: Absent, LastPublishedGeneration: tm.Status.ObservedTrafficMapGeneration}
+	c := meta.FindStatusCondition(tm.Status.Conditions, v1beta1.ConditionPublished)
+	if c == nil {
+		return p
+	}
+	p.Status, p.Reason, p.Message, p.ObservedGeneration = string(c.Status), c.Reason, c.Message, c.ObservedGeneration
+	p.Freshness = Stale
+	if c.ObservedGeneration == tm.Generation {
+		p.Freshness = Current
+	}
+	return p
+}
+
+func routeSink(o Objects, src httproute.Source, c publish.Computed, computed bool) RouteSink {
+	tm := o.TrafficMap
+	rs := RouteSink{Name: tm.Namespace + "/" + httproute.RouteName(tm.Name)}
+	r := o.Route
+	if r == nil {
+		return rs
+	}
+	rs.Found, rs.Owned, rs.Generation = true, httproute.Owned(r.Labels, src), r.Generation
+	if !rs.Owned {
+		rs.Message = "route exists and is not owned by the publisher for this trafficmap"
+		return rs
+	}
+	rs.TrafficMapGeneration = r.Annotations[httproute.AnnotationTrafficMapGeneration]
+	byBackend := map[string]string{}
+	for _, e := range tm.Spec.Entries {
+		byBackend[httproute.ServiceName(tm.Namespace, tm.Name, e.Cluster)] = e.Cluster
+	}
+	stored, _ := httproute.RouteWeights(r)
+	for backend, w := range stored {
+		rs.Weights = append(rs.Weights, RouteWeight{Cluster: byBackend[backend], Backend: backend, Weight: w})
+	}
+	sort.Slice(rs.Weights, func(i, j int) bool {
+		a, b := rs.Weights[i], rs.Weights[j]
+		if a.Cluster != b.Cluster {
+			return a.Cluster < b.Cluster
+		}
+		return a.Backend < b.Backend
+	})
+	if computed {
+		rs.MatchesComputed = len(stored) == len(c.Result.Entries)
+		for _, e := range c.Result.Entries {
+			w, ok := stored[httproute.ServiceName(tm.Namespace, tm.Name, e.Cluster)]
+			rs.MatchesComputed = rs.MatchesComputed && ok && w == e.Effective
+		}
+	}
+
+	cfg := httproute.Config{Gateway: o.Gateway, GatewaySection: o.GatewaySection}
+	if cfg.Gateway.Name == "" && len(r.Spec.ParentRefs) > 0 {
+		ref := r.Spec.ParentRefs[0]
+		cfg.Gateway = types.NamespacedName{Namespace: r.Namespace, Name: string(ref.Name)}
+		if ref.Namespace != nil {
+			cfg.Gateway.Namespace = string(*ref.Namespace)
+		}
+		if ref.SectionName != nil {
+			cfg.GatewaySection = string(*ref.SectionName)
+		}
+	}
+	if cfg.Gateway.Name == "" {
+		rs.Message = "route has no parentRef and no --gateway is given"
+		return rs
+	}
+	if cfg.Gateway.Namespace == "" {
+		cfg.Gateway.Namespace = r.Namespace
+	}
+	rs.Gateway = cfg.Gateway.String()
+	acc := cfg.Acceptance(r)
+	rs.Verdict = map[httproute.Verdict]string{httproute.Accepted: VerdictAccepted, httproute.Pending: VerdictPending, httproute.Rejected: VerdictRejected}[acc.Verdict]
+	rs.Message = acc.Message
+	return rs
+}
+
+func ptr[T any](v T) *T { return &v }
