@@ -369,3 +369,47 @@ func TestFleetMalformedTaintsBeforeFirstPublish(t *testing.T) {
 	setInferenceClusterTaints(t, fl.a, maintenanceNoExecute)
 	f.waitPublishedWith(fl.a + "=0 (" + maintenanceTaint + "), " + fl.b + "=1")
 }
+
+// `publisher status --workload-cluster C` lists the services still sending traffic to C, and
+// is empty once every service that does not tolerate C's NoExecute taint has left it (the
+// fleet counterpart of Modelplane's "Confirm the drain").
+func TestFleetStatusWorkloadClusterEmptiesAfterTaint(t *testing.T) {
+	chat := newFixture(t)
+	fl := newFleet(chat)
+	tolerant := newFixture(t)
+	tolerant.tolerate(`[{"key":"maintenance","operator":"Exists","effect":"NoExecute"}]`)
+	for _, f := range []*fixture{chat, tolerant} {
+		f.createMap(fl.entries())
+		f.startPublisher()
+		f.waitPublishedWith(fl.a + "=1, " + fl.b + "=1")
+	}
+	op := admin(t)
+	listed := func() []string {
+		t.Helper()
+		r := op.run(t, "status", "--workload-cluster", fl.a, "-A", "-o", "json")
+		require.Equal(t, 0, r.code, r.stderr)
+		var out struct {
+			Services []struct{ Namespace, TrafficMap string }
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), r.stdout)
+		var names []string
+		for _, s := range out.Services {
+			names = append(names, s.Namespace+"/"+s.TrafficMap)
+		}
+		return names
+	}
+	assert.ElementsMatch(t, []string{chat.ns + "/chat", tolerant.ns + "/chat"}, listed())
+
+	setInferenceClusterTaints(t, fl.a, maintenanceNoExecute)
+	chat.waitPublishedWith(fl.a + "=0 (" + maintenanceTaint + ")")
+	assert.Equal(t, []string{tolerant.ns + "/chat"}, listed(), "only the tolerating service is still on the cluster")
+	r := op.run(t, "status", "chat", "-n", tolerant.ns)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "maintenance:Exists:NoExecute", "status shows the tolerations in effect")
+	r = op.run(t, "status", "chat", "-n", chat.ns)
+	assert.Contains(t, r.stdout, "maintenance=planned:NoExecute", "status shows the taint holding the cluster")
+
+	tolerant.tolerate(`[]`)
+	tolerant.waitPublishedWith(fl.a + "=0 (" + maintenanceTaint + ")")
+	assert.Empty(t, listed(), "every service has left the tainted cluster")
+}

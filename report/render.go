@@ -83,6 +83,9 @@ func statusTable(s Status) string {
 	if s.TolerationError != "" {
 		fmt.Fprintf(tw, "Tolerations\tMalformed: %s\n", s.TolerationError)
 	}
+	if len(s.Tolerations) > 0 {
+		fmt.Fprintf(tw, "Tolerations in effect\t%s\n", strings.Join(s.Tolerations, ", "))
+	}
 	p := s.Published
 	pub := p.Status
 	if p.Reason != "" {

@@ -77,6 +77,9 @@ type Status struct {
 	// publisher keeps the last valid state recorded on the route.
 	TaintError      string `json:"taintError,omitempty"`
 	TolerationError string `json:"tolerationError,omitempty"`
+	// Tolerations are the service's tolerations in effect (the annotation's, or the last
+	// valid ones the publisher keeps), formatted as weights.Toleration.String does.
+	Tolerations []string `json:"tolerations,omitempty"`
 	// Error says why no effective weights could be computed; empty when they were.
 	Error     string    `json:"error,omitempty"`
 	Published Published `json:"published"`
@@ -209,6 +212,9 @@ func Build(o Objects) Status {
 		}
 		if computed.TolerationErr != nil {
 			s.TolerationError = computed.TolerationErr.Error()
+		}
+		for _, tol := range computed.Tolerations {
+			s.Tolerations = append(s.Tolerations, tol.String())
 		}
 	}
 	s.Published = published(tm)
