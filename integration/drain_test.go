@@ -27,7 +27,7 @@ func TestSeedDrainAndUndrain(t *testing.T) {
 	f.drain(seedDrain)
 	f.waitPublishedWith("worker-a=0 (drained by maintenance-a), worker-b=1")
 	assert.Equal(t, map[string]int32{"worker-a": 0, "worker-b": 1}, f.routeWeights("worker-a", "worker-b"))
-	requireFalseBeforeTrue(t, w.transitions(), gen)
+	requireFalseBeforeTrue(t, w, gen)
 
 	// OME's routing controller applies the same drain to the map.
 	_, err := f.routing.ApplyDrain(ctxFor(t), f.ns, service, "worker-a", "maintenance-a")
@@ -98,7 +98,7 @@ func TestDrainEverythingApplyCurrent(t *testing.T) {
 	f.waitPublished()
 
 	f.drain(`{"all-a":{"cluster":"worker-a","reason":"dc move"},"all-b":{"cluster":"worker-b","reason":"dc move"}}`)
-	tm := f.waitPublishedWith("every effective weight is 0, so the route sends no traffic")
+	tm := f.waitPublishedWith("every effective weight is 0, so no traffic is routed")
 	assert.Equal(t, map[string]int32{"worker-a": 0, "worker-b": 0}, f.routeWeights("worker-a", "worker-b"))
 	assert.True(t, tm.Status.Published)
 }

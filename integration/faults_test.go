@@ -231,7 +231,7 @@ func TestPublishedFlipsBeforeTrueAndKubectlColumn(t *testing.T) {
 	w := f.watchPublished()
 	tm := f.updateMap(func(s *v1beta1.TrafficMapSpec) { s.Entries[0].Weight = 3 })
 	f.waitPublishedWith("worker-a=3, worker-b=1")
-	requireFalseBeforeTrue(t, w.transitions(), tm.Generation)
+	requireFalseBeforeTrue(t, w, tm.Generation)
 
 	kubectl, err := exec.LookPath("kubectl")
 	require.NoError(t, err, "kubectl (Debian package kubectl) must be on PATH")

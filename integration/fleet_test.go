@@ -258,7 +258,7 @@ func TestFleetTaintEveryCluster(t *testing.T) {
 	setInferenceClusterTaints(t, fl.a, maintenanceNoExecute)
 	setWorkloadClusterTaints(t, fl.b, `[{"key":"decommission","effect":"NoExecute"}]`, false)
 	tm := f.waitCondition(metav1.ConditionTrue, publish.ReasonPublished, fl.a+"=0 ("+maintenanceTaint+"), "+fl.b+"=0 (taint decommission:NoExecute)",
-		"every effective weight is 0, so the route sends no traffic")
+		"every effective weight is 0, so no traffic is routed")
 	assert.True(t, tm.Status.Published)
 	assert.Equal(t, map[string]int32{fl.a: 0, fl.b: 0}, fl.weights(f))
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -106,6 +107,9 @@ type runningPublisher struct {
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
+	// xdsAddr is where its xDS server listens, nil with the xDS sink off.
+	xdsAddr net.Addr
+	pub     *publish.Publisher
 }
 
 func startPublisher(t *testing.T, cfg publish.Config) *runningPublisher {
@@ -113,7 +117,7 @@ func startPublisher(t *testing.T, cfg publish.Config) *runningPublisher {
 	p, err := publish.New(cfg, restCfg, zaptest.NewLogger(t).Named("publish"))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningPublisher{cancel: cancel, done: make(chan error, 1)}
+	r := &runningPublisher{cancel: cancel, done: make(chan error, 1), xdsAddr: p.XDSAddr(), pub: p}
 	go func() { r.done <- p.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -83,19 +84,29 @@ func (pw *publishedWatcher) transitions() []transition {
 	return append([]transition(nil), pw.seen...)
 }
 
-// requireFalseBeforeTrue asserts that, among the Published states the watcher saw for
-// generation gen, the first was False with reason Publishing and the last True.
-func requireFalseBeforeTrue(t *testing.T, all []transition, gen int64) {
+// requireFalseBeforeTrue waits until the watcher has seen Published True for generation
+// gen (a watch can lag a GET), then asserts that the first state it saw for gen was False
+// with reason Publishing.
+func requireFalseBeforeTrue(t *testing.T, w *publishedWatcher, gen int64) {
 	t.Helper()
 	var seen []transition
-	for _, tr := range all {
-		if tr.Generation == gen {
-			seen = append(seen, tr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		seen = seen[:0]
+		for _, tr := range w.snapshot() {
+			if tr.Generation == gen {
+				seen = append(seen, tr)
+			}
 		}
-	}
-	require.NotEmpty(t, seen, "no Published state at generation %d among %v", gen, all)
-	first, last := seen[0], seen[len(seen)-1]
-	require.Equal(t, metav1.ConditionFalse, first.Status, "first state after the change: %v", seen)
-	require.Equal(t, "Publishing", first.Reason, "first state after the change: %v", seen)
-	require.Equal(t, metav1.ConditionTrue, last.Status, "last state: %v", seen)
+		require.NotEmpty(c, seen, "no Published state at generation %d", gen)
+		assert.Equal(c, metav1.ConditionTrue, seen[len(seen)-1].Status, "last state: %v", seen)
+	}, waitTimeout, tick)
+	require.Equal(t, metav1.ConditionFalse, seen[0].Status, "first state after the change: %v", seen)
+	require.Equal(t, "Publishing", seen[0].Reason, "first state after the change: %v", seen)
+}
+
+// snapshot returns what the watcher has seen so far, in order.
+func (pw *publishedWatcher) snapshot() []transition {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	return append([]transition(nil), pw.seen...)
 }

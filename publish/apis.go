@@ -13,11 +13,18 @@ import (
 // checkAPIs fails fast, with a message naming what to install, when a resource the
 // publisher watches is not served.
 func (p *Publisher) checkAPIs() error {
-	for _, want := range []struct{ groupVersion, resource, hint string }{
-		{v1beta1.SchemeGroupVersion.String(), "trafficmaps", "install the TrafficMap CRD (charts/publisher/crds) or OME"},
-		{v1beta1.SchemeGroupVersion.String(), "inferenceservices", "install OME's InferenceService CRD"},
-		{gwapiv1.GroupVersion.String(), "httproutes", "install the Gateway API standard CRDs"},
+	for _, want := range []struct {
+		groupVersion, resource, hint string
+		needed                       bool
+	}{
+		{v1beta1.SchemeGroupVersion.String(), "trafficmaps", "install the TrafficMap CRD (charts/publisher/crds) or OME", true},
+		{v1beta1.SchemeGroupVersion.String(), "inferenceservices", "install OME's InferenceService CRD", true},
+		{gwapiv1.GroupVersion.String(), "httproutes", "install the Gateway API standard CRDs, or run with --sinks xds",
+			p.cfg.sinkOn(SinkHTTPRoute)},
 	} {
+		if !want.needed {
+			continue
+		}
 		list, err := p.clients.kube.Discovery().ServerResourcesForGroupVersion(want.groupVersion)
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("discover %s: %w", want.groupVersion, err)

@@ -3,9 +3,11 @@ package publish
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"text/template"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -51,6 +53,38 @@ type Config struct {
 	// QPS and Burst bound the API client; defaults 50 and 100.
 	QPS   float32
 	Burst int
+
+	// Sinks selects where weights are published: SinkHTTPRoute, SinkXDS or both. Empty
+	// means the HTTPRoute sink alone.
+	Sinks []string
+	// XDSAddress is where the xDS server listens (default ":18000").
+	XDSAddress string
+	// XDSListenerAddress is the Envoy listener's host:port (default "0.0.0.0:10080").
+	XDSListenerAddress string
+	// XDSTLSCert, XDSTLSKey and XDSClientCA secure the xDS port (all optional; the CA turns
+	// on mutual TLS).
+	XDSTLSCert, XDSTLSKey, XDSClientCA string
+	// RequireXDSAck makes Published wait until every connected xDS client has ACKed a
+	// version carrying the map's current weights.
+	RequireXDSAck bool
+	// XDSMinClients makes Published wait until at least this many xDS clients are connected.
+	XDSMinClients int
+	// Registerer, when set, receives the publisher's metrics.
+	Registerer prometheus.Registerer
+}
+
+// The sinks.
+const (
+	SinkHTTPRoute = "httproute"
+	SinkXDS       = "xds"
+)
+
+// sinkOn reports whether the sink is selected.
+func (c Config) sinkOn(sink string) bool {
+	if len(c.Sinks) == 0 {
+		return sink == SinkHTTPRoute
+	}
+	return slices.Contains(c.Sinks, sink)
 }
 
 // ErrInvalidConfig marks a configuration the publisher cannot start with.
@@ -75,15 +109,22 @@ func (c *Config) setDefaults() {
 	if c.Burst <= 0 {
 		c.Burst = 100
 	}
+	if c.XDSAddress == "" {
+		c.XDSAddress = ":18000"
+	}
 }
 
 // Validate reports every problem with c, each naming the flag and the rule.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Gateway.Name == "" {
+	switch {
+	case !c.sinkOn(SinkHTTPRoute): // --gateway only matters to the HTTPRoute sink
+	case c.Gateway.Name == "":
 		errs = append(errs, fmt.Errorf("%w: --gateway is required (NAMESPACE/NAME or NAME)", ErrInvalidConfig))
-	} else if msgs := validation.IsDNS1123Subdomain(c.Gateway.Name); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("%w: --gateway name %q: %s", ErrInvalidConfig, c.Gateway.Name, msgs[0]))
+	default:
+		if msgs := validation.IsDNS1123Subdomain(c.Gateway.Name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%w: --gateway name %q: %s", ErrInvalidConfig, c.Gateway.Name, msgs[0]))
+		}
 	}
 	if c.Gateway.Namespace != "" {
 		if msgs := validation.IsDNS1123Label(c.Gateway.Namespace); len(msgs) > 0 {
@@ -102,6 +143,14 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.hostTemplate(); err != nil {
 		errs = append(errs, err)
+	}
+	for _, sink := range c.Sinks {
+		if sink != SinkHTTPRoute && sink != SinkXDS {
+			errs = append(errs, fmt.Errorf("%w: --sinks %q: must be httproute, xds or both (comma-separated)", ErrInvalidConfig, sink))
+		}
+	}
+	if c.XDSMinClients < 0 {
+		errs = append(errs, fmt.Errorf("%w: --xds-min-clients %d: must not be negative", ErrInvalidConfig, c.XDSMinClients))
 	}
 	for _, ns := range c.Namespaces {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {

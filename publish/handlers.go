@@ -24,8 +24,13 @@ func (p *Publisher) handle(inf cache.SharedIndexInformer, fn func(old, obj any))
 	})
 }
 
+// enqueue queues the map and, with the xDS sink on, a rebuild of the xDS snapshot, which
+// carries every map.
 func (p *Publisher) enqueue(namespace, name string) {
 	p.queue.Add(cache.NewObjectName(namespace, name))
+	if p.xds != nil {
+		p.xds.queue.Add(xdsSnapshotKey)
+	}
 }
 
 // onTrafficMap enqueues the map unless the change is only to conditions or publisher-owned

@@ -3,6 +3,7 @@ package publish
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -31,6 +32,7 @@ import (
 	"github.com/trafficmap/publisher/api/tmclient"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/xds"
 )
 
 // Index names on the TrafficMap informer.
@@ -64,6 +66,11 @@ type Publisher struct {
 	// Run before any worker starts.
 	inferenceClusters cache.SharedIndexInformer
 	workloadClusters  cache.SharedIndexInformer
+
+	// xds is the xDS sink, nil when it is off.
+	xds *xdsSink
+	// xdsClients is the set of connected xDS node ids last seen, to spot (dis)connections.
+	xdsClients string
 }
 
 type clients struct {
@@ -136,7 +143,29 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	p.events = record.NewBroadcaster()
 	p.recorder = p.events.NewRecorder(scheme, corev1.EventSource{Component: cfg.FieldManager})
 	p.buildInformers()
+	if cfg.sinkOn(SinkXDS) {
+		if p.xds, err = newXDSSink(cfg, log.Named("xds"), p.onXDSClientChange); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
+}
+
+// XDSClients returns what each connected xDS client has ACKed and NACKed, or nil when the
+// xDS sink is off.
+func (p *Publisher) XDSClients() []xds.ClientState {
+	if p.xds == nil {
+		return nil
+	}
+	return p.xds.server.Tracker().Clients()
+}
+
+// XDSAddr is where the xDS server listens, or nil when the xDS sink is off.
+func (p *Publisher) XDSAddr() net.Addr {
+	if p.xds == nil {
+		return nil
+	}
+	return p.xds.Addr()
 }
 
 func (p *Publisher) buildInformers() {
@@ -171,12 +200,14 @@ func (p *Publisher) buildInformers() {
 		p.handle(maps, p.onTrafficMap)
 		p.handle(isvcs, p.onInferenceService)
 		p.handleTolerationEvents(isvcs)
-		p.handle(routes, p.onRoute)
-		p.handle(services, p.onOwnedObject)
+		if p.cfg.sinkOn(SinkHTTPRoute) {
+			p.handle(routes, p.onRoute)
+			p.handle(services, p.onOwnedObject)
+			p.routes = append(p.routes, routes)
+			p.services = append(p.services, services)
+		}
 		p.maps = append(p.maps, maps)
 		p.isvcs = append(p.isvcs, isvcs)
-		p.routes = append(p.routes, routes)
-		p.services = append(p.services, services)
 	}
 }
 
@@ -207,11 +238,32 @@ func (p *Publisher) Run(ctx context.Context) error {
 	synced = append(synced, fleet...)
 	p.log.Info("waiting for informer caches", zap.Strings("namespaces", p.cfg.Namespaces))
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return fmt.Errorf("wait for informer caches: %w", ctx.Err())
+		return nil // stopped before the caches synced: a normal stop
 	}
 	p.log.Info("caches synced; starting workers", zap.Int("workers", p.cfg.Workers))
 
 	var wg sync.WaitGroup
+	if p.xds != nil {
+		// The first snapshot is built from synced caches before any client is answered or
+		// any map's confirmation is judged.
+		if err := p.rebuildXDS(ctx); err != nil {
+			p.log.Error("first xds snapshot not built; retrying", zap.Error(err))
+			p.xds.queue.Add(xdsSnapshotKey)
+		}
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := p.xds.server.Serve(ctx, p.xds.listener); err != nil {
+				p.log.Error("xds server stopped", zap.Error(err))
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for p.processXDS(ctx) {
+			}
+		}()
+		p.log.Info("serving xds", zap.String("address", p.xds.Addr().String()))
+	}
 	for range p.cfg.Workers {
 		wg.Add(1)
 		go func() {
@@ -221,6 +273,9 @@ func (p *Publisher) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	p.queue.ShutDown()
+	if p.xds != nil {
+		p.xds.queue.ShutDown()
+	}
 	wg.Wait()
 	p.log.Info("stopped")
 	return nil

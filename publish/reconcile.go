@@ -16,6 +16,7 @@ import (
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/weights"
+	"github.com/trafficmap/publisher/xds"
 )
 
 // Reasons of the Published condition. They are part of the publisher's interface: the
@@ -30,6 +31,7 @@ const (
 	ReasonRouteRefused           = "RouteRefused"
 	ReasonRouteNotAccepted       = "RouteNotAccepted"
 	ReasonLastPositiveRetained   = "LastPositiveRetained"
+	ReasonXDSRejected            = "XDSRejected"
 )
 
 // reconcile converges one TrafficMap. It returns an error only for transient failures, which
@@ -113,54 +115,32 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 		drainErr = errors.New(joinLines(errors.Join(inputErrs...)))
 	}
 
-	recorded := recordedFleet(computed)
-	desired, err := httproute.Build(p.sink, src, res, httproute.Inputs{Generation: tm.Generation, Drains: drains,
-		Taints: recorded.Taints, Tolerations: recorded.Tolerations})
-	if err != nil {
-		return st.fail(ctx, ReasonRouteRefused, fmt.Sprintf("httproute sink cannot publish trafficmap %s/%s: %s", tm.Namespace, tm.Name, err))
-	}
-
-	retain := res.AllZero() && p.cfg.NoPositivePolicy == RetainLastPositive && hasPositiveWeight(route)
-	if !retain && !st.current(route, desired) {
-		// Say "not yet" before touching anything, so PUBLISHED is never stale.
-		if err := st.write(ctx, st.publishing("publishing weights "+describeWeights(res))); err != nil {
+	var confirms []string
+	if p.cfg.sinkOn(SinkHTTPRoute) {
+		confirm, done, err := p.publishRoute(ctx, st, log, tm, src, route, computed, drainErr)
+		if !done {
 			return err
 		}
+		confirms = append(confirms, confirm)
 	}
-	if retain {
-		weightsKept, _ := httproute.RouteWeights(route)
-		msg := fmt.Sprintf("every effective weight is 0 (%s); --no-positive-policy RetainLastPositive keeps the last positive weights on route %s/%s (%s)",
-			describeWeights(res), route.Namespace, route.Name, describeRouteWeights(weightsKept))
-		return st.fail(ctx, ReasonLastPositiveRetained, withDrainError(msg, drainErr))
-	}
-
-	synced, err := p.writer.Sync(ctx, src, desired, store{p})
-	if errors.Is(err, httproute.ErrConflict) {
-		return st.fail(ctx, ReasonRouteConflict, err.Error())
-	}
-	if err != nil {
-		return fmt.Errorf("sync httproute: %w", err)
-	}
-	if synced.Writes > 0 {
-		log.Info("stored route", zap.String("httproute", desired.Route.Namespace+"/"+desired.Route.Name),
-			zap.Int("writes", synced.Writes), zap.String("weights", describeWeights(res)))
-	}
-	st.route = synced.Route
-
-	confirm := "route " + synced.Route.Namespace + "/" + synced.Route.Name + " stored (gateway acceptance not required)"
-	if p.cfg.RequireRouteAccepted {
-		acc := p.sink.Acceptance(synced.Route)
-		switch acc.Verdict {
-		case httproute.Pending:
-			return st.write(ctx, st.publishing(acc.Message))
-		case httproute.Rejected:
-			return st.fail(ctx, ReasonRouteNotAccepted, acc.Message)
+	if p.xds != nil {
+		svc := xds.Service{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service, Result: res}
+		if host, err := p.sink.Hostname(src); err == nil {
+			svc.Hostnames = []string{host}
 		}
-		confirm = acc.Message
+		c := p.xds.confirm(svc)
+		switch {
+		case c.Nack != nil:
+			return st.fail(ctx, ReasonXDSRejected, c.Message)
+		case !c.Done && p.cfg.RequireXDSAck:
+			return st.write(ctx, st.publishing(c.Message))
+		}
+		confirms = append(confirms, c.Message)
 	}
-	msg := confirm + "; weights " + describeWeights(res)
+
+	msg := strings.Join(confirms, "; ") + "; weights " + describeWeights(res)
 	if res.AllZero() {
-		msg += "; every effective weight is 0, so the route sends no traffic (--no-positive-policy ApplyCurrent)"
+		msg += "; every effective weight is 0, so no traffic is routed (--no-positive-policy ApplyCurrent)"
 	}
 	if len(res.Pending) > 0 {
 		msg += "; pending drains (no such entry): " + describeDrains(res.Pending)
@@ -169,6 +149,61 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 		return st.fail(ctx, inputReason, msg+"; but "+drainErr.Error())
 	}
 	return st.write(ctx, st.published(msg))
+}
+
+// publishRoute is the HTTPRoute sink's part of a reconcile: it stores the route and its
+// Services and reads the gateway's verdict. It returns the confirmation for the message and
+// done; when done is false it has already written the status that explains why (or failed
+// transiently) and the reconcile ends with the returned error.
+func (p *Publisher) publishRoute(ctx context.Context, st *statusWriter, log *zap.Logger, tm *v1beta1.TrafficMap,
+	src httproute.Source, route *gwapiv1.HTTPRoute, computed Computed, drainErr error,
+) (confirm string, done bool, err error) {
+	res := computed.Result
+	recorded := recordedFleet(computed)
+	desired, err := httproute.Build(p.sink, src, res, httproute.Inputs{Generation: tm.Generation, Drains: computed.Drains,
+		Taints: recorded.Taints, Tolerations: recorded.Tolerations})
+	if err != nil {
+		return "", false, st.fail(ctx, ReasonRouteRefused, fmt.Sprintf("httproute sink cannot publish trafficmap %s/%s: %s", tm.Namespace, tm.Name, err))
+	}
+
+	retain := res.AllZero() && p.cfg.NoPositivePolicy == RetainLastPositive && hasPositiveWeight(route)
+	if !retain && !st.current(route, desired) {
+		// Say "not yet" before touching anything, so PUBLISHED is never stale.
+		if err := st.write(ctx, st.publishing("publishing weights "+describeWeights(res))); err != nil {
+			return "", false, err
+		}
+	}
+	if retain {
+		weightsKept, _ := httproute.RouteWeights(route)
+		msg := fmt.Sprintf("every effective weight is 0 (%s); --no-positive-policy RetainLastPositive keeps the last positive weights on route %s/%s (%s)",
+			describeWeights(res), route.Namespace, route.Name, describeRouteWeights(weightsKept))
+		return "", false, st.fail(ctx, ReasonLastPositiveRetained, withDrainError(msg, drainErr))
+	}
+
+	synced, err := p.writer.Sync(ctx, src, desired, store{p})
+	if errors.Is(err, httproute.ErrConflict) {
+		return "", false, st.fail(ctx, ReasonRouteConflict, err.Error())
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("sync httproute: %w", err)
+	}
+	if synced.Writes > 0 {
+		log.Info("stored route", zap.String("httproute", desired.Route.Namespace+"/"+desired.Route.Name),
+			zap.Int("writes", synced.Writes), zap.String("weights", describeWeights(res)))
+	}
+	st.route = synced.Route
+
+	if !p.cfg.RequireRouteAccepted {
+		return "route " + synced.Route.Namespace + "/" + synced.Route.Name + " stored (gateway acceptance not required)", true, nil
+	}
+	acc := p.sink.Acceptance(synced.Route)
+	switch acc.Verdict {
+	case httproute.Pending:
+		return "", false, st.write(ctx, st.publishing(acc.Message))
+	case httproute.Rejected:
+		return "", false, st.fail(ctx, ReasonRouteNotAccepted, acc.Message)
+	}
+	return acc.Message, true, nil
 }
 
 // source returns the InferenceService the map names, checking status.sourceUID when set.

@@ -14,6 +14,9 @@ import (
 
 // informerFor returns the informer among infs that covers namespace, or nil.
 func (p *Publisher) informerFor(infs []cache.SharedIndexInformer, namespace string) cache.SharedIndexInformer {
+	if len(infs) == 0 { // a sink that is off has no informers
+		return nil
+	}
 	for i, scope := range p.scopes {
 		if scope == "" || scope == namespace {
 			return infs[i]

@@ -123,8 +123,14 @@ func (t *Tracker) request(id int64, node *corev3.Node, typeURL, nonce, version, 
 		typeURL = s.typeURL
 	}
 	changed := false
-	// Only an answer to the latest nonce sent counts; the server drops stale ones.
-	if nonce != "" && s.sent[typeURL] == nonce {
+	switch {
+	case nonce == "" && version != "" && !nack:
+		// A stream's first request carries the version the client last accepted (for
+		// example from a publisher process before a restart): it holds that version.
+		s.acked[typeURL] = version
+		changed = true
+	case nonce != "" && s.sent[typeURL] == nonce:
+		// Only an answer to the latest nonce sent counts; the server drops stale ones.
 		sentVersion := s.version[nonce]
 		if nack {
 			s.nacked[typeURL] = Nack{Version: sentVersion, Message: message}

@@ -71,18 +71,24 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // runFlags are the flags of 'publisher run'.
 type runFlags struct {
-	kubeconfig, context  string
-	namespaces           string
-	gateway, section     string
-	hostTemplate         string
-	rewriteHostname      bool
-	requireRouteAccepted bool
-	noPositivePolicy     string
-	workers              int
-	resync               time.Duration
-	qps                  float64
-	burst                int
-	logFormat, logLevel  string
+	kubeconfig, context                string
+	namespaces                         string
+	gateway, section                   string
+	hostTemplate                       string
+	rewriteHostname                    bool
+	requireRouteAccepted               bool
+	noPositivePolicy                   string
+	workers                            int
+	resync                             time.Duration
+	qps                                float64
+	burst                              int
+	logFormat, logLevel                string
+	sinks                              string
+	xdsAddress                         string
+	xdsListenerAddress                 string
+	xdsTLSCert, xdsTLSKey, xdsClientCA string
+	requireXDSAck                      bool
+	xdsMinClients                      int
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (runFlags, *flag.FlagSet, error) {
@@ -104,6 +110,14 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, *flag.FlagSet, er
 	fs.IntVar(&f.burst, "kube-api-burst", 100, "API client burst")
 	fs.StringVar(&f.logFormat, "log-format", "json", "log format: json or console")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.sinks, "sinks", "httproute,xds", "where to publish: httproute, xds, or both (comma-separated); xds alone needs no Gateway API CRDs")
+	fs.StringVar(&f.xdsAddress, "xds-address", ":18000", "address of the xDS server (ADS and per-type, state of the world and delta)")
+	fs.StringVar(&f.xdsListenerAddress, "xds-listener-address", "0.0.0.0:10080", "host:port of the listener the xDS server gives Envoy")
+	fs.StringVar(&f.xdsTLSCert, "xds-tls-cert", "", "PEM certificate for TLS on the xDS port (with --xds-tls-key)")
+	fs.StringVar(&f.xdsTLSKey, "xds-tls-key", "", "PEM key for TLS on the xDS port")
+	fs.StringVar(&f.xdsClientCA, "xds-client-ca", "", "PEM CA bundle: require xDS clients to present a certificate it signed (mutual TLS)")
+	fs.BoolVar(&f.requireXDSAck, "require-xds-ack", true, "Published waits until every connected xDS client has ACKed a version with the map's current weights")
+	fs.IntVar(&f.xdsMinClients, "xds-min-clients", 0, "Published waits until at least this many xDS clients are connected")
 	if err := fs.Parse(args); err != nil {
 		return f, fs, err
 	}
@@ -125,11 +139,23 @@ func (f runFlags) config() publish.Config {
 		ResyncPeriod:         f.resync,
 		QPS:                  float32(f.qps),
 		Burst:                f.burst,
+		XDSAddress:           f.xdsAddress,
+		XDSListenerAddress:   f.xdsListenerAddress,
+		XDSTLSCert:           f.xdsTLSCert,
+		XDSTLSKey:            f.xdsTLSKey,
+		XDSClientCA:          f.xdsClientCA,
+		RequireXDSAck:        f.requireXDSAck,
+		XDSMinClients:        f.xdsMinClients,
 	}
 	if ns, name, ok := strings.Cut(f.gateway, "/"); ok {
 		cfg.Gateway = types.NamespacedName{Namespace: ns, Name: name}
 	} else {
 		cfg.Gateway = types.NamespacedName{Name: f.gateway}
+	}
+	for _, sink := range strings.Split(f.sinks, ",") {
+		if sink = strings.TrimSpace(sink); sink != "" {
+			cfg.Sinks = append(cfg.Sinks, sink)
+		}
 	}
 	for _, ns := range strings.Split(f.namespaces, ",") {
 		if ns = strings.TrimSpace(ns); ns != "" {

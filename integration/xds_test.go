@@ -1,0 +1,151 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+	grpcxds "google.golang.org/grpc/xds"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/publish"
+)
+
+// grpcBackend is a real gRPC server standing for one workload cluster's endpoint: it
+// answers UnaryCall with its cluster name.
+type grpcBackend struct {
+	testgrpc.UnimplementedTestServiceServer
+	cluster string
+}
+
+func (b grpcBackend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return &testgrpc.SimpleResponse{Hostname: b.cluster}, nil
+}
+
+func startGRPCBackend(t *testing.T, cluster string) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	testgrpc.RegisterTestServiceServer(srv, grpcBackend{cluster: cluster})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return "http://" + lis.Addr().String()
+}
+
+// xdsClient is a real proxyless gRPC client resolving target through the publisher's xDS
+// server with grpc-go's xDS resolver.
+func xdsClient(t *testing.T, server net.Addr, nodeID, target string) testgrpc.TestServiceClient {
+	t.Helper()
+	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":%q,"channel_creds":[{"type":"insecure"}],"server_features":["xds_v3"]}],"node":{"id":%q}}`,
+		server.String(), nodeID)
+	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	require.NoError(t, err)
+	conn, err := grpc.NewClient("xds:///"+target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return testgrpc.NewTestServiceClient(conn)
+}
+
+func call(client testgrpc.TestServiceClient) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+	return resp.GetHostname(), err
+}
+
+func spread(t *testing.T, client testgrpc.TestServiceClient, n int) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for range n {
+		host, err := call(client)
+		require.NoError(t, err)
+		got[host]++
+	}
+	return got
+}
+
+// routeVersion waits until the publisher's one xDS client has ACKed a route configuration
+// with no NACK, and returns that version.
+func routeVersion(t *testing.T, r *runningPublisher) string {
+	t.Helper()
+	var v string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		clients := r.pub.XDSClients()
+		require.Len(c, clients, 1)
+		assert.Empty(c, clients[0].Nacked)
+		v = clients[0].Acked[resource.RouteType]
+		assert.NotEmpty(c, v)
+	}, waitTimeout, tick)
+	return v
+}
+
+// The publisher as a standalone xDS endpoint (no HTTPRoute sink) for a real proxyless gRPC
+// client: Published waits for the client's ACK of the drained weights, a drain moves every
+// later RPC, draining everything gives UNAVAILABLE, and a publisher restart neither
+// interrupts RPCs nor sends the client a new version.
+func TestXDSProxylessGRPCClient(t *testing.T) {
+	f := newFixture(t)
+	f.createMap([]v1beta1.TrafficMapEntry{
+		{Cluster: "worker-a", Endpoint: startGRPCBackend(t, "worker-a"), Weight: 1},
+		{Cluster: "worker-b", Endpoint: startGRPCBackend(t, "worker-b"), Weight: 1},
+	})
+	xdsOnly := func(c *publish.Config) {
+		c.Sinks, c.XDSAddress, c.RequireXDSAck, c.XDSMinClients = []string{publish.SinkXDS}, "127.0.0.1:0", true, 1
+	}
+	pub := f.startPublisher(xdsOnly)
+	f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "waiting for xds clients: 0 connected, --xds-min-clients is 1")
+
+	client := xdsClient(t, pub.xdsAddr, "grpc-client-1", "chat."+f.ns)
+	_, err := call(client)
+	require.NoError(t, err)
+	tm := f.waitPublishedWith("ACKed by 1/1 clients")
+	assert.Nil(t, tm.Status.GatewayRef, "no HTTPRoute sink")
+	got := spread(t, client, 200)
+	assert.Positive(t, got["worker-a"])
+	assert.Positive(t, got["worker-b"])
+
+	// The seed's drain: Published False until the client ACKed, then every RPC to worker-b.
+	w := f.watchPublished()
+	f.drain(seedDrain)
+	f.waitPublishedWith("ACKed by 1/1 clients; weights worker-a=0 (drained by maintenance-a), worker-b=1")
+	requireFalseBeforeTrue(t, w, tm.Generation)
+	assert.Equal(t, map[string]int{"worker-b": 100}, spread(t, client, 100))
+
+	// Draining everything: the route is a fixed response, which gRPC fails with UNAVAILABLE.
+	f.drain(`{"all-a":{"cluster":"worker-a","reason":"dc move"},"all-b":{"cluster":"worker-b","reason":"dc move"}}`)
+	f.waitPublishedWith("every effective weight is 0")
+	_, err = call(client)
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+
+	f.drain(seedDrain)
+	f.waitPublishedWith("worker-a=0 (drained by maintenance-a), worker-b=1")
+
+	// Restart: RPCs go on while the publisher is away (the client keeps its configuration),
+	// and the new process serves the same content under the same version.
+	acked := routeVersion(t, pub)
+	before := published(f.getMap()).Message
+	pub.stop(t)
+	assert.Equal(t, map[string]int{"worker-b": 50}, spread(t, client, 50), "no interruption while the publisher is down")
+	addr := pub.xdsAddr.String()
+	restarted := f.startPublisher(xdsOnly, func(c *publish.Config) { c.XDSAddress = addr })
+	assert.Equal(t, acked, routeVersion(t, restarted), "the new process serves the same version: the client got nothing new")
+	assert.Equal(t, map[string]int{"worker-b": 50}, spread(t, client, 50))
+	assert.Contains(t, before, "xds version "+acked+" ACKed by 1/1 clients")
+	f.waitPublishedWith("xds version " + acked + " ACKed by 1/1 clients")
+
+	for _, tr := range w.transitions() {
+		assert.NotEqual(t, publish.ReasonXDSRejected, tr.Reason, "no NACK: %v", tr)
+	}
+}
