@@ -69,8 +69,11 @@ type Config struct {
 	RequireXDSAck bool
 	// XDSMinClients makes Published wait until at least this many xDS clients are connected.
 	XDSMinClients int
-	// Registerer, when set, receives the publisher's metrics.
+	// Registerer, when set, receives the publisher's metrics (HTTPAddress serves its own
+	// registry otherwise).
 	Registerer prometheus.Registerer
+	// HTTPAddress, when set, serves /metrics, /healthz, /readyz and /debug/xds.
+	HTTPAddress string
 }
 
 // The sinks.

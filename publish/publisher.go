@@ -69,6 +69,8 @@ type Publisher struct {
 
 	// xds is the xDS sink, nil when it is off.
 	xds *xdsSink
+	// http serves metrics, health and debug endpoints; nil when off.
+	http *httpServer
 	// xdsClients is the set of connected xDS node ids last seen, to spot (dis)connections.
 	xdsClients string
 }
@@ -143,6 +145,15 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	p.events = record.NewBroadcaster()
 	p.recorder = p.events.NewRecorder(scheme, corev1.EventSource{Component: cfg.FieldManager})
 	p.buildInformers()
+	if cfg.HTTPAddress != "" {
+		if p.http, err = newHTTPServer(cfg.HTTPAddress); err != nil {
+			return nil, err
+		}
+		if cfg.Registerer == nil {
+			cfg.Registerer = p.http.registry
+			p.cfg.Registerer = p.http.registry
+		}
+	}
 	if cfg.sinkOn(SinkXDS) {
 		if p.xds, err = newXDSSink(cfg, log.Named("xds"), p.onXDSClientChange); err != nil {
 			return nil, err
@@ -243,6 +254,13 @@ func (p *Publisher) Run(ctx context.Context) error {
 	p.log.Info("caches synced; starting workers", zap.Int("workers", p.cfg.Workers))
 
 	var wg sync.WaitGroup
+	if p.http != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.http.serve(ctx, p)
+		}()
+	}
 	if p.xds != nil {
 		// The first snapshot is built from synced caches before any client is answered or
 		// any map's confirmation is judged.
@@ -263,6 +281,9 @@ func (p *Publisher) Run(ctx context.Context) error {
 			}
 		}()
 		p.log.Info("serving xds", zap.String("address", p.xds.Addr().String()))
+	}
+	if p.http != nil {
+		p.http.ready.Store(true)
 	}
 	for range p.cfg.Workers {
 		wg.Add(1)

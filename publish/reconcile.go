@@ -32,6 +32,7 @@ const (
 	ReasonRouteNotAccepted       = "RouteNotAccepted"
 	ReasonLastPositiveRetained   = "LastPositiveRetained"
 	ReasonXDSRejected            = "XDSRejected"
+	ReasonXDSInvalid             = "XDSInvalid"
 )
 
 // reconcile converges one TrafficMap. It returns an error only for transient failures, which
@@ -127,6 +128,10 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 		svc := xds.Service{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service, Result: res}
 		if host, err := p.sink.Hostname(src); err == nil {
 			svc.Hostnames = []string{host}
+		}
+		if err := p.xds.invalidErr(svc.Key()); err != nil {
+			return st.fail(ctx, ReasonXDSInvalid, fmt.Sprintf("xds sink cannot serve trafficmap %s: %s; its last good resources stay served",
+				svc.Key(), joinLines(err)))
 		}
 		c := p.xds.confirm(svc)
 		switch {

@@ -34,7 +34,8 @@ type xdsSink struct {
 	mu       sync.Mutex
 	lastGood map[string]xds.Service // by map key: what is served while a map is invalid
 	digests  map[string]map[xds.Flavour]string
-	pending  map[string]bool // maps waiting for client ACKs
+	pending  map[string]bool  // maps waiting for client ACKs
+	invalid  map[string]error // maps whose resources failed validation
 }
 
 func newXDSSink(cfg Config, log *zap.Logger, onClientChange func()) (*xdsSink, error) {
@@ -127,6 +128,18 @@ func (p *Publisher) rebuildXDS(ctx context.Context) error {
 			}
 		}
 	}
+	// A map whose resources fail validation keeps its last good content on the wire.
+	services := make([]xds.Service, 0, len(current))
+	for _, s := range current {
+		services = append(services, s)
+	}
+	_, invalid := xds.Partition(x.envoy, services)
+	for key := range invalid {
+		delete(current, key)
+		if last, ok := x.lastGoodService(key); ok {
+			current[key] = last
+		}
+	}
 	var all, withHosts []xds.Service
 	for _, s := range current {
 		all = append(all, s)
@@ -154,7 +167,7 @@ func (p *Publisher) rebuildXDS(ctx context.Context) error {
 		x.history.Record(f.flavour, version, f.services)
 	}
 
-	for _, key := range x.remember(current, withHosts) {
+	for _, key := range x.remember(current, withHosts, invalid) {
 		ns, name, _ := strings.Cut(key, "/")
 		p.queue.Add(cache.NewObjectName(ns, name)) // not p.enqueue: that would queue another rebuild
 	}
@@ -168,8 +181,9 @@ func (x *xdsSink) lastGoodService(key string) (xds.Service, bool) {
 	return s, ok
 }
 
-// remember stores what is now served and returns the keys whose digests changed.
-func (x *xdsSink) remember(current map[string]xds.Service, withHosts []xds.Service) []string {
+// remember stores what is now served and which maps are invalid, and returns the keys whose
+// digests or validity changed.
+func (x *xdsSink) remember(current map[string]xds.Service, withHosts []xds.Service, invalid map[string]error) []string {
 	envoy := map[string]bool{}
 	for _, s := range withHosts {
 		envoy[s.Key()] = true
@@ -188,8 +202,25 @@ func (x *xdsSink) remember(current map[string]xds.Service, withHosts []xds.Servi
 			changed = append(changed, key)
 		}
 	}
-	x.digests, x.lastGood = next, current
+	for key := range invalid {
+		if x.invalid[key] == nil {
+			changed = append(changed, key)
+		}
+	}
+	for key := range x.invalid {
+		if invalid[key] == nil {
+			changed = append(changed, key)
+		}
+	}
+	x.digests, x.lastGood, x.invalid = next, current, invalid
 	return changed
+}
+
+// invalidErr is why the map's xDS resources are not served, nil when they are.
+func (x *xdsSink) invalidErr(key string) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.invalid[key]
 }
 
 // confirm is the xDS side of a map's Published condition for svc, its current content.

@@ -219,3 +219,15 @@ func BenchmarkTranslate(b *testing.B) {
 		})
 	}
 }
+
+func TestPartitionKeepsInvalidServicesOut(t *testing.T) {
+	good := service(t, "prod", "chat", nil, seedEntries()...)
+	bad := service(t, "prod", "embed", nil, seedEntries()...)
+	bad.Hostnames = []string{"bad\nhost"} // a line break in a virtual host domain fails Envoy's validation
+	valid, invalid := xds.Partition(xds.DefaultEnvoyOptions, []xds.Service{good, bad})
+	require.Len(t, valid, 1)
+	assert.Equal(t, "prod/chat", valid[0].Key())
+	require.Contains(t, invalid, "prod/embed")
+	assert.ErrorIs(t, invalid["prod/embed"], xds.ErrInvalidResources)
+	assert.Contains(t, invalid["prod/embed"].Error(), "envoy resources")
+}

@@ -148,3 +148,39 @@ func Version(res Resources) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
+
+// Partition translates and validates each service on its own, in both flavours (Envoy only
+// when it has hostnames), and returns the services that can be served and, by key, why the
+// others cannot. One invalid service then never keeps the others from being served.
+func Partition(opts EnvoyOptions, services []Service) (valid []Service, invalid map[string]error) {
+	invalid = map[string]error{}
+	for _, s := range services {
+		if err := validService(opts, s); err != nil {
+			invalid[s.Key()] = err
+			continue
+		}
+		valid = append(valid, s)
+	}
+	return valid, invalid
+}
+
+func validService(opts EnvoyOptions, s Service) error {
+	one := []Service{s}
+	if len(s.Hostnames) > 0 {
+		res, err := TranslateEnvoy(opts, one)
+		if err == nil {
+			err = Validate(res)
+		}
+		if err != nil {
+			return fmt.Errorf("envoy resources: %w", err)
+		}
+	}
+	res, err := TranslateGRPC(one)
+	if err == nil {
+		err = Validate(res)
+	}
+	if err != nil {
+		return fmt.Errorf("grpc resources: %w", err)
+	}
+	return nil
+}

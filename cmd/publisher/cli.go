@@ -89,6 +89,7 @@ type runFlags struct {
 	xdsTLSCert, xdsTLSKey, xdsClientCA string
 	requireXDSAck                      bool
 	xdsMinClients                      int
+	httpAddress                        string
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (runFlags, *flag.FlagSet, error) {
@@ -118,6 +119,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, *flag.FlagSet, er
 	fs.StringVar(&f.xdsClientCA, "xds-client-ca", "", "PEM CA bundle: require xDS clients to present a certificate it signed (mutual TLS)")
 	fs.BoolVar(&f.requireXDSAck, "require-xds-ack", true, "Published waits until every connected xDS client has ACKed a version with the map's current weights")
 	fs.IntVar(&f.xdsMinClients, "xds-min-clients", 0, "Published waits until at least this many xDS clients are connected")
+	fs.StringVar(&f.httpAddress, "http-address", ":8080", "address serving /metrics, /healthz, /readyz and /debug/xds; empty turns it off")
 	if err := fs.Parse(args); err != nil {
 		return f, fs, err
 	}
@@ -146,6 +148,7 @@ func (f runFlags) config() publish.Config {
 		XDSClientCA:          f.xdsClientCA,
 		RequireXDSAck:        f.requireXDSAck,
 		XDSMinClients:        f.xdsMinClients,
+		HTTPAddress:          f.httpAddress,
 	}
 	if ns, name, ok := strings.Cut(f.gateway, "/"); ok {
 		cfg.Gateway = types.NamespacedName{Namespace: ns, Name: name}

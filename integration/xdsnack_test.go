@@ -1,0 +1,132 @@
+package integration
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trafficmap/publisher/publish"
+)
+
+// bothSinks: both sinks, loopback xDS and HTTP servers, Published waiting for xDS ACKs.
+func bothSinks(c *publish.Config) {
+	c.Sinks = []string{publish.SinkHTTPRoute, publish.SinkXDS}
+	c.XDSAddress, c.HTTPAddress, c.RequireXDSAck = "127.0.0.1:0", "127.0.0.1:0", true
+}
+
+func adsClient(t *testing.T, r *runningPublisher) discoveryv3.AggregatedDiscoveryServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(r.xdsAddr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
+}
+
+// responses reads a stream in one goroutine, so that a receive that timed out loses nothing.
+func responses[T any](recv func() (T, error)) chan T {
+	ch := make(chan T, 16)
+	go func() {
+		defer close(ch)
+		for {
+			r, err := recv()
+			if err != nil {
+				return
+			}
+			ch <- r
+		}
+	}()
+	return ch
+}
+
+func next[T any](ch chan T, wait time.Duration) (T, bool) {
+	select {
+	case r, ok := <-ch:
+		return r, ok
+	case <-time.After(wait):
+		var zero T
+		return zero, false
+	}
+}
+
+func get(t *testing.T, r *runningPublisher, path string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + r.pub.HTTPAddr().String() + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// A state-of-the-world Envoy client NACKs: Published is False with its error text, the
+// debug endpoint and the metrics show it, and the rejected version is not sent again; a
+// content change is.
+func TestXDSSotWNackSetsPublishedFalse(t *testing.T) {
+	f := newFixture(t)
+	f.createMap(seedEntries())
+	pub := f.startPublisher(bothSinks)
+	f.waitPublishedWith("no xds client is connected")
+	assert.Equal(t, "ok\n", get(t, pub, "/readyz"))
+
+	stream, err := adsClient(t, pub).StreamAggregatedResources(context.Background())
+	require.NoError(t, err)
+	in := responses(stream.Recv)
+	node := &corev3.Node{Id: "envoy-sotw", UserAgentName: "envoy"}
+	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}))
+	first, ok := next(in, waitTimeout)
+	require.True(t, ok)
+	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType,
+		ResponseNonce: first.GetNonce(), ErrorDetail: &rpcstatus.Status{Message: "cluster " + f.ns + "/chat/worker-a: tls context unsupported"}}))
+
+	f.waitCondition(metav1.ConditionFalse, publish.ReasonXDSRejected,
+		"xds client envoy-sotw rejected version "+first.GetVersionInfo()+" (Cluster): cluster "+f.ns+"/chat/worker-a: tls context unsupported")
+	debug := get(t, pub, "/debug/xds")
+	assert.Contains(t, debug, `"nodeID": "envoy-sotw"`)
+	assert.Contains(t, debug, "tls context unsupported")
+	assert.Contains(t, get(t, pub, "/metrics"), `trafficmap_publisher_xds_nacks_total{type="Cluster"} 1`)
+
+	_, again := next(in, 500*time.Millisecond) // a bounded look; an unguarded cache resends at once
+	assert.False(t, again, "the rejected version is not sent again")
+
+	f.drain(seedDrain)
+	second, ok := next(in, waitTimeout)
+	require.True(t, ok, "the changed content is sent")
+	assert.NotEqual(t, first.GetVersionInfo(), second.GetVersionInfo())
+	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType,
+		VersionInfo: second.GetVersionInfo(), ResponseNonce: second.GetNonce()}))
+	// Clusters ACKed, but this client never asked for listeners and routes: not all in place.
+	f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "waiting for xds clients: 0/1 ACKed")
+}
+
+// A delta client NACKs: Published is False with its error text.
+func TestXDSDeltaNackSetsPublishedFalse(t *testing.T) {
+	f := newFixture(t)
+	f.createMap(seedEntries())
+	pub := f.startPublisher(bothSinks)
+	f.waitPublishedWith("no xds client is connected")
+
+	stream, err := adsClient(t, pub).DeltaAggregatedResources(context.Background())
+	require.NoError(t, err)
+	in := responses(stream.Recv)
+	node := &corev3.Node{Id: "envoy-delta", UserAgentName: "envoy"}
+	require.NoError(t, stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.RouteType}))
+	first, ok := next(in, waitTimeout)
+	require.True(t, ok)
+	require.NoError(t, stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.RouteType,
+		ResponseNonce: first.GetNonce(), ErrorDetail: &rpcstatus.Status{Message: "virtual host rejected"}}))
+	f.waitCondition(metav1.ConditionFalse, publish.ReasonXDSRejected, "xds client envoy-delta rejected version", "(RouteConfiguration): virtual host rejected")
+	_, again := next(in, 500*time.Millisecond)
+	assert.False(t, again, "the rejected version is not sent again")
+}
