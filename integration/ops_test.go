@@ -325,7 +325,7 @@ func TestOpsStatusMatchesPublisher(t *testing.T) {
 	assert.Equal(t, f.ns+"/global", r.Gateway)
 	assert.Equal(t, report.VerdictAccepted, r.Verdict)
 	assert.Equal(t, f.route().Generation, r.Generation)
-	assert.Equal(t, report.XDSNotAvailable, st.Sinks.XDS)
+	assert.Equal(t, report.XDSNotReported, st.Sinks.XDS)
 
 	asYAML := op.run(t, "status", "chat", "-n", f.ns, "-o", "yaml")
 	require.Equal(t, 0, asYAML.code, asYAML.stderr)
@@ -341,7 +341,7 @@ func TestOpsStatusMatchesPublisher(t *testing.T) {
 		`typo   worker-c   "wrong cluster"`,
 		"Published                  True (Published), Current",
 		fmt.Sprintf("Gateway                    %s/global: Accepted at route generation %d", f.ns, r.Generation),
-		"xDS sink                   not available in this version",
+		"xDS sink                   not reported in the Published condition (off, or not reached); the publisher's /debug/xds lists its clients",
 	} {
 		assert.Contains(t, table.stdout, want)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,8 +20,21 @@ import (
 // APIVersion is the version of the reports' JSON and YAML form.
 const APIVersion = "publisher.trafficmap.dev/v1alpha1"
 
-// XDSNotAvailable is what the report says about the xDS sink.
-const XDSNotAvailable = "xds sink: not available in this version"
+// XDSNotReported is what the report says about the xDS sink when the Published condition
+// carries no xDS confirmation (the sink is off, or the map never got that far). Client ACKs
+// live in the publisher, not the API: its /debug/xds lists them.
+const XDSNotReported = "xds sink: not reported in the Published condition (off, or not reached); the publisher's /debug/xds lists its clients"
+
+// xdsPart returns the xDS confirmation inside a Published message, e.g. "xds version 3f2a
+// ACKed by 3/3 clients", or "" when there is none.
+func xdsPart(message string) string {
+	for _, part := range strings.Split(message, "; ") {
+		if strings.HasPrefix(part, "xds ") || strings.HasPrefix(part, "no xds client") || strings.HasPrefix(part, "waiting for xds clients") {
+			return part
+		}
+	}
+	return ""
+}
 
 // Freshness of the Published condition.
 const (
@@ -173,7 +187,7 @@ func Build(o Objects) Status {
 		Namespace: tm.Namespace, TrafficMap: tm.Name, Service: tm.Spec.Service, Generation: tm.Generation,
 		Clusters: []Cluster{}, Pending: []Drain{},
 		Drains: DrainState{State: AnnotationAbsent, InEffect: []Drain{}},
-		Sinks:  Sinks{XDS: XDSNotAvailable},
+		Sinks:  Sinks{XDS: XDSNotReported},
 	}
 	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name}
 	route := o.Route
@@ -218,6 +232,9 @@ func Build(o Objects) Status {
 		}
 	}
 	s.Published = published(tm)
+	if part := xdsPart(s.Published.Message); part != "" {
+		s.Sinks.XDS = part
+	}
 	s.Sinks.HTTPRoute = routeSink(o, src, computed, err == nil)
 	return s
 }

@@ -88,7 +88,7 @@ func TestBuildDrained(t *testing.T) {
 		{Cluster: "worker-a", Backend: httproute.ServiceName("prod", "chat", "worker-a"), Weight: 0},
 		{Cluster: "worker-b", Backend: httproute.ServiceName("prod", "chat", "worker-b"), Weight: 1},
 	}, r.Weights)
-	assert.Equal(t, XDSNotAvailable, s.Sinks.XDS)
+	assert.Equal(t, XDSNotReported, s.Sinks.XDS)
 
 	var out bytes.Buffer
 	require.NoError(t, Write(&out, s, "table"))
@@ -104,7 +104,7 @@ func TestBuildDrained(t *testing.T) {
 		"HTTPRoute sink             route prod/chat-global generation 2 (trafficmap generation 3): worker-a=0, worker-b=1\n",
 		"Route weights = computed   yes\n",
 		"Gateway                    prod/global: Accepted at route generation 2\n",
-		"xDS sink                   not available in this version\n",
+		"xDS sink                   not reported in the Published condition (off, or not reached); the publisher's /debug/xds lists its clients\n",
 	} {
 		assert.Contains(t, table, want)
 	}
@@ -210,4 +210,15 @@ func TestBuildFleetTaints(t *testing.T) {
 	s = Build(Objects{TrafficMap: tm, Source: source(nil), Clusters: bad})
 	assert.Contains(t, s.Error, "no route records the last valid taints", "malformed taints are never no taints")
 	assert.Nil(t, s.Clusters[0].Effective)
+}
+
+func TestXDSPartOfPublishedMessage(t *testing.T) {
+	for msg, want := range map[string]string{
+		"route prod/chat-global generation 2 accepted by gateway prod/global (controller x); xds version 3f2a ACKed by 2/2 clients; weights a=1": "xds version 3f2a ACKed by 2/2 clients",
+		"waiting for xds clients: 1/2 ACKed a version with these weights":                                                                        "waiting for xds clients: 1/2 ACKed a version with these weights",
+		"route prod/chat-global stored (gateway acceptance not required); no xds client is connected; weights a=1":                               "no xds client is connected",
+		"route prod/chat-global generation 2 accepted by gateway prod/global (controller x); weights a=1":                                        "",
+	} {
+		assert.Equal(t, want, xdsPart(msg), msg)
+	}
 }
