@@ -98,8 +98,8 @@ func routeVersion(t *testing.T, r *runningPublisher) string {
 func TestXDSProxylessGRPCClient(t *testing.T) {
 	f := newFixture(t)
 	f.createMap([]v1beta1.TrafficMapEntry{
-		{Cluster: "worker-a", Endpoint: startGRPCBackend(t, "worker-a"), Weight: 1},
-		{Cluster: "worker-b", Endpoint: startGRPCBackend(t, "worker-b"), Weight: 1},
+		{Cluster: "worker-a", Endpoint: startGRPCBackend(t, "worker-a"), Weight: 70},
+		{Cluster: "worker-b", Endpoint: startGRPCBackend(t, "worker-b"), Weight: 30},
 	})
 	xdsOnly := func(c *publish.Config) {
 		c.Sinks, c.XDSAddress, c.RequireXDSAck, c.XDSMinClients = []string{publish.SinkXDS}, "127.0.0.1:0", true, 1
@@ -112,14 +112,20 @@ func TestXDSProxylessGRPCClient(t *testing.T) {
 	require.NoError(t, err)
 	tm := f.waitPublishedWith("ACKed by 1/1 clients")
 	assert.Nil(t, tm.Status.GatewayRef, "no HTTPRoute sink")
-	got := spread(t, client, 200)
-	assert.Positive(t, got["worker-a"])
-	assert.Positive(t, got["worker-b"])
+	// 70/30 within a chi-square test at alpha 1e-6 (1 degree of freedom: critical value 23.93).
+	const n = 2000
+	got := spread(t, client, n)
+	chi2 := 0.0
+	for cluster, share := range map[string]float64{"worker-a": 0.7, "worker-b": 0.3} {
+		d := float64(got[cluster]) - share*n
+		chi2 += d * d / (share * n)
+	}
+	assert.Less(t, chi2, 23.93, "observed %v", got)
 
 	// The seed's drain: Published False until the client ACKed, then every RPC to worker-b.
 	w := f.watchPublished()
 	f.drain(seedDrain)
-	f.waitPublishedWith("ACKed by 1/1 clients; weights worker-a=0 (drained by maintenance-a), worker-b=1")
+	f.waitPublishedWith("ACKed by 1/1 clients; weights worker-a=0 (drained by maintenance-a), worker-b=30")
 	requireFalseBeforeTrue(t, w, tm.Generation)
 	assert.Equal(t, map[string]int{"worker-b": 100}, spread(t, client, 100))
 
@@ -130,7 +136,7 @@ func TestXDSProxylessGRPCClient(t *testing.T) {
 	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 
 	f.drain(seedDrain)
-	f.waitPublishedWith("worker-a=0 (drained by maintenance-a), worker-b=1")
+	f.waitPublishedWith("worker-a=0 (drained by maintenance-a), worker-b=30")
 
 	// Restart: RPCs go on while the publisher is away (the client keeps its configuration),
 	// and the new process serves the same content under the same version.
