@@ -17,6 +17,7 @@ import (
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/trafficmap/publisher/api/tmclient"
+	"github.com/trafficmap/publisher/integration/testenv"
 )
 
 // The shared control plane and clients for every test in the package.
@@ -96,27 +97,10 @@ func controlPlaneAssets() (string, error) {
 	return strings.TrimSpace(out.String()), nil
 }
 
-// crdPaths lists the project's CRDs (the chart's copy, the one file users install) and
-// Gateway API's standard-channel CRDs shipped in the gateway-api module.
+// crdPaths lists the CRDs the tests install: the chart's, the minimal stand-ins for
+// third-party CRDs (Modelplane InferenceCluster, OME WorkloadCluster) and Gateway API's.
 func crdPaths() ([]string, error) {
-	paths := []string{filepath.Join(repoRoot(), "charts", "publisher", "crds"),
-		// Minimal stand-ins for third-party CRDs (Modelplane InferenceCluster, OME WorkloadCluster).
-		filepath.Join(repoRoot(), "integration", "testdata", "crds")}
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
-	if err != nil {
-		return nil, fmt.Errorf("locate the gateway-api module: %w", err)
-	}
-	std := filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "standard")
-	files, err := filepath.Glob(filepath.Join(std, "gateway.networking.k8s.io_*.yaml"))
-	if err != nil || len(files) == 0 {
-		return nil, fmt.Errorf("no gateway api crds in %s", std)
-	}
-	for _, f := range files {
-		if !strings.Contains(f, "_vap_") { // a ValidatingAdmissionPolicy, not a CRD
-			paths = append(paths, f)
-		}
-	}
-	return paths, nil
+	return testenv.CRDPaths(filepath.Join(repoRoot(), "integration", "testdata", "crds"))
 }
 
 func repoRoot() string {

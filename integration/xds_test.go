@@ -20,29 +20,8 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/xds/xdstest"
 )
-
-// grpcBackend is a real gRPC server standing for one workload cluster's endpoint: it
-// answers UnaryCall with its cluster name.
-type grpcBackend struct {
-	testgrpc.UnimplementedTestServiceServer
-	cluster string
-}
-
-func (b grpcBackend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-	return &testgrpc.SimpleResponse{Hostname: b.cluster}, nil
-}
-
-func startGRPCBackend(t *testing.T, cluster string) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := grpc.NewServer()
-	testgrpc.RegisterTestServiceServer(srv, grpcBackend{cluster: cluster})
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return "http://" + lis.Addr().String()
-}
 
 // xdsClient is a real proxyless gRPC client resolving target through the publisher's xDS
 // server with grpc-go's xDS resolver.
@@ -98,8 +77,8 @@ func routeVersion(t *testing.T, r *runningPublisher) string {
 func TestXDSProxylessGRPCClient(t *testing.T) {
 	f := newFixture(t)
 	f.createMap([]v1beta1.TrafficMapEntry{
-		{Cluster: "worker-a", Endpoint: startGRPCBackend(t, "worker-a"), Weight: 70},
-		{Cluster: "worker-b", Endpoint: startGRPCBackend(t, "worker-b"), Weight: 30},
+		{Cluster: "worker-a", Endpoint: xdstest.StartBackend(t, "worker-a"), Weight: 70},
+		{Cluster: "worker-b", Endpoint: xdstest.StartBackend(t, "worker-b"), Weight: 30},
 	})
 	xdsOnly := func(c *publish.Config) {
 		c.Sinks, c.XDSAddress, c.RequireXDSAck, c.XDSMinClients = []string{publish.SinkXDS}, "127.0.0.1:0", true, 1

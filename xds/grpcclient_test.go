@@ -21,29 +21,8 @@ import (
 
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
+	"github.com/trafficmap/publisher/xds/xdstest"
 )
-
-// backend is a real gRPC server standing for one workload cluster: it answers UnaryCall
-// with its cluster name as the hostname.
-type backend struct {
-	testgrpc.UnimplementedTestServiceServer
-	cluster string
-}
-
-func (b backend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-	return &testgrpc.SimpleResponse{Hostname: b.cluster}, nil
-}
-
-func startBackend(t *testing.T, cluster string) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := grpc.NewServer()
-	testgrpc.RegisterTestServiceServer(srv, backend{cluster: cluster})
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return "http://" + lis.Addr().String()
-}
 
 type harness struct {
 	t       *testing.T
@@ -63,8 +42,8 @@ func newHarness(t *testing.T) *harness {
 	t.Cleanup(func() { cancel(); assert.NoError(t, <-done) })
 
 	h.entries = []weights.Entry{
-		{Cluster: "worker-a", Endpoint: startBackend(t, "worker-a"), Weight: 70},
-		{Cluster: "worker-b", Endpoint: startBackend(t, "worker-b"), Weight: 30},
+		{Cluster: "worker-a", Endpoint: xdstest.StartBackend(t, "worker-a"), Weight: 70},
+		{Cluster: "worker-b", Endpoint: xdstest.StartBackend(t, "worker-b"), Weight: 30},
 	}
 	h.publish(nil)
 

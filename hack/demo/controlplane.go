@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/trafficmap/publisher/integration/testenv"
 )
 
 // controlPlane is the embedded kube-apiserver and etcd, with the project's CRDs installed
@@ -29,7 +29,7 @@ func startControlPlane() (*controlPlane, error) {
 		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run `make demo`, which builds kube-apiserver and etcd (hack/controlplane.sh) and sets it")
 	}
 	fmt.Println("Starting kube-apiserver and etcd (envtest) from " + assets + " ...")
-	crds, err := crdPaths()
+	crds, err := testenv.CRDPaths()
 	if err != nil {
 		return nil, err
 	}
@@ -78,30 +78,4 @@ func (cp *controlPlane) stop() error {
 		return fmt.Errorf("stop control plane: %w", err)
 	}
 	return nil
-}
-
-// crdPaths lists the CRDs the integration tests install: the chart's (TrafficMap and the
-// stand-in InferenceService) and Gateway API's standard channel from the gateway-api module,
-// without its ValidatingAdmissionPolicy file.
-func crdPaths() ([]string, error) {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/trafficmap/publisher", "sigs.k8s.io/gateway-api").Output()
-	if err != nil {
-		return nil, fmt.Errorf("locate the repository and the gateway-api module with `go list -m` (run the demo from the repository, with `make demo`): %w", err)
-	}
-	dirs := strings.Fields(string(out))
-	if len(dirs) != 2 {
-		return nil, fmt.Errorf("go list -m printed %q, want two directories", out)
-	}
-	paths := []string{filepath.Join(dirs[0], "charts", "publisher", "crds")}
-	std := filepath.Join(dirs[1], "config", "crd", "standard")
-	files, err := filepath.Glob(filepath.Join(std, "gateway.networking.k8s.io_*.yaml"))
-	if err != nil || len(files) == 0 {
-		return nil, fmt.Errorf("no gateway api crds in %s", std)
-	}
-	for _, f := range files {
-		if !strings.Contains(f, "_vap_") { // a ValidatingAdmissionPolicy, not a CRD
-			paths = append(paths, f)
-		}
-	}
-	return paths, nil
 }
