@@ -1,0 +1,200 @@
+// Package charts tests the Helm chart with a real helm (built from the Go module proxy by
+// hack/helm.sh and cached): lint, and golden renderings of both modes.
+package charts
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden renderings in testdata/")
+
+var (
+	helmOnce sync.Once
+	helmPath string
+	helmErr  error
+)
+
+// helm returns the helm binary: $HELM when set, else the project's build script's.
+func helm(t *testing.T) string {
+	t.Helper()
+	helmOnce.Do(func() {
+		if p := os.Getenv("HELM"); p != "" {
+			helmPath = p
+			return
+		}
+		var out bytes.Buffer
+		cmd := exec.Command("bash", filepath.Join("..", "hack", "helm.sh"))
+		cmd.Stdout, cmd.Stderr = &out, os.Stderr
+		helmErr = cmd.Run()
+		helmPath = strings.TrimSpace(out.String())
+	})
+	require.NoError(t, helmErr, "build helm (hack/helm.sh)")
+	return helmPath
+}
+
+func runHelm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(helm(t), args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	err := cmd.Run()
+	if err != nil {
+		return stdout.String() + stderr.String(), err
+	}
+	return stdout.String(), nil
+}
+
+var cases = map[string][]string{
+	"standalone": {"--set", "publisher.gateway=prod/global"},
+	"standalone-namespaced": {"--set", "publisher.gateway=global", "--set", "publisher.namespaces={prod,staging}",
+		"--set", "xds.tls.secretName=publisher-xds-tls", "--set", "xds.tls.clientCA=true",
+		"--set", "podDisruptionBudget.enabled=true", "--set", "serviceMonitor.enabled=true", "--set", "replicas=2"},
+	"sidecar":  {"--set", "mode=sidecar", "--set", "publisher.gateway=prod/global", "--set", "xds.bindAddress=127.0.0.1"},
+	"xds-only": {"--set", "publisher.sinks={xds}"},
+}
+
+func TestLint(t *testing.T) {
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			out, err := runHelm(t, append([]string{"lint", "--strict", "publisher"}, args...)...)
+			require.NoError(t, err, out)
+			assert.Contains(t, out, "0 chart(s) failed")
+		})
+	}
+}
+
+// TestTemplateGolden renders each case and compares it with testdata/<case>.yaml.
+func TestTemplateGolden(t *testing.T) {
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			out, err := runHelm(t, append([]string{"template", "tm", "publisher", "--namespace", "publisher"}, args...)...)
+			require.NoError(t, err, out)
+			path := filepath.Join("testdata", name+".yaml")
+			if *update {
+				require.NoError(t, os.WriteFile(path, []byte(out), 0o644))
+			}
+			want, err := os.ReadFile(path)
+			require.NoError(t, err, "missing golden file; run go test ./charts/ -update")
+			assert.Equal(t, string(want), out)
+		})
+	}
+}
+
+// The standalone Deployment runs non-root on a read-only root filesystem with every
+// capability dropped, seccomp RuntimeDefault and resource requests.
+func TestSecureDefaults(t *testing.T) {
+	out, err := runHelm(t, "template", "tm", "publisher", "--namespace", "publisher", "--show-only", "templates/deployment.yaml",
+		"--set", "publisher.gateway=prod/global")
+	require.NoError(t, err, out)
+	var d struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					SecurityContext struct {
+						RunAsNonRoot   bool `json:"runAsNonRoot"`
+						SeccompProfile struct{ Type string }
+					} `json:"securityContext"`
+					Containers []struct {
+						Args            []string
+						SecurityContext struct {
+							ReadOnlyRootFilesystem   bool `json:"readOnlyRootFilesystem"`
+							AllowPrivilegeEscalation bool `json:"allowPrivilegeEscalation"`
+							Capabilities             struct{ Drop []string }
+						} `json:"securityContext"`
+						Resources struct{ Requests map[string]string }
+					}
+				}
+			}
+		}
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(out), &d))
+	pod := d.Spec.Template.Spec
+	assert.True(t, pod.SecurityContext.RunAsNonRoot)
+	assert.Equal(t, "RuntimeDefault", pod.SecurityContext.SeccompProfile.Type)
+	require.Len(t, pod.Containers, 1)
+	c := pod.Containers[0]
+	assert.True(t, c.SecurityContext.ReadOnlyRootFilesystem)
+	assert.False(t, c.SecurityContext.AllowPrivilegeEscalation)
+	assert.Equal(t, []string{"ALL"}, c.SecurityContext.Capabilities.Drop)
+	assert.NotEmpty(t, c.Resources.Requests["cpu"])
+	assert.NotEmpty(t, c.Resources.Requests["memory"])
+	assert.Contains(t, c.Args, "--gateway=prod/global")
+}
+
+func TestUnknownModeFails(t *testing.T) {
+	out, err := runHelm(t, "template", "tm", "publisher", "--set", "mode=daemon")
+	require.Error(t, err)
+	assert.Contains(t, out, `mode "daemon": must be standalone or sidecar`)
+}
+
+// In sidecar mode a gateway chart that has this chart as a subchart includes the container
+// template into its own pod: the publisher then serves xDS on loopback to the Envoy next to it.
+func TestSidecarIncludedByAGatewayChart(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(filepath.Join(dir, "charts", "trafficmap-publisher"), os.DirFS("publisher")))
+	files := map[string]string{
+		"Chart.yaml": "apiVersion: v2\nname: gateway\nversion: 0.1.0\ndependencies:\n  - name: trafficmap-publisher\n    version: 0.1.0\n",
+		"values.yaml": "trafficmap-publisher:\n  mode: sidecar\n  publisher:\n    gateway: prod/global\n  xds:\n    bindAddress: 127.0.0.1\n",
+		"templates/gateway.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: gateway
+spec:
+  selector:
+    matchLabels: {app: gateway}
+  template:
+    metadata:
+      labels: {app: gateway}
+    spec:
+      serviceAccountName: {{ include "trafficmap-publisher.serviceAccountName" (index .Subcharts "trafficmap-publisher") }}
+      containers:
+        - name: envoy
+          image: envoy
+        - {{- include "trafficmap-publisher.container" (index .Subcharts "trafficmap-publisher") | nindent 10 }}
+`,
+	}
+	for name, content := range files {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+	}
+	out, err := runHelm(t, "template", "gw", dir, "--namespace", "edge")
+	require.NoError(t, err, out)
+	var docs []map[string]any
+	for _, doc := range strings.Split(out, "\n---\n") {
+		var m map[string]any
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &m))
+		if m != nil {
+			docs = append(docs, m)
+		}
+	}
+	kinds := map[string]int{}
+	var pod map[string]any
+	for _, d := range docs {
+		kinds[d["kind"].(string)]++
+		if d["kind"] == "Deployment" {
+			pod = d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		}
+	}
+	assert.Equal(t, 1, kinds["Deployment"], "only the gateway's own Deployment: sidecar mode renders none")
+	assert.Equal(t, 1, kinds["ServiceAccount"])
+	require.NotNil(t, pod)
+	assert.Equal(t, "gw-trafficmap-publisher", pod["serviceAccountName"])
+	containers := pod["containers"].([]any)
+	require.Len(t, containers, 2)
+	publisher := containers[1].(map[string]any)
+	assert.Equal(t, "publisher", publisher["name"])
+	assert.Contains(t, publisher["args"], "--xds-address=127.0.0.1:18000", "xDS on loopback for the Envoy in the same pod")
+	assert.Contains(t, publisher["args"], "--gateway=prod/global")
+}

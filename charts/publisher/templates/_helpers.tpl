@@ -1,0 +1,129 @@
+{{/* The release's full name, bounded to 63 characters. */}}
+{{- define "trafficmap-publisher.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "trafficmap-publisher.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "trafficmap-publisher.selector" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "trafficmap-publisher.serviceAccountName" -}}
+{{- default (include "trafficmap-publisher.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/*
+trafficmap-publisher.container is the publisher's container spec. In sidecar mode a gateway
+chart that has this chart as a dependency includes it in its pod's containers list, passing
+this chart's context, and sets serviceAccountName to this chart's ServiceAccount; with
+xds.bindAddress 127.0.0.1 the Envoy in the same pod reaches xDS over loopback.
+*/}}
+{{- define "trafficmap-publisher.container" -}}
+name: publisher
+image: "{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}"
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+args:
+  - run
+  {{- with .Values.publisher.gateway }}
+  - --gateway={{ . }}
+  {{- end }}
+  {{- with .Values.publisher.gatewaySection }}
+  - --gateway-section={{ . }}
+  {{- end }}
+  {{- with .Values.publisher.hostTemplate }}
+  - --host-template={{ . }}
+  {{- end }}
+  {{- with .Values.publisher.namespaces }}
+  - --namespace={{ join "," . }}
+  {{- end }}
+  - --sinks={{ join "," .Values.publisher.sinks }}
+  - --require-route-accepted={{ .Values.publisher.requireRouteAccepted }}
+  - --require-xds-ack={{ .Values.publisher.requireXDSAck }}
+  - --xds-min-clients={{ .Values.publisher.xdsMinClients }}
+  - --no-positive-policy={{ .Values.publisher.noPositivePolicy }}
+  - --rewrite-hostname={{ .Values.publisher.rewriteHostname }}
+  - --xds-address={{ .Values.xds.bindAddress }}:{{ .Values.xds.port }}
+  - --xds-listener-address={{ .Values.xds.listenerAddress }}
+  {{- if .Values.xds.tls.secretName }}
+  - --xds-tls-cert=/etc/publisher/xds-tls/tls.crt
+  - --xds-tls-key=/etc/publisher/xds-tls/tls.key
+  {{- if .Values.xds.tls.clientCA }}
+  - --xds-client-ca=/etc/publisher/xds-tls/ca.crt
+  {{- end }}
+  {{- end }}
+  - --http-address=:{{ .Values.httpPort }}
+  - --log-format={{ .Values.publisher.logFormat }}
+  - --log-level={{ .Values.publisher.logLevel }}
+  {{- range .Values.publisher.extraArgs }}
+  - {{ . }}
+  {{- end }}
+ports:
+  - name: xds
+    containerPort: {{ .Values.xds.port }}
+    protocol: TCP
+  - name: http
+    containerPort: {{ .Values.httpPort }}
+    protocol: TCP
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: http
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: http
+resources:
+  {{- toYaml .Values.resources | nindent 2 }}
+securityContext:
+  {{- toYaml .Values.securityContext | nindent 2 }}
+{{- if .Values.xds.tls.secretName }}
+volumeMounts:
+  - name: xds-tls
+    mountPath: /etc/publisher/xds-tls
+    readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* The RBAC rules the publisher needs in each watched namespace. */}}
+{{- define "trafficmap-publisher.namespacedRules" }}
+- apiGroups: [ome.io]
+  resources: [trafficmaps]
+  verbs: [get, list, watch]
+- apiGroups: [ome.io]
+  resources: [trafficmaps/status]
+  verbs: [patch]
+- apiGroups: [ome.io]
+  resources: [inferenceservices]
+  verbs: [get, list, watch]
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [httproutes]
+  verbs: [get, list, watch, create, update, delete]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch, create, update, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}
+
+{{/* The cluster-scoped RBAC rules (the optional fleet-drain taint sources). */}}
+{{- define "trafficmap-publisher.clusterRules" }}
+- apiGroups: [modelplane.ai]
+  resources: [inferenceclusters]
+  verbs: [get, list, watch]
+- apiGroups: [ome.io]
+  resources: [workloadclusters]
+  verbs: [get, list, watch]
+{{- end }}
