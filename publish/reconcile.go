@@ -16,7 +16,6 @@ import (
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/weights"
-	"github.com/trafficmap/publisher/xds"
 )
 
 // Reasons of the Published condition. They are part of the publisher's interface: the
@@ -52,30 +51,20 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 	}
 
 	st := &statusWriter{p: p, tm: tm, log: log}
-	isvc, err := p.source(tm)
-	if err != nil {
+	g, err := p.gather(tm)
+	var notFound *sourceError
+	if errors.As(err, &notFound) {
 		return st.fail(ctx, ReasonSourceNotFound, err.Error())
 	}
-	src.Service = tm.Spec.Service
-	src.GlobalHost = strings.TrimSpace(isvc.Annotations[v1beta1.AnnotationGlobalHost])
-
-	route, err := store{p}.Route(tm.Namespace, httproute.RouteName(tm.Name))
 	if err != nil {
 		return err
 	}
-	if route != nil && !httproute.Owned(route.Labels, src) {
-		route = nil // a foreign route: Sync refuses it below; nothing of it is trusted
-	}
+	isvc, src, route := g.isvc, g.src, g.inputs.Route
 
-	// Drains: a malformed annotation keeps the drain set the route was last built from.
 	// A malformed drain annotation keeps the drain set the route was last built from; with
-	// none recorded nothing is published (malformed intent is never "no drains").
-	// Malformed taints or tolerations keep the last valid ones recorded on the route, the same way.
-	clusters, err := p.clusterTaints(tm)
-	if err != nil {
-		return err
-	}
-	computed, err := Compute(Inputs{TrafficMap: tm, SourceAnnotations: isvc.Annotations, Route: route, Clusters: clusters})
+	// none recorded nothing is published (malformed intent is never "no drains"). Malformed
+	// taints or tolerations keep the last valid ones recorded on the route, the same way.
+	computed, err := Compute(g.inputs)
 	source := fmt.Sprintf("inferenceservice %s/%s", isvc.Namespace, isvc.Name)
 	switch {
 	case errors.Is(err, ErrNoDrainFallback):
@@ -125,10 +114,7 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 		confirms = append(confirms, confirm)
 	}
 	if p.xds != nil {
-		svc := xds.Service{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service, Result: res}
-		if host, err := p.sink.Hostname(src); err == nil {
-			svc.Hostnames = []string{host}
-		}
+		svc := p.xdsView(tm, src, res)
 		if err := p.xds.invalidErr(svc.Key()); err != nil {
 			return st.fail(ctx, ReasonXDSInvalid, fmt.Sprintf("xds sink cannot serve trafficmap %s: %s; its last good resources stay served",
 				svc.Key(), joinLines(err)))
@@ -209,6 +195,43 @@ func (p *Publisher) publishRoute(ctx context.Context, st *statusWriter, log *zap
 		return "", false, st.fail(ctx, ReasonRouteNotAccepted, acc.Message)
 	}
 	return acc.Message, true, nil
+}
+
+// gathered is everything one map's effective weights are computed from, read from the
+// caches: the reconcile and the xDS snapshot both use it, so they cannot disagree.
+type gathered struct {
+	isvc   *metav1.PartialObjectMetadata
+	src    httproute.Source
+	inputs Inputs // Route is the publisher's own route, or nil
+}
+
+// sourceError is a missing or replaced source InferenceService: a user-visible condition.
+type sourceError struct{ err error }
+
+func (e *sourceError) Error() string { return e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
+
+// gather reads the map's inputs from the caches. A foreign route at the map's route name
+// is not trusted: Inputs.Route is then nil (and the HTTPRoute sink refuses the name).
+func (p *Publisher) gather(tm *v1beta1.TrafficMap) (gathered, error) {
+	isvc, err := p.source(tm)
+	if err != nil {
+		return gathered{}, &sourceError{err}
+	}
+	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service,
+		GlobalHost: strings.TrimSpace(isvc.Annotations[v1beta1.AnnotationGlobalHost])}
+	route, err := store{p}.Route(tm.Namespace, httproute.RouteName(tm.Name))
+	if err != nil {
+		return gathered{}, err
+	}
+	if route != nil && !httproute.Owned(route.Labels, src) {
+		route = nil
+	}
+	clusters, err := p.clusterTaints(tm)
+	if err != nil {
+		return gathered{}, err
+	}
+	return gathered{isvc: isvc, src: src, inputs: Inputs{TrafficMap: tm, SourceAnnotations: isvc.Annotations, Route: route, Clusters: clusters}}, nil
 }
 
 // source returns the InferenceService the map names, checking status.sourceUID when set.

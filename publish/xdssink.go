@@ -13,6 +13,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
 )
 
@@ -84,29 +85,24 @@ func (x *xdsSink) Addr() net.Addr { return x.listener.Addr() }
 // xdsService returns the xDS view of one map, from the same computation the HTTPRoute sink
 // uses; ok is false when the map cannot be computed (its last good view is kept).
 func (p *Publisher) xdsService(tm *v1beta1.TrafficMap) (xds.Service, bool) {
-	isvc, err := p.source(tm)
+	g, err := p.gather(tm)
 	if err != nil {
 		return xds.Service{}, false
 	}
-	route, _ := store{p}.Route(tm.Namespace, httproute.RouteName(tm.Name))
-	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service,
-		GlobalHost: strings.TrimSpace(isvc.Annotations[v1beta1.AnnotationGlobalHost])}
-	if route != nil && !httproute.Owned(route.Labels, src) {
-		route = nil
-	}
-	clusters, err := p.clusterTaints(tm)
+	computed, err := Compute(g.inputs)
 	if err != nil {
 		return xds.Service{}, false
 	}
-	computed, err := Compute(Inputs{TrafficMap: tm, SourceAnnotations: isvc.Annotations, Route: route, Clusters: clusters})
-	if err != nil {
-		return xds.Service{}, false
-	}
-	svc := xds.Service{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service, Result: computed.Result}
+	return p.xdsView(tm, g.src, computed.Result), true
+}
+
+// xdsView is the xDS sink's view of a map with these effective weights.
+func (p *Publisher) xdsView(tm *v1beta1.TrafficMap, src httproute.Source, res weights.Result) xds.Service {
+	svc := xds.Service{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service, Result: res}
 	if host, err := p.sink.Hostname(src); err == nil {
 		svc.Hostnames = []string{host}
 	}
-	return svc, true
+	return svc
 }
 
 // rebuildXDS translates every cached TrafficMap and serves the result, then enqueues each
