@@ -151,10 +151,22 @@ func TestDeltaNackIsReported(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	assert.Nil(t, recv(t, responses, 500*time.Millisecond), "the rejected version is not sent again")
 
-	// A change sends only what changed: one cluster is untouched, the route is not a cluster.
+	// Delta sends only what changed: a weight change alters the route configuration, not a
+	// cluster, so this cluster stream gets nothing.
 	v2, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 2))
 	require.NoError(t, err)
 	assert.NotEqual(t, v1, v2)
+	assert.Nil(t, recv(t, responses, 500*time.Millisecond), "unchanged clusters are not resent")
+
+	// A changed cluster is sent alone.
+	res := envoyResources(t, 2)
+	res.Clusters[0].ConnectTimeout.Seconds = 9
+	_, err = srv.SetResources(context.Background(), xds.FlavourEnvoy, res)
+	require.NoError(t, err)
+	changed := recv(t, responses, 10*time.Second)
+	require.NotNil(t, changed)
+	require.Len(t, (*changed).GetResources(), 1)
+	assert.Equal(t, "prod/chat/worker-a", (*changed).GetResources()[0].GetName())
 }
 
 // The debug endpoint and the metrics show the NACKing client.
