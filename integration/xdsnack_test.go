@@ -79,6 +79,11 @@ func TestXDSSotWNackSetsPublishedFalse(t *testing.T) {
 	pub := f.startPublisher(bothSinks)
 	f.waitPublishedWith("no xds client is connected")
 	assert.Equal(t, "ok\n", get(t, pub, "/readyz"))
+	metrics := get(t, pub, "/metrics")
+	assert.Contains(t, metrics, `trafficmap_publisher_reconciles_total{result="ok"}`)
+	assert.Contains(t, metrics, `trafficmap_publisher_published_conditions_total{reason="Published",status="True"} 1`)
+	assert.Contains(t, metrics, "trafficmap_publisher_input_to_published_seconds_count 1", "one map went from Publishing to Published")
+	assert.Contains(t, metrics, "trafficmap_publisher_route_writes_total 3", "two Services and the route")
 
 	stream, err := adsClient(t, pub).StreamAggregatedResources(context.Background())
 	require.NoError(t, err)

@@ -71,6 +71,8 @@ type Publisher struct {
 	xds *xdsSink
 	// http serves metrics, health and debug endpoints; nil when off.
 	http *httpServer
+	// metrics records the publisher's own metrics; nil without a registry.
+	metrics *metrics
 	// xdsClients is the set of connected xDS node ids last seen, to spot (dis)connections.
 	xdsClients string
 }
@@ -154,6 +156,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 			p.cfg.Registerer = p.http.registry
 		}
 	}
+	p.metrics = newMetrics(p.cfg.Registerer)
 	if cfg.sinkOn(SinkXDS) {
 		if p.xds, err = newXDSSink(cfg, log.Named("xds"), p.onXDSClientChange); err != nil {
 			return nil, err
@@ -314,7 +317,9 @@ func (p *Publisher) processNext(ctx context.Context) bool {
 	}
 	defer p.queue.Done(key)
 	log := p.log.With(zap.String("trafficmap", key.String()))
-	if err := p.reconcile(ctx, key, log); err != nil {
+	err := p.reconcile(ctx, key, log)
+	p.metrics.reconciled(err)
+	if err != nil {
 		level := zap.InfoLevel
 		if apierrors.IsConflict(err) {
 			level = zap.DebugLevel // a cache behind our own last write; the retry reads it

@@ -43,6 +43,7 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 	}
 	src := httproute.Source{Namespace: key.Namespace, Name: key.Name}
 	if tm == nil || tm.DeletionTimestamp != nil {
+		p.metrics.forget(key)
 		n, err := p.writer.Delete(ctx, src, store{p})
 		if n > 0 {
 			log.Info("removed published objects of deleted trafficmap", zap.Int("objects", n))
@@ -178,6 +179,7 @@ func (p *Publisher) publishRoute(ctx context.Context, st *statusWriter, log *zap
 	if err != nil {
 		return "", false, fmt.Errorf("sync httproute: %w", err)
 	}
+	p.metrics.routeWritten(synced.Writes)
 	if synced.Writes > 0 {
 		log.Info("stored route", zap.String("httproute", desired.Route.Namespace+"/"+desired.Route.Name),
 			zap.Int("writes", synced.Writes), zap.String("weights", describeWeights(res)))

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -151,6 +152,7 @@ func (s *statusWriter) apply(ctx context.Context, want publisherStatus) error {
 	if err != nil {
 		return fmt.Errorf("apply trafficmap %s/%s status: %w", s.tm.Namespace, s.tm.Name, err)
 	}
+	s.p.metrics.condition(cache.NewObjectName(s.tm.Namespace, s.tm.Name), string(cond.Status), cond.Reason)
 	s.log.Info("published condition", zap.String("status", string(cond.Status)),
 		zap.String("reason", cond.Reason), zap.Int64("generation", s.tm.Generation), zap.String("message", cond.Message))
 	if prev == nil || prev.Reason != cond.Reason || prev.Status != cond.Status {

@@ -1,0 +1,89 @@
+package publish
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/tools/cache"
+)
+
+// metrics are the publisher's Prometheus metrics. A nil *metrics records nothing.
+type metrics struct {
+	reconciles  *prometheus.CounterVec
+	conditions  *prometheus.CounterVec
+	routeWrites prometheus.Counter
+	latency     prometheus.Histogram
+
+	mu    sync.Mutex
+	since map[cache.ObjectName]time.Time // when a map's current inputs were first seen unpublished
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	if reg == nil {
+		return nil
+	}
+	m := &metrics{
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_reconciles_total",
+			Help: "TrafficMap reconciles, by result: ok, or error (retried with backoff)."}, []string{"result"}),
+		conditions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_published_conditions_total",
+			Help: "Published conditions written, by status and reason."}, []string{"status", "reason"}),
+		routeWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "trafficmap_publisher_route_writes_total",
+			Help: "API writes of HTTPRoutes and backend Services."}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trafficmap_publisher_input_to_published_seconds",
+			Help:    "Time from the publisher first seeing a map's new inputs (Published set to Publishing) to Published True.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		since: map[cache.ObjectName]time.Time{},
+	}
+	reg.MustRegister(m.reconciles, m.conditions, m.routeWrites, m.latency)
+	return m
+}
+
+func (m *metrics) reconciled(err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.reconciles.WithLabelValues(result).Inc()
+}
+
+func (m *metrics) routeWritten(n int) {
+	if m != nil {
+		m.routeWrites.Add(float64(n))
+	}
+}
+
+// condition records a written Published condition; a Publishing one starts the latency
+// clock for key (if not running), a True one stops it.
+func (m *metrics) condition(key cache.ObjectName, status, reason string) {
+	if m == nil {
+		return
+	}
+	m.conditions.WithLabelValues(status, reason).Inc()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case reason == ReasonPublishing:
+		if _, running := m.since[key]; !running {
+			m.since[key] = time.Now()
+		}
+	case status == "True":
+		if start, running := m.since[key]; running {
+			m.latency.Observe(time.Since(start).Seconds())
+			delete(m.since, key)
+		}
+	}
+}
+
+// forget drops the latency clock of a deleted map.
+func (m *metrics) forget(key cache.ObjectName) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	delete(m.since, key)
+	m.mu.Unlock()
+}
