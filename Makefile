@@ -5,7 +5,7 @@
 GO ?= go
 FUZZTIME ?= 30s
 
-.PHONY: test demo unit fuzz generate build controlplane
+.PHONY: test demo unit fuzz generate build image controlplane
 
 ## test: go vet, then every test, the integration tests on a real kube-apiserver and etcd
 test:
@@ -37,6 +37,11 @@ generate:
 ## build: the publisher binary at bin/publisher
 build:
 	$(GO) build -o bin/publisher ./cmd/publisher
+
+## image: the OCI image as a tarball at bin/publisher-image.tar (no container engine needed)
+image:
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags "-s -w" -o bin/publisher-linux-amd64 ./cmd/publisher
+	$(GO) run ./hack/image --binary bin/publisher-linux-amd64 --output bin/publisher-image.tar
 
 ## controlplane: build (or reuse) kube-apiserver and etcd and print their dir
 controlplane:
