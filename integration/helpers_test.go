@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
@@ -88,6 +90,12 @@ func newFixture(t *testing.T) *fixture {
 // startPublisher runs the publisher in-process, scoped to the fixture's namespace.
 func (f *fixture) startPublisher(mutate ...func(*publish.Config)) *runningPublisher {
 	f.t.Helper()
+	f.pub = startPublisher(f.t, f.publisherConfig(mutate...))
+	return f.pub
+}
+
+// publisherConfig is the fixture's publisher configuration (startPublisher uses it).
+func (f *fixture) publisherConfig(mutate ...func(*publish.Config)) publish.Config {
 	cfg := publish.Config{
 		Namespaces:           []string{f.ns},
 		Gateway:              types.NamespacedName{Namespace: f.ns, Name: gatewayName},
@@ -98,8 +106,7 @@ func (f *fixture) startPublisher(mutate ...func(*publish.Config)) *runningPublis
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	f.pub = startPublisher(f.t, cfg)
-	return f.pub
+	return cfg
 }
 
 // runningPublisher is a publisher running in a goroutine.
@@ -114,7 +121,13 @@ type runningPublisher struct {
 
 func startPublisher(t *testing.T, cfg publish.Config) *runningPublisher {
 	t.Helper()
-	p, err := publish.New(cfg, restCfg, zaptest.NewLogger(t).Named("publish"))
+	return startPublisherWith(t, cfg, restCfg, zaptest.NewLogger(t).Named("publish"))
+}
+
+// startPublisherWith runs the publisher with its own API identity and logger.
+func startPublisherWith(t *testing.T, cfg publish.Config, rc *rest.Config, log *zap.Logger) *runningPublisher {
+	t.Helper()
+	p, err := publish.New(cfg, rc, log)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &runningPublisher{cancel: cancel, done: make(chan error, 1), xdsAddr: p.XDSAddr(), pub: p}

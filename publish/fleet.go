@@ -245,6 +245,7 @@ func (p *Publisher) startTaintSources(ctx context.Context) ([]cache.InformerSync
 			return InferenceClusterTaints(u), raw, true
 		})
 		p.inferenceClusters = inf
+		p.reportWatchErrors(inf, "inferenceclusters.modelplane.ai")
 		go inf.RunWithContext(ctx)
 		synced = append(synced, inf.HasSynced)
 	}
@@ -267,6 +268,7 @@ func (p *Publisher) startTaintSources(ctx context.Context) ([]cache.InformerSync
 			return WorkloadClusterTaints(m.GetName(), m.GetAnnotations()), raw, true
 		})
 		p.workloadClusters = inf
+		p.reportWatchErrors(inf, "workloadclusters.ome.io")
 		go inf.RunWithContext(ctx)
 		synced = append(synced, inf.HasSynced)
 	}

@@ -230,15 +230,22 @@ func (p *Publisher) buildInformers() {
 func (p *Publisher) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer p.queue.ShutDown()
-	p.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.clients.kube.CoreV1().Events("")})
+	p.events.StartRecordingToSink(eventSink{sink: &typedcorev1.EventSinkImpl{Interface: p.clients.kube.CoreV1().Events("")}, log: p.log})
 	defer p.events.Shutdown()
 
 	if err := p.checkAPIs(); err != nil {
 		return err
 	}
 	var synced []cache.InformerSynced
-	for _, group := range [][]cache.SharedIndexInformer{p.maps, p.isvcs, p.routes, p.services} {
-		for _, inf := range group {
+	for _, group := range []struct {
+		resource string
+		infs     []cache.SharedIndexInformer
+	}{
+		{"trafficmaps.ome.io", p.maps}, {"inferenceservices.ome.io", p.isvcs},
+		{"httproutes.gateway.networking.k8s.io", p.routes}, {"services", p.services},
+	} {
+		for _, inf := range group.infs {
+			p.reportWatchErrors(inf, group.resource)
 			go inf.RunWithContext(ctx)
 			synced = append(synced, inf.HasSynced)
 		}
@@ -305,6 +312,20 @@ func (p *Publisher) Run(ctx context.Context) error {
 	return nil
 }
 
+// reportWatchErrors logs an informer's list and watch failures through the publisher's
+// logger (client-go logs them only to klog), a permission error as an error that names the
+// resource and points at RBAC.
+func (p *Publisher) reportWatchErrors(inf cache.SharedIndexInformer, resource string) {
+	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		if apierrors.IsForbidden(err) {
+			p.log.Error("permission denied: cannot list or watch "+resource+"; check the publisher's RBAC", zap.String("resource", resource), zap.Error(err))
+			return
+		}
+		p.log.Info("list or watch failed; retrying", zap.String("resource", resource), zap.Error(err))
+	})
+}
+
 func (p *Publisher) runWorker(ctx context.Context) {
 	for p.processNext(ctx) {
 	}
@@ -321,8 +342,11 @@ func (p *Publisher) processNext(ctx context.Context) bool {
 	p.metrics.reconciled(err)
 	if err != nil {
 		level := zap.InfoLevel
-		if apierrors.IsConflict(err) {
+		switch {
+		case apierrors.IsConflict(err):
 			level = zap.DebugLevel // a cache behind our own last write; the retry reads it
+		case apierrors.IsForbidden(err):
+			level = zap.ErrorLevel // an RBAC gap: say so loudly, it does not heal by itself
 		}
 		log.Log(level, "reconcile failed; retrying with backoff", zap.Error(err), zap.Int("retries", p.queue.NumRequeues(key)))
 		p.queue.AddRateLimited(key)

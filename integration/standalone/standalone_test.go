@@ -76,23 +76,24 @@ func TestXDSWithoutGatewayAPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kube := kubernetes.NewForConfigOrDie(restCfg)
-	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prod"}}, metav1.CreateOptions{})
+	created, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "standalone-"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	ns := created.Name
 	_, err = gatewayAPIServed(kube)
 	require.NoError(t, err)
 
 	isvc := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "ome.io/v1beta1", "kind": "InferenceService",
-		"metadata": map[string]any{"name": "chat", "namespace": "prod",
+		"metadata": map[string]any{"name": "chat", "namespace": ns,
 			"annotations": map[string]any{"ome.io/traffic-drain": `{"maintenance-a":{"cluster":"worker-a","reason":"planned maintenance"}}`}},
 		"spec": map[string]any{},
 	}}
-	_, err = dynamic.NewForConfigOrDie(restCfg).Resource(v1beta1.InferenceServicesResource).Namespace("prod").Create(ctx, isvc, metav1.CreateOptions{})
+	_, err = dynamic.NewForConfigOrDie(restCfg).Resource(v1beta1.InferenceServicesResource).Namespace(ns).Create(ctx, isvc, metav1.CreateOptions{})
 	require.NoError(t, err)
 	tmc, err := tmclient.NewForConfig(restCfg)
 	require.NoError(t, err)
-	_, err = tmc.TrafficMaps("prod").Create(ctx, &v1beta1.TrafficMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "chat", Namespace: "prod"},
+	_, err = tmc.TrafficMaps(ns).Create(ctx, &v1beta1.TrafficMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "chat", Namespace: ns},
 		Spec: v1beta1.TrafficMapSpec{Service: "chat", Entries: []v1beta1.TrafficMapEntry{
 			{Cluster: "worker-a", Endpoint: xdstest.StartBackend(t, "worker-a"), Weight: 1},
 			{Cluster: "worker-b", Endpoint: xdstest.StartBackend(t, "worker-b"), Weight: 1},
@@ -100,7 +101,7 @@ func TestXDSWithoutGatewayAPI(t *testing.T) {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	p, err := publish.New(publish.Config{Sinks: []string{publish.SinkXDS}, XDSAddress: "127.0.0.1:0", RequireXDSAck: true, XDSMinClients: 1},
+	p, err := publish.New(publish.Config{Namespaces: []string{ns}, Sinks: []string{publish.SinkXDS}, XDSAddress: "127.0.0.1:0", RequireXDSAck: true, XDSMinClients: 1},
 		restCfg, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	runCtx, stop := context.WithCancel(context.Background())
@@ -111,7 +112,7 @@ func TestXDSWithoutGatewayAPI(t *testing.T) {
 	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":%q,"channel_creds":[{"type":"insecure"}],"server_features":["xds_v3"]}],"node":{"id":"standalone-client"}}`, p.XDSAddr().String())
 	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
 	require.NoError(t, err)
-	conn, err := grpc.NewClient("xds:///chat.prod", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
+	conn, err := grpc.NewClient("xds:///chat."+ns, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
 	require.NoError(t, err)
 	defer conn.Close()
 	client := testgrpc.NewTestServiceClient(conn)
@@ -121,7 +122,7 @@ func TestXDSWithoutGatewayAPI(t *testing.T) {
 		require.Equal(t, "worker-b", resp.GetHostname(), "the drained worker-a gets no RPC")
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		tm, err := tmc.TrafficMaps("prod").Get(ctx, "chat", metav1.GetOptions{})
+		tm, err := tmc.TrafficMaps(ns).Get(ctx, "chat", metav1.GetOptions{})
 		require.NoError(c, err)
 		cond := meta.FindStatusCondition(tm.Status.Conditions, v1beta1.ConditionPublished)
 		require.NotNil(c, cond)

@@ -1,0 +1,170 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+)
+
+var (
+	helmOnce sync.Once
+	helmPath string
+	helmErr  error
+)
+
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	helmOnce.Do(func() {
+		var out bytes.Buffer
+		cmd := exec.Command("bash", filepath.Join(repoRoot(), "hack", "helm.sh"))
+		cmd.Stdout, cmd.Stderr = &out, os.Stderr
+		helmErr = cmd.Run()
+		helmPath = strings.TrimSpace(out.String())
+	})
+	require.NoError(t, helmErr, "build helm (hack/helm.sh)")
+	return helmPath
+}
+
+// chartRBAC renders the chart's ServiceAccount and RBAC for a publisher watching ns.
+func chartRBAC(t *testing.T, release, ns string) []*unstructured.Unstructured {
+	t.Helper()
+	cmd := exec.Command(helmBinary(t), "template", release, filepath.Join(repoRoot(), "charts", "publisher"), "--namespace", ns,
+		"--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml",
+		"--set", "publisher.namespaces={"+ns+"}", "--set", "publisher.gateway="+ns+"/"+gatewayName)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	var objs []*unstructured.Unstructured
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		u := &unstructured.Unstructured{}
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &u.Object))
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+	return objs
+}
+
+var rbacResources = map[string]schema.GroupVersionResource{
+	"ServiceAccount":     {Version: "v1", Resource: "serviceaccounts"},
+	"Role":               {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
+	"RoleBinding":        {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
+	"ClusterRole":        {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
+	"ClusterRoleBinding": {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
+}
+
+// apply creates the objects (cluster-scoped ones are deleted after the test).
+func apply(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range objs {
+		gvr, ok := rbacResources[o.GetKind()]
+		require.True(t, ok, "unexpected kind %s", o.GetKind())
+		res := dyn.Resource(gvr)
+		if o.GetNamespace() != "" {
+			_, err := res.Namespace(o.GetNamespace()).Create(ctxFor(t), o, metav1.CreateOptions{})
+			require.NoError(t, err)
+			continue
+		}
+		_, err := res.Create(ctxFor(t), o, metav1.CreateOptions{})
+		require.NoError(t, err)
+		name := o.GetName()
+		t.Cleanup(func() { _ = res.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+}
+
+// asServiceAccount is a rest config impersonating the chart's ServiceAccount.
+func asServiceAccount(ns, name string) *rest.Config {
+	rc := rest.CopyConfig(restCfg)
+	rc.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns}}
+	return rc
+}
+
+// The chart's RBAC is enough: the publisher, as the chart's ServiceAccount, publishes,
+// drains and sets Published with exactly those permissions.
+func TestChartRBACIsEnough(t *testing.T) {
+	f := newFixture(t)
+	release := "rbac-" + f.ns
+	apply(t, chartRBAC(t, release, f.ns))
+	f.createMap(seedEntries())
+	f.pub = startPublisherWith(t, f.publisherConfig(), asServiceAccount(f.ns, release+"-trafficmap-publisher"), zaptest.NewLogger(t))
+	f.waitPublished()
+	f.drain(seedDrain)
+	f.waitPublishedWith("worker-a=0 (drained by maintenance-a), worker-b=1")
+}
+
+// Removing any one rule of the chart's RBAC makes the publisher fail with a permission
+// error that names the resource.
+func TestChartRBACEveryRuleIsNeeded(t *testing.T) {
+	f := newFixture(t)
+	f.createMap(seedEntries())
+	rendered := chartRBAC(t, "probe", f.ns)
+	var rules []struct {
+		kind  string
+		index int
+		names string
+	}
+	for _, o := range rendered {
+		if o.GetKind() != "Role" && o.GetKind() != "ClusterRole" {
+			continue
+		}
+		list, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for i, r := range list {
+			res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+			rules = append(rules, struct {
+				kind  string
+				index int
+				names string
+			}{o.GetKind(), i, strings.Join(res, ",")})
+		}
+	}
+	require.Len(t, rules, 8, "six namespaced rules and two for the cluster-scoped taint sources")
+
+	for n, rule := range rules {
+		t.Run(rule.kind+"/"+rule.names, func(t *testing.T) {
+			release := "drop" + string(rune('a'+n)) + "-" + f.ns
+			objs := chartRBAC(t, release, f.ns)
+			for _, o := range objs {
+				if o.GetKind() == rule.kind {
+					list, _, _ := unstructured.NestedSlice(o.Object, "rules")
+					require.NoError(t, unstructured.SetNestedSlice(o.Object, append(list[:rule.index:rule.index], list[rule.index+1:]...), "rules"))
+				}
+			}
+			apply(t, objs)
+			core, logs := observer.New(zapcore.ErrorLevel)
+			log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
+			startPublisherWith(t, f.publisherConfig(), asServiceAccount(f.ns, release+"-trafficmap-publisher"), log)
+			resource := strings.Split(rule.names, ",")[0]
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				found := false
+				for _, e := range logs.All() {
+					text := e.Message
+					for _, fld := range e.Context {
+						if fld.Type == zapcore.ErrorType {
+							text += " " + fld.Interface.(error).Error()
+						}
+					}
+					found = found || (strings.Contains(text, "forbidden") || strings.Contains(text, "permission denied")) && strings.Contains(text, resource)
+				}
+				assert.True(c, found, "an error log names the missing permission on %s", resource)
+			}, waitTimeout, tick)
+		})
+	}
+}
