@@ -60,7 +60,8 @@ var cases = map[string][]string{
 	"standalone": {"--set", "publisher.gateway=prod/global"},
 	"standalone-namespaced": {"--set", "publisher.gateway=global", "--set", "publisher.namespaces={prod,staging}",
 		"--set", "xds.tls.secretName=publisher-xds-tls", "--set", "xds.tls.clientCA=true",
-		"--set", "podDisruptionBudget.enabled=true", "--set", "serviceMonitor.enabled=true", "--set", "replicas=2"},
+		"--set", "podDisruptionBudget.enabled=true", "--set", "serviceMonitor.enabled=true", "--set", "replicas=2",
+		"--set", "leaderElection.enabled=true"},
 	"sidecar":  {"--set", "mode=sidecar", "--set", "publisher.gateway=prod/global", "--set", "xds.bindAddress=127.0.0.1"},
 	"xds-only": {"--set", "publisher.sinks={xds}"},
 }
@@ -131,6 +132,12 @@ func TestSecureDefaults(t *testing.T) {
 	assert.NotEmpty(t, c.Resources.Requests["cpu"])
 	assert.NotEmpty(t, c.Resources.Requests["memory"])
 	assert.Contains(t, c.Args, "--gateway=prod/global")
+}
+
+func TestReplicasNeedLeaderElection(t *testing.T) {
+	out, err := runHelm(t, "template", "tm", "publisher", "--set", "publisher.gateway=g", "--set", "replicas=2")
+	require.Error(t, err)
+	assert.Contains(t, out, "replicas > 1 needs leaderElection.enabled")
 }
 
 func TestUnknownModeFails(t *testing.T) {

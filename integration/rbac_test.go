@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
+
+	"github.com/trafficmap/publisher/publish"
 )
 
 var (
@@ -43,11 +45,15 @@ func helmBinary(t *testing.T) string {
 }
 
 // chartRBAC renders the chart's ServiceAccount and RBAC for a publisher watching ns.
-func chartRBAC(t *testing.T, release, ns string) []*unstructured.Unstructured {
+func chartRBAC(t *testing.T, release, ns string, set ...string) []*unstructured.Unstructured {
 	t.Helper()
-	cmd := exec.Command(helmBinary(t), "template", release, filepath.Join(repoRoot(), "charts", "publisher"), "--namespace", ns,
+	args := []string{"template", release, filepath.Join(repoRoot(), "charts", "publisher"), "--namespace", ns,
 		"--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml",
-		"--set", "publisher.namespaces={"+ns+"}", "--set", "publisher.gateway="+ns+"/"+gatewayName)
+		"--set", "publisher.namespaces={" + ns + "}", "--set", "publisher.gateway=" + ns + "/" + gatewayName}
+	for _, kv := range set {
+		args = append(args, "--set", kv)
+	}
+	cmd := exec.Command(helmBinary(t), args...)
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
@@ -97,14 +103,17 @@ func asServiceAccount(ns, name string) *rest.Config {
 	return rc
 }
 
-// The chart's RBAC is enough: the publisher, as the chart's ServiceAccount, publishes,
-// drains and sets Published with exactly those permissions.
+// The chart's RBAC is enough: the publisher, as the chart's ServiceAccount and with leader
+// election on, publishes, drains and sets Published with exactly those permissions.
 func TestChartRBACIsEnough(t *testing.T) {
 	f := newFixture(t)
 	release := "rbac-" + f.ns
-	apply(t, chartRBAC(t, release, f.ns))
+	apply(t, chartRBAC(t, release, f.ns, "leaderElection.enabled=true"))
 	f.createMap(seedEntries())
-	f.pub = startPublisherWith(t, f.publisherConfig(), asServiceAccount(f.ns, release+"-trafficmap-publisher"), zaptest.NewLogger(t))
+	cfg := f.publisherConfig(func(c *publish.Config) {
+		c.LeaderElection = publish.LeaderElection{Enabled: true, Namespace: f.ns, Name: "trafficmap-publisher"}
+	})
+	f.pub = startPublisherWith(t, cfg, asServiceAccount(f.ns, release+"-trafficmap-publisher"), zaptest.NewLogger(t))
 	f.waitPublished()
 	f.drain(seedDrain)
 	f.waitPublishedWith("worker-a=0 (drained by maintenance-a), worker-b=1")

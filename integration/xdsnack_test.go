@@ -84,6 +84,9 @@ func TestXDSSotWNackSetsPublishedFalse(t *testing.T) {
 	assert.Contains(t, metrics, `trafficmap_publisher_published_conditions_total{reason="Published",status="True"} 1`)
 	assert.Contains(t, metrics, "trafficmap_publisher_input_to_published_seconds_count 1", "one map went from Publishing to Published")
 	assert.Contains(t, metrics, "trafficmap_publisher_route_writes_total 3", "two Services and the route")
+	assert.Contains(t, metrics, `trafficmap_publisher_input_to_sink_confirmed_seconds_count{sink="httproute"} 1`)
+	assert.Contains(t, metrics, `trafficmap_publisher_input_to_sink_confirmed_seconds_count{sink="xds"} 1`)
+	assert.Contains(t, get(t, pub, "/debug/pprof/"), "404 page not found", "pprof only behind its flag")
 
 	stream, err := adsClient(t, pub).StreamAggregatedResources(context.Background())
 	require.NoError(t, err)
@@ -119,8 +122,9 @@ func TestXDSSotWNackSetsPublishedFalse(t *testing.T) {
 func TestXDSDeltaNackSetsPublishedFalse(t *testing.T) {
 	f := newFixture(t)
 	f.createMap(seedEntries())
-	pub := f.startPublisher(bothSinks)
+	pub := f.startPublisher(bothSinks, func(c *publish.Config) { c.EnablePprof = true })
 	f.waitPublishedWith("no xds client is connected")
+	assert.Contains(t, get(t, pub, "/debug/pprof/"), "goroutine", "pprof served when enabled")
 
 	stream, err := adsClient(t, pub).DeltaAggregatedResources(context.Background())
 	require.NoError(t, err)

@@ -74,6 +74,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// HTTPAddress, when set, serves /metrics, /healthz, /readyz and /debug/xds.
 	HTTPAddress string
+	// LeaderElection lets several replicas run: only the Lease holder writes.
+	LeaderElection LeaderElection
+	// EnablePprof serves Go's profiles under /debug/pprof/ on HTTPAddress.
+	EnablePprof bool
 }
 
 // The sinks.
@@ -115,6 +119,9 @@ func (c *Config) setDefaults() {
 	if c.XDSAddress == "" {
 		c.XDSAddress = ":18000"
 	}
+	if c.LeaderElection.Enabled {
+		c.LeaderElection.setDefaults()
+	}
 }
 
 // Validate reports every problem with c, each naming the flag and the rule.
@@ -150,6 +157,14 @@ func (c Config) Validate() error {
 	for _, sink := range c.Sinks {
 		if sink != SinkHTTPRoute && sink != SinkXDS {
 			errs = append(errs, fmt.Errorf("%w: --sinks %q: must be httproute, xds or both (comma-separated)", ErrInvalidConfig, sink))
+		}
+	}
+	if le := c.LeaderElection; le.Enabled {
+		if msgs := validation.IsDNS1123Label(le.Namespace); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%w: --leader-election-namespace %q: %s", ErrInvalidConfig, le.Namespace, msgs[0]))
+		}
+		if le.LeaseDuration != 0 && le.RenewDeadline != 0 && le.LeaseDuration <= le.RenewDeadline {
+			errs = append(errs, fmt.Errorf("%w: --leader-election-lease-duration must be longer than --leader-election-renew-deadline", ErrInvalidConfig))
 		}
 	}
 	if c.XDSMinClients < 0 {

@@ -14,9 +14,11 @@ type metrics struct {
 	conditions  *prometheus.CounterVec
 	routeWrites prometheus.Counter
 	latency     prometheus.Histogram
+	sinkLatency *prometheus.HistogramVec
 
 	mu    sync.Mutex
 	since map[cache.ObjectName]time.Time // when a map's current inputs were first seen unpublished
+	sinks map[cache.ObjectName]map[string]bool
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -33,9 +35,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trafficmap_publisher_input_to_published_seconds",
 			Help:    "Time from the publisher first seeing a map's new inputs (Published set to Publishing) to Published True.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		sinkLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "trafficmap_publisher_input_to_sink_confirmed_seconds",
+			Help:    "Time from the publisher first seeing a map's new inputs to a sink's confirmation: the gateway accepting the route (httproute), or every xDS client ACKing (xds).",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, []string{"sink"}),
 		since: map[cache.ObjectName]time.Time{},
+		sinks: map[cache.ObjectName]map[string]bool{},
 	}
-	reg.MustRegister(m.reconciles, m.conditions, m.routeWrites, m.latency)
+	reg.MustRegister(m.reconciles, m.conditions, m.routeWrites, m.latency, m.sinkLatency)
 	return m
 }
 
@@ -74,8 +80,27 @@ func (m *metrics) condition(key cache.ObjectName, status, reason string) {
 		if start, running := m.since[key]; running {
 			m.latency.Observe(time.Since(start).Seconds())
 			delete(m.since, key)
+			delete(m.sinks, key)
 		}
 	}
+}
+
+// sinkConfirmed records, once per change of a map's inputs, the time until sink confirmed.
+func (m *metrics) sinkConfirmed(key cache.ObjectName, sink string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	start, running := m.since[key]
+	if !running || m.sinks[key][sink] {
+		return
+	}
+	if m.sinks[key] == nil {
+		m.sinks[key] = map[string]bool{}
+	}
+	m.sinks[key][sink] = true
+	m.sinkLatency.WithLabelValues(sink).Observe(time.Since(start).Seconds())
 }
 
 // forget drops the latency clock of a deleted map.
@@ -85,5 +110,6 @@ func (m *metrics) forget(key cache.ObjectName) {
 	}
 	m.mu.Lock()
 	delete(m.since, key)
+	delete(m.sinks, key)
 	m.mu.Unlock()
 }

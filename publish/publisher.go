@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	kubeinformers "k8s.io/client-go/informers"
@@ -295,13 +294,12 @@ func (p *Publisher) Run(ctx context.Context) error {
 	if p.http != nil {
 		p.http.ready.Store(true)
 	}
-	for range p.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wait.UntilWithContext(ctx, p.runWorker, time.Second)
-		}()
-	}
+	var workErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		workErr = p.runWorkers(ctx)
+	}()
 	<-ctx.Done()
 	p.queue.ShutDown()
 	if p.xds != nil {
@@ -309,7 +307,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	p.log.Info("stopped")
-	return nil
+	return workErr
 }
 
 // reportWatchErrors logs an informer's list and watch failures through the publisher's
@@ -337,6 +335,10 @@ func (p *Publisher) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer p.queue.Done(key)
+	if ctx.Err() != nil { // leadership lost while waiting: leave the key to the next leader
+		p.queue.Add(key)
+		return false
+	}
 	log := p.log.With(zap.String("trafficmap", key.String()))
 	err := p.reconcile(ctx, key, log)
 	p.metrics.reconciled(err)

@@ -112,6 +112,7 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 		if !done {
 			return err
 		}
+		p.metrics.sinkConfirmed(key, SinkHTTPRoute)
 		confirms = append(confirms, confirm)
 	}
 	if p.xds != nil {
@@ -126,6 +127,9 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 			return st.fail(ctx, ReasonXDSRejected, c.Message)
 		case !c.Done && p.cfg.RequireXDSAck:
 			return st.write(ctx, st.publishing(c.Message))
+		}
+		if c.Done {
+			p.metrics.sinkConfirmed(key, SinkXDS)
 		}
 		confirms = append(confirms, c.Message)
 	}

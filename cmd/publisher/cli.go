@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -90,6 +91,13 @@ type runFlags struct {
 	requireXDSAck                      bool
 	xdsMinClients                      int
 	httpAddress                        string
+	leaderElect                        bool
+	leaseNamespace                     string
+	leaseName                          string
+	leaseDuration                      time.Duration
+	renewDeadline                      time.Duration
+	retryPeriod                        time.Duration
+	pprof                              bool
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (runFlags, *flag.FlagSet, error) {
@@ -120,6 +128,13 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, *flag.FlagSet, er
 	fs.BoolVar(&f.requireXDSAck, "require-xds-ack", true, "Published waits until every connected xDS client has ACKed a version with the map's current weights")
 	fs.IntVar(&f.xdsMinClients, "xds-min-clients", 0, "Published waits until at least this many xDS clients are connected")
 	fs.StringVar(&f.httpAddress, "http-address", ":8080", "address serving /metrics, /healthz, /readyz and /debug/xds; empty turns it off")
+	fs.BoolVar(&f.leaderElect, "leader-elect", false, "let several replicas run: only the holder of a Lease writes routes, Services and status; every replica serves xDS")
+	fs.StringVar(&f.leaseNamespace, "leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the Lease (default $POD_NAMESPACE)")
+	fs.StringVar(&f.leaseName, "leader-election-id", "trafficmap-publisher", "name of the Lease")
+	fs.DurationVar(&f.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a Lease lasts without renewal")
+	fs.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it gives up")
+	fs.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
+	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on --http-address")
 	if err := fs.Parse(args); err != nil {
 		return f, fs, err
 	}
@@ -149,6 +164,11 @@ func (f runFlags) config() publish.Config {
 		RequireXDSAck:        f.requireXDSAck,
 		XDSMinClients:        f.xdsMinClients,
 		HTTPAddress:          f.httpAddress,
+		EnablePprof:          f.pprof,
+		LeaderElection: publish.LeaderElection{
+			Enabled: f.leaderElect, Namespace: f.leaseNamespace, Name: f.leaseName,
+			LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RetryPeriod: f.retryPeriod,
+		},
 	}
 	if ns, name, ok := strings.Cut(f.gateway, "/"); ok {
 		cfg.Gateway = types.NamespacedName{Namespace: ns, Name: name}

@@ -64,11 +64,20 @@ args:
   {{- end }}
   {{- end }}
   - --http-address=:{{ .Values.httpPort }}
+  {{- if .Values.leaderElection.enabled }}
+  - --leader-elect=true
+  - --leader-election-id={{ .Values.leaderElection.leaseName }}
+  {{- end }}
   - --log-format={{ .Values.publisher.logFormat }}
   - --log-level={{ .Values.publisher.logLevel }}
   {{- range .Values.publisher.extraArgs }}
   - {{ . }}
   {{- end }}
+env:
+  - name: POD_NAMESPACE
+    valueFrom:
+      fieldRef:
+        fieldPath: metadata.namespace
 ports:
   - name: xds
     containerPort: {{ .Values.xds.port }}
