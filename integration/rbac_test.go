@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -176,4 +177,45 @@ func TestChartRBACEveryRuleIsNeeded(t *testing.T) {
 			}, waitTimeout, tick)
 		})
 	}
+}
+
+// helm install works against the real API server in both modes: standalone creates the
+// Deployment, Service and RBAC; sidecar only the ServiceAccount and RBAC.
+func TestHelmInstallBothModes(t *testing.T) {
+	f := newFixture(t)
+	admin := newOpsUser(t, "helm", "system:masters")
+	install := func(release string, set ...string) string {
+		args := []string{"install", release, filepath.Join(repoRoot(), "charts", "publisher"), "--namespace", f.ns,
+			"--kubeconfig", admin.kubeconfig, "--skip-crds", "--set", "publisher.gateway=" + f.ns + "/" + gatewayName}
+		for _, kv := range set {
+			args = append(args, "--set", kv)
+		}
+		cmd := exec.Command(helmBinary(t), args...)
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+		t.Cleanup(func() {
+			un := exec.Command(helmBinary(t), "uninstall", release, "--namespace", f.ns, "--kubeconfig", admin.kubeconfig)
+			un.Env = cmd.Env
+			_ = un.Run()
+		})
+		return string(out)
+	}
+
+	notes := install("standalone", "publisher.namespaces={"+f.ns+"}")
+	assert.Contains(t, notes, "STATUS: deployed")
+	assert.Contains(t, notes, "kubectl get trafficmap -A", "NOTES tell how to check PUBLISHED")
+	_, err := kube.AppsV1().Deployments(f.ns).Get(ctxFor(t), "standalone-trafficmap-publisher", metav1.GetOptions{})
+	require.NoError(t, err)
+	_, err = kube.CoreV1().Services(f.ns).Get(ctxFor(t), "standalone-trafficmap-publisher", metav1.GetOptions{})
+	require.NoError(t, err)
+	_, err = kube.RbacV1().Roles(f.ns).Get(ctxFor(t), "standalone-trafficmap-publisher", metav1.GetOptions{})
+	require.NoError(t, err)
+
+	notes = install("sidecar", "mode=sidecar", "publisher.namespaces={"+f.ns+"}", "xds.bindAddress=127.0.0.1")
+	assert.Contains(t, notes, `include the container template "trafficmap-publisher.container"`)
+	_, err = kube.CoreV1().ServiceAccounts(f.ns).Get(ctxFor(t), "sidecar-trafficmap-publisher", metav1.GetOptions{})
+	require.NoError(t, err)
+	_, err = kube.AppsV1().Deployments(f.ns).Get(ctxFor(t), "sidecar-trafficmap-publisher", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "sidecar mode renders no Deployment")
 }
