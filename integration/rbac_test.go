@@ -125,11 +125,11 @@ func TestChartRBACIsEnough(t *testing.T) {
 func TestChartRBACEveryRuleIsNeeded(t *testing.T) {
 	f := newFixture(t)
 	f.createMap(seedEntries())
-	rendered := chartRBAC(t, "probe", f.ns)
+	rendered := chartRBAC(t, "probe", f.ns, "leaderElection.enabled=true")
 	var rules []struct {
-		kind  string
-		index int
-		names string
+		kind, object string // object: the suffix that tells the chart's two Roles apart
+		index        int
+		names        string
 	}
 	for _, o := range rendered {
 		if o.GetKind() != "Role" && o.GetKind() != "ClusterRole" {
@@ -138,21 +138,25 @@ func TestChartRBACEveryRuleIsNeeded(t *testing.T) {
 		list, _, _ := unstructured.NestedSlice(o.Object, "rules")
 		for i, r := range list {
 			res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+			object := "-trafficmap-publisher"
+			if strings.HasSuffix(o.GetName(), "-leader-election") {
+				object = "-leader-election"
+			}
 			rules = append(rules, struct {
-				kind  string
-				index int
-				names string
-			}{o.GetKind(), i, strings.Join(res, ",")})
+				kind, object string
+				index        int
+				names        string
+			}{o.GetKind(), object, i, strings.Join(res, ",")})
 		}
 	}
-	require.Len(t, rules, 8, "six namespaced rules and two for the cluster-scoped taint sources")
+	require.Len(t, rules, 9, "six namespaced rules, two for the cluster-scoped taint sources, one for the Lease")
 
 	for n, rule := range rules {
 		t.Run(rule.kind+"/"+rule.names, func(t *testing.T) {
 			release := "drop" + string(rune('a'+n)) + "-" + f.ns
-			objs := chartRBAC(t, release, f.ns)
+			objs := chartRBAC(t, release, f.ns, "leaderElection.enabled=true")
 			for _, o := range objs {
-				if o.GetKind() == rule.kind {
+				if o.GetKind() == rule.kind && strings.HasSuffix(o.GetName(), rule.object) {
 					list, _, _ := unstructured.NestedSlice(o.Object, "rules")
 					require.NoError(t, unstructured.SetNestedSlice(o.Object, append(list[:rule.index:rule.index], list[rule.index+1:]...), "rules"))
 				}
@@ -160,7 +164,10 @@ func TestChartRBACEveryRuleIsNeeded(t *testing.T) {
 			apply(t, objs)
 			core, logs := observer.New(zapcore.ErrorLevel)
 			log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
-			startPublisherWith(t, f.publisherConfig(), asServiceAccount(f.ns, release+"-trafficmap-publisher"), log)
+			cfg := f.publisherConfig(func(c *publish.Config) {
+				c.LeaderElection = publish.LeaderElection{Enabled: true, Namespace: f.ns, Name: "lease-" + release}
+			})
+			startPublisherWith(t, cfg, asServiceAccount(f.ns, release+"-trafficmap-publisher"), log)
 			resource := strings.Split(rule.names, ",")[0]
 			require.EventuallyWithT(t, func(c *assert.CollectT) {
 				found := false

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -56,11 +57,11 @@ func (p *Publisher) runWorkers(ctx context.Context) error {
 		return nil
 	}
 	le := p.cfg.LeaderElection
-	lock := &resourcelock.LeaseLock{
+	lock := loggedLock{Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
 		Client:     p.clients.kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
-	}
+	}, log: p.log}
 	for ctx.Err() == nil {
 		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock: lock, LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod,
@@ -105,5 +106,40 @@ func (p *Publisher) enqueueAll() {
 			ns, name, _ := strings.Cut(key, "/")
 			p.enqueue(ns, name)
 		}
+	}
+}
+
+// loggedLock reports a permission error on the Lease through the publisher's logger
+// (client-go's leader election logs only to klog).
+type loggedLock struct {
+	resourcelock.Interface
+	log *zap.Logger
+}
+
+// Get implements resourcelock.Interface.
+func (l loggedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	r, b, err := l.Interface.Get(ctx)
+	l.check("get", err)
+	return r, b, err
+}
+
+// Create implements resourcelock.Interface.
+func (l loggedLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	err := l.Interface.Create(ctx, ler)
+	l.check("create", err)
+	return err
+}
+
+// Update implements resourcelock.Interface.
+func (l loggedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	err := l.Interface.Update(ctx, ler)
+	l.check("update", err)
+	return err
+}
+
+func (l loggedLock) check(verb string, err error) {
+	if apierrors.IsForbidden(err) {
+		l.log.Error("permission denied: cannot "+verb+" leases.coordination.k8s.io "+l.Describe()+"; check the publisher's RBAC",
+			zap.String("resource", "leases"), zap.Error(err))
 	}
 }
