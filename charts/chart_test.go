@@ -152,7 +152,7 @@ func TestSidecarIncludedByAGatewayChart(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.CopyFS(filepath.Join(dir, "charts", "trafficmap-publisher"), os.DirFS("publisher")))
 	files := map[string]string{
-		"Chart.yaml": "apiVersion: v2\nname: gateway\nversion: 0.1.0\ndependencies:\n  - name: trafficmap-publisher\n    version: 0.1.0\n",
+		"Chart.yaml":  "apiVersion: v2\nname: gateway\nversion: 0.1.0\ndependencies:\n  - name: trafficmap-publisher\n    version: 0.1.0\n",
 		"values.yaml": "trafficmap-publisher:\n  mode: sidecar\n  publisher:\n    gateway: prod/global\n  xds:\n    bindAddress: 127.0.0.1\n",
 		"templates/gateway.yaml": `apiVersion: apps/v1
 kind: Deployment
