@@ -9,38 +9,23 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
+
+	"github.com/trafficmap/publisher/integration/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden renderings in testdata/")
 
-var (
-	helmOnce sync.Once
-	helmPath string
-	helmErr  error
-)
-
 // helm returns the helm binary: $HELM when set, else the project's build script's.
 func helm(t *testing.T) string {
 	t.Helper()
-	helmOnce.Do(func() {
-		if p := os.Getenv("HELM"); p != "" {
-			helmPath = p
-			return
-		}
-		var out bytes.Buffer
-		cmd := exec.Command("bash", filepath.Join("..", "hack", "helm.sh"))
-		cmd.Stdout, cmd.Stderr = &out, os.Stderr
-		helmErr = cmd.Run()
-		helmPath = strings.TrimSpace(out.String())
-	})
-	require.NoError(t, helmErr, "build helm (hack/helm.sh)")
-	return helmPath
+	path, err := testenv.Helm()
+	require.NoError(t, err)
+	return path
 }
 
 func runHelm(t *testing.T, args ...string) (string, error) {

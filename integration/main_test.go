@@ -1,12 +1,9 @@
 package integration
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +32,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	assets, err := controlPlaneAssets()
+	assets, err := testenv.ControlPlaneAssets()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration:", err)
 		return 1
@@ -80,21 +77,6 @@ func run(m *testing.M) int {
 		_ = os.RemoveAll(filepath.Dir(binPath))
 	}
 	return code
-}
-
-// controlPlaneAssets returns the folder holding kube-apiserver and etcd: KUBEBUILDER_ASSETS
-// when set (make test sets it), otherwise the project's build script, which reuses its cache.
-func controlPlaneAssets() (string, error) {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir, nil
-	}
-	var out bytes.Buffer
-	cmd := exec.Command("bash", filepath.Join(repoRoot(), "hack", "controlplane.sh"))
-	cmd.Stdout, cmd.Stderr = &out, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build control plane (hack/controlplane.sh): %w", err)
-	}
-	return strings.TrimSpace(out.String()), nil
 }
 
 // crdPaths lists the CRDs the tests install: the chart's, the minimal stand-ins for

@@ -1,13 +1,11 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -23,26 +21,15 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/trafficmap/publisher/integration/testenv"
 	"github.com/trafficmap/publisher/publish"
-)
-
-var (
-	helmOnce sync.Once
-	helmPath string
-	helmErr  error
 )
 
 func helmBinary(t *testing.T) string {
 	t.Helper()
-	helmOnce.Do(func() {
-		var out bytes.Buffer
-		cmd := exec.Command("bash", filepath.Join(repoRoot(), "hack", "helm.sh"))
-		cmd.Stdout, cmd.Stderr = &out, os.Stderr
-		helmErr = cmd.Run()
-		helmPath = strings.TrimSpace(out.String())
-	})
-	require.NoError(t, helmErr, "build helm (hack/helm.sh)")
-	return helmPath
+	helm, err := testenv.Helm()
+	require.NoError(t, err)
+	return helm
 }
 
 // chartRBAC renders the chart's ServiceAccount and RBAC for a publisher watching ns.

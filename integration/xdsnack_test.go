@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/xds/xdstest"
 )
 
 // bothSinks: both sinks, loopback xDS and HTTP servers, Published waiting for xDS ACKs.
@@ -32,32 +33,6 @@ func adsClient(t *testing.T, r *runningPublisher) discoveryv3.AggregatedDiscover
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
-}
-
-// responses reads a stream in one goroutine, so that a receive that timed out loses nothing.
-func responses[T any](recv func() (T, error)) chan T {
-	ch := make(chan T, 16)
-	go func() {
-		defer close(ch)
-		for {
-			r, err := recv()
-			if err != nil {
-				return
-			}
-			ch <- r
-		}
-	}()
-	return ch
-}
-
-func next[T any](ch chan T, wait time.Duration) (T, bool) {
-	select {
-	case r, ok := <-ch:
-		return r, ok
-	case <-time.After(wait):
-		var zero T
-		return zero, false
-	}
 }
 
 func get(t *testing.T, r *runningPublisher, path string) string {
@@ -90,10 +65,10 @@ func TestXDSSotWNackSetsPublishedFalse(t *testing.T) {
 
 	stream, err := adsClient(t, pub).StreamAggregatedResources(context.Background())
 	require.NoError(t, err)
-	in := responses(stream.Recv)
+	in := xdstest.Stream(stream.Recv)
 	node := &corev3.Node{Id: "envoy-sotw", UserAgentName: "envoy"}
 	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}))
-	first, ok := next(in, waitTimeout)
+	first, ok := xdstest.Next(in, waitTimeout)
 	require.True(t, ok)
 	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType,
 		ResponseNonce: first.GetNonce(), ErrorDetail: &rpcstatus.Status{Message: "cluster " + f.ns + "/chat/worker-a: tls context unsupported"}}))
@@ -105,11 +80,11 @@ func TestXDSSotWNackSetsPublishedFalse(t *testing.T) {
 	assert.Contains(t, debug, "tls context unsupported")
 	assert.Contains(t, get(t, pub, "/metrics"), `trafficmap_publisher_xds_nacks_total{type="Cluster"} 1`)
 
-	_, again := next(in, 500*time.Millisecond) // a bounded look; an unguarded cache resends at once
+	_, again := xdstest.Next(in, 500*time.Millisecond) // a bounded look; an unguarded cache resends at once
 	assert.False(t, again, "the rejected version is not sent again")
 
 	f.drain(seedDrain)
-	second, ok := next(in, waitTimeout)
+	second, ok := xdstest.Next(in, waitTimeout)
 	require.True(t, ok, "the changed content is sent")
 	assert.NotEqual(t, first.GetVersionInfo(), second.GetVersionInfo())
 	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType,
@@ -128,14 +103,14 @@ func TestXDSDeltaNackSetsPublishedFalse(t *testing.T) {
 
 	stream, err := adsClient(t, pub).DeltaAggregatedResources(context.Background())
 	require.NoError(t, err)
-	in := responses(stream.Recv)
+	in := xdstest.Stream(stream.Recv)
 	node := &corev3.Node{Id: "envoy-delta", UserAgentName: "envoy"}
 	require.NoError(t, stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.RouteType}))
-	first, ok := next(in, waitTimeout)
+	first, ok := xdstest.Next(in, waitTimeout)
 	require.True(t, ok)
 	require.NoError(t, stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.RouteType,
 		ResponseNonce: first.GetNonce(), ErrorDetail: &rpcstatus.Status{Message: "virtual host rejected"}}))
 	f.waitCondition(metav1.ConditionFalse, publish.ReasonXDSRejected, "xds client envoy-delta rejected version", "(RouteConfiguration): virtual host rejected")
-	_, again := next(in, 500*time.Millisecond)
+	_, again := xdstest.Next(in, 500*time.Millisecond)
 	assert.False(t, again, "the rejected version is not sent again")
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
+	"github.com/trafficmap/publisher/xds/xdstest"
 )
 
 func startServer(t *testing.T) (*xds.Server, discoveryv3.AggregatedDiscoveryServiceClient) {
@@ -53,36 +54,13 @@ func envoyResources(t *testing.T, weight int64) xds.Resources {
 
 var envoyNode = &corev3.Node{Id: "envoy-1", UserAgentName: "envoy"}
 
-// receiver reads a stream in one goroutine, so that a receive that timed out loses nothing.
-type receiver[T any] chan T
-
-func receive[T any](next func() (T, error)) receiver[T] {
-	ch := make(chan T, 16)
-	go func() {
-		defer close(ch)
-		for {
-			r, err := next()
-			if err != nil {
-				return
-			}
-			ch <- r
-		}
-	}()
-	return ch
-}
-
 // recv returns the next response, or nil when none arrives within wait.
-func recv[T any](t *testing.T, ch receiver[T], wait time.Duration) *T {
+func recv[T any](t *testing.T, ch <-chan T, wait time.Duration) *T {
 	t.Helper()
-	select {
-	case r, ok := <-ch:
-		if !ok {
-			return nil
-		}
+	if r, ok := xdstest.Next(ch, wait); ok {
 		return &r
-	case <-time.After(wait):
-		return nil
 	}
+	return nil
 }
 
 // A state-of-the-world client NACKs a version: the tracker reports its error text, and the
@@ -94,7 +72,7 @@ func TestSotWNackIsReportedAndNotResent(t *testing.T) {
 
 	stream, err := ads.StreamAggregatedResources(context.Background())
 	require.NoError(t, err)
-	responses := receive(stream.Recv)
+	responses := xdstest.Stream(stream.Recv)
 	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType}))
 	first := recv(t, responses, 10*time.Second)
 	require.NotNil(t, first)
@@ -136,7 +114,7 @@ func TestDeltaNackIsReported(t *testing.T) {
 
 	stream, err := ads.DeltaAggregatedResources(context.Background())
 	require.NoError(t, err)
-	responses := receive(stream.Recv)
+	responses := xdstest.Stream(stream.Recv)
 	require.NoError(t, stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType}))
 	first := recv(t, responses, 10*time.Second)
 	require.NotNil(t, first)
@@ -187,7 +165,7 @@ func TestDebugAndMetricsShowClients(t *testing.T) {
 
 	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(context.Background())
 	require.NoError(t, err)
-	responses := receive(stream.Recv)
+	responses := xdstest.Stream(stream.Recv)
 	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType}))
 	first := recv(t, responses, 10*time.Second)
 	require.NotNil(t, first)

@@ -3,13 +3,10 @@
 package standalone
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -46,16 +43,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "standalone:", err)
 		return 1
 	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		var out bytes.Buffer
-		cmd := exec.Command("bash", filepath.Join(root, "hack", "controlplane.sh"))
-		cmd.Stdout, cmd.Stderr = &out, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "standalone: build control plane:", err)
-			return 1
-		}
-		assets = strings.TrimSpace(out.String())
+	assets, err := testenv.ControlPlaneAssets()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "standalone:", err)
+		return 1
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,

@@ -1,13 +1,17 @@
-// Package testenv locates what the integration tests and the demo install on their local
-// control plane: the chart's CRDs (the same files users install) and Gateway API's
-// standard-channel CRDs from the gateway-api module. The publisher never imports it.
+// Package testenv locates what the tests and the demo need: the control plane binaries and
+// helm (built by the hack/ scripts), the chart's CRDs (the same files users install) and
+// Gateway API's standard-channel CRDs from the gateway-api module. The publisher never
+// imports it.
 package testenv
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // RepoRoot returns the repository's root directory, found with `go list -m`, so it works
@@ -55,4 +59,47 @@ func moduleDir(module string) (string, error) {
 		return "", fmt.Errorf("go list -m %s printed no directory", module)
 	}
 	return dir, nil
+}
+
+// ControlPlaneAssets returns the folder holding kube-apiserver and etcd: KUBEBUILDER_ASSETS
+// when set (make test sets it), otherwise what hack/controlplane.sh builds or reuses.
+func ControlPlaneAssets() (string, error) {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir, nil
+	}
+	out, err := script("controlplane.sh")
+	if err != nil {
+		return "", fmt.Errorf("build control plane (hack/controlplane.sh): %w", err)
+	}
+	return out, nil
+}
+
+var helmOnce = sync.OnceValues(func() (string, error) {
+	if p := os.Getenv("HELM"); p != "" {
+		return p, nil
+	}
+	out, err := script("helm.sh")
+	if err != nil {
+		return "", fmt.Errorf("build helm (hack/helm.sh): %w", err)
+	}
+	return out, nil
+})
+
+// Helm returns the helm binary: $HELM when set, otherwise what hack/helm.sh builds or
+// reuses (once per process).
+func Helm() (string, error) { return helmOnce() }
+
+// script runs one of the repository's hack/ scripts and returns what it printed.
+func script(name string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	var out bytes.Buffer
+	cmd := exec.Command("bash", filepath.Join(root, "hack", name))
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(out.String()), nil
 }
