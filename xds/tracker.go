@@ -31,9 +31,16 @@ type Nack struct {
 // latest nonce sent on its stream, with error_detail for a NACK. Safe for concurrent use.
 type Tracker struct {
 	mu       sync.Mutex
-	streams  map[int64]*stream
+	streams  map[streamKey]*stream
 	onChange func()
 	observe  func(typeURL string, nack bool) // metrics hook; nil means none
+}
+
+// streamKey names a stream: go-control-plane numbers state-of-the-world and delta streams
+// with separate counters, so an id alone is ambiguous in a mixed fleet.
+type streamKey struct {
+	delta bool
+	id    int64
 }
 
 type stream struct {
@@ -48,54 +55,60 @@ type stream struct {
 // NewTracker returns a Tracker that calls onChange (if not nil) after every ACK, NACK,
 // connect and disconnect, outside its lock.
 func NewTracker(onChange func()) *Tracker {
-	return &Tracker{streams: map[int64]*stream{}, onChange: onChange}
+	return &Tracker{streams: map[streamKey]*stream{}, onChange: onChange}
 }
 
 // Callbacks returns the server callbacks that feed the tracker, for SotW and delta.
 func (t *Tracker) Callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
-		StreamOpenFunc:        func(_ context.Context, id int64, typeURL string) error { t.open(id, typeURL); return nil },
-		DeltaStreamOpenFunc:   func(_ context.Context, id int64, typeURL string) error { t.open(id, typeURL); return nil },
-		StreamClosedFunc:      func(id int64, _ *corev3.Node) { t.close(id) },
-		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) { t.close(id) },
+		StreamOpenFunc: func(_ context.Context, id int64, typeURL string) error {
+			t.open(streamKey{id: id}, typeURL)
+			return nil
+		},
+		DeltaStreamOpenFunc: func(_ context.Context, id int64, typeURL string) error {
+			t.open(streamKey{delta: true, id: id}, typeURL)
+			return nil
+		},
+		StreamClosedFunc:      func(id int64, _ *corev3.Node) { t.close(streamKey{id: id}) },
+		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) { t.close(streamKey{delta: true, id: id}) },
 		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
-			t.request(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetVersionInfo(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
+			t.request(streamKey{id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetVersionInfo(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 			return nil
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, req *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
-			t.response(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
+			t.response(streamKey{id: id}, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
 		},
 		// The delta request callback runs before the server fills in node and type URL: the
 		// tracker remembers the node from the stream's first request and the type from open.
 		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
-			t.request(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), "", req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
+			t.request(streamKey{delta: true, id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), "", req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 			return nil
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
-			t.response(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo())
+			t.response(streamKey{delta: true, id: id}, resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo())
 		},
 	}
 }
 
-func (t *Tracker) open(id int64, typeURL string) {
+func (t *Tracker) open(key streamKey, typeURL string) {
 	t.mu.Lock()
-	t.streams[id] = &stream{typeURL: typeURL, sent: map[string]string{}, version: map[string]string{},
+	t.streams[key] = &stream{typeURL: typeURL, sent: map[string]string{}, version: map[string]string{},
 		acked: map[string]string{}, nacked: map[string]Nack{}}
 	t.mu.Unlock()
 	t.changed()
 }
 
-func (t *Tracker) close(id int64) {
+func (t *Tracker) close(key streamKey) {
 	t.mu.Lock()
-	delete(t.streams, id)
+	delete(t.streams, key)
 	t.mu.Unlock()
 	t.changed()
 }
 
-func (t *Tracker) response(id int64, typeURL, nonce, version string) {
+func (t *Tracker) response(key streamKey, typeURL, nonce, version string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.streams[id]
+	s := t.streams[key]
 	if s == nil {
 		return
 	}
@@ -109,9 +122,9 @@ func (t *Tracker) response(id int64, typeURL, nonce, version string) {
 	s.version[nonce] = version
 }
 
-func (t *Tracker) request(id int64, node *corev3.Node, typeURL, nonce, version, message string, nack bool) {
+func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, version, message string, nack bool) {
 	t.mu.Lock()
-	s := t.streams[id]
+	s := t.streams[key]
 	if s == nil {
 		t.mu.Unlock()
 		return
