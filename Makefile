@@ -5,7 +5,7 @@
 GO ?= go
 FUZZTIME ?= 30s
 
-.PHONY: test demo unit fuzz generate build image controlplane
+.PHONY: test demo bench unit fuzz generate build image controlplane
 
 ## test: go vet, then every test, the integration tests on a real kube-apiserver and etcd
 test:
@@ -17,6 +17,13 @@ test:
 demo:
 	assets="$$(bash hack/controlplane.sh)" && \
 	KUBEBUILDER_ASSETS="$$assets" $(GO) run ./hack/demo
+
+## bench: fleet-scale benchmark (P1-P5) on an embedded control plane; writes BENCHMARKS.md.
+## BENCH_FLAGS passes flags to integration/bench, e.g. BENCH_FLAGS="-n 10000 -phases cold,memory".
+BENCH_FLAGS ?=
+bench:
+	assets="$$(bash hack/controlplane.sh)" && \
+	KUBEBUILDER_ASSETS="$$assets" $(GO) run ./integration/bench $(BENCH_FLAGS)
 
 ## unit: the tests of every package except ./integration/... (no control plane)
 unit:

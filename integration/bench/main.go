@@ -1,0 +1,218 @@
+// Command bench measures the publisher at fleet scale on a real kube-apiserver and etcd
+// (envtest) against the physical floor of the same API server, and writes the figures to
+// BENCHMARKS.md. `make bench` runs it; it is not part of `make test`.
+//
+// It creates N TrafficMaps with 8 clusters each and their InferenceServices, starts the
+// stand-in gateway controller (integration/standin), C protocol-level ADS clients of the
+// gRPC flavour (state of the world or delta, each ACKing what it gets) and the publisher
+// binary as its own process with both sinks, and measures:
+//
+//   - P2 cold start: publisher start to every map Published True, against the floor of
+//     the publisher's minimum API writes at its client rate limit;
+//   - P3 memory: the publisher's resident memory and Go heap once every map is published;
+//   - P1 drain latency: drain annotation write to (a) the HTTPRoute change seen by a watch,
+//     (b) the last xDS client's ACK of the new weights, (c) Published True, over D drains,
+//     each next to a bare write and watch of one ConfigMap (the floor);
+//   - P5 xDS cost of one drain: bytes and resources sent per client, SotW and delta;
+//   - P4 churn: R drains per second for a while; every final state is checked on the
+//     route, the Published condition and every xDS client, and the publisher's CPU use.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+
+	"github.com/trafficmap/publisher/api/tmclient"
+	"github.com/trafficmap/publisher/integration/standin"
+	"github.com/trafficmap/publisher/integration/testenv"
+)
+
+// options are the benchmark's flags.
+type options struct {
+	maps, clients, sotw int
+	drains              int
+	churnRate           int
+	churnFor            time.Duration
+	phases              string
+	qps                 float64
+	burst, workers      int
+	logLevel            string
+	out, workDir        string
+}
+
+func parseFlags() options {
+	var o options
+	flag.IntVar(&o.maps, "n", 1000, "TrafficMaps (with 8 clusters each) and InferenceServices")
+	flag.IntVar(&o.clients, "c", 100, "protocol-level ADS clients of the gRPC flavour")
+	flag.IntVar(&o.sotw, "sotw", 10, "how many of the clients use state of the world (the rest use delta)")
+	flag.IntVar(&o.drains, "drains", 200, "P1: drains measured, spread across the maps")
+	flag.IntVar(&o.churnRate, "churn-rate", 100, "P4: drain annotation writes per second")
+	flag.DurationVar(&o.churnFor, "churn-for", 30*time.Second, "P4: how long the churn lasts")
+	flag.StringVar(&o.phases, "phases", "cold,memory,drain,churn", "phases to run, comma-separated: cold (P2), memory (P3), drain (P1, P5), churn (P4); cold always runs")
+	flag.Float64Var(&o.qps, "kube-api-qps", 0, "publisher --kube-api-qps (0: the publisher's default)")
+	flag.IntVar(&o.burst, "kube-api-burst", 0, "publisher --kube-api-burst (with --kube-api-qps)")
+	flag.IntVar(&o.workers, "workers", 0, "publisher --workers (0: the publisher's default)")
+	flag.StringVar(&o.logLevel, "log-level", "info", "publisher --log-level")
+	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown file whose section for this N is replaced by this run's figures")
+	flag.StringVar(&o.workDir, "work-dir", "", "where the publisher log and profiles go (default: a new temporary directory)")
+	flag.Parse()
+	return o
+}
+
+func (o options) phase(name string) bool {
+	for _, p := range strings.Split(o.phases, ",") {
+		if strings.TrimSpace(p) == name {
+			return true
+		}
+	}
+	return false
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, parseFlags())
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench FAILED:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+func run(ctx context.Context, o options) (err error) {
+	ctrllog.SetLogger(logr.Discard())
+	if o.sotw > o.clients {
+		return fmt.Errorf("-sotw %d: more than -c %d", o.sotw, o.clients)
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	if o.workDir == "" {
+		if o.workDir, err = os.MkdirTemp("", "publisher-bench-"); err != nil {
+			return err
+		}
+	}
+	logf("work dir (publisher log, profiles): %s", o.workDir)
+	bin, err := buildPublisher(root, o.workDir)
+	if err != nil {
+		return err
+	}
+
+	assets, err := testenv.ControlPlaneAssets()
+	if err != nil {
+		return err
+	}
+	crds, err := testenv.CRDPaths()
+	if err != nil {
+		return err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDInstallOptions:     envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
+		// With watches open kube-apiserver's graceful shutdown outlasts any short wait;
+		// envtest kills it after StopTimeout.
+		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{StopTimeout: 3 * time.Second}},
+	}
+	logf("starting kube-apiserver and etcd")
+	restCfg, err := env.Start()
+	if err != nil {
+		return fmt.Errorf("start control plane: %w", err)
+	}
+	defer func() {
+		if stopErr := env.Stop(); stopErr != nil {
+			logf("stop control plane: %v", stopErr)
+		}
+	}()
+	restCfg.QPS, restCfg.Burst = 2000, 4000 // the benchmark's own clients must not be the bottleneck
+	user, err := env.AddUser(envtest.User{Name: "publisher", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return fmt.Errorf("add publisher user: %w", err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(o.workDir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		return err
+	}
+
+	var c clients
+	c.kube = kubernetes.NewForConfigOrDie(restCfg)
+	c.gw = gwclient.NewForConfigOrDie(restCfg)
+	c.dyn = dynamic.NewForConfigOrDie(restCfg)
+	if c.tm, err = tmclient.NewForConfig(restCfg); err != nil {
+		return err
+	}
+	if err := createNamespace(ctx, c); err != nil {
+		return err
+	}
+	gwCtx, stopGateway := context.WithCancel(ctx)
+	defer stopGateway()
+	if _, err := standin.StartGateway(gwCtx, c.kube, c.gw, namespace, gatewayName, func(f string, a ...any) { logf("stand-in gateway: "+f, a...) }); err != nil {
+		return err
+	}
+	if err := createFloorProbe(ctx, c); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := createFleet(ctx, c, o.maps, 16); err != nil {
+		return err
+	}
+	logf("created %d inferenceservices and trafficmaps in %s", o.maps, time.Since(start).Round(time.Millisecond))
+	w, err := startWatchers(ctx, c)
+	if err != nil {
+		return err
+	}
+
+	b := &bench{o: o, c: c, w: w, intents: make([]intent, o.maps)}
+	b.report.meta = runMeta{N: o.maps, C: o.clients, SotW: o.sotw, Cores: runtime.NumCPU(), Date: time.Now().UTC().Format("2006-01-02"), Go: runtime.Version()}
+	defer b.stopClients()
+	defer b.stopPublisher()
+	if err := b.coldStart(ctx, bin, kubeconfig); err != nil {
+		return err
+	}
+	if o.phase("memory") {
+		if err := b.memory(ctx); err != nil {
+			return err
+		}
+	}
+	if o.phase("drain") {
+		if err := b.drainLatency(ctx); err != nil {
+			return err
+		}
+	}
+	if o.phase("churn") {
+		if err := b.churn(ctx); err != nil {
+			return err
+		}
+	}
+	if !filepath.IsAbs(o.out) {
+		o.out = filepath.Join(root, o.out)
+	}
+	if err := b.report.write(o.out); err != nil {
+		return err
+	}
+	logf("wrote %s", o.out)
+	fmt.Print(b.report.markdown())
+	return nil
+}

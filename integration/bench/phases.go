@@ -1,0 +1,367 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+)
+
+// phaseTimeout bounds every wait for one change to show.
+const phaseTimeout = 60 * time.Second
+
+// bench is one benchmark run.
+type bench struct {
+	o       options
+	c       clients
+	w       *watchers
+	pub     *publisherProcess
+	xds     []*xdsClient
+	cancel  context.CancelFunc
+	intents []intent // what each map's drain annotation says now
+	report  report
+}
+
+func createNamespace(ctx context.Context, c clients) error {
+	_, err := c.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", namespace, err)
+	}
+	return nil
+}
+
+// coldStart is P2: it starts the xDS clients, then the publisher, and times publisher start
+// to every map Published True (with --xds-min-clients C, that includes every client's ACK).
+func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
+	var published sync.Map
+	var count atomic.Int64
+	all := make(chan time.Time, 1)
+	b.w.maps.setOnEvent(func(obj any) {
+		tm, ok := obj.(*v1beta1.TrafficMap)
+		if !ok || !isPublished(tm) {
+			return
+		}
+		if _, loaded := published.LoadOrStore(tm.Name, true); !loaded && count.Add(1) == int64(b.o.maps) {
+			all <- time.Now()
+		}
+	})
+	defer b.w.maps.setOnEvent(nil)
+
+	logf("P2: starting the publisher (N=%d, C=%d)", b.o.maps, b.o.clients)
+	start := time.Now()
+	var err error
+	if b.pub, err = startPublisher(bin, kubeconfig, filepath.Join(b.o.workDir, "publisher.log"), b.o); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	b.cancel = cancel
+	for i := range b.o.clients {
+		cl := newXDSClient(fmt.Sprintf("bench-client-%03d", i), i >= b.o.sotw)
+		b.xds = append(b.xds, cl)
+		go cl.run(cctx, b.pub.xdsAddr)
+	}
+	cpuProfile := make(chan error, 1)
+	go func() { cpuProfile <- b.profileWhenUp(ctx, "profile?seconds=30", "cpu-cold.pprof") }()
+
+	timeout := time.Duration(b.o.maps)*20*time.Millisecond + 2*time.Minute
+	var done time.Time
+	select {
+	case done = <-all:
+	case <-time.After(timeout):
+		return errors.Join(fmt.Errorf("P2: %d/%d maps Published True after %s", count.Load(), b.o.maps, timeout), b.clientErr())
+	case err := <-b.pub.done:
+		return fmt.Errorf("P2: publisher exited: %v (log: %s)", err, filepath.Join(b.o.workDir, "publisher.log"))
+	}
+	elapsed := done.Sub(start)
+	m, err := b.pub.metrics()
+	if err != nil {
+		return err
+	}
+	qps, burst := b.o.qps, b.o.burst
+	if qps == 0 {
+		qps, burst = 50, 100 // the publisher's defaults
+	}
+	// The minimum: per map one route, one backend Service per cluster and one status write.
+	minWrites := b.o.maps * (1 + clustersPerMap + 1)
+	floor := time.Duration(float64(max(0, minWrites-burst)) / qps * float64(time.Second))
+	writes := sum(m, "trafficmap_publisher_route_writes_total") + sum(m, "trafficmap_publisher_published_conditions_total")
+	logf("P2: every map Published True after %s (floor %s; %d writes made, %d needed)", elapsed.Round(time.Millisecond), floor, int(writes), minWrites)
+	b.report.add("P2 cold start: publisher start to every map Published True", dur(elapsed),
+		fmt.Sprintf("<= 1.5x floor (%s)", dur(time.Duration(1.5*float64(floor)))), float64(elapsed) <= 1.5*float64(floor))
+	b.report.add("P2 floor: minimum API writes at the client rate limit", fmt.Sprintf("%s (%d writes at %g QPS, burst %d)", dur(floor), minWrites, qps, burst), "", true)
+	b.report.add("P2 ratio to floor", fmt.Sprintf("%.2fx", float64(elapsed)/float64(max(floor, time.Millisecond))), "<= 1.5x", float64(elapsed) <= 1.5*float64(floor))
+	b.report.add("P2 API writes made by the publisher (routes, Services, status)", fmt.Sprintf("%d", int(writes)), fmt.Sprintf(">= %d", minWrites), true)
+	if err := <-cpuProfile; err != nil {
+		logf("cold start cpu profile: %v", err)
+	}
+	return b.clientErr()
+}
+
+// profileWhenUp waits for the publisher's HTTP server and saves a profile.
+func (b *bench) profileWhenUp(ctx context.Context, path, file string) error {
+	for range 600 {
+		if _, err := b.pub.metrics(); err == nil {
+			return b.pub.profile(ctx, path, filepath.Join(b.o.workDir, file))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("publisher http server not up")
+}
+
+func (b *bench) clientErr() error {
+	for _, c := range b.xds {
+		select {
+		case err := <-c.errs:
+			return fmt.Errorf("%w: %w", errClientFailed, err)
+		default:
+		}
+	}
+	return nil
+}
+
+func (b *bench) stopPublisher() {
+	if b.pub != nil {
+		b.pub.stop()
+	}
+}
+
+func (b *bench) stopClients() {
+	if b.cancel != nil {
+		b.cancel()
+	}
+}
+
+// memory is P3: resident memory and Go heap once every map is published and the
+// publisher has settled.
+func (b *bench) memory(ctx context.Context) error {
+	time.Sleep(10 * time.Second) // let the follow-up reconciles (gateway status) settle
+	rss, err := b.pub.rssBytes()
+	if err != nil {
+		return err
+	}
+	m, err := b.pub.metrics()
+	if err != nil {
+		return err
+	}
+	heap := m["go_memstats_heap_inuse_bytes"]
+	logf("P3: rss %s, heap in use %s", mib(float64(rss)), mib(heap))
+	b.report.add("P3 resident memory (VmRSS) at steady state", mib(float64(rss)), "<= 300 MiB at N=10000", float64(rss) <= 300*(1<<20))
+	b.report.add("P3 Go heap in use at steady state", mib(heap), "", true)
+	return b.pub.profile(ctx, "heap", filepath.Join(b.o.workDir, "heap.pprof"))
+}
+
+// drainLatency is P1 and P5.
+func (b *bench) drainLatency(ctx context.Context) error {
+	n := min(b.o.drains, b.o.maps)
+	var floor, a, bb, c []time.Duration
+	var sotwBytes, deltaBytes, sotwRes, deltaRes []float64
+	var deltaMaxRes int64
+	logf("P1: %d drains, each next to a floor probe", n)
+	for d := range n {
+		// The floor: a bare write of one object and the watch event that reports it.
+		value := fmt.Sprintf("%d", d)
+		probe := b.w.probes.expect(floorProbe, probeIs(value))
+		t0 := time.Now()
+		if err := writeProbe(ctx, b.c, value); err != nil {
+			return err
+		}
+		t, err := wait(probe, phaseTimeout, "floor probe")
+		if err != nil {
+			return err
+		}
+		floor = append(floor, t.Sub(t0))
+
+		i := d * b.o.maps / n
+		in := intent{id: fmt.Sprintf("bench-%d", d), cluster: d % clustersPerMap}
+		want := in.weightsFor()
+		before := make([][2]int64, len(b.xds))
+		for k, cl := range b.xds {
+			before[k] = [2]int64{cl.bytes.Load(), cl.resources.Load()}
+		}
+		routeCh := b.w.routes.expect(routeNameOf(i), routeIs(i, want))
+		mapCh := b.w.maps.expect(mapName(i), mapPublished(in))
+		acks := make([]<-chan time.Time, len(b.xds))
+		for k, cl := range b.xds {
+			acks[k] = cl.expect(xdsRouteName(i), func(s string) bool { return s == want })
+		}
+		t0 = time.Now()
+		if err := setDrain(ctx, b.c, i, drainValue(in.id, in.cluster)); err != nil {
+			return err
+		}
+		b.intents[i] = in
+		tRoute, err := wait(routeCh, phaseTimeout, "P1 (a) route of "+mapName(i))
+		if err != nil {
+			return err
+		}
+		var lastAck time.Time
+		for k, ch := range acks {
+			t, err := wait(ch, phaseTimeout, "P1 (b) ack of "+mapName(i)+" by "+b.xds[k].id)
+			if err != nil {
+				return err
+			}
+			if t.After(lastAck) {
+				lastAck = t
+			}
+		}
+		tMap, err := wait(mapCh, phaseTimeout, "P1 (c) Published of "+mapName(i))
+		if err != nil {
+			return err
+		}
+		a, bb, c = append(a, tRoute.Sub(t0)), append(bb, lastAck.Sub(t0)), append(c, tMap.Sub(t0))
+		for k, cl := range b.xds {
+			db, dr := float64(cl.bytes.Load()-before[k][0]), float64(cl.resources.Load()-before[k][1])
+			if cl.delta {
+				deltaBytes, deltaRes = append(deltaBytes, db), append(deltaRes, dr)
+				deltaMaxRes = max(deltaMaxRes, int64(dr))
+			} else {
+				sotwBytes, sotwRes = append(sotwBytes, db), append(sotwRes, dr)
+			}
+		}
+		if err := b.clientErr(); err != nil {
+			return err
+		}
+	}
+	fl, pa, pb, pc := pct(floor), pct(a), pct(bb), pct(c)
+	logf("P1: floor %s; (a) %s; (b) %s; (c) %s", fl, pa, pb, pc)
+	b.report.add("Floor: bare write + watch event of one object (p50 / p95 / p99)", fl.String(), "", true)
+	b.report.add("P1 (a) drain write to HTTPRoute change seen by a watch (p50 / p95 / p99)", pa.String(),
+		fmt.Sprintf("p99 <= 2x floor p99 + 50 ms = %s", dur(2*fl.p99+50*time.Millisecond)), pa.p99 <= 2*fl.p99+50*time.Millisecond)
+	b.report.add("P1 (a) ratio to floor (p50 / p99)", fmt.Sprintf("%.1fx / %.1fx", ratio(pa.p50, fl.p50), ratio(pa.p99, fl.p99)), "", true)
+	b.report.add("P1 (b) drain write to the last xDS client's ACK (p50 / p95 / p99)", pb.String(),
+		fmt.Sprintf("p99 <= (a) p99 + 100 ms = %s", dur(pa.p99+100*time.Millisecond)), pb.p99 <= pa.p99+100*time.Millisecond)
+	b.report.add("P1 (c) drain write to Published True (p50 / p95 / p99)", pc.String(),
+		fmt.Sprintf("p99 <= (b) p99 + 250 ms = %s", dur(pb.p99+250*time.Millisecond)), pc.p99 <= pb.p99+250*time.Millisecond)
+	if len(deltaBytes) > 0 {
+		b.report.add("P5 one drain, per delta client: bytes / resources (mean; max resources)",
+			fmt.Sprintf("%.0f B / %.2f (max %d)", mean(deltaBytes), mean(deltaRes), deltaMaxRes), "<= 4 resources", deltaMaxRes <= 4)
+	}
+	if len(sotwBytes) > 0 {
+		b.report.add("P5 one drain, per SotW client: bytes / resources (mean)",
+			fmt.Sprintf("%.0f B / %.0f", mean(sotwBytes), mean(sotwRes)), "", true)
+	}
+	return nil
+}
+
+func routeNameOf(i int) string { return mapName(i) + "-global" }
+
+// churn is P4: R drain annotation writes per second for a while, on random maps (writes to
+// one map stay in order), then every map's final state is checked everywhere.
+func (b *bench) churn(ctx context.Context) error {
+	ops := int(b.o.churnFor.Seconds() * float64(b.o.churnRate))
+	logf("P4: %d drain writes at %d/s", ops, b.o.churnRate)
+	const writers = 16
+	queues := make([]chan func() error, writers)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for k := range queues {
+		queues[k] = make(chan func() error, 1024)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for op := range queues[k] {
+				if err := op(); err != nil {
+					failed.Store(err)
+				}
+			}
+		}()
+	}
+	rng := rand.New(rand.NewPCG(1, uint64(b.o.maps)))
+	cpu0, err := b.pub.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	profile := make(chan error, 1)
+	go func() {
+		profile <- b.pub.profile(ctx, fmt.Sprintf("profile?seconds=%d", int(b.o.churnFor.Seconds())), filepath.Join(b.o.workDir, "cpu-churn.pprof"))
+	}()
+	start := time.Now()
+	tick := time.NewTicker(time.Second / time.Duration(b.o.churnRate))
+	touched := map[int]bool{}
+	for op := range ops {
+		<-tick.C
+		i := rng.IntN(b.o.maps)
+		in := intent{}
+		if rng.IntN(2) == 0 {
+			in = intent{id: fmt.Sprintf("churn-%d", op), cluster: rng.IntN(clustersPerMap)}
+		}
+		b.intents[i], touched[i] = in, true
+		value := drainValue(in.id, in.cluster)
+		queues[i%writers] <- func() error { return setDrain(ctx, b.c, i, value) }
+	}
+	tick.Stop()
+	for _, q := range queues {
+		close(q)
+	}
+	wg.Wait()
+	writeEnd := time.Now()
+	if err, _ := failed.Load().(error); err != nil {
+		return err
+	}
+	cpu1, err := b.pub.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	window := writeEnd.Sub(start)
+	logf("P4: %d writes in %s on %d maps; checking final states", ops, window.Round(time.Millisecond), len(touched))
+
+	var wrong []string
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		wrong = b.wrongStates()
+		if len(wrong) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	converged := time.Since(writeEnd)
+	if err := <-profile; err != nil {
+		logf("churn cpu profile: %v", err)
+	}
+	cores := (cpu1 - cpu0) / window.Seconds()
+	logf("P4: %d wrong final states; converged %s after the last write; publisher CPU %.2f cores", len(wrong), converged.Round(time.Millisecond), cores)
+	for _, s := range wrong[:min(len(wrong), 10)] {
+		logf("P4 wrong: %s", s)
+	}
+	b.report.add(fmt.Sprintf("P4 churn: %d drain writes at %d/s on %d maps: lost or wrong final states (route, Published, every xDS client)", ops, b.o.churnRate, len(touched)),
+		fmt.Sprintf("%d of %d maps", len(wrong), b.o.maps), "0", len(wrong) == 0)
+	b.report.add("P4 last write to every final state correct", dur(converged), "", true)
+	b.report.add("P4 publisher CPU during the churn", fmt.Sprintf("%.2f cores (of %d)", cores, b.report.meta.Cores), "", true)
+	return b.clientErr()
+}
+
+// wrongStates lists every map whose route, Published condition or any xDS client's route
+// configuration disagrees with its drain annotation.
+func (b *bench) wrongStates() []string {
+	var wrong []string
+	for i, in := range b.intents {
+		want := in.weightsFor()
+		route, _ := b.w.routes.get(routeNameOf(i)).(*gwapiv1.HTTPRoute)
+		if route == nil || routeWeights(route, i) != want {
+			wrong = append(wrong, mapName(i)+": route")
+			continue
+		}
+		tm, _ := b.w.maps.get(mapName(i)).(*v1beta1.TrafficMap)
+		if tm == nil || !publishedFor(tm, in) {
+			wrong = append(wrong, mapName(i)+": Published")
+			continue
+		}
+		for _, cl := range b.xds {
+			if got, _ := cl.route(xdsRouteName(i)); got != want {
+				wrong = append(wrong, mapName(i)+": xds client "+cl.id)
+				break
+			}
+		}
+	}
+	return wrong
+}

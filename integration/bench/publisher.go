@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// publisherProcess is the publisher binary running as its own process, so that its memory
+// and CPU are its own.
+type publisherProcess struct {
+	cmd      *exec.Cmd
+	xdsAddr  string
+	httpAddr string
+	done     chan error
+}
+
+// freeAddr returns a loopback address with a port the kernel just handed out.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// buildPublisher compiles ./cmd/publisher into dir.
+func buildPublisher(root, dir string) (string, error) {
+	bin := filepath.Join(dir, "publisher")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/publisher")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/publisher: %w: %s", err, out)
+	}
+	return bin, nil
+}
+
+// startPublisher runs `publisher run` against kubeconfig, logging to logPath.
+func startPublisher(bin, kubeconfig, logPath string, o options) (*publisherProcess, error) {
+	xdsAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	httpAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"run", "--kubeconfig", kubeconfig,
+		"--namespace", namespace, "--gateway", namespace + "/" + gatewayName,
+		"--host-template", "{{.Service}}.{{.Namespace}}.example.com",
+		"--sinks", "httproute,xds", "--xds-address", xdsAddr, "--http-address", httpAddr, "--pprof",
+		"--xds-min-clients", strconv.Itoa(o.clients), "--log-level", o.logLevel}
+	if o.qps > 0 {
+		args = append(args, "--kube-api-qps", strconv.FormatFloat(o.qps, 'f', -1, 64), "--kube-api-burst", strconv.Itoa(o.burst))
+	}
+	if o.workers > 0 {
+		args = append(args, "--workers", strconv.Itoa(o.workers))
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start publisher: %w", err)
+	}
+	p := &publisherProcess{cmd: cmd, xdsAddr: xdsAddr, httpAddr: httpAddr, done: make(chan error, 1)}
+	go func() {
+		p.done <- cmd.Wait()
+		logFile.Close()
+	}()
+	return p, nil
+}
+
+func (p *publisherProcess) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// cpuSeconds is the process's user plus system CPU time so far.
+func (p *publisherProcess) cpuSeconds() (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
+	f := strings.Fields(rest)
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	const ticks = 100 // USER_HZ on Linux
+	return (utime + stime) / ticks, nil
+}
+
+// rssBytes is the process's resident set size.
+func (p *publisherProcess) rssBytes() (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", p.cmd.Process.Pid)
+}
+
+// metrics returns the publisher's metric samples (name with labels -> value).
+func (p *publisherProcess) metrics() (map[string]float64, error) {
+	resp, err := http.Get("http://" + p.httpAddr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out, s.Err()
+}
+
+// sum adds the samples of one metric over all its label sets.
+func sum(m map[string]float64, name string) float64 {
+	var t float64
+	for k, v := range m {
+		if k == name || strings.HasPrefix(k, name+"{") {
+			t += v
+		}
+	}
+	return t
+}
+
+// profile saves /debug/pprof/<path> to file.
+func (p *publisherProcess) profile(ctx context.Context, path, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr+"/debug/pprof/"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("fetch profile %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetch profile %s: %s", path, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/trafficmap/publisher/xds"
+)
+
+// xdsTypes are the types every load client subscribes to, as wildcards.
+var xdsTypes = []string{resource.ListenerType, resource.ClusterType, resource.RouteType}
+
+// xdsClient is one protocol-level ADS client of the gRPC flavour: it subscribes to every
+// listener, route configuration and cluster (wildcard), state of the world or delta, ACKs
+// every response, and keeps for each route configuration only its positive weights
+// ("cluster=weight,..."), so that thousands of maps times a hundred clients stay small.
+type xdsClient struct {
+	id    string
+	delta bool
+
+	mu      sync.Mutex
+	routes  map[string]string // route configuration name -> canonical weights
+	waiters map[string][]routeWaiter
+	acks    int // responses ACKed
+
+	bytes     atomic.Int64 // response bytes received
+	resources atomic.Int64 // resources received (delta: added or changed; SotW: every one in a response)
+	responses atomic.Int64
+	errs      chan error
+}
+
+// routeWaiter fires with the time of the ACK of the first response after which the route
+// configuration's canonical weights satisfy want.
+type routeWaiter struct {
+	want func(canonical string) bool
+	ch   chan time.Time
+}
+
+func newXDSClient(id string, delta bool) *xdsClient {
+	return &xdsClient{id: id, delta: delta, routes: map[string]string{}, waiters: map[string][]routeWaiter{}, errs: make(chan error, 1)}
+}
+
+func (c *xdsClient) node() *corev3.Node {
+	return &corev3.Node{
+		Id:            c.id,
+		UserAgentName: "trafficmap-bench",
+		Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+			xds.FlavourMetadataKey: structpb.NewStringValue(string(xds.FlavourGRPC)),
+		}},
+	}
+}
+
+// run connects to addr and serves the stream until ctx ends; a failure is sent on errs.
+func (c *xdsClient) run(ctx context.Context, addr string) {
+	err := c.serve(ctx, addr)
+	if err != nil && ctx.Err() == nil {
+		c.errs <- fmt.Errorf("xds client %s: %w", c.id, err)
+	}
+}
+
+func (c *xdsClient) serve(ctx context.Context, addr string) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.WaitForReady(true)),
+		// The port is open before the publisher serves it (caches first): retry quickly.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond}, MinConnectTimeout: 2 * time.Second}))
+	if err != nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	defer conn.Close()
+	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
+	if c.delta {
+		return c.serveDelta(ctx, ads)
+	}
+	return c.serveSotW(ctx, ads)
+}
+
+func (c *xdsClient) serveSotW(ctx context.Context, ads discoveryv3.AggregatedDiscoveryServiceClient) error {
+	stream, err := ads.StreamAggregatedResources(ctx)
+	if err != nil {
+		return fmt.Errorf("open sotw stream: %w", err)
+	}
+	for _, t := range xdsTypes {
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node(), TypeUrl: t}); err != nil {
+			return fmt.Errorf("subscribe %s: %w", t, err)
+		}
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		c.count(proto.Size(resp), len(resp.GetResources()))
+		changed, err := c.applyRoutes(resp.GetTypeUrl(), resp.GetResources(), nil, true)
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node(), TypeUrl: resp.GetTypeUrl(),
+			VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
+			return fmt.Errorf("ack: %w", err)
+		}
+		c.acked(changed)
+	}
+}
+
+func (c *xdsClient) serveDelta(ctx context.Context, ads discoveryv3.AggregatedDiscoveryServiceClient) error {
+	stream, err := ads.DeltaAggregatedResources(ctx)
+	if err != nil {
+		return fmt.Errorf("open delta stream: %w", err)
+	}
+	for _, t := range xdsTypes {
+		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: c.node(), TypeUrl: t}); err != nil {
+			return fmt.Errorf("subscribe %s: %w", t, err)
+		}
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		c.count(proto.Size(resp), len(resp.GetResources()))
+		anys := make([]*anypb.Any, 0, len(resp.GetResources()))
+		for _, r := range resp.GetResources() {
+			anys = append(anys, r.GetResource())
+		}
+		changed, err := c.applyRoutes(resp.GetTypeUrl(), anys, resp.GetRemovedResources(), false)
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: c.node(), TypeUrl: resp.GetTypeUrl(),
+			ResponseNonce: resp.GetNonce()}); err != nil {
+			return fmt.Errorf("ack: %w", err)
+		}
+		c.acked(changed)
+	}
+}
+
+func (c *xdsClient) count(bytes, resources int) {
+	c.bytes.Add(int64(bytes))
+	c.resources.Add(int64(resources))
+	c.responses.Add(1)
+}
+
+// applyRoutes records route configurations (other types are only counted) and returns the
+// names whose weights changed. A state-of-the-world response replaces the whole set.
+func (c *xdsClient) applyRoutes(typeURL string, res []*anypb.Any, removed []string, replace bool) ([]string, error) {
+	if typeURL != resource.RouteType {
+		return nil, nil
+	}
+	next := make(map[string]string, len(res))
+	for _, a := range res {
+		rc := &routev3.RouteConfiguration{}
+		if err := a.UnmarshalTo(rc); err != nil {
+			return nil, fmt.Errorf("decode route configuration: %w", err)
+		}
+		next[rc.GetName()] = canonicalRoute(rc)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var changed []string
+	if replace {
+		for name := range c.routes {
+			if _, ok := next[name]; !ok {
+				delete(c.routes, name)
+				changed = append(changed, name)
+			}
+		}
+	}
+	for _, name := range removed {
+		delete(c.routes, name)
+		changed = append(changed, name)
+	}
+	for name, w := range next {
+		if c.routes[name] != w {
+			c.routes[name] = w
+			changed = append(changed, name)
+		}
+	}
+	return changed, nil
+}
+
+// acked fires the waiters of changed routes now that their response is ACKed.
+func (c *xdsClient) acked(changed []string) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.acks++
+	for _, name := range changed {
+		ws := c.waiters[name]
+		kept := ws[:0]
+		for _, w := range ws {
+			if w.want(c.routes[name]) {
+				w.ch <- now
+				continue
+			}
+			kept = append(kept, w)
+		}
+		if len(kept) == 0 {
+			delete(c.waiters, name)
+		} else {
+			c.waiters[name] = kept
+		}
+	}
+}
+
+// expect returns a channel that receives the ACK time of the response after which route
+// configuration name satisfies want. Register it before the change is made.
+func (c *xdsClient) expect(name string, want func(string) bool) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	c.mu.Lock()
+	c.waiters[name] = append(c.waiters[name], routeWaiter{want: want, ch: ch})
+	c.mu.Unlock()
+	return ch
+}
+
+// route returns the canonical weights the client holds for a route configuration.
+func (c *xdsClient) route(name string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, ok := c.routes[name]
+	return w, ok
+}
+
+// routeCount is how many route configurations the client holds.
+func (c *xdsClient) routeCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.routes)
+}
+
+// canonicalRoute renders the positive weights of a route configuration's first route as
+// "cluster=weight,..." sorted by cluster (the last path element of the xDS cluster name);
+// a route without weighted clusters (the 503 of an all-drained map) renders as "".
+func canonicalRoute(rc *routev3.RouteConfiguration) string {
+	var parts []string
+	for _, vh := range rc.GetVirtualHosts() {
+		for _, r := range vh.GetRoutes() {
+			for _, cw := range r.GetRoute().GetWeightedClusters().GetClusters() {
+				name := cw.GetName()
+				name = name[strings.LastIndex(name, "/")+1:]
+				parts = append(parts, fmt.Sprintf("%s=%d", name, cw.GetWeight().GetValue()))
+			}
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+// errClientFailed is returned when a load client's stream ends during a measurement.
+var errClientFailed = errors.New("xds load client failed")
