@@ -236,6 +236,7 @@ func (p *Publisher) startTaintSources(ctx context.Context) ([]cache.InformerSync
 	if ic {
 		inf := dynamicinformer.NewFilteredDynamicInformer(p.clients.dyn, InferenceClustersResource, corev1.NamespaceAll,
 			p.cfg.ResyncPeriod, cache.Indexers{}, nil).Informer()
+		_ = inf.SetTransform(dropManagedFields)
 		p.handleCluster(inf, func(obj any) (ClusterTaints, string, bool) {
 			u, ok := obj.(*unstructured.Unstructured)
 			if !ok {
@@ -256,6 +257,7 @@ func (p *Publisher) startTaintSources(ctx context.Context) ([]cache.InformerSync
 	if wc {
 		inf := metadatainformer.NewFilteredMetadataInformer(p.clients.meta, WorkloadClustersResource, corev1.NamespaceAll,
 			p.cfg.ResyncPeriod, cache.Indexers{}, nil).Informer()
+		_ = inf.SetTransform(dropManagedFields)
 		p.handleCluster(inf, func(obj any) (ClusterTaints, string, bool) {
 			m, err := meta.Accessor(obj)
 			if err != nil {

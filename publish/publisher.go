@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -210,6 +211,9 @@ func (p *Publisher) buildInformers() {
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })).
 			Core().V1().Services().Informer()
 
+		for _, inf := range []cache.SharedIndexInformer{maps, isvcs, routes, services} {
+			_ = inf.SetTransform(dropManagedFields) // cannot fail before the informer runs
+		}
 		p.handle(maps, p.onTrafficMap)
 		p.handle(isvcs, p.onInferenceService)
 		p.handleTolerationEvents(isvcs)
@@ -222,6 +226,16 @@ func (p *Publisher) buildInformers() {
 		p.maps = append(p.maps, maps)
 		p.isvcs = append(p.isvcs, isvcs)
 	}
+}
+
+// dropManagedFields is every informer's transform: the publisher never reads
+// metadata.managedFields, which is often the larger part of a cached object, so the caches
+// do not keep it. It edits the freshly decoded object before it enters the cache.
+func dropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // Run starts the informers, waits for their caches, runs the workers and blocks until ctx
