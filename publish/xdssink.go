@@ -156,11 +156,11 @@ func (p *Publisher) rebuildXDS(ctx context.Context) error {
 		res      xds.Resources
 		services []xds.Service
 	}{{xds.FlavourEnvoy, envoyRes, withHosts}, {xds.FlavourGRPC, grpcRes, all}} {
-		version, err := x.server.SetResources(ctx, f.flavour, f.res)
+		versions, err := x.server.SetResources(ctx, f.flavour, f.res)
 		if err != nil {
 			return fmt.Errorf("serve %s resources: %w", f.flavour, err)
 		}
-		x.history.Record(f.flavour, version, f.services)
+		x.history.Record(f.flavour, versions, f.services)
 	}
 
 	for _, key := range x.remember(current, withHosts, invalid) {

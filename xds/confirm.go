@@ -35,48 +35,79 @@ func (s Service) Digest() string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// History remembers, for the last versions served to each flavour, the digest of every
-// service each version carried, so a client's ACKed version can be checked for a service's
-// current content. Safe for concurrent use.
+// History remembers, for the last versions of each type served to each flavour, the digest
+// of every service each version carried, so a client's ACKed version of a type can be
+// checked for a service's current content. A version that stays served while a service
+// changes in another type (a drain changes routes, not clusters) carries the service's new
+// digest too: its content for that service is the same. Safe for concurrent use.
 type History struct {
 	mu    sync.Mutex
 	max   int
-	byVer map[Flavour]map[string]map[string]string // flavour -> version -> key -> digest
-	order map[Flavour][]string
+	byVer map[historyKey]map[string]map[string][]string // version -> key -> recent digests
+	order map[historyKey][]string
 }
 
-// NewHistory keeps the last max versions per flavour.
+type historyKey struct {
+	flavour Flavour
+	typeURL string
+}
+
+// digestsPerKey bounds the digests one version remembers per service; the newest (current)
+// one is always kept.
+const digestsPerKey = 8
+
+// NewHistory keeps the last max versions per flavour and type.
 func NewHistory(max int) *History {
-	return &History{max: max, byVer: map[Flavour]map[string]map[string]string{}, order: map[Flavour][]string{}}
+	return &History{max: max, byVer: map[historyKey]map[string]map[string][]string{}, order: map[historyKey][]string{}}
 }
 
-// Record notes that version, served to flavour, carries services.
-func (h *History) Record(f Flavour, version string, services []Service) {
+// Record notes that versions, served to flavour, carry services.
+func (h *History) Record(f Flavour, versions Versions, services []Service) {
 	digests := make(map[string]string, len(services))
 	for _, s := range services {
 		digests[s.Key()] = s.Digest()
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.byVer[f] == nil {
-		h.byVer[f] = map[string]map[string]string{}
-	}
-	if _, ok := h.byVer[f][version]; !ok {
-		h.order[f] = append(h.order[f], version)
-	}
-	h.byVer[f][version] = digests
-	for len(h.order[f]) > h.max {
-		delete(h.byVer[f], h.order[f][0])
-		h.order[f] = h.order[f][1:]
+	for _, typ := range confirmTypes {
+		version, ok := versions[typ]
+		if !ok {
+			continue
+		}
+		hk := historyKey{f, typ}
+		if h.byVer[hk] == nil {
+			h.byVer[hk] = map[string]map[string][]string{}
+		}
+		entry, seen := h.byVer[hk][version]
+		if !seen {
+			entry = make(map[string][]string, len(digests))
+			h.byVer[hk][version] = entry
+			h.order[hk] = append(h.order[hk], version)
+		}
+		for key, d := range digests {
+			ds := entry[key]
+			if len(ds) > 0 && ds[len(ds)-1] == d {
+				continue
+			}
+			ds = append(slices.DeleteFunc(ds, func(x string) bool { return x == d }), d)
+			if len(ds) > digestsPerKey {
+				ds = ds[len(ds)-digestsPerKey:]
+			}
+			entry[key] = ds
+		}
+		for len(h.order[hk]) > h.max {
+			delete(h.byVer[hk], h.order[hk][0])
+			h.order[hk] = h.order[hk][1:]
+		}
 	}
 }
 
-// Carries reports whether version of flavour carried the service key with digest.
-func (h *History) Carries(f Flavour, version, key, digest string) bool {
+// Carries reports whether version of typeURL served to flavour carried the service key
+// with digest.
+func (h *History) Carries(f Flavour, typeURL, version, key, digest string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	d, ok := h.byVer[f][version][key]
-	return ok && d == digest
+	return slices.Contains(h.byVer[historyKey{f, typeURL}][version][key], digest)
 }
 
 // confirmTypes are the resource types that carry a service's weights and endpoints.
@@ -116,10 +147,10 @@ func Confirm(clients []ClientState, h *History, key string, digests map[Flavour]
 		c.Total++
 		acked := true
 		for _, typ := range confirmTypes {
-			if n, bad := cl.Nacked[typ]; bad && c.Nack == nil && h.Carries(cl.Flavour, n.Version, key, digest) {
+			if n, bad := cl.Nacked[typ]; bad && c.Nack == nil && h.Carries(cl.Flavour, typ, n.Version, key, digest) {
 				c.Nack = &ClientNack{NodeID: cl.NodeID, TypeURL: typ, Nack: n}
 			}
-			if !h.Carries(cl.Flavour, cl.Acked[typ], key, digest) {
+			if !h.Carries(cl.Flavour, typ, cl.Acked[typ], key, digest) {
 				acked = false
 			}
 		}

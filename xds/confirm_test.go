@@ -14,9 +14,9 @@ func TestConfirm(t *testing.T) {
 	drained := service(t, "prod", "chat", drainA, seedEntries()...)
 	other := service(t, "prod", "embed", nil, seedEntries()...)
 	h := xds.NewHistory(8)
-	h.Record(xds.FlavourGRPC, "v1", []xds.Service{old, other})
-	h.Record(xds.FlavourGRPC, "v2", []xds.Service{drained, other})
-	h.Record(xds.FlavourGRPC, "v3", []xds.Service{drained}) // embed removed; chat unchanged
+	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{old, other})
+	h.Record(xds.FlavourGRPC, all("v2"), []xds.Service{drained, other})
+	h.Record(xds.FlavourGRPC, all("v3"), []xds.Service{drained}) // embed removed; chat unchanged
 	want := map[xds.Flavour]string{xds.FlavourGRPC: drained.Digest()}
 
 	acked := func(id, v string) xds.ClientState {
@@ -50,6 +50,28 @@ func TestConfirm(t *testing.T) {
 	got := xds.Confirm([]xds.ClientState{nacking}, h, drained.Key(), want, 0)
 	assert.False(t, got.Done)
 	assert.Equal(t, "xds client n rejected version v2 (RouteConfiguration): has no valid cluster", got.Message)
+}
+
+func all(v string) xds.Versions {
+	return xds.Versions{resource.ListenerType: v, resource.RouteType: v, resource.ClusterType: v}
+}
+
+// A drain changes only route configurations: the listener and cluster versions stay, and a
+// client's ACKs of them count for the drained content, while its old route version does not.
+func TestConfirmCountsUnchangedTypes(t *testing.T) {
+	old := service(t, "prod", "chat", nil, seedEntries()...)
+	drained := service(t, "prod", "chat", drainA, seedEntries()...)
+	h := xds.NewHistory(8)
+	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{old})
+	h.Record(xds.FlavourGRPC, xds.Versions{resource.ListenerType: "v1", resource.RouteType: "r2", resource.ClusterType: "v1"}, []xds.Service{drained})
+	want := map[xds.Flavour]string{xds.FlavourGRPC: drained.Digest()}
+	client := func(route string) xds.ClientState {
+		return xds.ClientState{NodeID: "a", Flavour: xds.FlavourGRPC, Acked: map[string]string{
+			resource.ListenerType: "v1", resource.RouteType: route, resource.ClusterType: "v1"}}
+	}
+	assert.True(t, xds.Confirm([]xds.ClientState{client("r2")}, h, drained.Key(), want, 0).Done, "new routes, unchanged listeners and clusters")
+	assert.False(t, xds.Confirm([]xds.ClientState{client("v1")}, h, drained.Key(), want, 0).Done, "old routes")
+	assert.True(t, h.Carries(xds.FlavourGRPC, resource.ClusterType, "v1", old.Key(), old.Digest()), "the version still carries the old content too")
 }
 
 func TestDigestIgnoresOrderButNotWeights(t *testing.T) {

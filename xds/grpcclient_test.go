@@ -59,19 +59,19 @@ func newHarness(t *testing.T) *harness {
 }
 
 // publish serves the harness's entries under drains and returns the route version.
-func (h *harness) publish(drains []weights.Drain) string {
+func (h *harness) publish(drains []weights.Drain) xds.Versions {
 	h.t.Helper()
 	res, err := weights.Compute(weights.Input{Entries: h.entries, Drains: drains})
 	require.NoError(h.t, err)
 	r, err := xds.TranslateGRPC([]xds.Service{{Namespace: "prod", Name: "chat", Service: "chat", Hostnames: []string{"chat.example.com"}, Result: res}})
 	require.NoError(h.t, err)
-	version, err := h.server.SetResources(context.Background(), xds.FlavourGRPC, r)
+	versions, err := h.server.SetResources(context.Background(), xds.FlavourGRPC, r)
 	require.NoError(h.t, err)
-	return version
+	return versions
 }
 
-// waitAcked waits until the client has ACKed version for every type it uses, with no NACK.
-func (h *harness) waitAcked(version string) {
+// waitAcked waits until the client has ACKed the versions of every type it uses, with no NACK.
+func (h *harness) waitAcked(versions xds.Versions) {
 	h.t.Helper()
 	require.EventuallyWithT(h.t, func(c *assert.CollectT) {
 		clients := h.server.Tracker().Clients()
@@ -79,7 +79,7 @@ func (h *harness) waitAcked(version string) {
 		assert.Equal(c, xds.FlavourGRPC, clients[0].Flavour)
 		assert.Empty(c, clients[0].Nacked)
 		for _, typ := range []string{resource.ListenerType, resource.RouteType, resource.ClusterType} {
-			assert.Equal(c, version, clients[0].Acked[typ], typ)
+			assert.Equal(c, versions[typ], clients[0].Acked[typ], typ)
 		}
 	}, 30*time.Second, 10*time.Millisecond)
 }

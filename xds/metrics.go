@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"path"
 
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -19,7 +18,7 @@ type metrics struct {
 
 var (
 	descClients  = prometheus.NewDesc("trafficmap_publisher_xds_clients", "Connected xDS clients that identified themselves, by flavour.", []string{"flavour"}, nil)
-	descSnapshot = prometheus.NewDesc("trafficmap_publisher_xds_snapshot_info", "The snapshot version served to each flavour (value 1).", []string{"flavour", "version"}, nil)
+	descSnapshot = prometheus.NewDesc("trafficmap_publisher_xds_snapshot_info", "The version of each resource type served to each flavour (value 1).", []string{"flavour", "type", "version"}, nil)
 )
 
 func newMetrics(s *Server, reg prometheus.Registerer) *metrics {
@@ -53,8 +52,10 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	for f, n := range count {
 		ch <- prometheus.MustNewConstMetric(descClients, prometheus.GaugeValue, float64(n), string(f))
 	}
-	for f, v := range m.server.Versions() {
-		ch <- prometheus.MustNewConstMetric(descSnapshot, prometheus.GaugeValue, 1, string(f), v)
+	for f, vs := range m.server.Versions() {
+		for typ, v := range vs {
+			ch <- prometheus.MustNewConstMetric(descSnapshot, prometheus.GaugeValue, 1, string(f), typeLabel(typ), v)
+		}
 	}
 }
 
@@ -74,8 +75,8 @@ func (m *metrics) observe(typeURL string, nack bool) {
 
 // debugState is what the debug endpoint returns.
 type debugState struct {
-	Snapshots map[Flavour]string `json:"snapshots"`
-	Clients   []debugClient      `json:"clients"`
+	Snapshots map[Flavour]map[string]string `json:"snapshots"` // flavour -> type -> version
+	Clients   []debugClient                 `json:"clients"`
 }
 
 type debugClient struct {
@@ -90,7 +91,13 @@ type debugClient struct {
 // flavour: the publisher's counterpart of `istioctl proxy-status`.
 func (s *Server) DebugHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		state := debugState{Snapshots: s.Versions(), Clients: []debugClient{}}
+		state := debugState{Snapshots: map[Flavour]map[string]string{}, Clients: []debugClient{}}
+		for f, vs := range s.Versions() {
+			state.Snapshots[f] = map[string]string{}
+			for typ, v := range vs {
+				state.Snapshots[f][typeLabel(typ)] = v
+			}
+		}
 		for _, c := range s.tracker.Clients() {
 			dc := debugClient{NodeID: c.NodeID, Flavour: c.Flavour, Acked: map[string]string{}, Nacked: map[string]Nack{}}
 			for t, v := range c.Acked {
@@ -108,12 +115,16 @@ func (s *Server) DebugHandler() http.Handler {
 	})
 }
 
-// Versions returns the snapshot version served to each flavour that has one.
-func (s *Server) Versions() map[Flavour]string {
-	out := map[Flavour]string{}
+// Versions returns the versions served to each flavour that has a snapshot.
+func (s *Server) Versions() map[Flavour]Versions {
+	out := map[Flavour]Versions{}
 	for _, f := range []Flavour{FlavourEnvoy, FlavourGRPC} {
 		if snap, err := s.cache.GetSnapshot(string(f)); err == nil {
-			out[f] = snap.GetVersion(resource.ListenerType)
+			vs := Versions{}
+			for _, typ := range confirmTypes {
+				vs[typ] = snap.GetVersion(typ)
+			}
+			out[f] = vs
 		}
 	}
 	return out

@@ -67,8 +67,9 @@ func recv[T any](t *testing.T, ch <-chan T, wait time.Duration) *T {
 // server sends it nothing more until the content changes, then exactly the new version.
 func TestSotWNackIsReportedAndNotResent(t *testing.T) {
 	srv, ads := startServer(t)
-	v1, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
+	v1s, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
 	require.NoError(t, err)
+	v1 := v1s[resource.ClusterType]
 
 	stream, err := ads.StreamAggregatedResources(context.Background())
 	require.NoError(t, err)
@@ -90,8 +91,11 @@ func TestSotWNackIsReportedAndNotResent(t *testing.T) {
 	// unguarded cache resends within milliseconds).
 	assert.Nil(t, recv(t, responses, 500*time.Millisecond), "the rejected version is not sent again")
 
-	v2, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 2))
+	changedCluster := envoyResources(t, 2)
+	changedCluster.Clusters[0].ConnectTimeout.Seconds = 9
+	v2s, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, changedCluster)
 	require.NoError(t, err)
+	v2 := v2s[resource.ClusterType]
 	second := recv(t, responses, 10*time.Second)
 	require.NotNil(t, second, "a content change is sent")
 	assert.Equal(t, v2, (*second).GetVersionInfo())
@@ -109,8 +113,9 @@ func TestSotWNackIsReportedAndNotResent(t *testing.T) {
 // A delta client NACKs: the tracker reports it, and the server does not resend.
 func TestDeltaNackIsReported(t *testing.T) {
 	srv, ads := startServer(t)
-	v1, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
+	v1s, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
 	require.NoError(t, err)
+	v1 := v1s[resource.ClusterType]
 
 	stream, err := ads.DeltaAggregatedResources(context.Background())
 	require.NoError(t, err)
@@ -131,9 +136,9 @@ func TestDeltaNackIsReported(t *testing.T) {
 
 	// Delta sends only what changed: a weight change alters the route configuration, not a
 	// cluster, so this cluster stream gets nothing.
-	v2, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 2))
+	v2s, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 2))
 	require.NoError(t, err)
-	assert.NotEqual(t, v1, v2)
+	assert.Equal(t, v1, v2s[resource.ClusterType], "a weight change keeps the cluster version")
 	assert.Nil(t, recv(t, responses, 500*time.Millisecond), "unchanged clusters are not resent")
 
 	// A changed cluster is sent alone.
@@ -160,8 +165,9 @@ func TestDebugAndMetricsShowClients(t *testing.T) {
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	v1, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
+	v1s, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
 	require.NoError(t, err)
+	v1 := v1s[resource.ClusterType]
 
 	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(context.Background())
 	require.NoError(t, err)
@@ -176,14 +182,14 @@ func TestDebugAndMetricsShowClients(t *testing.T) {
 		rec := httptest.NewRecorder()
 		srv.DebugHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/xds", nil))
 		var state struct {
-			Snapshots map[string]string
+			Snapshots map[string]map[string]string
 			Clients   []struct {
 				NodeID, Flavour string
 				Nacked          map[string]xds.Nack
 			}
 		}
 		require.NoError(c, json.Unmarshal(rec.Body.Bytes(), &state))
-		assert.Equal(c, v1, state.Snapshots["envoy"])
+		assert.Equal(c, v1, state.Snapshots["envoy"]["Cluster"])
 		require.Len(c, state.Clients, 1)
 		assert.Equal(c, "envoy-1", state.Clients[0].NodeID)
 		assert.Equal(c, "envoy", state.Clients[0].Flavour)

@@ -95,40 +95,59 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 }
 
-// SetResources validates res and makes it flavour's snapshot, versioned by its content. An
-// invalid set is not served (the last good one stays) and the error says why. Setting the
-// same content again changes nothing and sends nothing.
-func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resources) (version string, err error) {
+// Versions are the versions of one snapshot, by type URL. Each type's version is a digest of
+// that type's content alone, so a change that touches only route configurations (a drain)
+// keeps the listener and cluster versions: state-of-the-world clients are sent only the
+// changed type, and an ACK of an unchanged type still counts for the new content.
+type Versions map[string]string
+
+// SetResources validates res and makes it flavour's snapshot, each type versioned by its
+// content. An invalid set is not served (the last good one stays) and the error says why.
+// Setting the same content again changes nothing and sends nothing.
+func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resources) (Versions, error) {
 	if err := Validate(res); err != nil {
 		s.metrics.invalid.Inc()
-		return "", err
+		return nil, err
 	}
-	version, err = Version(res)
+	versions, err := TypeVersions(res)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	if cur, err := s.cache.GetSnapshot(string(flavour)); err == nil && cur.GetVersion(resource.ListenerType) == version {
-		return version, nil
+	if cur, err := s.cache.GetSnapshot(string(flavour)); err == nil && sameVersions(cur, versions) {
+		return versions, nil
 	}
-	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{
+	snap, err := cachev3.NewSnapshot("", map[resource.Type][]types.Resource{
 		resource.ListenerType: toResources(res.Listeners),
 		resource.RouteType:    toResources(res.Routes),
 		resource.ClusterType:  toResources(res.Clusters),
 	})
 	if err != nil {
-		return "", fmt.Errorf("build %s snapshot: %w", flavour, err)
+		return nil, fmt.Errorf("build %s snapshot: %w", flavour, err)
+	}
+	for _, typ := range confirmTypes {
+		snap.Resources[cachev3.GetResponseType(typ)].Version = versions[typ]
 	}
 	if flavour == FlavourEnvoy { // Consistent ignores api_listeners, so only Envoy's passes it
 		if err := snap.Consistent(); err != nil {
-			return "", fmt.Errorf("%w: %s snapshot: %w", ErrInvalidResources, flavour, err)
+			return nil, fmt.Errorf("%w: %s snapshot: %w", ErrInvalidResources, flavour, err)
 		}
 	}
 	if err := s.cache.SetSnapshot(ctx, string(flavour), snap); err != nil {
-		return "", fmt.Errorf("set %s snapshot: %w", flavour, err)
+		return nil, fmt.Errorf("set %s snapshot: %w", flavour, err)
 	}
 	s.cache.release(string(flavour), snap)
-	s.log.Info("serving snapshot", zap.String("flavour", string(flavour)), zap.String("version", version))
-	return version, nil
+	s.log.Info("serving snapshot", zap.String("flavour", string(flavour)), zap.String("listeners", versions[resource.ListenerType]),
+		zap.String("routes", versions[resource.RouteType]), zap.String("clusters", versions[resource.ClusterType]))
+	return versions, nil
+}
+
+func sameVersions(snap cachev3.ResourceSnapshot, v Versions) bool {
+	for _, typ := range confirmTypes {
+		if snap.GetVersion(typ) != v[typ] {
+			return false
+		}
+	}
+	return true
 }
 
 func toResources[T types.Resource](in []T) []types.Resource {

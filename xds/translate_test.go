@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -179,13 +180,38 @@ func TestVersionIsContentDerived(t *testing.T) {
 	assert.NotEqual(t, v1, version(t, goldenCases(t)["seed"]), "different content, different version")
 }
 
-func version(t *testing.T, s []xds.Service) string {
+func version(t *testing.T, s []xds.Service) xds.Versions {
 	t.Helper()
 	res, err := xds.TranslateEnvoy(xds.DefaultEnvoyOptions, s)
 	require.NoError(t, err)
-	v, err := xds.Version(res)
+	v, err := xds.TypeVersions(res)
 	require.NoError(t, err)
 	return v
+}
+
+// A drain changes the weights only: the route version changes, the listener and cluster
+// versions stay, in both flavours.
+func TestDrainChangesOnlyTheRouteVersion(t *testing.T) {
+	old := service(t, "prod", "chat", nil, seedEntries()...)
+	drained := service(t, "prod", "chat", drainA, seedEntries()...)
+	for name, translate := range map[string]func([]xds.Service) (xds.Resources, error){
+		"envoy": func(s []xds.Service) (xds.Resources, error) { return xds.TranslateEnvoy(xds.DefaultEnvoyOptions, s) },
+		"grpc":  xds.TranslateGRPC,
+	} {
+		t.Run(name, func(t *testing.T) {
+			before, err := translate([]xds.Service{old})
+			require.NoError(t, err)
+			after, err := translate([]xds.Service{drained})
+			require.NoError(t, err)
+			vb, err := xds.TypeVersions(before)
+			require.NoError(t, err)
+			va, err := xds.TypeVersions(after)
+			require.NoError(t, err)
+			assert.Equal(t, vb[resource.ListenerType], va[resource.ListenerType])
+			assert.Equal(t, vb[resource.ClusterType], va[resource.ClusterType])
+			assert.NotEqual(t, vb[resource.RouteType], va[resource.RouteType])
+		})
+	}
 }
 
 // BenchmarkTranslate translates 1,000 TrafficMaps with 8 clusters each, validates and
@@ -213,7 +239,7 @@ func BenchmarkTranslate(b *testing.B) {
 				if err := xds.Validate(res); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := xds.Version(res); err != nil {
+				if _, err := xds.TypeVersions(res); err != nil {
 					b.Fatal(err)
 				}
 			}

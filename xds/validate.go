@@ -11,6 +11,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -123,28 +124,36 @@ func connectionManagers(l *listenerv3.Listener) []*anypb.Any {
 	return out
 }
 
-// Version is a digest of the resources' deterministic encoding: the same content always
-// gives the same version, so republishing it sends nothing, also after a restart.
-func Version(res Resources) (string, error) {
+// TypeVersions returns, per type URL, a digest of that type's resources in their
+// deterministic encoding: the same content always gives the same version, so republishing
+// it sends nothing, also after a restart.
+func TypeVersions(res Resources) (Versions, error) {
+	listeners, err := digest(res.Listeners)
+	if err != nil {
+		return nil, err
+	}
+	routes, err := digest(res.Routes)
+	if err != nil {
+		return nil, err
+	}
+	clusters, err := digest(res.Clusters)
+	if err != nil {
+		return nil, err
+	}
+	return Versions{resource.ListenerType: listeners, resource.RouteType: routes, resource.ClusterType: clusters}, nil
+}
+
+func digest[T proto.Message](msgs []T) (string, error) {
 	h := sha256.New()
 	opts := proto.MarshalOptions{Deterministic: true}
-	var msgs []proto.Message
-	for _, l := range res.Listeners {
-		msgs = append(msgs, l)
-	}
-	for _, r := range res.Routes {
-		msgs = append(msgs, r)
-	}
-	for _, c := range res.Clusters {
-		msgs = append(msgs, c)
-	}
+	var buf []byte
 	for _, m := range msgs {
-		b, err := opts.Marshal(m)
-		if err != nil {
+		var err error
+		if buf, err = opts.MarshalAppend(buf[:0], m); err != nil {
 			return "", fmt.Errorf("encode %T: %w", m, err)
 		}
-		fmt.Fprintf(h, "%d:", len(b))
-		h.Write(b)
+		fmt.Fprintf(h, "%d:", len(buf))
+		h.Write(buf)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
