@@ -39,6 +39,7 @@ import (
 const (
 	indexByService   = "byService"   // namespace/spec.service
 	indexByRouteName = "byRouteName" // namespace/route name
+	indexBySource    = "bySource"    // on owned Services: their TrafficMap's namespace/name
 )
 
 // maxRetryDelay caps the per-key retry backoff, so that after an API server outage every
@@ -211,6 +212,7 @@ func (p *Publisher) buildInformers() {
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })).
 			Core().V1().Services().Informer()
 
+		_ = services.AddIndexers(cache.Indexers{indexBySource: indexServiceBySource}) // cannot fail before it runs
 		for _, inf := range []cache.SharedIndexInformer{maps, isvcs, routes, services} {
 			_ = inf.SetTransform(dropManagedFields) // cannot fail before the informer runs
 		}

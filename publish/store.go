@@ -67,7 +67,7 @@ func (s store) Services(src httproute.Source) ([]*corev1.Service, error) {
 	if inf == nil {
 		return nil, nil
 	}
-	objs, err := inf.GetIndexer().ByIndex(cache.NamespaceIndex, src.Namespace)
+	objs, err := inf.GetIndexer().ByIndex(indexBySource, src.Namespace+"/"+src.Name)
 	if err != nil {
 		return nil, fmt.Errorf("list cached services: %w", err)
 	}
@@ -78,4 +78,18 @@ func (s store) Services(src httproute.Source) ([]*corev1.Service, error) {
 		}
 	}
 	return out, nil
+}
+
+// indexServiceBySource indexes an owned Service by its TrafficMap's namespace/name, so a
+// reconcile reads its map's Services without scanning every Service of the namespace.
+func indexServiceBySource(obj any) ([]string, error) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return nil, nil
+	}
+	src, ok := httproute.SourceOf(svc.Labels)
+	if !ok {
+		return nil, nil
+	}
+	return []string{src.Namespace + "/" + src.Name}, nil
 }
