@@ -119,12 +119,13 @@ func (s *Server) DebugHandler() http.Handler {
 func (s *Server) Versions() map[Flavour]Versions {
 	out := map[Flavour]Versions{}
 	for _, f := range []Flavour{FlavourEnvoy, FlavourGRPC} {
-		if snap, err := s.cache.GetSnapshot(string(f)); err == nil {
-			vs := Versions{}
-			for _, typ := range confirmTypes {
-				vs[typ] = snap.GetVersion(typ)
+		for _, typ := range confirmTypes {
+			if v := s.cache.version(string(f), typ); v != "" {
+				if out[f] == nil {
+					out[f] = Versions{}
+				}
+				out[f][typ] = v
 			}
-			out[f] = vs
 		}
 	}
 	return out

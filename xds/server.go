@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -57,9 +58,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.tracker = NewTracker(cfg.OnClientChange)
 	s.metrics = newMetrics(s, cfg.Registerer)
 	s.tracker.observe = s.metrics.observe
-	// ads=false: gRPC clients subscribe to resource subsets by name, which an ADS snapshot
-	// cache would never answer.
-	s.cache = &nackGuard{SnapshotCache: cachev3.NewSnapshotCache(false, NodeHash{}, nil), tracker: s.tracker, log: log}
+	s.cache = newNackGuard(s.tracker, log)
 	opts := []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -103,7 +102,9 @@ type Versions map[string]string
 
 // SetResources validates res and makes it flavour's snapshot, each type versioned by its
 // content. An invalid set is not served (the last good one stays) and the error says why.
-// Setting the same content again changes nothing and sends nothing.
+// Only the types whose content changed are set, clusters first, then listeners, then
+// routes, so setting the same content again changes nothing and sends nothing, and a drain
+// is answered only to route watches.
 func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resources) (Versions, error) {
 	if err := Validate(res); err != nil {
 		s.metrics.invalid.Inc()
@@ -113,41 +114,39 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 	if err != nil {
 		return nil, err
 	}
-	if cur, err := s.cache.GetSnapshot(string(flavour)); err == nil && sameVersions(cur, versions) {
-		return versions, nil
-	}
-	snap, err := cachev3.NewSnapshot("", map[resource.Type][]types.Resource{
+	byType := map[string][]types.Resource{
 		resource.ListenerType: toResources(res.Listeners),
 		resource.RouteType:    toResources(res.Routes),
 		resource.ClusterType:  toResources(res.Clusters),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("build %s snapshot: %w", flavour, err)
-	}
-	for _, typ := range confirmTypes {
-		snap.Resources[cachev3.GetResponseType(typ)].Version = versions[typ]
 	}
 	if flavour == FlavourEnvoy { // Consistent ignores api_listeners, so only Envoy's passes it
-		if err := snap.Consistent(); err != nil {
+		all, err := cachev3.NewSnapshot("", byType)
+		if err != nil {
+			return nil, fmt.Errorf("build %s snapshot: %w", flavour, err)
+		}
+		if err := all.Consistent(); err != nil {
 			return nil, fmt.Errorf("%w: %s snapshot: %w", ErrInvalidResources, flavour, err)
 		}
 	}
-	if err := s.cache.SetSnapshot(ctx, string(flavour), snap); err != nil {
-		return nil, fmt.Errorf("set %s snapshot: %w", flavour, err)
-	}
-	s.cache.release(string(flavour), snap)
-	s.log.Info("serving snapshot", zap.String("flavour", string(flavour)), zap.String("listeners", versions[resource.ListenerType]),
-		zap.String("routes", versions[resource.RouteType]), zap.String("clusters", versions[resource.ClusterType]))
-	return versions, nil
-}
-
-func sameVersions(snap cachev3.ResourceSnapshot, v Versions) bool {
-	for _, typ := range confirmTypes {
-		if snap.GetVersion(typ) != v[typ] {
-			return false
+	changed := false
+	for _, typ := range []string{resource.ClusterType, resource.ListenerType, resource.RouteType} {
+		if s.cache.version(string(flavour), typ) == versions[typ] {
+			continue
 		}
+		snap, err := cachev3.NewSnapshot(versions[typ], map[resource.Type][]types.Resource{typ: byType[typ]})
+		if err != nil {
+			return nil, fmt.Errorf("build %s %s snapshot: %w", flavour, typeLabel(typ), err)
+		}
+		if err := s.cache.set(ctx, string(flavour), typ, snap); err != nil {
+			return nil, fmt.Errorf("set %s %s snapshot: %w", flavour, typeLabel(typ), err)
+		}
+		changed = true
 	}
-	return true
+	if changed {
+		s.log.Info("serving snapshot", zap.String("flavour", string(flavour)), zap.String("listeners", versions[resource.ListenerType]),
+			zap.String("routes", versions[resource.RouteType]), zap.String("clusters", versions[resource.ClusterType]))
+	}
+	return versions, nil
 }
 
 func toResources[T types.Resource](in []T) []types.Resource {
@@ -158,17 +157,75 @@ func toResources[T types.Resource](in []T) []types.Resource {
 	return out
 }
 
-// nackGuard stops the NACK resend loop go-control-plane has on its own: after a NACK, a
-// state-of-the-world client re-requests with its old version, and the snapshot cache would
-// resend the rejected snapshot at once, forever. The guard parks such a request until the
-// snapshot for that type changes.
+// nackGuard is the server's cache: one go-control-plane snapshot cache per resource type
+// (each keyed by flavour), behind a MuxCache, so that a change of one type answers only
+// that type's watches (the snapshot cache computes a full delta diff for every open watch of
+// a node on each SetSnapshot). It also stops the NACK resend loop go-control-plane has on
+// its own: after a NACK, a state-of-the-world client re-requests with its old version, and
+// the snapshot cache would resend the rejected snapshot at once, forever. The guard parks
+// such a request until the snapshot for that type changes.
 type nackGuard struct {
-	cachev3.SnapshotCache
-	tracker *Tracker
-	log     *zap.Logger
+	cachev3.Cache // the MuxCache over byType
+	byType        map[string]cachev3.SnapshotCache
+	tracker       *Tracker
+	log           *zap.Logger
 
 	mu     sync.Mutex
 	parked map[*parkedWatch]struct{}
+}
+
+// otherTypes classifies requests for types the publisher does not serve: their watches
+// stay open and are never answered, as on a snapshot without that type.
+const otherTypes = "other"
+
+func newNackGuard(tracker *Tracker, log *zap.Logger) *nackGuard {
+	g := &nackGuard{byType: map[string]cachev3.SnapshotCache{}, tracker: tracker, log: log}
+	caches := map[string]cachev3.Cache{}
+	for _, typ := range append(slices.Clone(confirmTypes), otherTypes) {
+		// ads=false: gRPC clients subscribe to resource subsets by name, which an ADS
+		// snapshot cache would never answer.
+		c := cachev3.NewSnapshotCache(false, NodeHash{}, nil)
+		g.byType[typ] = c
+		caches[typ] = c
+	}
+	classify := func(typeURL string) string {
+		if _, ok := g.byType[typeURL]; ok {
+			return typeURL
+		}
+		return otherTypes
+	}
+	g.Cache = &cachev3.MuxCache{
+		Classify:      func(r *cachev3.Request) string { return classify(r.GetTypeUrl()) },
+		ClassifyDelta: func(r *cachev3.DeltaRequest) string { return classify(r.GetTypeUrl()) },
+		Caches:        caches,
+	}
+	return g
+}
+
+// version is the version of typeURL served to the node hash, "" when none.
+func (g *nackGuard) version(hash, typeURL string) string {
+	snap, err := g.byType[classifyType(typeURL)].GetSnapshot(hash)
+	if err != nil {
+		return ""
+	}
+	return snap.GetVersion(typeURL)
+}
+
+func classifyType(typeURL string) string {
+	if slices.Contains(confirmTypes, typeURL) {
+		return typeURL
+	}
+	return otherTypes
+}
+
+// set serves snap as the node hash's typeURL snapshot and releases parked watches of that
+// type.
+func (g *nackGuard) set(ctx context.Context, hash, typeURL string, snap *cachev3.Snapshot) error {
+	if err := g.byType[typeURL].SetSnapshot(ctx, hash, snap); err != nil {
+		return err
+	}
+	g.release(hash, typeURL, snap.GetVersion(typeURL))
+	return nil
 }
 
 type parkedWatch struct {
@@ -188,7 +245,7 @@ func (g *nackGuard) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, 
 	if req.GetErrorDetail() != nil {
 		hash := NodeHash{}.ID(req.GetNode())
 		rejected, sent := g.tracker.LastSent(req.GetNode().GetId(), req.GetTypeUrl())
-		if snap, err := g.GetSnapshot(hash); sent && err == nil && snap.GetVersion(req.GetTypeUrl()) == rejected {
+		if sent && g.version(hash, req.GetTypeUrl()) == rejected {
 			w := &parkedWatch{hash: hash, rejected: rejected, req: req, sub: sub, value: value}
 			g.mu.Lock()
 			if g.parked == nil {
@@ -202,7 +259,7 @@ func (g *nackGuard) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, 
 			return func() { g.drop(w) }, nil
 		}
 	}
-	return g.SnapshotCache.CreateWatch(req, sub, value)
+	return g.Cache.CreateWatch(req, sub, value)
 }
 
 func (g *nackGuard) drop(w *parkedWatch) {
@@ -217,12 +274,12 @@ func (g *nackGuard) drop(w *parkedWatch) {
 	}
 }
 
-// release re-issues parked watches of hash whose type now has a new version.
-func (g *nackGuard) release(hash string, snap *cachev3.Snapshot) {
+// release re-issues parked watches of hash and typeURL now that it is served at version.
+func (g *nackGuard) release(hash, typeURL, version string) {
 	g.mu.Lock()
 	var ready []*parkedWatch
 	for w := range g.parked {
-		if w.hash == hash && snap.GetVersion(w.req.GetTypeUrl()) != w.rejected {
+		if w.hash == hash && w.req.GetTypeUrl() == typeURL && version != w.rejected {
 			ready = append(ready, w)
 			delete(g.parked, w)
 		}
@@ -231,7 +288,7 @@ func (g *nackGuard) release(hash string, snap *cachev3.Snapshot) {
 	for _, w := range ready {
 		w.mu.Lock()
 		if !w.done {
-			cancel, err := g.SnapshotCache.CreateWatch(w.req, w.sub, w.value)
+			cancel, err := g.Cache.CreateWatch(w.req, w.sub, w.value)
 			if err != nil {
 				g.log.Error("re-issue parked watch", zap.Error(err))
 			}
