@@ -188,15 +188,9 @@ func newNackGuard(tracker *Tracker, log *zap.Logger) *nackGuard {
 		g.byType[typ] = c
 		caches[typ] = c
 	}
-	classify := func(typeURL string) string {
-		if _, ok := g.byType[typeURL]; ok {
-			return typeURL
-		}
-		return otherTypes
-	}
 	g.Cache = &cachev3.MuxCache{
-		Classify:      func(r *cachev3.Request) string { return classify(r.GetTypeUrl()) },
-		ClassifyDelta: func(r *cachev3.DeltaRequest) string { return classify(r.GetTypeUrl()) },
+		Classify:      func(r *cachev3.Request) string { return classifyType(r.GetTypeUrl()) },
+		ClassifyDelta: func(r *cachev3.DeltaRequest) string { return classifyType(r.GetTypeUrl()) },
 		Caches:        caches,
 	}
 	return g
