@@ -31,6 +31,8 @@ type xdsSink struct {
 	history  *xds.History
 	queue    workqueue.TypedRateLimitingInterface[string]
 	envoy    xds.EnvoyOptions
+	// translator is used by rebuildXDS alone, which runs on one goroutine at a time.
+	translator *xds.Translator
 
 	mu       sync.Mutex
 	lastGood map[string]xds.Service // by map key: what is served while a map is invalid
@@ -57,7 +59,7 @@ func newXDSSink(cfg Config, log *zap.Logger, onClientChange func()) (*xdsSink, e
 		return nil, fmt.Errorf("listen on --xds-address %s: %w", cfg.XDSAddress, err)
 	}
 	return &xdsSink{
-		cfg: cfg, log: log, listener: lis, envoy: envoy,
+		cfg: cfg, log: log, listener: lis, envoy: envoy, translator: xds.NewTranslator(envoy),
 		server:   xds.NewServer(xds.ServerConfig{Log: log, TLS: tlsCfg, OnClientChange: onClientChange, Registerer: cfg.Registerer}),
 		history:  xds.NewHistory(64),
 		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "xds-snapshot"}),
@@ -129,7 +131,7 @@ func (p *Publisher) rebuildXDS(ctx context.Context) error {
 	for _, s := range current {
 		services = append(services, s)
 	}
-	_, invalid := xds.Partition(x.envoy, services)
+	_, invalid := x.translator.Partition(services)
 	for key := range invalid {
 		delete(current, key)
 		if last, ok := x.lastGoodService(key); ok {
@@ -143,14 +145,15 @@ func (p *Publisher) rebuildXDS(ctx context.Context) error {
 			withHosts = append(withHosts, s)
 		}
 	}
-	envoyRes, err := xds.TranslateEnvoy(x.envoy, withHosts)
+	envoyRes, err := x.translator.Envoy(withHosts)
 	if err != nil {
 		return fmt.Errorf("translate envoy resources: %w", err)
 	}
-	grpcRes, err := xds.TranslateGRPC(all)
+	grpcRes, err := x.translator.GRPC(all)
 	if err != nil {
 		return fmt.Errorf("translate grpc resources: %w", err)
 	}
+	x.translator.Prune()
 	for _, f := range []struct {
 		flavour  xds.Flavour
 		res      xds.Resources

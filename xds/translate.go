@@ -69,25 +69,49 @@ var dnsRefresh = durationpb.New(30e9)
 // over RDS (ADS), one route configuration with a virtual host per service, and one
 // LOGICAL_DNS cluster per (service, cluster), with TLS, SNI and SAN checks for https.
 func TranslateEnvoy(opts EnvoyOptions, services []Service) (Resources, error) {
-	services = sortedServices(services)
+	parts := make([]envoyPart, 0, len(services))
+	for _, s := range sortedServices(services) {
+		part, err := translateEnvoyService(s)
+		if err != nil {
+			return Resources{}, err
+		}
+		parts = append(parts, part)
+	}
+	return assembleEnvoy(opts, parts)
+}
+
+// envoyPart is one service's share of the Envoy flavour.
+type envoyPart struct {
+	vhost    *routev3.VirtualHost
+	clusters []*clusterv3.Cluster
+}
+
+func translateEnvoyService(s Service) (envoyPart, error) {
+	if len(s.Hostnames) == 0 {
+		return envoyPart{}, fmt.Errorf("trafficmap %s: no hostnames for its virtual host", s.key())
+	}
+	part := envoyPart{vhost: &routev3.VirtualHost{
+		Name:    s.key(),
+		Domains: slices.Sorted(slices.Values(s.Hostnames)),
+		Routes:  []*routev3.Route{route(s, true)},
+	}}
+	for _, e := range s.Result.Entries {
+		c, err := dnsCluster(s, e, true)
+		if err != nil {
+			return envoyPart{}, err
+		}
+		part.clusters = append(part.clusters, c)
+	}
+	return part, nil
+}
+
+// assembleEnvoy builds the Envoy flavour from the parts of services sorted by key.
+func assembleEnvoy(opts EnvoyOptions, parts []envoyPart) (Resources, error) {
 	rc := &routev3.RouteConfiguration{Name: opts.RouteConfigName, IgnorePortInHostMatching: true}
 	var res Resources
-	for _, s := range services {
-		if len(s.Hostnames) == 0 {
-			return Resources{}, fmt.Errorf("trafficmap %s: no hostnames for its virtual host", s.key())
-		}
-		rc.VirtualHosts = append(rc.VirtualHosts, &routev3.VirtualHost{
-			Name:    s.key(),
-			Domains: slices.Sorted(slices.Values(s.Hostnames)),
-			Routes:  []*routev3.Route{route(s, true)},
-		})
-		for _, e := range s.Result.Entries {
-			c, err := dnsCluster(s, e, true)
-			if err != nil {
-				return Resources{}, err
-			}
-			res.Clusters = append(res.Clusters, c)
-		}
+	for _, p := range parts {
+		rc.VirtualHosts = append(rc.VirtualHosts, p.vhost)
+		res.Clusters = append(res.Clusters, p.clusters...)
 	}
 	hcm, err := connectionManager(opts.RouteConfigName)
 	if err != nil {
@@ -112,33 +136,54 @@ func TranslateEnvoy(opts EnvoyOptions, services []Service) (Resources, error) {
 // LOGICAL_DNS clusters (gRPC does not accept STRICT_DNS). Upstream TLS is left to the
 // client's own credentials.
 func TranslateGRPC(services []Service) (Resources, error) {
-	var res Resources
+	parts := make([]Resources, 0, len(services))
 	for _, s := range sortedServices(services) {
-		names := listenerNames(s)
-		rc := &routev3.RouteConfiguration{Name: s.key(), VirtualHosts: []*routev3.VirtualHost{{
-			Name: s.key(), Domains: names, Routes: []*routev3.Route{route(s, false)},
-		}}}
-		hcm, err := connectionManager(rc.Name)
+		part, err := translateGRPCService(s)
 		if err != nil {
 			return Resources{}, err
 		}
-		for _, n := range names {
-			res.Listeners = append(res.Listeners, &listenerv3.Listener{
-				Name:        n,
-				ApiListener: &listenerv3.ApiListener{ApiListener: hcm},
-			})
+		parts = append(parts, part)
+	}
+	return assembleGRPC(parts), nil
+}
+
+func translateGRPCService(s Service) (Resources, error) {
+	var res Resources
+	names := listenerNames(s)
+	rc := &routev3.RouteConfiguration{Name: s.key(), VirtualHosts: []*routev3.VirtualHost{{
+		Name: s.key(), Domains: names, Routes: []*routev3.Route{route(s, false)},
+	}}}
+	hcm, err := connectionManager(rc.Name)
+	if err != nil {
+		return Resources{}, err
+	}
+	for _, n := range names {
+		res.Listeners = append(res.Listeners, &listenerv3.Listener{
+			Name:        n,
+			ApiListener: &listenerv3.ApiListener{ApiListener: hcm},
+		})
+	}
+	res.Routes = []*routev3.RouteConfiguration{rc}
+	for _, e := range s.Result.Entries {
+		c, err := dnsCluster(s, e, false)
+		if err != nil {
+			return Resources{}, err
 		}
-		res.Routes = append(res.Routes, rc)
-		for _, e := range s.Result.Entries {
-			c, err := dnsCluster(s, e, false)
-			if err != nil {
-				return Resources{}, err
-			}
-			res.Clusters = append(res.Clusters, c)
-		}
+		res.Clusters = append(res.Clusters, c)
+	}
+	return res, nil
+}
+
+// assembleGRPC builds the gRPC flavour from the parts of services sorted by key.
+func assembleGRPC(parts []Resources) Resources {
+	var res Resources
+	for _, p := range parts {
+		res.Listeners = append(res.Listeners, p.Listeners...)
+		res.Routes = append(res.Routes, p.Routes...)
+		res.Clusters = append(res.Clusters, p.Clusters...)
 	}
 	slices.SortFunc(res.Listeners, func(a, b *listenerv3.Listener) int { return cmp.Compare(a.Name, b.Name) })
-	return res, nil
+	return res
 }
 
 // listenerNames are the names gRPC clients dial a service by: "<service>.<namespace>" and

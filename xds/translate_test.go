@@ -262,7 +262,8 @@ func TestPartitionKeepsInvalidServicesOut(t *testing.T) {
 // BenchmarkDrainToSnapshot is the xDS cost of one drain at 1,000 TrafficMaps with 8
 // clusters each, along the publisher's rebuild path: the drained map's weights are computed
 // again, every service is checked on its own (Partition), both flavours are translated and
-// set as snapshots (validation and versioning included).
+// set as snapshots (validation and versioning included). The Translator reuses what it
+// built for the unchanged services, as the publisher does.
 func BenchmarkDrainToSnapshot(b *testing.B) {
 	const maps, clusters = 1000, 8
 	inputs := make([]weights.Input, maps)
@@ -275,6 +276,7 @@ func BenchmarkDrainToSnapshot(b *testing.B) {
 		services[i] = service(b, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("svc-%d", i), nil, inputs[i].Entries...)
 	}
 	srv := xds.NewServer(xds.ServerConfig{})
+	tr := xds.NewTranslator(xds.DefaultEnvoyOptions)
 	ctx := context.Background()
 	b.ReportAllocs()
 	i := 0
@@ -289,12 +291,12 @@ func BenchmarkDrainToSnapshot(b *testing.B) {
 			b.Fatal(err)
 		}
 		services[k].Result = res
-		valid, _ := xds.Partition(xds.DefaultEnvoyOptions, services)
-		envoy, err := xds.TranslateEnvoy(xds.DefaultEnvoyOptions, valid)
+		valid, _ := tr.Partition(services)
+		envoy, err := tr.Envoy(valid)
 		if err != nil {
 			b.Fatal(err)
 		}
-		grpcRes, err := xds.TranslateGRPC(valid)
+		grpcRes, err := tr.GRPC(valid)
 		if err != nil {
 			b.Fatal(err)
 		}
