@@ -34,6 +34,9 @@ type Server struct {
 	tracker *Tracker
 	grpc    *grpc.Server
 	metrics *metrics
+	// versioners version each flavour's snapshots, encoding only resources not seen in
+	// that flavour's previous one.
+	versioners map[Flavour]*versioner
 }
 
 // ServerConfig configures a Server.
@@ -54,7 +57,7 @@ func NewServer(cfg ServerConfig) *Server {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{log: log}
+	s := &Server{log: log, versioners: map[Flavour]*versioner{FlavourEnvoy: {}, FlavourGRPC: {}}}
 	s.tracker = NewTracker(cfg.OnClientChange)
 	s.metrics = newMetrics(s, cfg.Registerer)
 	s.tracker.observe = s.metrics.observe
@@ -110,7 +113,7 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 		s.metrics.invalid.Inc()
 		return nil, err
 	}
-	versions, err := TypeVersions(res)
+	versions, err := s.versioners[flavour].versions(res)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -128,32 +129,53 @@ func connectionManagers(l *listenerv3.Listener) []*anypb.Any {
 // deterministic encoding: the same content always gives the same version, so republishing
 // it sends nothing, also after a restart.
 func TypeVersions(res Resources) (Versions, error) {
-	listeners, err := digest(res.Listeners)
+	return (&versioner{}).versions(res)
+}
+
+// versioner computes TypeVersions, remembering each resource's digest by message pointer
+// from one call to the next: the Translator hands back an unchanged service's resources as
+// the same immutable messages, so only new ones are encoded. Safe for concurrent use.
+type versioner struct {
+	mu   sync.Mutex
+	prev map[proto.Message][sha256.Size]byte
+}
+
+func (v *versioner) versions(res Resources) (Versions, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	next := make(map[proto.Message][sha256.Size]byte, len(res.Listeners)+len(res.Routes)+len(res.Clusters))
+	listeners, err := digest(v.prev, next, res.Listeners)
 	if err != nil {
 		return nil, err
 	}
-	routes, err := digest(res.Routes)
+	routes, err := digest(v.prev, next, res.Routes)
 	if err != nil {
 		return nil, err
 	}
-	clusters, err := digest(res.Clusters)
+	clusters, err := digest(v.prev, next, res.Clusters)
 	if err != nil {
 		return nil, err
 	}
+	v.prev = next
 	return Versions{resource.ListenerType: listeners, resource.RouteType: routes, resource.ClusterType: clusters}, nil
 }
 
-func digest[T proto.Message](msgs []T) (string, error) {
+// digest hashes the digests of msgs' deterministic encodings, in order.
+func digest[T proto.Message](prev, next map[proto.Message][sha256.Size]byte, msgs []T) (string, error) {
 	h := sha256.New()
 	opts := proto.MarshalOptions{Deterministic: true}
 	var buf []byte
 	for _, m := range msgs {
-		var err error
-		if buf, err = opts.MarshalAppend(buf[:0], m); err != nil {
-			return "", fmt.Errorf("encode %T: %w", m, err)
+		sum, ok := prev[m]
+		if !ok {
+			var err error
+			if buf, err = opts.MarshalAppend(buf[:0], m); err != nil {
+				return "", fmt.Errorf("encode %T: %w", m, err)
+			}
+			sum = sha256.Sum256(buf)
 		}
-		fmt.Fprintf(h, "%d:", len(buf))
-		h.Write(buf)
+		next[m] = sum
+		h.Write(sum[:])
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }

@@ -64,9 +64,9 @@ func parseFlags() options {
 	flag.IntVar(&o.churnRate, "churn-rate", 100, "P4: drain annotation writes per second")
 	flag.DurationVar(&o.churnFor, "churn-for", 30*time.Second, "P4: how long the churn lasts")
 	flag.StringVar(&o.phases, "phases", "cold,memory,drain,churn", "phases to run, comma-separated: cold (P2), memory (P3), drain (P1, P5), churn (P4); cold always runs")
-	flag.Float64Var(&o.qps, "kube-api-qps", 0, "publisher --kube-api-qps (0: the publisher's default)")
-	flag.IntVar(&o.burst, "kube-api-burst", 0, "publisher --kube-api-burst (with --kube-api-qps)")
-	flag.IntVar(&o.workers, "workers", 0, "publisher --workers (0: the publisher's default)")
+	flag.Float64Var(&o.qps, "kube-api-qps", 500, "publisher --kube-api-qps (0: the publisher's default)")
+	flag.IntVar(&o.burst, "kube-api-burst", 1000, "publisher --kube-api-burst (with --kube-api-qps)")
+	flag.IntVar(&o.workers, "workers", 8, "publisher --workers (0: the publisher's default)")
 	flag.StringVar(&o.logLevel, "log-level", "info", "publisher --log-level")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown file whose section for this N is replaced by this run's figures")
 	flag.StringVar(&o.workDir, "work-dir", "", "where the publisher log and profiles go (default: a new temporary directory)")
@@ -185,7 +185,8 @@ func run(ctx context.Context, o options) (err error) {
 	}
 
 	b := &bench{o: o, c: c, w: w, intents: make([]intent, o.maps)}
-	b.report.meta = runMeta{N: o.maps, C: o.clients, SotW: o.sotw, Cores: runtime.NumCPU(), Date: time.Now().UTC().Format("2006-01-02"), Go: runtime.Version()}
+	b.report.meta = runMeta{N: o.maps, C: o.clients, SotW: o.sotw, Cores: runtime.NumCPU(), Date: time.Now().UTC().Format("2006-01-02"), Go: runtime.Version(),
+		Flags: fmt.Sprintf("--kube-api-qps %g --kube-api-burst %d --workers %d --sinks httproute,xds --xds-min-clients %d", o.qps, o.burst, o.workers, o.clients)}
 	defer b.stopClients()
 	defer b.stopPublisher()
 	if err := b.coldStart(ctx, bin, kubeconfig); err != nil {

@@ -13,6 +13,7 @@ type runMeta struct {
 	N, C, SotW int
 	Cores      int
 	Date, Go   string
+	Flags      string // the publisher's tuning flags
 }
 
 // row is one figure.
@@ -35,7 +36,7 @@ func (r *report) markdown() string {
 	var sb strings.Builder
 	m := r.meta
 	fmt.Fprintf(&sb, "### N = %d maps x 8 clusters, C = %d xDS clients (%d delta, %d SotW)\n\n", m.N, m.C, m.C-m.SotW, m.SotW)
-	fmt.Fprintf(&sb, "Measured %s on %d cores, %s.\n\n", m.Date, m.Cores, m.Go)
+	fmt.Fprintf(&sb, "Measured %s on %d cores, %s. Publisher flags: `%s`.\n\n", m.Date, m.Cores, m.Go, m.Flags)
 	sb.WriteString("| Figure | Measured | Target | Met | N | C | Cores | Date |\n|---|---|---|---|---|---|---|---|\n")
 	for _, x := range r.rows {
 		met := ""
