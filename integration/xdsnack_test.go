@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
@@ -83,7 +84,16 @@ func TestXDSSotWNackSetsPublishedFalse(t *testing.T) {
 	_, again := xdstest.Next(in, 500*time.Millisecond) // a bounded look; an unguarded cache resends at once
 	assert.False(t, again, "the rejected version is not sent again")
 
+	// A drain changes route configurations only: the rejected clusters are still what is
+	// served, so nothing is sent on this cluster stream and the map stays rejected.
 	f.drain(seedDrain)
+	require.Eventually(t, func() bool { return f.routeWeights("worker-a", "worker-b")["worker-a"] == 0 }, waitTimeout, tick)
+	f.waitCondition(metav1.ConditionFalse, publish.ReasonXDSRejected, "rejected version "+first.GetVersionInfo())
+	_, again = xdstest.Next(in, 500*time.Millisecond)
+	assert.False(t, again, "unchanged clusters are not sent")
+
+	// A new endpoint changes a cluster: the new clusters are sent.
+	f.updateMap(func(spec *v1beta1.TrafficMapSpec) { spec.Entries[1].Endpoint = "https://chat-2.worker-b.example.com" })
 	second, ok := xdstest.Next(in, waitTimeout)
 	require.True(t, ok, "the changed content is sent")
 	assert.NotEqual(t, first.GetVersionInfo(), second.GetVersionInfo())
