@@ -3,9 +3,9 @@ package xds
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -19,20 +19,26 @@ func (s Service) Key() string { return s.key() }
 // hostnames and, per entry, cluster, endpoint and effective weight), so two versions that
 // serve the same service the same way give it the same digest.
 func (s Service) Digest() string {
-	type entry struct {
-		Cluster, Endpoint string
-		Effective         int32
+	h := sha256.New()
+	var buf []byte
+	field := func(v string) { // length-prefixed, so no two field lists encode the same
+		buf = strconv.AppendInt(buf[:0], int64(len(v)), 10)
+		buf = append(buf, ':')
+		buf = append(buf, v...)
+		h.Write(buf)
 	}
-	v := struct {
-		Hostnames []string
-		Entries   []entry
-	}{Hostnames: slices.Sorted(slices.Values(s.Hostnames))}
+	hosts := slices.Sorted(slices.Values(s.Hostnames))
+	field(strconv.Itoa(len(hosts)))
+	for _, n := range hosts {
+		field(n)
+	}
 	for _, e := range s.Result.Entries {
-		v.Entries = append(v.Entries, entry{e.Cluster, e.Endpoint.URL, e.Effective})
+		field(e.Cluster)
+		field(e.Endpoint.URL)
+		field(strconv.FormatInt(int64(e.Effective), 10))
 	}
-	b, _ := json.Marshal(v) // plain strings and ints: cannot fail
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:8])
 }
 
 // History remembers, for the last versions of each type served to each flavour, the digest

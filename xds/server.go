@@ -37,6 +37,8 @@ type Server struct {
 	// versioners version each flavour's snapshots, encoding only resources not seen in
 	// that flavour's previous one.
 	versioners map[Flavour]*versioner
+	// validators validate each flavour's snapshots, re-checking only new resources.
+	validators map[Flavour]*validator
 }
 
 // ServerConfig configures a Server.
@@ -57,7 +59,8 @@ func NewServer(cfg ServerConfig) *Server {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{log: log, versioners: map[Flavour]*versioner{FlavourEnvoy: {}, FlavourGRPC: {}}}
+	s := &Server{log: log, versioners: map[Flavour]*versioner{FlavourEnvoy: {}, FlavourGRPC: {}},
+		validators: map[Flavour]*validator{FlavourEnvoy: {}, FlavourGRPC: {}}}
 	s.tracker = NewTracker(cfg.OnClientChange)
 	s.metrics = newMetrics(s, cfg.Registerer)
 	s.tracker.observe = s.metrics.observe
@@ -109,7 +112,7 @@ type Versions map[string]string
 // routes, so setting the same content again changes nothing and sends nothing, and a drain
 // is answered only to route watches.
 func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resources) (Versions, error) {
-	if err := Validate(res); err != nil {
+	if err := s.validators[flavour].validate(res); err != nil {
 		s.metrics.invalid.Inc()
 		return nil, err
 	}

@@ -26,13 +26,33 @@ var ErrInvalidResources = errors.New("invalid xds resources")
 // more than 0 and at most MaxUint32, every route's clusters exist, every listener's route
 // configuration exists, and a LOGICAL_DNS cluster has exactly one endpoint. It reports
 // every problem, each naming the resource.
-func Validate(res Resources) error {
+func Validate(res Resources) error { return (&validator{}).validate(res) }
+
+// validator runs Validate, remembering from one call to the next which messages passed the
+// checks that depend on the message alone (and each listener's route configuration names),
+// so a snapshot that reuses unchanged resources re-checks only the new ones. The
+// cross-resource checks run every time. Safe for concurrent use.
+type validator struct {
+	mu   sync.Mutex
+	prev map[proto.Message][]string // passed; for a listener, its route configuration names
+}
+
+func (v *validator) validate(res Resources) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	next := make(map[proto.Message][]string, len(res.Listeners)+len(res.Routes)+len(res.Clusters))
 	var errs []error
 	bad := func(kind, name string, err error) {
 		errs = append(errs, fmt.Errorf("%w: %s %q: %w", ErrInvalidResources, kind, name, err))
 	}
-	clusters := map[string]bool{}
+	clusters := make(map[string]bool, len(res.Clusters))
 	for _, c := range res.Clusters {
+		clusters[c.Name] = true
+		if _, ok := v.prev[c]; ok {
+			next[c] = nil
+			continue
+		}
+		n := len(errs)
 		if err := c.ValidateAll(); err != nil {
 			bad("cluster", c.Name, err)
 		}
@@ -42,12 +62,20 @@ func Validate(res Resources) error {
 				bad("cluster", c.Name, errors.New("a LOGICAL_DNS cluster needs exactly one locality with one endpoint"))
 			}
 		}
-		clusters[c.Name] = true
+		if len(errs) == n {
+			next[c] = nil
+		}
 	}
-	routes := map[string]bool{}
+	routes := make(map[string]bool, len(res.Routes))
 	for _, rc := range res.Routes {
-		if err := rc.ValidateAll(); err != nil {
-			bad("route configuration", rc.Name, err)
+		if _, ok := v.prev[rc]; !ok {
+			if err := rc.ValidateAll(); err != nil {
+				bad("route configuration", rc.Name, err)
+			} else {
+				next[rc] = nil
+			}
+		} else {
+			next[rc] = nil
 		}
 		routes[rc.Name] = true
 		for _, vh := range rc.VirtualHosts {
@@ -59,23 +87,37 @@ func Validate(res Resources) error {
 		}
 	}
 	for _, l := range res.Listeners {
-		if err := l.ValidateAll(); err != nil {
-			bad("listener", l.Name, err)
+		names, ok := v.prev[l]
+		if !ok {
+			n := len(errs)
+			names = nil
+			if err := l.ValidateAll(); err != nil {
+				bad("listener", l.Name, err)
+			}
+			for _, hcmAny := range connectionManagers(l) {
+				hcm := &hcmv3.HttpConnectionManager{}
+				if err := hcmAny.UnmarshalTo(hcm); err != nil {
+					bad("listener", l.Name, fmt.Errorf("http connection manager: %w", err))
+					continue
+				}
+				if err := hcm.ValidateAll(); err != nil {
+					bad("listener", l.Name, fmt.Errorf("http connection manager: %w", err))
+				}
+				names = append(names, hcm.GetRds().GetRouteConfigName())
+			}
+			if len(errs) == n {
+				next[l] = names
+			}
+		} else {
+			next[l] = names
 		}
-		for _, hcmAny := range connectionManagers(l) {
-			hcm := &hcmv3.HttpConnectionManager{}
-			if err := hcmAny.UnmarshalTo(hcm); err != nil {
-				bad("listener", l.Name, fmt.Errorf("http connection manager: %w", err))
-				continue
-			}
-			if err := hcm.ValidateAll(); err != nil {
-				bad("listener", l.Name, fmt.Errorf("http connection manager: %w", err))
-			}
-			if name := hcm.GetRds().GetRouteConfigName(); !routes[name] {
+		for _, name := range names {
+			if !routes[name] {
 				bad("listener", l.Name, fmt.Errorf("route configuration %q does not exist", name))
 			}
 		}
 	}
+	v.prev = next
 	return errors.Join(errs...)
 }
 
