@@ -74,7 +74,7 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 	cpuProfile := make(chan error, 1)
 	go func() { cpuProfile <- b.profileWhenUp(ctx, "profile?seconds=30", "cpu-cold.pprof") }()
 
-	timeout := time.Duration(b.o.maps)*20*time.Millisecond + 2*time.Minute
+	timeout := time.Duration(b.o.maps)*100*time.Millisecond + 2*time.Minute
 	var done time.Time
 	select {
 	case done = <-all:
