@@ -33,6 +33,12 @@ func (p *Publisher) enqueue(namespace, name string) {
 	}
 }
 
+// enqueueReconcile queues the map alone, for a change that cannot alter what the xDS sink
+// serves.
+func (p *Publisher) enqueueReconcile(namespace, name string) {
+	p.queue.Add(cache.NewObjectName(namespace, name))
+}
+
 // onTrafficMap enqueues the map unless the change is only to conditions or publisher-owned
 // status, which cannot change what is published (the periodic resync repairs a Published
 // condition someone else edited). Resyncs, with an unchanged resourceVersion, always pass.
@@ -61,26 +67,33 @@ func (p *Publisher) onInferenceService(_, obj any) {
 }
 
 // onRoute maps an owned route to its TrafficMap, and a foreign route to the TrafficMaps
-// whose route name it occupies.
-func (p *Publisher) onRoute(_, obj any) {
+// whose route name it occupies. The xDS snapshot reads an owned route's recorded drains,
+// taints and tolerations (annotations) only, so a change to its spec or status (the
+// gateway's verdict) reconciles the map without rebuilding the snapshot.
+func (p *Publisher) onRoute(old, obj any) {
 	route, ok := obj.(*gwapiv1.HTTPRoute)
 	if !ok {
 		return
 	}
 	if src, ok := httproute.SourceOf(route.Labels); ok {
-		p.enqueue(src.Namespace, src.Name)
+		if prev, ok := old.(*gwapiv1.HTTPRoute); ok && equalStrings(prev.Annotations, route.Annotations) && equalStrings(prev.Labels, route.Labels) {
+			p.enqueueReconcile(src.Namespace, src.Name)
+		} else {
+			p.enqueue(src.Namespace, src.Name)
+		}
 	}
 	p.enqueueIndexed(indexByRouteName, route.Namespace, route.Namespace+"/"+route.Name)
 }
 
-// onOwnedObject maps an owned backend Service to its TrafficMap.
+// onOwnedObject maps an owned backend Service to its TrafficMap. The xDS sink does not
+// read Services, so its snapshot is not rebuilt.
 func (p *Publisher) onOwnedObject(_, obj any) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return
 	}
 	if src, ok := httproute.SourceOf(m.GetLabels()); ok {
-		p.enqueue(src.Namespace, src.Name)
+		p.enqueueReconcile(src.Namespace, src.Name)
 	}
 }
 
