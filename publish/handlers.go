@@ -29,6 +29,7 @@ func (p *Publisher) handle(inf cache.SharedIndexInformer, fn func(old, obj any))
 func (p *Publisher) enqueue(namespace, name string) {
 	p.queue.Add(cache.NewObjectName(namespace, name))
 	if p.xds != nil {
+		p.xds.markDirty(namespace + "/" + name)
 		p.xds.queue.Add(xdsSnapshotKey)
 	}
 }

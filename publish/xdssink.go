@@ -3,9 +3,11 @@ package publish
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"k8s.io/client-go/tools/cache"
@@ -35,6 +37,8 @@ type xdsSink struct {
 	translator *xds.Translator
 
 	mu       sync.Mutex
+	dirty    map[string]bool        // maps whose xDS view may have changed since the last rebuild
+	full     bool                   // the next rebuild rereads every map
 	lastGood map[string]xds.Service // by map key: what is served while a map is invalid
 	digests  map[string]map[xds.Flavour]string
 	pending  map[string]bool  // maps waiting for client ACKs
@@ -63,6 +67,8 @@ func newXDSSink(cfg Config, log *zap.Logger, onClientChange func()) (*xdsSink, e
 		server:   xds.NewServer(xds.ServerConfig{Log: log, TLS: tlsCfg, OnClientChange: onClientChange, Registerer: cfg.Registerer}),
 		history:  xds.NewHistory(64),
 		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "xds-snapshot"}),
+		dirty:    map[string]bool{},
+		full:     true,
 		lastGood: map[string]xds.Service{},
 		digests:  map[string]map[xds.Flavour]string{},
 		pending:  map[string]bool{},
@@ -107,39 +113,61 @@ func (p *Publisher) xdsView(tm *v1beta1.TrafficMap, src httproute.Source, res we
 	return svc
 }
 
-// rebuildXDS translates every cached TrafficMap and serves the result, then enqueues each
-// map whose served content changed so that its Published condition follows.
-func (p *Publisher) rebuildXDS(ctx context.Context) error {
+// rebuildXDS translates the maps marked dirty since the previous rebuild (every cached map
+// on the first rebuild and after a failed one), serves the result with every other map's
+// resources as they were, then enqueues each map whose served content changed so that its
+// Published condition follows. A map that cannot be computed or whose resources fail
+// validation keeps its last good content on the wire.
+func (p *Publisher) rebuildXDS(ctx context.Context) (err error) {
 	x := p.xds
-	current := map[string]xds.Service{}
-	for _, inf := range p.maps {
-		for _, obj := range inf.GetStore().List() {
-			tm, ok := obj.(*v1beta1.TrafficMap)
-			if !ok || tm.DeletionTimestamp != nil {
-				continue
-			}
-			key := tm.Namespace + "/" + tm.Name
-			if svc, ok := p.xdsService(tm); ok {
-				current[key] = svc
-			} else if last, ok := x.lastGoodService(key); ok {
-				current[key] = last
+	keys, full := x.takeDirty()
+	defer func() {
+		if err != nil {
+			x.markAllDirty() // what was taken is not served; the retry rereads everything
+		}
+	}()
+	x.mu.Lock()
+	served, invalid := maps.Clone(x.lastGood), maps.Clone(x.invalid)
+	x.mu.Unlock()
+	if full {
+		keys = map[string]bool{}
+		for key := range served {
+			keys[key] = true
+		}
+		for key := range invalid {
+			keys[key] = true
+		}
+		for _, inf := range p.maps {
+			for _, key := range inf.GetStore().ListKeys() {
+				keys[key] = true
 			}
 		}
 	}
-	// A map whose resources fail validation keeps its last good content on the wire.
-	services := make([]xds.Service, 0, len(current))
-	for _, s := range current {
-		services = append(services, s)
-	}
-	_, invalid := x.translator.Partition(services)
-	for key := range invalid {
-		delete(current, key)
-		if last, ok := x.lastGoodService(key); ok {
-			current[key] = last
+	for key := range keys {
+		ns, name, _ := strings.Cut(key, "/")
+		tm, err := p.trafficMap(ns, name)
+		if err != nil {
+			return fmt.Errorf("read trafficmap %s from the cache: %w", key, err)
 		}
+		if tm == nil || tm.DeletionTimestamp != nil {
+			delete(served, key)
+			delete(invalid, key)
+			continue
+		}
+		svc, ok := p.xdsService(tm)
+		if !ok {
+			continue // the reconcile reports why; the last good content stays
+		}
+		if err := x.translator.Validate(svc); err != nil {
+			invalid[key] = err
+			continue
+		}
+		served[key] = svc.Sealed()
+		delete(invalid, key)
 	}
+
 	var all, withHosts []xds.Service
-	for _, s := range current {
+	for _, s := range served {
 		all = append(all, s)
 		if len(s.Hostnames) > 0 {
 			withHosts = append(withHosts, s)
@@ -166,18 +194,34 @@ func (p *Publisher) rebuildXDS(ctx context.Context) error {
 		x.history.Record(f.flavour, versions, f.services)
 	}
 
-	for _, key := range x.remember(current, withHosts, invalid) {
+	for _, key := range x.remember(served, withHosts, invalid) {
 		ns, name, _ := strings.Cut(key, "/")
 		p.queue.Add(cache.NewObjectName(ns, name)) // not p.enqueue: that would queue another rebuild
 	}
 	return nil
 }
 
-func (x *xdsSink) lastGoodService(key string) (xds.Service, bool) {
+// markDirty records that the map at key may serve different xDS content.
+func (x *xdsSink) markDirty(key string) {
+	x.mu.Lock()
+	x.dirty[key] = true
+	x.mu.Unlock()
+}
+
+// markAllDirty makes the next rebuild reread every map.
+func (x *xdsSink) markAllDirty() {
+	x.mu.Lock()
+	x.full = true
+	x.mu.Unlock()
+}
+
+// takeDirty returns and clears the maps marked dirty, and whether every map is.
+func (x *xdsSink) takeDirty() (map[string]bool, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	s, ok := x.lastGood[key]
-	return s, ok
+	keys, full := x.dirty, x.full
+	x.dirty, x.full = map[string]bool{}, false
+	return keys, full
 }
 
 // remember stores what is now served and which maps are invalid, and returns the keys whose
@@ -251,19 +295,36 @@ func (x *xdsSink) pendingKeys() []cache.ObjectName {
 	return out
 }
 
-// processXDS rebuilds the snapshot for one queued request; false once the queue is shut.
+// rebuildPace is how long, as a multiple of the last rebuild's duration, the next rebuild
+// waits; maxRebuildPause bounds that wait. In a storm of changes (a cold start, a fleet-wide
+// drain) rebuilds then take at most a third of a core and each carries more changes, and
+// the changes that arrive meanwhile coalesce in the queue. A change after a quiet period is
+// rebuilt at once.
+const (
+	rebuildPace     = 2
+	maxRebuildPause = time.Second
+)
+
+// processXDS rebuilds the snapshot for one queued request, then paces the next (see
+// rebuildPace); false once the queue is shut.
 func (p *Publisher) processXDS(ctx context.Context) bool {
 	key, shutdown := p.xds.queue.Get()
 	if shutdown {
 		return false
 	}
-	defer p.xds.queue.Done(key)
+	start := time.Now()
 	if err := p.rebuildXDS(ctx); err != nil {
 		p.xds.log.Info("xds snapshot not rebuilt; the last good one stays served; retrying", zap.Error(err))
 		p.xds.queue.AddRateLimited(key)
-		return true
+	} else {
+		p.xds.queue.Forget(key)
 	}
-	p.xds.queue.Forget(key)
+	p.xds.queue.Done(key)
+	pause := min(rebuildPace*time.Since(start), maxRebuildPause)
+	select {
+	case <-ctx.Done():
+	case <-time.After(pause):
+	}
 	return true
 }
 

@@ -17,8 +17,24 @@ func (s Service) Key() string { return s.key() }
 
 // Digest is a digest of everything about one service that the xDS resources carry (its
 // hostnames and, per entry, cluster, endpoint and effective weight), so two versions that
-// serve the same service the same way give it the same digest.
+// serve the same service the same way give it the same digest. A service returned by
+// Sealed answers from the digest it computed then.
 func (s Service) Digest() string {
+	if s.digest != "" {
+		return s.digest
+	}
+	return s.computeDigest()
+}
+
+// Sealed returns s with its digest computed once, for a service that is read many times
+// (every rebuild digests every served service several times). Its fields must not change
+// afterwards; build a new Service instead.
+func (s Service) Sealed() Service {
+	s.digest = s.computeDigest()
+	return s
+}
+
+func (s Service) computeDigest() string {
 	h := sha256.New()
 	var buf []byte
 	field := func(v string) { // length-prefixed, so no two field lists encode the same

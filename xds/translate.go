@@ -31,6 +31,8 @@ type Service struct {
 	// Hostnames are the names clients use for the service, the same as its HTTPRoute's.
 	Hostnames []string
 	Result    weights.Result
+
+	digest string // set by Sealed
 }
 
 func (s Service) key() string { return s.Namespace + "/" + s.Name }

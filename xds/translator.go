@@ -62,6 +62,9 @@ func (t *Translator) Partition(services []Service) (valid []Service, invalid map
 	return valid, invalid
 }
 
+// Validate is Partition's verdict on one service, reused while its content is unchanged.
+func (t *Translator) Validate(s Service) error { return t.entry(s).valid }
+
 // Envoy is TranslateEnvoy(opts, services).
 func (t *Translator) Envoy(services []Service) (Resources, error) {
 	parts := make([]envoyPart, 0, len(services))

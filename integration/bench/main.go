@@ -168,7 +168,7 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	gwCtx, stopGateway := context.WithCancel(ctx)
 	defer stopGateway()
-	if _, err := standin.StartGateway(gwCtx, c.kube, c.gw, namespace, gatewayName, func(f string, a ...any) { logf("stand-in gateway: "+f, a...) }); err != nil {
+	if _, err := standin.StartGateway(gwCtx, c.kube, c.gw, namespace, gatewayName, func(f string, a ...any) { logf("stand-in gateway: "+f, a...) }, standin.WithWorkers(8)); err != nil {
 		return err
 	}
 	if err := createFloorProbe(ctx, c); err != nil {

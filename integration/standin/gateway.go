@@ -40,9 +40,22 @@ type Gateway struct {
 	ctx             context.Context
 }
 
+// Option tunes a stand-in gateway.
+type Option func(*options)
+
+type options struct{ workers int }
+
+// WithWorkers sets how many routes the stand-in reports on at once (default 1); gateway
+// controllers at fleet scale write route status from several workers.
+func WithWorkers(n int) Option { return func(o *options) { o.workers = max(n, 1) } }
+
 // StartGateway creates the stand-in GatewayClass (if missing) and the Gateway ns/name, and
 // reports route status until ctx is done. logf receives errors worth a look.
-func StartGateway(ctx context.Context, kube kubernetes.Interface, gw gwclient.Interface, ns, name string, logf func(string, ...any)) (*Gateway, error) {
+func StartGateway(ctx context.Context, kube kubernetes.Interface, gw gwclient.Interface, ns, name string, logf func(string, ...any), opts ...Option) (*Gateway, error) {
+	o := options{workers: 1}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	_, err := gw.GatewayV1().GatewayClasses().Create(ctx, &gwapiv1.GatewayClass{
 		ObjectMeta: metav1.ObjectMeta{Name: ClassName},
 		Spec:       gwapiv1.GatewayClassSpec{ControllerName: ControllerName},
@@ -76,7 +89,9 @@ func StartGateway(ctx context.Context, kube kubernetes.Interface, gw gwclient.In
 		<-ctx.Done()
 		g.queue.ShutDown()
 	}()
-	go g.work()
+	for range o.workers {
+		go g.work() // the queue hands one route to one worker at a time
+	}
 	return g, nil
 }
 
