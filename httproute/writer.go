@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -72,13 +73,23 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 		byName[s.Name] = s
 	}
 
-	for _, want := range desired.Services {
-		wrote, err := w.syncService(ctx, src, want, byName[want.Name])
-		if err != nil {
+	// The backend Services are independent of one another: write them at once (a new map's
+	// eight cost one round trip, not eight), all before the route that refers to them.
+	wrote := make([]int, len(desired.Services))
+	errs := make([]error, len(desired.Services))
+	var wg sync.WaitGroup
+	for i, want := range desired.Services {
+		wg.Go(func() { wrote[i], errs[i] = w.syncService(ctx, src, want, byName[want.Name]) })
+	}
+	wg.Wait()
+	for i, want := range desired.Services {
+		res.Writes += wrote[i]
+		delete(byName, want.Name)
+	}
+	for _, err := range errs {
+		if err != nil { // the first in desired order, so the error is deterministic
 			return res, err
 		}
-		res.Writes += wrote
-		delete(byName, want.Name)
 	}
 
 	res.Route = current
