@@ -164,7 +164,7 @@ func (b *bench) memory(ctx context.Context) error {
 // drainLatency is P1 and P5.
 func (b *bench) drainLatency(ctx context.Context) error {
 	n := min(b.o.drains, b.o.maps)
-	var floor, a, bb, c []time.Duration
+	var floor, a, bb, c, firstAck, lastDelta, lastSotW []time.Duration
 	var sotwBytes, deltaBytes, sotwRes, deltaRes []float64
 	var deltaMaxRes int64
 	logf("P1: %d drains, each next to a floor probe", n)
@@ -204,15 +204,28 @@ func (b *bench) drainLatency(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		var lastAck time.Time
+		var lastAck, first, lastD, lastS time.Time
 		for k, ch := range acks {
 			t, err := wait(ch, phaseTimeout, "P1 (b) ack of "+mapName(i)+" by "+b.xds[k].id)
 			if err != nil {
 				return err
 			}
-			if t.After(lastAck) {
-				lastAck = t
+			lastAck = latest(lastAck, t)
+			if first.IsZero() || t.Before(first) {
+				first = t
 			}
+			if b.xds[k].delta {
+				lastD = latest(lastD, t)
+			} else {
+				lastS = latest(lastS, t)
+			}
+		}
+		firstAck = append(firstAck, first.Sub(t0))
+		if !lastD.IsZero() {
+			lastDelta = append(lastDelta, lastD.Sub(t0))
+		}
+		if !lastS.IsZero() {
+			lastSotW = append(lastSotW, lastS.Sub(t0))
 		}
 		tMap, err := wait(mapCh, phaseTimeout, "P1 (c) Published of "+mapName(i))
 		if err != nil {
@@ -233,13 +246,20 @@ func (b *bench) drainLatency(ctx context.Context) error {
 		}
 	}
 	fl, pa, pb, pc := pct(floor), pct(a), pct(bb), pct(c)
-	logf("P1: floor %s; (a) %s; (b) %s; (c) %s", fl, pa, pb, pc)
+	logf("P1: floor %s; (a) %s; (b) %s [first %s, last delta %s, last sotw %s]; (c) %s", fl, pa, pb, pct(firstAck), pct(lastDelta), pct(lastSotW), pc)
 	b.report.add("Floor: bare write + watch event of one object (p50 / p95 / p99)", fl.String(), "", true)
 	b.report.add("P1 (a) drain write to HTTPRoute change seen by a watch (p50 / p95 / p99)", pa.String(),
 		fmt.Sprintf("p99 <= 2x floor p99 + 50 ms = %s", dur(2*fl.p99+50*time.Millisecond)), pa.p99 <= 2*fl.p99+50*time.Millisecond)
 	b.report.add("P1 (a) ratio to floor (p50 / p99)", fmt.Sprintf("%.1fx / %.1fx", ratio(pa.p50, fl.p50), ratio(pa.p99, fl.p99)), "", true)
 	b.report.add("P1 (b) drain write to the last xDS client's ACK (p50 / p95 / p99)", pb.String(),
 		fmt.Sprintf("p99 <= (a) p99 + 100 ms = %s", dur(pa.p99+100*time.Millisecond)), pb.p99 <= pa.p99+100*time.Millisecond)
+	b.report.add("P1 (b) breakdown: first client's ACK (p50 / p95 / p99)", pct(firstAck).String(), "", true)
+	if len(lastDelta) > 0 {
+		b.report.add("P1 (b) breakdown: last delta client's ACK (p50 / p95 / p99)", pct(lastDelta).String(), "", true)
+	}
+	if len(lastSotW) > 0 {
+		b.report.add("P1 (b) breakdown: last SotW client's ACK (p50 / p95 / p99)", pct(lastSotW).String(), "", true)
+	}
 	b.report.add("P1 (c) drain write to Published True (p50 / p95 / p99)", pc.String(),
 		fmt.Sprintf("p99 <= (b) p99 + 250 ms = %s", dur(pb.p99+250*time.Millisecond)), pc.p99 <= pb.p99+250*time.Millisecond)
 	if len(deltaBytes) > 0 {
@@ -251,6 +271,14 @@ func (b *bench) drainLatency(ctx context.Context) error {
 			fmt.Sprintf("%.0f B / %.0f", mean(sotwBytes), mean(sotwRes)), "", true)
 	}
 	return nil
+}
+
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func routeNameOf(i int) string { return mapName(i) + "-global" }
