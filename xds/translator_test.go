@@ -25,6 +25,9 @@ func TestTranslatorMatchesFreshTranslation(t *testing.T) {
 		wantValid, wantInvalid := xds.Partition(xds.DefaultEnvoyOptions, services)
 		assert.Equal(t, wantValid, valid)
 		assert.Equal(t, len(wantInvalid), len(invalid))
+		for _, s := range services {
+			assert.Equal(t, wantInvalid[s.Key()] != nil, tr.Validate(s) != nil, "Validate(%s) agrees with Partition", s.Key())
+		}
 		envoy, err := tr.Envoy(valid)
 		require.NoError(t, err)
 		want, err := xds.TranslateEnvoy(xds.DefaultEnvoyOptions, valid)
@@ -48,6 +51,15 @@ func TestTranslatorMatchesFreshTranslation(t *testing.T) {
 	renamed := drained
 	renamed.Service = "chat-v2"
 	check([]xds.Service{renamed, embed})
+}
+
+// A sealed service has the digest of its content, and a service with other content another.
+func TestSealedServiceDigest(t *testing.T) {
+	chat := service(t, "prod", "chat", nil, seedEntries()...)
+	drained := service(t, "prod", "chat", drainA, seedEntries()...)
+	assert.Equal(t, chat.Digest(), chat.Sealed().Digest())
+	assert.Equal(t, drained.Digest(), drained.Sealed().Digest())
+	assert.NotEqual(t, chat.Sealed().Digest(), drained.Sealed().Digest())
 }
 
 func assertSameResources(t *testing.T, want, got xds.Resources) {
