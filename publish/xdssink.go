@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +36,7 @@ type xdsSink struct {
 	envoy    xds.EnvoyOptions
 	// translator is used by rebuildXDS alone, which runs on one goroutine at a time.
 	translator *xds.Translator
+	pacer      pacer // used by processXDS alone
 
 	mu       sync.Mutex
 	dirty    map[string]bool        // maps whose xDS view may have changed since the last rebuild
@@ -127,8 +129,9 @@ func (p *Publisher) rebuildXDS(ctx context.Context) (err error) {
 		}
 	}()
 	x.mu.Lock()
-	served, invalid := maps.Clone(x.lastGood), maps.Clone(x.invalid)
+	prevServed, prevInvalid := x.lastGood, x.invalid // replaced, never modified, by remember
 	x.mu.Unlock()
+	served, invalid := maps.Clone(prevServed), maps.Clone(prevInvalid)
 	if full {
 		keys = map[string]bool{}
 		for key := range served {
@@ -165,6 +168,9 @@ func (p *Publisher) rebuildXDS(ctx context.Context) (err error) {
 		served[key] = svc.Sealed()
 		delete(invalid, key)
 	}
+	if !full && unchanged(keys, prevServed, served, prevInvalid, invalid) {
+		return nil // e.g. the publisher's own route write: nothing to serve or confirm anew
+	}
 
 	var all, withHosts []xds.Service
 	for _, s := range served {
@@ -199,6 +205,23 @@ func (p *Publisher) rebuildXDS(ctx context.Context) (err error) {
 		p.queue.Add(cache.NewObjectName(ns, name)) // not p.enqueue: that would queue another rebuild
 	}
 	return nil
+}
+
+// unchanged reports whether every key serves and fails as it did.
+func unchanged(keys map[string]bool, prevServed, served map[string]xds.Service, prevInvalid, invalid map[string]error) bool {
+	for key := range keys {
+		a, hadA := prevServed[key]
+		b, hasB := served[key]
+		if hadA != hasB || !reflect.DeepEqual(a, b) {
+			return false
+		}
+		e, hadE := prevInvalid[key]
+		f, hasF := invalid[key]
+		if hadE != hasF || (hadE && e.Error() != f.Error()) {
+			return false
+		}
+	}
+	return true
 }
 
 // markDirty records that the map at key may serve different xDS content.
@@ -295,18 +318,37 @@ func (x *xdsSink) pendingKeys() []cache.ObjectName {
 	return out
 }
 
-// rebuildPace is how long, as a multiple of the last rebuild's duration, the next rebuild
-// waits; maxRebuildPause bounds that wait. In a storm of changes (a cold start, a fleet-wide
-// drain) rebuilds then take at most a third of a core and each carries more changes, and
-// the changes that arrive meanwhile coalesce in the queue. A change after a quiet period is
-// rebuilt at once.
+// pacer keeps the xDS rebuild to a share of one core in a storm of changes (a cold start,
+// a fleet-wide drain), so that the API writes and the clients' updates keep their CPU, and
+// each rebuild carries more changes (those that arrive meanwhile coalesce in the queue). A
+// rebuild after a quiet period starts at once: the pacer is a leaky bucket that fills by
+// rebuildCost times each rebuild's duration, drains with wall time, and pauses the next
+// rebuild only for what exceeds rebuildBurst, at most maxRebuildPause.
+type pacer struct {
+	debt time.Duration
+	last time.Time
+}
+
 const (
-	rebuildPace     = 2
+	rebuildCost     = 2 // in a storm, rebuilds take at most half a core
+	rebuildBurst    = 500 * time.Millisecond
 	maxRebuildPause = time.Second
 )
 
-// processXDS rebuilds the snapshot for one queued request, then paces the next (see
-// rebuildPace); false once the queue is shut.
+// pause accounts for a rebuild that started at start and ended at end, and returns how
+// long to wait before the next.
+func (p *pacer) pause(start, end time.Time) time.Duration {
+	if !p.last.IsZero() {
+		p.debt = max(0, p.debt-start.Sub(p.last))
+	}
+	p.debt += rebuildCost * end.Sub(start)
+	p.debt = max(0, p.debt-end.Sub(start)) // the rebuild's own time has passed too
+	p.last = end
+	return min(max(0, p.debt-rebuildBurst), maxRebuildPause)
+}
+
+// processXDS rebuilds the snapshot for one queued request, then waits as the pacer says;
+// false once the queue is shut.
 func (p *Publisher) processXDS(ctx context.Context) bool {
 	key, shutdown := p.xds.queue.Get()
 	if shutdown {
@@ -320,10 +362,11 @@ func (p *Publisher) processXDS(ctx context.Context) bool {
 		p.xds.queue.Forget(key)
 	}
 	p.xds.queue.Done(key)
-	pause := min(rebuildPace*time.Since(start), maxRebuildPause)
-	select {
-	case <-ctx.Done():
-	case <-time.After(pause):
+	if pause := p.xds.pacer.pause(start, time.Now()); pause > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
 	}
 	return true
 }

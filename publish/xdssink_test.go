@@ -1,0 +1,81 @@
+package publish
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/trafficmap/publisher/weights"
+	"github.com/trafficmap/publisher/xds"
+)
+
+// A rebuild after a quiet period is not delayed; back-to-back rebuilds are paced so they
+// take at most half of the time; a quiet period empties the bucket again.
+func TestPacer(t *testing.T) {
+	var p pacer
+	now := time.Unix(0, 0)
+	rebuild := func(took time.Duration) time.Duration {
+		start := now
+		now = now.Add(took)
+		pause := p.pause(start, now)
+		now = now.Add(pause)
+		return pause
+	}
+
+	assert.Zero(t, rebuild(100*time.Millisecond), "a single rebuild")
+	now = now.Add(time.Second)
+	for range 5 { // one rebuild every 300 ms, a third of the time: never paced
+		assert.Zero(t, rebuild(100*time.Millisecond))
+		now = now.Add(200 * time.Millisecond)
+	}
+
+	begin, busy := now, time.Duration(0)
+	var paused bool
+	for range 100 { // a storm: the next rebuild is always due at once
+		pause := rebuild(100 * time.Millisecond)
+		busy += 100 * time.Millisecond
+		paused = paused || pause > 0
+		assert.LessOrEqual(t, pause, maxRebuildPause)
+	}
+	assert.True(t, paused, "a storm is paced")
+	share := float64(busy) / float64(now.Sub(begin))
+	assert.InDelta(t, 0.5, share, 0.05, "rebuilds take half of the time in a storm")
+
+	now = now.Add(2 * time.Second)
+	assert.Zero(t, rebuild(100*time.Millisecond), "a quiet period empties the bucket")
+
+	assert.Equal(t, maxRebuildPause, rebuild(10*time.Second), "a pause is bounded")
+}
+
+// unchanged is true only when every dirty key serves and fails exactly as before.
+func TestUnchanged(t *testing.T) {
+	svc := func(effective int32) xds.Service {
+		return xds.Service{Namespace: "prod", Name: "chat", Service: "chat", Result: weights.Result{
+			Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 10, Effective: effective}},
+		}}.Sealed()
+	}
+	keys := map[string]bool{"prod/chat": true}
+	served := map[string]xds.Service{"prod/chat": svc(10)}
+	bad := map[string]error{"prod/chat": errors.New("bad hostname")}
+	tests := []struct {
+		name                 string
+		prevServed, served   map[string]xds.Service
+		prevInvalid, invalid map[string]error
+		want                 bool
+	}{
+		{"same content", served, map[string]xds.Service{"prod/chat": svc(10)}, nil, nil, true},
+		{"drained", served, map[string]xds.Service{"prod/chat": svc(0)}, nil, nil, false},
+		{"deleted", served, map[string]xds.Service{}, nil, nil, false},
+		{"added", map[string]xds.Service{}, served, nil, nil, false},
+		{"turned invalid", served, served, nil, bad, false},
+		{"still invalid", served, served, bad, map[string]error{"prod/chat": errors.New("bad hostname")}, true},
+		{"invalid otherwise", served, served, bad, map[string]error{"prod/chat": errors.New("bad port")}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, unchanged(keys, tt.prevServed, tt.served, tt.prevInvalid, tt.invalid))
+		})
+	}
+}
