@@ -327,7 +327,18 @@ func connectionManager(routeConfig string) (*anypb.Any, error) {
 }
 
 func sortedServices(in []Service) []Service {
-	out := slices.Clone(in)
-	slices.SortFunc(out, func(a, b Service) int { return cmp.Compare(a.key(), b.key()) })
+	type keyed struct {
+		key string
+		s   Service
+	}
+	ks := make([]keyed, len(in))
+	for i, s := range in {
+		ks[i] = keyed{s.key(), s} // each key built once, not on every comparison
+	}
+	slices.SortFunc(ks, func(a, b keyed) int { return cmp.Compare(a.key, b.key) })
+	out := make([]Service, len(ks))
+	for i, k := range ks {
+		out[i] = k.s
+	}
 	return out
 }

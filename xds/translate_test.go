@@ -273,7 +273,7 @@ func BenchmarkDrainToSnapshot(b *testing.B) {
 			inputs[i].Entries = append(inputs[i].Entries, weights.Entry{Cluster: fmt.Sprintf("worker-%d", j),
 				Endpoint: fmt.Sprintf("https://svc-%d.worker-%d.example.com", i, j), Weight: int64(j + 1)})
 		}
-		services[i] = service(b, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("svc-%d", i), nil, inputs[i].Entries...)
+		services[i] = service(b, fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("svc-%d", i), nil, inputs[i].Entries...).Sealed()
 	}
 	srv := xds.NewServer(xds.ServerConfig{})
 	tr := xds.NewTranslator(xds.DefaultEnvoyOptions)
@@ -291,6 +291,7 @@ func BenchmarkDrainToSnapshot(b *testing.B) {
 			b.Fatal(err)
 		}
 		services[k].Result = res
+		services[k] = services[k].Sealed() // as the publisher serves them
 		valid, _ := tr.Partition(services)
 		envoy, err := tr.Envoy(valid)
 		if err != nil {

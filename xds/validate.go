@@ -15,6 +15,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -69,13 +70,16 @@ func (v *validator) validate(res Resources) error {
 	routes := make(map[string]bool, len(res.Routes))
 	for _, rc := range res.Routes {
 		if _, ok := v.prev[rc]; !ok {
-			if err := rc.ValidateAll(); err != nil {
+			if err := validateRouteConfiguration(rc, v.prev, next); err != nil {
 				bad("route configuration", rc.Name, err)
 			} else {
 				next[rc] = nil
 			}
 		} else {
 			next[rc] = nil
+			for _, vh := range rc.VirtualHosts {
+				next[vh] = nil
+			}
 		}
 		routes[rc.Name] = true
 		for _, vh := range rc.VirtualHosts {
@@ -119,6 +123,42 @@ func (v *validator) validate(res Resources) error {
 	}
 	v.prev = next
 	return errors.Join(errs...)
+}
+
+// validateRouteConfiguration is rc.ValidateAll, with each virtual host in prev (passed
+// before) not checked again and each that passes added to next: the Envoy flavour's one
+// route configuration is new on every change but shares all other services' virtual hosts.
+func validateRouteConfiguration(rc *routev3.RouteConfiguration, prev, next map[proto.Message][]string) error {
+	if err := routeShell(rc).ValidateAll(); err != nil {
+		return err
+	}
+	var errs []error
+	for i, vh := range rc.VirtualHosts {
+		if _, ok := prev[vh]; ok {
+			next[vh] = nil
+			continue
+		}
+		if err := vh.ValidateAll(); err != nil {
+			errs = append(errs, fmt.Errorf("virtual_hosts[%d] %q: %w", i, vh.GetName(), err))
+			continue
+		}
+		next[vh] = nil
+	}
+	return errors.Join(errs...)
+}
+
+// routeShell is rc without its virtual hosts, sharing every other field's value; read it,
+// never change it.
+func routeShell(rc *routev3.RouteConfiguration) *routev3.RouteConfiguration {
+	shell := &routev3.RouteConfiguration{}
+	dst := shell.ProtoReflect()
+	rc.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Name() != "virtual_hosts" {
+			dst.Set(fd, v)
+		}
+		return true
+	})
+	return shell
 }
 
 func checkRoute(r *routev3.Route, clusters map[string]bool) []error {
@@ -190,7 +230,7 @@ func (v *versioner) versions(res Resources) (Versions, error) {
 	if err != nil {
 		return nil, err
 	}
-	routes, err := digest(v.prev, next, res.Routes)
+	routes, err := digestRoutes(v.prev, next, res.Routes)
 	if err != nil {
 		return nil, err
 	}
@@ -217,6 +257,51 @@ func digest[T proto.Message](prev, next map[proto.Message][sha256.Size]byte, msg
 			sum = sha256.Sum256(buf)
 		}
 		next[m] = sum
+		h.Write(sum[:])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// digestRoutes is digest for route configurations, each hashed as its other fields'
+// encoding followed by its virtual hosts' digests, so a new route configuration encodes only
+// its new virtual hosts.
+func digestRoutes(prev, next map[proto.Message][sha256.Size]byte, rcs []*routev3.RouteConfiguration) (string, error) {
+	h := sha256.New()
+	opts := proto.MarshalOptions{Deterministic: true}
+	var buf []byte
+	encode := func(m proto.Message) ([sha256.Size]byte, error) {
+		var err error
+		if buf, err = opts.MarshalAppend(buf[:0], m); err != nil {
+			return [sha256.Size]byte{}, fmt.Errorf("encode %T: %w", m, err)
+		}
+		return sha256.Sum256(buf), nil
+	}
+	for _, rc := range rcs {
+		sum, ok := prev[rc]
+		if !ok {
+			shell, err := encode(routeShell(rc))
+			if err != nil {
+				return "", err
+			}
+			rh := sha256.New()
+			rh.Write(shell[:])
+			for _, vh := range rc.VirtualHosts {
+				vs, ok := prev[vh]
+				if !ok {
+					if vs, err = encode(vh); err != nil {
+						return "", err
+					}
+				}
+				next[vh] = vs
+				rh.Write(vs[:])
+			}
+			rh.Sum(sum[:0])
+		} else {
+			for _, vh := range rc.VirtualHosts {
+				next[vh] = prev[vh]
+			}
+		}
+		next[rc] = sum
 		h.Write(sum[:])
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
