@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,6 +45,9 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 	src := httproute.Source{Namespace: key.Namespace, Name: key.Name}
 	if tm == nil || tm.DeletionTimestamp != nil {
 		p.metrics.forget(key)
+		if p.xds != nil {
+			p.xds.forgetProgress(key)
+		}
 		n, err := p.writer.Delete(ctx, src, store{p})
 		if n > 0 {
 			log.Info("removed published objects of deleted trafficmap", zap.Int("objects", n))
@@ -126,6 +130,10 @@ func (p *Publisher) reconcile(ctx context.Context, key cache.ObjectName, log *za
 		case c.Nack != nil:
 			return st.fail(ctx, ReasonXDSRejected, c.Message)
 		case !c.Done && p.cfg.RequireXDSAck:
+			if wait := p.xds.holdProgress(key, st.tm, c.Message, time.Now()); wait > 0 {
+				p.queue.AddAfter(key, wait) // the count is rewritten then, if still waiting
+				return nil
+			}
 			return st.write(ctx, st.publishing(c.Message))
 		}
 		if c.Done {

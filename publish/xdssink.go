@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -43,8 +45,9 @@ type xdsSink struct {
 	full     bool                   // the next rebuild rereads every map
 	lastGood map[string]xds.Service // by map key: what is served while a map is invalid
 	digests  map[string]map[xds.Flavour]string
-	pending  map[string]bool  // maps waiting for client ACKs
-	invalid  map[string]error // maps whose resources failed validation
+	pending  map[string]bool                // maps waiting for client ACKs
+	progress map[cache.ObjectName]time.Time // when a waiting message was last written
+	invalid  map[string]error               // maps whose resources failed validation
 }
 
 func newXDSSink(cfg Config, log *zap.Logger, onClientChange func()) (*xdsSink, error) {
@@ -74,6 +77,7 @@ func newXDSSink(cfg Config, log *zap.Logger, onClientChange func()) (*xdsSink, e
 		lastGood: map[string]xds.Service{},
 		digests:  map[string]map[xds.Flavour]string{},
 		pending:  map[string]bool{},
+		progress: map[cache.ObjectName]time.Time{},
 	}, nil
 }
 
@@ -304,6 +308,38 @@ func (x *xdsSink) confirm(svc xds.Service) xds.Confirmation {
 	}
 	x.mu.Unlock()
 	return c
+}
+
+// progressInterval is how often at most a map's Published message is rewritten only to
+// update how many xDS clients have ACKed: with C clients a rollout would otherwise cost up
+// to C status writes per map.
+const progressInterval = time.Second
+
+// holdProgress returns how long to wait before writing msg as tm's Published message when
+// that write would only change the ACK count of a waiting message written less than
+// progressInterval ago (0: write now, and the time is recorded).
+func (x *xdsSink) holdProgress(key cache.ObjectName, tm *v1beta1.TrafficMap, msg string, now time.Time) time.Duration {
+	c := meta.FindStatusCondition(tm.Status.Conditions, v1beta1.ConditionPublished)
+	progress := c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonPublishing &&
+		c.ObservedGeneration == tm.Generation &&
+		strings.HasPrefix(c.Message, xds.WaitingPrefix) && strings.HasPrefix(msg, xds.WaitingPrefix)
+	if c != nil && c.Message == msg {
+		return 0 // nothing to rewrite
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if last, ok := x.progress[key]; progress && ok && now.Sub(last) < progressInterval {
+		return progressInterval - now.Sub(last)
+	}
+	x.progress[key] = now
+	return 0
+}
+
+// forgetProgress drops what holdProgress recorded for a deleted map.
+func (x *xdsSink) forgetProgress(key cache.ObjectName) {
+	x.mu.Lock()
+	delete(x.progress, key)
+	x.mu.Unlock()
 }
 
 // pendingKeys are the maps waiting for client ACKs.
