@@ -47,6 +47,7 @@ type xdsSink struct {
 	digests  map[string]map[xds.Flavour]string
 	pending  map[string]bool                // maps waiting for client ACKs
 	progress map[cache.ObjectName]time.Time // when a waiting message was last written
+	members  uint64                         // the Tracker's Membership when the client set was last compared
 	invalid  map[string]error               // maps whose resources failed validation
 }
 
@@ -410,23 +411,30 @@ func (p *Publisher) processXDS(ctx context.Context) bool {
 // onXDSClientChange runs after every ACK, NACK, connect and disconnect: maps waiting for
 // ACKs are reconciled again, and every map when the set of clients changed.
 func (p *Publisher) onXDSClientChange() {
-	var ids []string
-	for _, c := range p.xds.server.Tracker().Clients() {
-		ids = append(ids, c.NodeID)
-	}
-	set := strings.Join(ids, "\x00")
+	tracker := p.xds.server.Tracker()
+	members := tracker.Membership()
 	p.xds.mu.Lock()
-	changed := set != p.xdsClients
-	p.xdsClients = set
+	known := members == p.xds.members
 	p.xds.mu.Unlock()
-	if changed {
-		for _, inf := range p.maps {
-			for _, key := range inf.GetStore().ListKeys() {
-				ns, name, _ := strings.Cut(key, "/")
-				p.queue.Add(cache.NewObjectName(ns, name))
-			}
+	if !known { // a client may have joined or left: compare the sets
+		var ids []string
+		for _, c := range tracker.Clients() {
+			ids = append(ids, c.NodeID)
 		}
-		return
+		set := strings.Join(ids, "\x00")
+		p.xds.mu.Lock()
+		changed := set != p.xdsClients
+		p.xdsClients, p.xds.members = set, members
+		p.xds.mu.Unlock()
+		if changed {
+			for _, inf := range p.maps {
+				for _, key := range inf.GetStore().ListKeys() {
+					ns, name, _ := strings.Cut(key, "/")
+					p.queue.Add(cache.NewObjectName(ns, name))
+				}
+			}
+			return
+		}
 	}
 	for _, key := range p.xds.pendingKeys() {
 		p.queue.Add(key)

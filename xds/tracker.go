@@ -34,6 +34,7 @@ type Tracker struct {
 	streams  map[streamKey]*stream
 	onChange func()
 	observe  func(typeURL string, nack bool) // metrics hook; nil means none
+	members  uint64                          // see Membership
 }
 
 // streamKey names a stream: go-control-plane numbers state-of-the-world and delta streams
@@ -100,6 +101,9 @@ func (t *Tracker) open(key streamKey, typeURL string) {
 
 func (t *Tracker) close(key streamKey) {
 	t.mu.Lock()
+	if s := t.streams[key]; s != nil && s.node != nil {
+		t.members++
+	}
 	delete(t.streams, key)
 	t.mu.Unlock()
 	t.changed()
@@ -131,6 +135,7 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 	}
 	if s.node == nil && node != nil {
 		s.node = node
+		t.members++
 	}
 	if typeURL == "" {
 		typeURL = s.typeURL
@@ -169,6 +174,15 @@ func (t *Tracker) changed() {
 	if t.onChange != nil {
 		t.onChange()
 	}
+}
+
+// Membership changes whenever a client may have joined or left (a stream made itself known
+// or closed): while it stays the same, the set of Clients' node IDs does too, so a caller
+// can skip building Clients on a mere ACK.
+func (t *Tracker) Membership() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.members
 }
 
 // LastSent returns the version last sent to node for typeURL on any of its streams, and

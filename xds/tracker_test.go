@@ -40,3 +40,22 @@ func TestTrackerKeepsSotWAndDeltaStreamsWithTheSameIDApart(t *testing.T) {
 	require.Len(t, tr.Clients(), 1, "closing the SotW stream leaves the delta stream")
 	assert.Equal(t, "delta", tr.Clients()[0].NodeID)
 }
+
+// Membership moves when a client makes itself known or a known stream closes, not on ACKs.
+func TestTrackerMembership(t *testing.T) {
+	tr := xds.NewTracker(nil)
+	cb := tr.Callbacks()
+	ctx := context.Background()
+	m0 := tr.Membership()
+	require.NoError(t, cb.OnDeltaStreamOpen(ctx, 1, resource.AnyType))
+	require.NoError(t, cb.OnStreamDeltaRequest(1, &discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "a"}, TypeUrl: resource.RouteType}))
+	m1 := tr.Membership()
+	assert.NotEqual(t, m0, m1, "a client made itself known")
+
+	cb.OnStreamDeltaResponse(1, nil, &discoveryv3.DeltaDiscoveryResponse{TypeUrl: resource.RouteType, Nonce: "1", SystemVersionInfo: "v1"})
+	require.NoError(t, cb.OnStreamDeltaRequest(1, &discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "a"}, TypeUrl: resource.RouteType, ResponseNonce: "1"}))
+	assert.Equal(t, m1, tr.Membership(), "an ACK")
+
+	cb.OnDeltaStreamClosed(1, nil)
+	assert.NotEqual(t, m1, tr.Membership(), "a known stream closed")
+}

@@ -168,6 +168,15 @@ func (b *bench) drainLatency(ctx context.Context) error {
 	var sotwBytes, deltaBytes, sotwRes, deltaRes []float64
 	var deltaMaxRes int64
 	logf("P1: %d drains, each next to a floor probe", n)
+	profile := make(chan error, 1)
+	go func() {
+		profile <- b.pub.profile(ctx, "profile?seconds=20", filepath.Join(b.o.workDir, "cpu-drain.pprof"))
+	}()
+	defer func() {
+		if err := <-profile; err != nil {
+			logf("drain cpu profile: %v", err)
+		}
+	}()
 	for d := range n {
 		// The floor: a bare write of one object and the watch event that reports it.
 		value := fmt.Sprintf("%d", d)
