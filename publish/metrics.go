@@ -73,15 +73,29 @@ func (m *metrics) condition(key cache.ObjectName, status, reason string) {
 	defer m.mu.Unlock()
 	switch {
 	case reason == ReasonPublishing:
-		if _, running := m.since[key]; !running {
-			m.since[key] = time.Now()
-		}
+		m.startLocked(key)
 	case status == "True":
 		if start, running := m.since[key]; running {
 			m.latency.Observe(time.Since(start).Seconds())
 			delete(m.since, key)
 			delete(m.sinks, key)
 		}
+	}
+}
+
+// started starts the latency clock for key (if not running) without a condition write.
+func (m *metrics) started(key cache.ObjectName) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.startLocked(key)
+}
+
+func (m *metrics) startLocked(key cache.ObjectName) {
+	if _, running := m.since[key]; !running {
+		m.since[key] = time.Now()
 	}
 }
 

@@ -173,7 +173,7 @@ func (p *Publisher) publishRoute(ctx context.Context, st *statusWriter, log *zap
 	retain := res.AllZero() && p.cfg.NoPositivePolicy == RetainLastPositive && hasPositiveWeight(route)
 	if !retain && !st.current(route, desired) {
 		// Say "not yet" before touching anything, so PUBLISHED is never stale.
-		if err := st.write(ctx, st.publishing("publishing weights "+describeWeights(res))); err != nil {
+		if err := st.announce(ctx, "publishing weights "+describeWeights(res)); err != nil {
 			return "", false, err
 		}
 	}

@@ -55,6 +55,18 @@ func (s *statusWriter) current(route *gwapiv1.HTTPRoute, desired *httproute.Desi
 	return route != nil && httproute.Matches(desired.Route, route)
 }
 
+// announce writes Published False (Publishing) with message before new inputs are
+// published, so PUBLISHED is never stale. A map with no Published condition yet has an
+// empty column, which is not stale either: it only starts the latency clock, and a cold
+// start of N new maps saves N status writes.
+func (s *statusWriter) announce(ctx context.Context, message string) error {
+	if meta.FindStatusCondition(s.tm.Status.Conditions, v1beta1.ConditionPublished) == nil {
+		s.p.metrics.started(cache.NewObjectName(s.tm.Namespace, s.tm.Name))
+		return nil
+	}
+	return s.write(ctx, s.publishing(message))
+}
+
 func (s *statusWriter) condition(status metav1.ConditionStatus, reason, message string) metav1.Condition {
 	if len(message) > maxMessage {
 		message = message[:maxMessage-3] + "..."
