@@ -43,7 +43,7 @@ type xdsSink struct {
 	mu       sync.Mutex
 	dirty    map[string]bool        // maps whose xDS view may have changed since the last rebuild
 	full     bool                   // the next rebuild rereads every map
-	lastGood map[string]xds.Service // by map key: what is served while a map is invalid
+	lastGood map[string]xds.Service // by map key: what is served (a map's last good content while it is invalid)
 	digests  map[string]map[xds.Flavour]string
 	pending  map[string]bool                // maps waiting for client ACKs
 	progress map[cache.ObjectName]time.Time // when a waiting message was last written
@@ -378,8 +378,8 @@ func (p *pacer) pause(start, end time.Time) time.Duration {
 	if !p.last.IsZero() {
 		p.debt = max(0, p.debt-start.Sub(p.last))
 	}
-	p.debt += rebuildCost * end.Sub(start)
-	p.debt = max(0, p.debt-end.Sub(start)) // the rebuild's own time has passed too
+	// rebuildCost times the rebuild's duration fills it; the rebuild's own time drains it.
+	p.debt += (rebuildCost - 1) * end.Sub(start)
 	p.last = end
 	return min(max(0, p.debt-rebuildBurst), maxRebuildPause)
 }

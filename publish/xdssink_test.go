@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
-
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
 )

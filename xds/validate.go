@@ -225,86 +225,94 @@ type versioner struct {
 func (v *versioner) versions(res Resources) (Versions, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	next := make(map[proto.Message][sha256.Size]byte, len(res.Listeners)+len(res.Routes)+len(res.Clusters))
-	listeners, err := digest(v.prev, next, res.Listeners)
+	sm := &summer{prev: v.prev, next: make(map[proto.Message][sha256.Size]byte, len(res.Listeners)+len(res.Routes)+len(res.Clusters))}
+	listeners, err := digest(res.Listeners, sm.sum)
 	if err != nil {
 		return nil, err
 	}
-	routes, err := digestRoutes(v.prev, next, res.Routes)
+	routes, err := digest(res.Routes, func(m proto.Message) ([sha256.Size]byte, error) {
+		return sm.route(m.(*routev3.RouteConfiguration))
+	})
 	if err != nil {
 		return nil, err
 	}
-	clusters, err := digest(v.prev, next, res.Clusters)
+	clusters, err := digest(res.Clusters, sm.sum)
 	if err != nil {
 		return nil, err
 	}
-	v.prev = next
+	v.prev = sm.next
 	return Versions{resource.ListenerType: listeners, resource.RouteType: routes, resource.ClusterType: clusters}, nil
 }
 
-// digest hashes the digests of msgs' deterministic encodings, in order.
-func digest[T proto.Message](prev, next map[proto.Message][sha256.Size]byte, msgs []T) (string, error) {
+// digest hashes the sums of msgs, in order.
+func digest[T proto.Message](msgs []T, sum func(proto.Message) ([sha256.Size]byte, error)) (string, error) {
 	h := sha256.New()
-	opts := proto.MarshalOptions{Deterministic: true}
-	var buf []byte
 	for _, m := range msgs {
-		sum, ok := prev[m]
-		if !ok {
-			var err error
-			if buf, err = opts.MarshalAppend(buf[:0], m); err != nil {
-				return "", fmt.Errorf("encode %T: %w", m, err)
-			}
-			sum = sha256.Sum256(buf)
+		s, err := sum(m)
+		if err != nil {
+			return "", err
 		}
-		next[m] = sum
-		h.Write(sum[:])
+		h.Write(s[:])
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
-// digestRoutes is digest for route configurations, each hashed as its other fields'
-// encoding followed by its virtual hosts' digests, so a new route configuration encodes only
-// its new virtual hosts.
-func digestRoutes(prev, next map[proto.Message][sha256.Size]byte, rcs []*routev3.RouteConfiguration) (string, error) {
-	h := sha256.New()
-	opts := proto.MarshalOptions{Deterministic: true}
-	var buf []byte
-	encode := func(m proto.Message) ([sha256.Size]byte, error) {
+// summer sums messages by their deterministic encoding, reusing prev's sum of a message
+// seen in the previous call and recording every sum it gives in next.
+type summer struct {
+	prev, next map[proto.Message][sha256.Size]byte
+	buf        []byte
+}
+
+func (s *summer) sum(m proto.Message) ([sha256.Size]byte, error) {
+	sum, ok := s.prev[m]
+	if !ok {
 		var err error
-		if buf, err = opts.MarshalAppend(buf[:0], m); err != nil {
-			return [sha256.Size]byte{}, fmt.Errorf("encode %T: %w", m, err)
+		if sum, err = s.encode(m); err != nil {
+			return sum, err
 		}
-		return sha256.Sum256(buf), nil
 	}
-	for _, rc := range rcs {
-		sum, ok := prev[rc]
-		if !ok {
-			shell, err := encode(routeShell(rc))
-			if err != nil {
-				return "", err
-			}
-			rh := sha256.New()
-			rh.Write(shell[:])
-			for _, vh := range rc.VirtualHosts {
-				vs, ok := prev[vh]
-				if !ok {
-					if vs, err = encode(vh); err != nil {
-						return "", err
-					}
-				}
-				next[vh] = vs
-				rh.Write(vs[:])
-			}
-			rh.Sum(sum[:0])
-		} else {
-			for _, vh := range rc.VirtualHosts {
-				next[vh] = prev[vh]
-			}
+	s.next[m] = sum
+	return sum, nil
+}
+
+// encode sums m's deterministic encoding, remembering nothing.
+func (s *summer) encode(m proto.Message) ([sha256.Size]byte, error) {
+	var err error
+	if s.buf, err = (proto.MarshalOptions{Deterministic: true}).MarshalAppend(s.buf[:0], m); err != nil {
+		return [sha256.Size]byte{}, fmt.Errorf("encode %T: %w", m, err)
+	}
+	return sha256.Sum256(s.buf), nil
+}
+
+// route sums a route configuration as the sum of its other fields followed by its virtual
+// hosts' sums, so a new route configuration encodes only its new virtual hosts (the Envoy
+// flavour's one route configuration is new on every change).
+func (s *summer) route(rc *routev3.RouteConfiguration) ([sha256.Size]byte, error) {
+	sum, ok := s.prev[rc]
+	if ok { // its virtual hosts are in prev too: keep them for the next call
+		for _, vh := range rc.VirtualHosts {
+			s.next[vh] = s.prev[vh]
 		}
-		next[rc] = sum
-		h.Write(sum[:])
+		s.next[rc] = sum
+		return sum, nil
 	}
-	return hex.EncodeToString(h.Sum(nil))[:16], nil
+	shell, err := s.encode(routeShell(rc))
+	if err != nil {
+		return sum, err
+	}
+	h := sha256.New()
+	h.Write(shell[:])
+	for _, vh := range rc.VirtualHosts {
+		vs, err := s.sum(vh)
+		if err != nil {
+			return sum, err
+		}
+		h.Write(vs[:])
+	}
+	h.Sum(sum[:0])
+	s.next[rc] = sum
+	return sum, nil
 }
 
 // Partition translates and validates each service on its own, in both flavours (Envoy only
