@@ -281,6 +281,12 @@ func (b *bench) drainLatency(ctx context.Context) error {
 	}
 	b.report.add("P1 (c) drain write to Published True (p50 / p95 / p99)", pc.String(),
 		fmt.Sprintf("p99 <= (b) p99 + 250 ms = %s", dur(pb.p99+250*time.Millisecond)), pc.p99 <= pb.p99+250*time.Millisecond)
+	for _, r := range []struct {
+		name string
+		p    percentiles
+	}{{"(b)", pb}, {"(c)", pc}} {
+		b.report.add("P1 "+r.name+" ratio to floor (p50 / p99)", fmt.Sprintf("%.1fx / %.1fx", ratio(r.p.p50, fl.p50), ratio(r.p.p99, fl.p99)), "", true)
+	}
 	if len(deltaBytes) > 0 {
 		b.report.add("P5 one drain, per delta client: bytes / resources (mean; max resources)",
 			fmt.Sprintf("%.0f B / %.2f (max %d)", mean(deltaBytes), mean(deltaRes), deltaMaxRes), "<= 4 resources", deltaMaxRes <= 4)
