@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -42,15 +41,7 @@ const (
 	KindWorkloadCluster  = "WorkloadCluster"
 )
 
-// Reasons of the Published condition (and of Warning Events on the offending objects) for
-// malformed fleet-drain input.
-const (
-	ReasonInvalidTaints      = "InvalidTaints"
-	ReasonInvalidTolerations = "InvalidTolerations"
-)
 
-// indexByCluster indexes TrafficMaps by the clusters of their entries (cluster-scoped names).
-const indexByCluster = "byCluster"
 
 var (
 	// ErrNoTaintFallback means a cluster's taints are malformed and the route records no last
@@ -245,8 +236,8 @@ func (p *Publisher) startTaintSources(ctx context.Context) ([]cache.InformerSync
 			raw, _ := rawInferenceClusterTaints(u)
 			return InferenceClusterTaints(u), raw, true
 		})
-		p.inferenceClusters = inf
-		p.reportWatchErrors(inf, "inferenceclusters.modelplane.ai")
+		p.caches.inferenceClusters = inf
+		_ = inf.SetWatchErrorHandlerWithContext(p.health.handler("inferenceclusters.modelplane.ai"))
 		go inf.RunWithContext(ctx)
 		synced = append(synced, inf.HasSynced)
 	}
@@ -269,8 +260,8 @@ func (p *Publisher) startTaintSources(ctx context.Context) ([]cache.InformerSync
 			}
 			return WorkloadClusterTaints(m.GetName(), m.GetAnnotations()), raw, true
 		})
-		p.workloadClusters = inf
-		p.reportWatchErrors(inf, "workloadclusters.ome.io")
+		p.caches.workloadClusters = inf
+		_ = inf.SetWatchErrorHandlerWithContext(p.health.handler("workloadclusters.ome.io"))
 		go inf.RunWithContext(ctx)
 		synced = append(synced, inf.HasSynced)
 	}
@@ -352,16 +343,8 @@ func clusterRef(obj any, kind string) *corev1.ObjectReference {
 // enqueueCluster enqueues every TrafficMap, in every watched namespace, with an entry for
 // cluster.
 func (p *Publisher) enqueueCluster(cluster string) {
-	for _, inf := range p.maps {
-		objs, err := inf.GetIndexer().ByIndex(indexByCluster, cluster)
-		if err != nil {
-			continue
-		}
-		for _, o := range objs {
-			if tm, ok := o.(*v1beta1.TrafficMap); ok {
-				p.enqueue(tm.Namespace, tm.Name)
-			}
-		}
+	for _, tm := range p.caches.mapsIndexed(indexByCluster, "", cluster) {
+		p.enqueue(tm.Namespace, tm.Name)
 	}
 }
 
@@ -393,47 +376,4 @@ func (p *Publisher) handleTolerationEvents(inf cache.SharedIndexInformer) {
 		AddFunc:    func(obj any) { check(nil, obj) },
 		UpdateFunc: check,
 	})
-}
-
-func indexTrafficMapByCluster(obj any) ([]string, error) {
-	tm, ok := obj.(*v1beta1.TrafficMap)
-	if !ok {
-		return nil, nil
-	}
-	out := make([]string, 0, len(tm.Spec.Entries))
-	for _, e := range tm.Spec.Entries {
-		out = append(out, e.Cluster)
-	}
-	return out, nil
-}
-
-// clusterTaints reads every enabled taint source for the map's entry clusters from the caches.
-func (p *Publisher) clusterTaints(tm *v1beta1.TrafficMap) ([]ClusterTaints, error) {
-	var out []ClusterTaints
-	for _, e := range tm.Spec.Entries {
-		if p.inferenceClusters != nil {
-			obj, ok, err := p.inferenceClusters.GetIndexer().GetByKey(e.Cluster)
-			if err != nil {
-				return nil, fmt.Errorf("read cached inferencecluster %s: %w", e.Cluster, err)
-			}
-			if u, isU := obj.(*unstructured.Unstructured); ok && isU {
-				out = append(out, InferenceClusterTaints(u))
-			}
-		}
-		if p.workloadClusters != nil {
-			obj, ok, err := p.workloadClusters.GetIndexer().GetByKey(e.Cluster)
-			if err != nil {
-				return nil, fmt.Errorf("read cached workloadcluster %s: %w", e.Cluster, err)
-			}
-			if m, isM := obj.(*metav1.PartialObjectMetadata); ok && isM {
-				out = append(out, WorkloadClusterTaints(m.Name, m.Annotations))
-			}
-		}
-	}
-	return out, nil
-}
-
-// recordedFleet returns what Build records on the route about the fleet-drain inputs.
-func recordedFleet(c Computed) httproute.Inputs {
-	return httproute.Inputs{Taints: noExecute(c.Taints), Tolerations: c.Tolerations}
 }

@@ -135,14 +135,14 @@ func TestComputeFleetRecordRoundTrip(t *testing.T) {
 		{Kind: KindInferenceCluster, Cluster: "worker-a", Taints: []weights.Taint{maint, {Key: "zone", Effect: weights.EffectNoSchedule}}},
 	}})
 	require.NoError(t, err)
-	rec := recordedFleet(c)
-	assert.Equal(t, map[string][]weights.Taint{"worker-a": {maint}, "worker-b": {}}, rec.Taints, "only NoExecute taints are recorded")
-	route := builtRoute(t, rec.Taints, rec.Tolerations).Route
+	recorded := noExecute(c.Taints)
+	assert.Equal(t, map[string][]weights.Taint{"worker-a": {maint}, "worker-b": {}}, recorded, "only NoExecute taints are recorded")
+	route := builtRoute(t, recorded, c.Tolerations).Route
 	assert.JSONEq(t, `{"worker-a":[{"key":"maintenance","value":"planned","effect":"NoExecute"}],"worker-b":[]}`, route.Annotations[httproute.AnnotationClusterTaints])
 	assert.JSONEq(t, `[]`, route.Annotations[httproute.AnnotationServiceTolerations])
 	got, ok := httproute.RecordedTaints(route)
 	require.True(t, ok)
-	assert.Equal(t, rec.Taints, got)
+	assert.Equal(t, recorded, got)
 }
 
 func TestDescribeWeightsHolds(t *testing.T) {
@@ -170,12 +170,12 @@ func TestIndexTrafficMapByCluster(t *testing.T) {
 // off, and no informer is started for it.
 func TestTaintSourcesOffWhenNotServed(t *testing.T) {
 	kube := kubefake.NewClientset()
-	p := &Publisher{clients: clients{kube: kube}, log: zaptest.NewLogger(t)}
+	p := &Publisher{clients: clients{kube: kube}, log: zaptest.NewLogger(t), caches: &caches{}}
 	synced, err := p.startTaintSources(t.Context())
 	require.NoError(t, err)
 	assert.Empty(t, synced)
-	assert.Nil(t, p.inferenceClusters)
-	assert.Nil(t, p.workloadClusters)
+	assert.Nil(t, p.caches.inferenceClusters)
+	assert.Nil(t, p.caches.workloadClusters)
 
 	kube.Resources = []*metav1.APIResourceList{
 		{GroupVersion: "ome.io/v1beta1", APIResources: []metav1.APIResource{{Name: "inferenceservices"}}},

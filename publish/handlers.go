@@ -1,12 +1,16 @@
 package publish
 
 import (
+	"maps"
+	"strings"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/publish/sink"
 )
 
 // handle registers fn for every add, update and delete on inf. Handlers only turn objects
@@ -24,20 +28,46 @@ func (p *Publisher) handle(inf cache.SharedIndexInformer, fn func(old, obj any))
 	})
 }
 
-// enqueue queues the map and, with the xDS sink on, a rebuild of the xDS snapshot, which
-// carries every map.
-func (p *Publisher) enqueue(namespace, name string) {
-	p.queue.Add(cache.NewObjectName(namespace, name))
-	if p.xds != nil {
-		p.xds.markDirty(namespace + "/" + name)
-		p.xds.queue.Add(xdsSnapshotKey)
+// registerHandlers registers the event handlers on every informer New built.
+func (p *Publisher) registerHandlers() {
+	for _, inf := range p.caches.maps {
+		p.handle(inf, p.onTrafficMap)
+	}
+	for _, inf := range p.caches.isvcs {
+		p.handle(inf, p.onInferenceService)
+		p.handleTolerationEvents(inf)
+	}
+	for _, inf := range p.caches.routes {
+		p.handle(inf, p.onRoute)
+	}
+	for _, inf := range p.caches.services {
+		p.handle(inf, p.onOwnedObject)
 	}
 }
 
-// enqueueReconcile queues the map alone, for a change that cannot alter what the xDS sink
-// serves.
+// enqueue queues the map and tells the sinks that rebuild asynchronously that its plan may
+// have changed.
+func (p *Publisher) enqueue(namespace, name string) {
+	p.queue.Add(cache.NewObjectName(namespace, name))
+	for _, s := range p.sinks {
+		if n, ok := s.(sink.Notified); ok {
+			n.Changed(namespace, name)
+		}
+	}
+}
+
+// enqueueReconcile queues the map alone, for a change that cannot alter its plan (only
+// what a sink's consumers said about it).
 func (p *Publisher) enqueueReconcile(namespace, name string) {
 	p.queue.Add(cache.NewObjectName(namespace, name))
+}
+
+// enqueueAll queues every cached TrafficMap.
+func (p *Publisher) enqueueAll() {
+	for _, key := range p.caches.keys() {
+		ns, name, _ := strings.Cut(key, "/")
+		p.enqueue(ns, name)
+	}
 }
 
 // onTrafficMap enqueues the map unless the change is only to conditions or publisher-owned
@@ -51,7 +81,7 @@ func (p *Publisher) onTrafficMap(old, obj any) {
 	if prev, ok := old.(*v1beta1.TrafficMap); ok && prev.ResourceVersion != tm.ResourceVersion &&
 		prev.Generation == tm.Generation &&
 		prev.Status.SourceUID == tm.Status.SourceUID &&
-		equalStrings(prev.Labels, tm.Labels) && equalStrings(prev.Annotations, tm.Annotations) &&
+		maps.Equal(prev.Labels, tm.Labels) && maps.Equal(prev.Annotations, tm.Annotations) &&
 		prev.DeletionTimestamp.Equal(tm.DeletionTimestamp) {
 		return
 	}
@@ -77,7 +107,7 @@ func (p *Publisher) onRoute(old, obj any) {
 		return
 	}
 	if src, ok := httproute.SourceOf(route.Labels); ok {
-		if prev, ok := old.(*gwapiv1.HTTPRoute); ok && equalStrings(prev.Annotations, route.Annotations) && equalStrings(prev.Labels, route.Labels) {
+		if prev, ok := old.(*gwapiv1.HTTPRoute); ok && maps.Equal(prev.Annotations, route.Annotations) && maps.Equal(prev.Labels, route.Labels) {
 			p.enqueueReconcile(src.Namespace, src.Name)
 		} else {
 			p.enqueue(src.Namespace, src.Name)
@@ -99,45 +129,7 @@ func (p *Publisher) onOwnedObject(_, obj any) {
 }
 
 func (p *Publisher) enqueueIndexed(index, namespace, value string) {
-	inf := p.informerFor(p.maps, namespace)
-	if inf == nil {
-		return
+	for _, tm := range p.caches.mapsIndexed(index, namespace, value) {
+		p.enqueue(tm.Namespace, tm.Name)
 	}
-	objs, err := inf.GetIndexer().ByIndex(index, value)
-	if err != nil {
-		return
-	}
-	for _, o := range objs {
-		if tm, ok := o.(*v1beta1.TrafficMap); ok {
-			p.enqueue(tm.Namespace, tm.Name)
-		}
-	}
-}
-
-func indexTrafficMapByService(obj any) ([]string, error) {
-	tm, ok := obj.(*v1beta1.TrafficMap)
-	if !ok {
-		return nil, nil
-	}
-	return []string{tm.Namespace + "/" + tm.Spec.Service}, nil
-}
-
-func indexTrafficMapByRoute(obj any) ([]string, error) {
-	tm, ok := obj.(*v1beta1.TrafficMap)
-	if !ok {
-		return nil, nil
-	}
-	return []string{tm.Namespace + "/" + httproute.RouteName(tm.Name)}, nil
-}
-
-func equalStrings(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if bv, ok := b[k]; !ok || bv != v {
-			return false
-		}
-	}
-	return true
 }

@@ -7,6 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,41 +17,50 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/cache"
 )
 
-// httpServer serves /metrics, /healthz, /readyz (ready once the caches synced and, with the
-// xDS sink, the first snapshot was built) and, with the xDS sink, /debug/xds.
+// httpServer serves /metrics, /healthz (from the start: the process is alive),
+// /readyz (ready once the caches synced and the sinks started, and while no watch is
+// failing) and the sinks' debug endpoints.
 type httpServer struct {
 	listener net.Listener
 	registry *prometheus.Registry
 	ready    atomic.Bool
+	health   *watchHealth
+	pprof    bool
 }
 
-func newHTTPServer(address string) (*httpServer, error) {
+func newHTTPServer(address string, health *watchHealth, enablePprof bool) (*httpServer, error) {
 	lis, err := net.Listen("tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("listen on --http-address %s: %w", address, err)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &httpServer{listener: lis, registry: reg}, nil
+	return &httpServer{listener: lis, registry: reg, health: health, pprof: enablePprof}, nil
 }
 
-func (h *httpServer) serve(ctx context.Context, p *Publisher) {
+func (h *httpServer) serve(ctx context.Context, log *zap.Logger, debug map[string]http.Handler) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(h.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !h.ready.Load() {
-			http.Error(w, "informer caches not synced or first xds snapshot not built", http.StatusServiceUnavailable)
+			http.Error(w, "informer caches not synced or sinks not started", http.StatusServiceUnavailable)
+			return
+		}
+		if failing := h.health.failing(time.Now()); len(failing) > 0 {
+			http.Error(w, "list or watch failing for "+strings.Join(failing, ", "), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	if p.xds != nil {
-		mux.Handle("/debug/xds", p.xds.server.DebugHandler())
+	for path, handler := range debug {
+		mux.Handle(path, handler)
 	}
-	if p.cfg.EnablePprof {
+	if h.pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -63,15 +75,63 @@ func (h *httpServer) serve(ctx context.Context, p *Publisher) {
 		_ = srv.Shutdown(shutdown)
 	}()
 	if err := srv.Serve(h.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		p.log.Error("http server stopped", zap.Error(err))
+		log.Error("http server stopped", zap.Error(err))
 	}
 }
 
-// HTTPAddr is where /metrics, /healthz, /readyz and /debug/xds are served, or nil when
-// the HTTP server is off.
-func (p *Publisher) HTTPAddr() net.Addr {
-	if p.http == nil {
-		return nil
+// watchFailureWindow is how long a list or watch failure keeps a resource "failing": a
+// reflector retries a failing watch at least every 30 s (its backoff cap), so a watch that
+// still fails reports again within the window, and a healed one drops out after it.
+const watchFailureWindow = 40 * time.Second
+
+// watchHealth records the informers' list and watch failures: it logs a warning per
+// failing resource at most once per window (client-go logs every retry itself, through
+// klog at its own verbosity) and tells readiness which resources are failing. Guarded by mu.
+type watchHealth struct {
+	log *zap.Logger
+
+	mu     sync.Mutex
+	last   map[string]time.Time // resource -> last failure
+	warned map[string]time.Time // resource -> last warning
+}
+
+func newWatchHealth(log *zap.Logger) *watchHealth {
+	return &watchHealth{log: log, last: map[string]time.Time{}, warned: map[string]time.Time{}}
+}
+
+// handler is the watch error handler of the informers of resource.
+func (h *watchHealth) handler(resource string) cache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		now := time.Now()
+		h.mu.Lock()
+		h.last[resource] = now
+		warn := now.Sub(h.warned[resource]) >= watchFailureWindow
+		if warn {
+			h.warned[resource] = now
+		}
+		h.mu.Unlock()
+		if !warn {
+			return
+		}
+		if apierrors.IsForbidden(err) {
+			h.log.Error("permission denied: cannot list or watch "+resource+"; check the publisher's RBAC", zap.String("resource", resource), zap.Error(err))
+			return
+		}
+		h.log.Warn("list or watch failing; retrying", zap.String("resource", resource), zap.Error(err))
 	}
-	return p.http.listener.Addr()
+}
+
+// failing lists, sorted, the resources whose list or watch failed within the window.
+func (h *watchHealth) failing(now time.Time) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for resource, at := range h.last {
+		if now.Sub(at) < watchFailureWindow {
+			out = append(out, resource)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

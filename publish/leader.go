@@ -4,21 +4,21 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
 )
 
-// LeaderElection makes only the holder of a Lease write routes, Services and status; every
-// replica keeps its caches and serves xDS. The zero value turns it off.
+// LeaderElection makes only the holder of a Lease write routes, Services and status and
+// record Events; every replica keeps its caches and serves xDS. The zero value turns it off.
 type LeaderElection struct {
 	// Enabled turns leader election on.
 	Enabled bool
@@ -49,97 +49,97 @@ func (l *LeaderElection) setDefaults() {
 	}
 }
 
-// runWorkers runs the reconcile workers until ctx is done: at once without leader
-// election, otherwise while this replica holds the Lease, campaigning again after losing it.
-func (p *Publisher) runWorkers(ctx context.Context) error {
-	if !p.cfg.LeaderElection.Enabled {
-		p.workers(ctx)
+// elector runs a function while this replica leads. leading is true while it does (always
+// without leader election); the Event recorder reads it.
+type elector struct {
+	cfg     LeaderElection
+	log     *zap.Logger
+	config  *leaderelection.LeaderElectionConfig // nil without leader election
+	leading *atomic.Bool
+}
+
+// newElector checks the settings the way client-go will, so a setting it refuses is an
+// ErrInvalidConfig at start-up rather than a publisher that never leads.
+func newElector(cfg LeaderElection, kube kubernetes.Interface, log *zap.Logger) (*elector, error) {
+	e := &elector{cfg: cfg, log: log, leading: &atomic.Bool{}}
+	if !cfg.Enabled {
+		e.leading.Store(true)
+		return e, nil
+	}
+	e.config = &leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
+			Client:     kube.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+		},
+		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            cfg.Name,
+		Callbacks: leaderelection.LeaderCallbacks{ // replaced in run
+			OnStartedLeading: func(context.Context) {}, OnStoppedLeading: func() {},
+		},
+	}
+	if _, err := leaderelection.NewLeaderElector(*e.config); err != nil {
+		return nil, fmt.Errorf("%w: leader election: %w", ErrInvalidConfig, err)
+	}
+	return e, nil
+}
+
+// run calls lead until ctx is done: at once without leader election, otherwise with a
+// context that ends when this replica stops leading, campaigning again after each loss.
+func (e *elector) run(ctx context.Context, lead func(ctx context.Context)) error {
+	if e.config == nil {
+		lead(ctx)
 		return nil
 	}
-	le := p.cfg.LeaderElection
-	lock := loggedLock{Interface: &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
-		Client:     p.clients.kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
-	}, log: p.log}
+	lease := e.cfg.Namespace + "/" + e.cfg.Name
 	for ctx.Err() == nil {
-		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock: lock, LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod,
-			ReleaseOnCancel: true,
-			Name:            le.Name,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(lctx context.Context) {
-					p.log.Info("leading: writing routes and status", zap.String("lease", le.Namespace+"/"+le.Name), zap.String("identity", le.Identity))
-					p.enqueueAll() // the previous leader may have left work undone
-					p.workers(lctx)
-				},
-				OnStoppedLeading: func() {
-					p.log.Info("not leading: serving xds only", zap.String("lease", le.Namespace+"/"+le.Name), zap.String("identity", le.Identity))
-				},
+		cfg := *e.config
+		cfg.Callbacks = leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) {
+				e.leading.Store(true)
+				e.log.Info("leading: writing routes and status", zap.String("lease", lease), zap.String("identity", e.cfg.Identity))
+				lead(lctx)
 			},
-		})
+			OnStoppedLeading: func() {
+				e.leading.Store(false)
+				e.log.Info("not leading: serving xds only", zap.String("lease", lease), zap.String("identity", e.cfg.Identity))
+			},
+		}
+		le, err := leaderelection.NewLeaderElector(cfg)
 		if err != nil {
 			return fmt.Errorf("%w: leader election: %w", ErrInvalidConfig, err)
 		}
-		elector.Run(ctx)
+		le.Run(ctx)
 	}
 	return nil
 }
 
-// workers runs cfg.Workers reconcile workers until ctx is done.
-func (p *Publisher) workers(ctx context.Context) {
-	var wg sync.WaitGroup
-	for range p.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wait.UntilWithContext(ctx, p.runWorker, time.Second)
-		}()
-	}
-	wg.Wait()
+// leaderRecorder records Events only while this replica leads, so replicas that do not
+// write do not report either (and do not fill the namespace with duplicates).
+type leaderRecorder struct {
+	record.EventRecorder
+	leading *atomic.Bool
 }
 
-// enqueueAll queues every cached TrafficMap.
-func (p *Publisher) enqueueAll() {
-	for _, inf := range p.maps {
-		for _, key := range inf.GetStore().ListKeys() {
-			ns, name, _ := strings.Cut(key, "/")
-			p.enqueue(ns, name)
-		}
+// Event implements record.EventRecorder.
+func (r *leaderRecorder) Event(obj runtime.Object, eventType, reason, message string) {
+	if r.leading.Load() {
+		r.EventRecorder.Event(obj, eventType, reason, message)
 	}
 }
 
-// loggedLock reports a permission error on the Lease through the publisher's logger
-// (client-go's leader election logs only to klog).
-type loggedLock struct {
-	resourcelock.Interface
-	log *zap.Logger
-}
-
-// Get implements resourcelock.Interface.
-func (l loggedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
-	r, b, err := l.Interface.Get(ctx)
-	l.check("get", err)
-	return r, b, err
-}
-
-// Create implements resourcelock.Interface.
-func (l loggedLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
-	err := l.Interface.Create(ctx, ler)
-	l.check("create", err)
-	return err
-}
-
-// Update implements resourcelock.Interface.
-func (l loggedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
-	err := l.Interface.Update(ctx, ler)
-	l.check("update", err)
-	return err
-}
-
-func (l loggedLock) check(verb string, err error) {
-	if apierrors.IsForbidden(err) {
-		l.log.Error("permission denied: cannot "+verb+" leases.coordination.k8s.io "+l.Describe()+"; check the publisher's RBAC",
-			zap.String("resource", "leases"), zap.Error(err))
+// Eventf implements record.EventRecorder.
+func (r *leaderRecorder) Eventf(obj runtime.Object, eventType, reason, format string, args ...any) {
+	if r.leading.Load() {
+		r.EventRecorder.Eventf(obj, eventType, reason, format, args...)
 	}
 }
+
+// AnnotatedEventf implements record.EventRecorder.
+func (r *leaderRecorder) AnnotatedEventf(obj runtime.Object, annotations map[string]string, eventType, reason, format string, args ...any) {
+	if r.leading.Load() {
+		r.EventRecorder.AnnotatedEventf(obj, annotations, eventType, reason, format, args...)
+	}
+}
+

@@ -2,80 +2,63 @@ package publish
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
-	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 
 	"github.com/trafficmap/publisher/api/tmclient"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/publish/routesink"
+	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/publish/xdssink"
 	"github.com/trafficmap/publisher/xds"
-)
-
-// Index names on the TrafficMap informer.
-const (
-	indexByService   = "byService"   // namespace/spec.service
-	indexByRouteName = "byRouteName" // namespace/route name
-	indexBySource    = "bySource"    // on owned Services: their TrafficMap's namespace/name
 )
 
 // maxRetryDelay caps the per-key retry backoff, so that after an API server outage every
 // key is retried within this long of the API coming back.
 const maxRetryDelay = 5 * time.Second
 
-// Publisher runs the control loop. Create it with New and start it with Run.
+// Publisher is the controller: it wires the informers (caches) to one rate-limited queue of
+// TrafficMap keys and runs the reconcile pipeline (reconciler) on its workers, while this
+// replica leads (elector). Create it with New and start it with Run.
 type Publisher struct {
-	cfg      Config
-	log      *zap.Logger
-	clients  clients
-	sink     httproute.Config
-	writer   *httproute.Writer
-	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	recorder record.EventRecorder
-	events   record.EventBroadcaster
-
-	maps     []cache.SharedIndexInformer // one per watched namespace ("" = all)
-	isvcs    []cache.SharedIndexInformer
-	routes   []cache.SharedIndexInformer
-	services []cache.SharedIndexInformer
-	scopes   []string
-
-	// The optional taint sources (cluster-scoped), nil while their API is not served. Set in
-	// Run before any worker starts.
-	inferenceClusters cache.SharedIndexInformer
-	workloadClusters  cache.SharedIndexInformer
-
-	// xds is the xDS sink, nil when it is off.
-	xds *xdsSink
+	cfg     Config
+	log     *zap.Logger
+	clients clients
+	caches  *caches
+	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	events  record.EventBroadcaster
+	// recorder records Events only while this replica leads.
+	recorder *leaderRecorder
+	rec      *reconciler
+	sinks    []sink.Sink
+	elector  *elector
+	health   *watchHealth
 	// http serves metrics, health and debug endpoints; nil when off.
 	http *httpServer
 	// metrics records the publisher's own metrics; nil without a registry.
 	metrics *metrics
-	// xdsClients is the set of connected xDS node ids last seen, to spot (dis)connections.
-	xdsClients string
+	// xds is the xDS sink, nil when off; kept for XDSAddr and XDSClients only.
+	xds *xdssink.Sink
 }
 
 type clients struct {
@@ -86,8 +69,29 @@ type clients struct {
 	dyn     dynamic.Interface
 }
 
+func newClients(rc *rest.Config) (clients, error) {
+	var c clients
+	var err error
+	if c.kube, err = kubernetes.NewForConfig(rc); err != nil {
+		return c, fmt.Errorf("build kubernetes client: %w", err)
+	}
+	if c.gateway, err = gwclient.NewForConfig(rc); err != nil {
+		return c, fmt.Errorf("build gateway api client: %w", err)
+	}
+	if c.maps, err = tmclient.NewForConfig(rc); err != nil {
+		return c, fmt.Errorf("build trafficmap client: %w", err)
+	}
+	if c.meta, err = metadata.NewForConfig(rc); err != nil {
+		return c, fmt.Errorf("build metadata client: %w", err)
+	}
+	if c.dyn, err = dynamic.NewForConfig(rc); err != nil {
+		return c, fmt.Errorf("build dynamic client: %w", err)
+	}
+	return c, nil
+}
+
 // New validates cfg and builds a Publisher talking to the API server at rc. It does not
-// contact the API server; Run does.
+// contact the API server; Run does. It listens on the configured ports.
 func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -102,35 +106,16 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	if rc.UserAgent == "" {
 		rc.UserAgent = cfg.FieldManager
 	}
-
-	var c clients
-	if c.kube, err = kubernetes.NewForConfig(rc); err != nil {
-		return nil, fmt.Errorf("build kubernetes client: %w", err)
-	}
-	if c.gateway, err = gwclient.NewForConfig(rc); err != nil {
-		return nil, fmt.Errorf("build gateway api client: %w", err)
-	}
-	if c.maps, err = tmclient.NewForConfig(rc); err != nil {
-		return nil, fmt.Errorf("build trafficmap client: %w", err)
-	}
-	if c.meta, err = metadata.NewForConfig(rc); err != nil {
-		return nil, fmt.Errorf("build metadata client: %w", err)
-	}
-	if c.dyn, err = dynamic.NewForConfig(rc); err != nil {
-		return nil, fmt.Errorf("build dynamic client: %w", err)
+	c, err := newClients(rc)
+	if err != nil {
+		return nil, err
 	}
 
 	p := &Publisher{
 		cfg:     cfg,
 		log:     log,
 		clients: c,
-		sink: httproute.Config{
-			Gateway:         cfg.Gateway,
-			GatewaySection:  cfg.GatewaySection,
-			HostTemplate:    tmpl,
-			RewriteHostname: cfg.RewriteHostname,
-		},
-		writer: httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager),
+		caches:  newCaches(c, cfg),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedMaxOfRateLimiter(
 				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, maxRetryDelay),
@@ -138,18 +123,17 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 			),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "trafficmaps"},
 		),
-		scopes: cfg.Namespaces,
+		health: newWatchHealth(log),
 	}
-	if len(p.scopes) == 0 {
-		p.scopes = []string{corev1.NamespaceAll}
+	if p.elector, err = newElector(cfg.LeaderElection, c.kube, log); err != nil {
+		return nil, err
 	}
 	scheme := runtime.NewScheme()
 	utilruntime.Must(v1beta1.AddToScheme(scheme))
 	p.events = record.NewBroadcaster()
-	p.recorder = p.events.NewRecorder(scheme, corev1.EventSource{Component: cfg.FieldManager})
-	p.buildInformers()
+	p.recorder = &leaderRecorder{EventRecorder: p.events.NewRecorder(scheme, corev1.EventSource{Component: cfg.FieldManager}), leading: p.elector.leading}
 	if cfg.HTTPAddress != "" {
-		if p.http, err = newHTTPServer(cfg.HTTPAddress); err != nil {
+		if p.http, err = newHTTPServer(cfg.HTTPAddress, p.health, cfg.EnablePprof); err != nil {
 			return nil, err
 		}
 		if cfg.Registerer == nil {
@@ -158,11 +142,37 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		}
 	}
 	p.metrics = newMetrics(p.cfg.Registerer)
+
+	route := httproute.Config{Gateway: cfg.Gateway, GatewaySection: cfg.GatewaySection, HostTemplate: tmpl, RewriteHostname: cfg.RewriteHostname}
+	if cfg.sinkOn(SinkHTTPRoute) {
+		p.sinks = append(p.sinks, routesink.New(routesink.Config{Route: route, RequireAccepted: cfg.RequireRouteAccepted,
+			RetainLastPositive: cfg.NoPositivePolicy == RetainLastPositive},
+			httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager), p.caches))
+	}
 	if cfg.sinkOn(SinkXDS) {
-		if p.xds, err = newXDSSink(cfg, log.Named("xds"), p.onXDSClientChange); err != nil {
+		p.xds, err = xdssink.New(xdssink.Config{
+			Address: cfg.XDSAddress, ListenerAddress: cfg.XDSListenerAddress,
+			TLSCert: cfg.XDSTLSCert, TLSKey: cfg.XDSTLSKey, ClientCA: cfg.XDSClientCA,
+			RequireAck: cfg.RequireXDSAck, MinClients: cfg.XDSMinClients, Registerer: p.cfg.Registerer,
+			Plans:   planSource{inputs: p.caches, hosts: route},
+			Requeue: func(ns, name string) { p.queue.Add(cache.NewObjectName(ns, name)) },
+		}, log.Named("xds"))
+		if errors.Is(err, xdssink.ErrInvalidConfig) {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		if err != nil {
 			return nil, err
 		}
+		p.sinks = append(p.sinks, p.xds)
 	}
+	p.rec = &reconciler{
+		inputs:  p.caches,
+		hosts:   route,
+		sinks:   p.sinks,
+		status:  newStatusWriter(clientStatusAPI{maps: c.maps, manager: cfg.FieldManager}, p.recorder, p.metrics),
+		metrics: p.metrics,
+	}
+	p.registerHandlers()
 	return p, nil
 }
 
@@ -172,7 +182,7 @@ func (p *Publisher) XDSClients() []xds.ClientState {
 	if p.xds == nil {
 		return nil
 	}
-	return p.xds.server.Tracker().Clients()
+	return p.xds.Clients()
 }
 
 // XDSAddr is where the xDS server listens, or nil when the xDS sink is off.
@@ -183,69 +193,33 @@ func (p *Publisher) XDSAddr() net.Addr {
 	return p.xds.Addr()
 }
 
-func (p *Publisher) buildInformers() {
-	resync := p.cfg.ResyncPeriod
-	managed := labels.SelectorFromSet(labels.Set{httproute.LabelManagedBy: httproute.ManagedByValue}).String()
-	for _, ns := range p.scopes {
-		maps := cache.NewSharedIndexInformer(
-			&cache.ListWatch{
-				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-					return p.clients.maps.TrafficMaps(ns).List(ctx, o)
-				},
-				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-					return p.clients.maps.TrafficMaps(ns).Watch(ctx, o)
-				},
-			},
-			&v1beta1.TrafficMap{}, resync,
-			cache.Indexers{
-				cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
-				indexByService:       indexTrafficMapByService,
-				indexByRouteName:     indexTrafficMapByRoute,
-				indexByCluster:       indexTrafficMapByCluster,
-			},
-		)
-		isvcs := metadatainformer.NewFilteredMetadataInformer(p.clients.meta, v1beta1.InferenceServicesResource, ns, resync,
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil).Informer()
-		routes := gwinformers.NewSharedInformerFactoryWithOptions(p.clients.gateway, resync, gwinformers.WithNamespace(ns)).
-			Gateway().V1().HTTPRoutes().Informer()
-		services := kubeinformers.NewSharedInformerFactoryWithOptions(p.clients.kube, resync, kubeinformers.WithNamespace(ns),
-			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })).
-			Core().V1().Services().Informer()
-
-		_ = services.AddIndexers(cache.Indexers{indexBySource: indexServiceBySource}) // cannot fail before it runs
-		for _, inf := range []cache.SharedIndexInformer{maps, isvcs, routes, services} {
-			_ = inf.SetTransform(dropManagedFields) // cannot fail before the informer runs
-		}
-		p.handle(maps, p.onTrafficMap)
-		p.handle(isvcs, p.onInferenceService)
-		p.handleTolerationEvents(isvcs)
-		if p.cfg.sinkOn(SinkHTTPRoute) {
-			p.handle(routes, p.onRoute)
-			p.handle(services, p.onOwnedObject)
-			p.routes = append(p.routes, routes)
-			p.services = append(p.services, services)
-		}
-		p.maps = append(p.maps, maps)
-		p.isvcs = append(p.isvcs, isvcs)
+// HTTPAddr is where /metrics, /healthz, /readyz and /debug/xds are served, or nil when
+// the HTTP server is off.
+func (p *Publisher) HTTPAddr() net.Addr {
+	if p.http == nil {
+		return nil
 	}
+	return p.http.listener.Addr()
 }
 
-// dropManagedFields is every informer's transform: the publisher never reads
-// metadata.managedFields, which is often the larger part of a cached object, so the caches
-// do not keep it. It edits the freshly decoded object before it enters the cache.
-func dropManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
-}
-
-// Run starts the informers, waits for their caches, runs the workers and blocks until ctx
-// is done. It returns an error only when the caches cannot sync.
+// Run serves /healthz at once, starts the informers, waits for their caches, starts the
+// sinks, marks the publisher ready and runs the workers (while leading) until ctx is done.
+// It returns an error when the APIs it needs are not served or the caches cannot sync.
 func (p *Publisher) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer p.queue.ShutDown()
-	p.events.StartRecordingToSink(eventSink{sink: &typedcorev1.EventSinkImpl{Interface: p.clients.kube.CoreV1().Events("")}, log: p.log})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if p.http != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.http.serve(ctx, p.log, p.debugHandlers())
+		}()
+	}
+	p.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.clients.kube.CoreV1().Events("")})
 	defer p.events.Shutdown()
 
 	if err := p.checkAPIs(); err != nil {
@@ -256,11 +230,11 @@ func (p *Publisher) Run(ctx context.Context) error {
 		resource string
 		infs     []cache.SharedIndexInformer
 	}{
-		{"trafficmaps.ome.io", p.maps}, {"inferenceservices.ome.io", p.isvcs},
-		{"httproutes.gateway.networking.k8s.io", p.routes}, {"services", p.services},
+		{"trafficmaps.ome.io", p.caches.maps}, {"inferenceservices.ome.io", p.caches.isvcs},
+		{"httproutes.gateway.networking.k8s.io", p.caches.routes}, {"services", p.caches.services},
 	} {
 		for _, inf := range group.infs {
-			p.reportWatchErrors(inf, group.resource)
+			_ = inf.SetWatchErrorHandlerWithContext(p.health.handler(group.resource)) // cannot fail before it runs
 			go inf.RunWithContext(ctx)
 			synced = append(synced, inf.HasSynced)
 		}
@@ -278,71 +252,45 @@ func (p *Publisher) Run(ctx context.Context) error {
 	}
 	p.log.Info("caches synced; starting workers", zap.Int("workers", p.cfg.Workers))
 
-	var wg sync.WaitGroup
-	if p.http != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.http.serve(ctx, p)
-		}()
-	}
-	if p.xds != nil {
-		// The first snapshot is built from synced caches before any client is answered or
-		// any map's confirmation is judged.
-		if err := p.rebuildXDS(ctx); err != nil {
-			p.log.Error("first xds snapshot not built; retrying", zap.Error(err))
-			p.xds.queue.Add(xdsSnapshotKey)
+	for _, s := range p.sinks {
+		if st, ok := s.(sink.Starter); ok {
+			wait, err := st.Start(ctx)
+			if err != nil {
+				return fmt.Errorf("start %s sink: %w", s.Name(), err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				wait()
+			}()
 		}
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			if err := p.xds.server.Serve(ctx, p.xds.listener); err != nil {
-				p.log.Error("xds server stopped", zap.Error(err))
-			}
-		}()
-		go func() {
-			defer wg.Done()
-			for p.processXDS(ctx) {
-			}
-		}()
-		p.log.Info("serving xds", zap.String("address", p.xds.Addr().String()))
 	}
 	if p.http != nil {
 		p.http.ready.Store(true)
 	}
-	var workErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		workErr = p.runWorkers(ctx)
-	}()
-	<-ctx.Done()
+	err = p.elector.run(ctx, func(ctx context.Context) {
+		p.enqueueAll() // the previous leader may have left work undone
+		p.workers(ctx)
+	})
+	cancel()
 	p.queue.ShutDown()
-	if p.xds != nil {
-		p.xds.queue.ShutDown()
-	}
 	wg.Wait()
 	p.log.Info("stopped")
-	return workErr
+	return err
 }
 
-// reportWatchErrors logs an informer's list and watch failures through the publisher's
-// logger (client-go logs them only to klog), a permission error as an error that names the
-// resource and points at RBAC.
-func (p *Publisher) reportWatchErrors(inf cache.SharedIndexInformer, resource string) {
-	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-		cache.DefaultWatchErrorHandler(ctx, r, err)
-		if apierrors.IsForbidden(err) {
-			p.log.Error("permission denied: cannot list or watch "+resource+"; check the publisher's RBAC", zap.String("resource", resource), zap.Error(err))
-			return
-		}
-		p.log.Info("list or watch failed; retrying", zap.String("resource", resource), zap.Error(err))
-	})
-}
-
-func (p *Publisher) runWorker(ctx context.Context) {
-	for p.processNext(ctx) {
+// workers runs cfg.Workers reconcile workers until ctx is done.
+func (p *Publisher) workers(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range p.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p.processNext(ctx) {
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 func (p *Publisher) processNext(ctx context.Context) bool {
@@ -356,7 +304,7 @@ func (p *Publisher) processNext(ctx context.Context) bool {
 		return false
 	}
 	log := p.log.With(zap.String("trafficmap", key.String()))
-	err := p.reconcile(ctx, key, log)
+	hold, err := p.rec.reconcile(ctx, key, log)
 	p.metrics.reconciled(err)
 	if err != nil {
 		level := zap.InfoLevel
@@ -371,5 +319,21 @@ func (p *Publisher) processNext(ctx context.Context) bool {
 		return true
 	}
 	p.queue.Forget(key)
+	if hold > 0 {
+		p.queue.AddAfter(key, hold)
+	}
 	return true
+}
+
+// debugHandlers are the sinks' debug endpoints.
+func (p *Publisher) debugHandlers() map[string]http.Handler {
+	out := map[string]http.Handler{}
+	for _, s := range p.sinks {
+		if d, ok := s.(sink.Debugger); ok {
+			for path, h := range d.DebugHandlers() {
+				out[path] = h
+			}
+		}
+	}
+	return out
 }

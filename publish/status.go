@@ -4,150 +4,153 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
-	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+	"k8s.io/client-go/tools/record"
 
+	"github.com/trafficmap/publisher/api/tmclient"
 	"github.com/trafficmap/publisher/api/v1beta1"
-	"github.com/trafficmap/publisher/httproute"
 )
 
-// maxMessage bounds condition messages (the API allows 32768 bytes).
-const maxMessage = 4096
+// Step 5 of the pipeline: write the decided status.
 
-// publisherStatus is the part of TrafficMap status the publisher owns. status.published and
-// the Published condition are always written together.
-type publisherStatus struct {
-	published  bool
-	observed   int64
-	gatewayRef *v1beta1.TrafficMapGatewayRef
-	condition  metav1.Condition
+// progressInterval is how often at most a map's Published message is rewritten only to
+// update how many consumers have confirmed: with C xDS clients a rollout would otherwise
+// cost up to C status writes per map.
+const progressInterval = time.Second
+
+// statusAPI is the part of the API the status writer uses.
+type statusAPI interface {
+	// Get reads the live map.
+	Get(ctx context.Context, namespace, name string) (*v1beta1.TrafficMap, error)
+	// ApplyStatus server-side applies body to the map's status subresource.
+	ApplyStatus(ctx context.Context, namespace, name string, body []byte) (*v1beta1.TrafficMap, error)
 }
 
-// statusWriter writes one reconcile's status, keeping the object it last wrote so that a
-// second write in the same reconcile carries a fresh resourceVersion.
+// clientStatusAPI is the statusAPI of a TrafficMap clientset, applying under manager.
+type clientStatusAPI struct {
+	maps    *tmclient.Clientset
+	manager string
+}
+
+// Get implements statusAPI.
+func (c clientStatusAPI) Get(ctx context.Context, namespace, name string) (*v1beta1.TrafficMap, error) {
+	return c.maps.TrafficMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// ApplyStatus implements statusAPI.
+func (c clientStatusAPI) ApplyStatus(ctx context.Context, namespace, name string, body []byte) (*v1beta1.TrafficMap, error) {
+	force := true
+	return c.maps.TrafficMaps(namespace).Patch(ctx, name, types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: c.manager, Force: &force}, "status")
+}
+
+// statusWriter writes the publisher-owned part of TrafficMap status with server-side apply,
+// only when it differs from the cached status, and records an Event when the condition's
+// reason or status changes. Its progress table is guarded by mu and forgets deleted maps.
 type statusWriter struct {
-	p     *Publisher
-	tm    *v1beta1.TrafficMap // cached copy or last write result; never modified
-	route *gwapiv1.HTTPRoute  // the stored route, once known
-	log   *zap.Logger
+	api      statusAPI
+	recorder record.EventRecorder
+	metrics  *metrics
+	now      func() time.Time
+
+	mu       sync.Mutex
+	progress map[cache.ObjectName]time.Time // when a map's last progress message was written
 }
 
-// current reports whether these inputs were already handled: the Published condition is at
-// this generation and, when it says True, the stored route holds exactly the desired
-// content. Otherwise the publisher first flips Published to False (reason Publishing).
-func (s *statusWriter) current(route *gwapiv1.HTTPRoute, desired *httproute.Desired) bool {
-	c := meta.FindStatusCondition(s.tm.Status.Conditions, v1beta1.ConditionPublished)
-	if c == nil || c.ObservedGeneration != s.tm.Generation {
-		return false
+func newStatusWriter(api statusAPI, recorder record.EventRecorder, m *metrics) *statusWriter {
+	return &statusWriter{api: api, recorder: recorder, metrics: m, now: time.Now, progress: map[cache.ObjectName]time.Time{}}
+}
+
+// write applies want to tm's status. It returns a positive hold instead of writing when
+// want only updates the consumer count of a progress message written less than
+// progressInterval ago (the caller requeues the map after hold). A write based on a stale
+// cache conflicts; when the live map still has the generation want was decided for, the
+// write is made once more on the live object, otherwise the conflict is returned and the
+// newer map is reconciled next.
+//
+// It returns the map as stored after the write (tm itself when nothing was written), for
+// a second write in the same reconcile.
+func (w *statusWriter) write(ctx context.Context, tm *v1beta1.TrafficMap, want publisherStatus, log *zap.Logger) (*v1beta1.TrafficMap, time.Duration, error) {
+	if hold := w.hold(tm, want); hold > 0 {
+		return tm, hold, nil
 	}
-	if c.Status != metav1.ConditionTrue {
-		return true // already False for this generation; the column is not stale
+	updated, err := w.apply(ctx, tm, want, log)
+	if !apierrors.IsConflict(err) {
+		return updated, 0, err
 	}
-	return route != nil && httproute.Matches(desired.Route, route)
-}
-
-// announce writes Published False (Publishing) with message before new inputs are
-// published, so PUBLISHED is never stale. A map with no Published condition yet has an
-// empty column, which is not stale either: it only starts the latency clock, and a cold
-// start of N new maps saves N status writes.
-func (s *statusWriter) announce(ctx context.Context, message string) error {
-	if meta.FindStatusCondition(s.tm.Status.Conditions, v1beta1.ConditionPublished) == nil {
-		s.p.metrics.started(cache.NewObjectName(s.tm.Namespace, s.tm.Name))
-		return nil
+	live, getErr := w.api.Get(ctx, tm.Namespace, tm.Name)
+	if getErr != nil {
+		return tm, 0, fmt.Errorf("re-read trafficmap after conflict: %w", getErr)
 	}
-	return s.write(ctx, s.publishing(message))
-}
-
-func (s *statusWriter) condition(status metav1.ConditionStatus, reason, message string) metav1.Condition {
-	if len(message) > maxMessage {
-		message = message[:maxMessage-3] + "..."
+	if live.UID != tm.UID || live.Generation != tm.Generation {
+		return tm, 0, err // the map changed under us: reconcile it afresh, with backoff
 	}
-	return metav1.Condition{
-		Type: v1beta1.ConditionPublished, Status: status, Reason: reason, Message: message,
-		ObservedGeneration: s.tm.Generation,
+	updated, err = w.apply(ctx, live, want, log)
+	return updated, 0, err
+}
+
+// hold is how long to wait before writing want, which may only update a progress count.
+func (w *statusWriter) hold(tm *v1beta1.TrafficMap, want publisherStatus) time.Duration {
+	key := cache.NewObjectName(tm.Namespace, tm.Name)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !want.progress {
+		delete(w.progress, key)
+		return 0
 	}
-}
-
-// kept returns the status with the last success's observedTrafficMapGeneration and
-// gatewayRef, which a failure leaves as they were.
-func (s *statusWriter) kept(c metav1.Condition) publisherStatus {
-	ref := s.tm.Status.GatewayRef
-	if s.route != nil {
-		ref = gatewayRef(s.route)
+	prev := findPublished(tm)
+	if prev == nil || prev.Message == want.condition.Message {
+		return 0 // nothing to rewrite, or the first message of this kind
 	}
-	return publisherStatus{observed: s.tm.Status.ObservedTrafficMapGeneration, gatewayRef: ref, condition: c}
-}
-
-func (s *statusWriter) publishing(message string) publisherStatus {
-	return s.kept(s.condition(metav1.ConditionFalse, ReasonPublishing, message))
-}
-
-func (s *statusWriter) published(message string) publisherStatus {
-	return publisherStatus{
-		published:  true,
-		observed:   s.tm.Generation,
-		gatewayRef: gatewayRef(s.route),
-		condition:  s.condition(metav1.ConditionTrue, ReasonPublished, message),
+	now := w.now()
+	last, ok := w.progress[key]
+	if ok && prev.Status == metav1.ConditionFalse && prev.Reason == want.condition.Reason &&
+		prev.ObservedGeneration == want.condition.ObservedGeneration && now.Sub(last) < progressInterval {
+		return progressInterval - now.Sub(last)
 	}
+	w.progress[key] = now
+	return 0
 }
 
-// fail records a user error: Published False with reason and message, and an Event. It
-// returns nil so the key is not retried hot, unless the status write itself fails.
-func (s *statusWriter) fail(ctx context.Context, reason, message string) error {
-	return s.write(ctx, s.kept(s.condition(metav1.ConditionFalse, reason, message)))
+// forget drops what the writer remembers about a deleted map.
+func (w *statusWriter) forget(key cache.ObjectName) {
+	w.mu.Lock()
+	delete(w.progress, key)
+	w.mu.Unlock()
 }
 
-// write applies want with server-side apply under the publisher's field manager, only when
-// it differs from what is stored. It carries the resourceVersion it decided on, so a write
-// based on a stale read conflicts; it then re-reads the live map and retries while the
-// generation is the one the decision was made for (otherwise the newer generation is
-// reconciled next).
-func (s *statusWriter) write(ctx context.Context, want publisherStatus) error {
-	generation := s.tm.Generation
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		err := s.apply(ctx, want)
-		if !apierrors.IsConflict(err) {
-			return err
-		}
-		live, getErr := s.p.clients.maps.TrafficMaps(s.tm.Namespace).Get(ctx, s.tm.Name, metav1.GetOptions{})
-		if getErr != nil {
-			return fmt.Errorf("re-read trafficmap after conflict: %w", getErr)
-		}
-		if live.UID != s.tm.UID || live.Generation != generation {
-			return err // the map changed under us: reconcile it afresh
-		}
-		s.tm = live
-		return err
-	})
-}
-
-func (s *statusWriter) apply(ctx context.Context, want publisherStatus) error {
-	prev := meta.FindStatusCondition(s.tm.Status.Conditions, v1beta1.ConditionPublished)
-	if prev != nil && prev.Status == want.condition.Status && prev.Reason == want.condition.Reason &&
+// same reports whether tm's status already is want.
+func same(tm *v1beta1.TrafficMap, want publisherStatus) bool {
+	prev := findPublished(tm)
+	return prev != nil && prev.Status == want.condition.Status && prev.Reason == want.condition.Reason &&
 		prev.Message == want.condition.Message && prev.ObservedGeneration == want.condition.ObservedGeneration &&
-		s.tm.Status.Published == want.published && s.tm.Status.ObservedTrafficMapGeneration == want.observed &&
-		equality.Semantic.DeepEqual(s.tm.Status.GatewayRef, want.gatewayRef) {
-		return nil
+		tm.Status.Published == want.published && tm.Status.ObservedTrafficMapGeneration == want.observed &&
+		equality.Semantic.DeepEqual(tm.Status.GatewayRef, want.gatewayRef)
+}
+
+func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want publisherStatus, log *zap.Logger) (*v1beta1.TrafficMap, error) {
+	if same(tm, want) {
+		return tm, nil
 	}
+	prev := findPublished(tm)
 	cond := want.condition
-	cond.LastTransitionTime = metav1.Now()
+	cond.LastTransitionTime = metav1.NewTime(w.now())
 	if prev != nil && prev.Status == cond.Status {
 		cond.LastTransitionTime = prev.LastTransitionTime
 	}
-
 	body, err := json.Marshal(statusApply{
 		APIVersion: v1beta1.SchemeGroupVersion.String(),
 		Kind:       "TrafficMap",
-		Metadata:   applyMeta{Name: s.tm.Name, Namespace: s.tm.Namespace, ResourceVersion: s.tm.ResourceVersion},
+		Metadata:   applyMeta{Name: tm.Name, Namespace: tm.Namespace, ResourceVersion: tm.ResourceVersion},
 		Status: applyStatus{
 			Published:                    want.published,
 			ObservedTrafficMapGeneration: want.observed,
@@ -156,33 +159,23 @@ func (s *statusWriter) apply(ctx context.Context, want publisherStatus) error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("encode status: %w", err)
+		return tm, fmt.Errorf("encode status: %w", err)
 	}
-	force := true
-	updated, err := s.p.clients.maps.TrafficMaps(s.tm.Namespace).Patch(ctx, s.tm.Name, types.ApplyPatchType, body,
-		metav1.PatchOptions{FieldManager: s.p.cfg.FieldManager, Force: &force}, "status")
+	updated, err := w.api.ApplyStatus(ctx, tm.Namespace, tm.Name, body)
 	if err != nil {
-		return fmt.Errorf("apply trafficmap %s/%s status: %w", s.tm.Namespace, s.tm.Name, err)
+		return tm, fmt.Errorf("apply trafficmap %s/%s status: %w", tm.Namespace, tm.Name, err)
 	}
-	s.p.metrics.condition(cache.NewObjectName(s.tm.Namespace, s.tm.Name), string(cond.Status), cond.Reason)
-	s.log.Info("published condition", zap.String("status", string(cond.Status)),
-		zap.String("reason", cond.Reason), zap.Int64("generation", s.tm.Generation), zap.String("message", cond.Message))
+	w.metrics.condition(cache.NewObjectName(tm.Namespace, tm.Name), string(cond.Status), cond.Reason)
+	log.Info("published condition", zap.String("status", string(cond.Status)),
+		zap.String("reason", cond.Reason), zap.Int64("generation", tm.Generation), zap.String("message", cond.Message))
 	if prev == nil || prev.Reason != cond.Reason || prev.Status != cond.Status {
 		eventType := corev1.EventTypeWarning
 		if cond.Reason == ReasonPublished || cond.Reason == ReasonPublishing {
 			eventType = corev1.EventTypeNormal
 		}
-		s.p.recorder.Event(s.tm, eventType, cond.Reason, cond.Message)
+		w.recorder.Event(tm, eventType, cond.Reason, cond.Message)
 	}
-	s.tm = updated
-	return nil
-}
-
-func gatewayRef(route *gwapiv1.HTTPRoute) *v1beta1.TrafficMapGatewayRef {
-	if route == nil {
-		return nil
-	}
-	return &v1beta1.TrafficMapGatewayRef{Group: gwapiv1.GroupName, Kind: "HTTPRoute", Name: route.Name, Namespace: route.Namespace}
+	return updated, nil
 }
 
 // statusApply is the server-side apply body: only publisher-owned status fields.

@@ -1,16 +1,12 @@
-package publish
+package xdssink
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
-	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
 )
@@ -82,29 +78,4 @@ func TestUnchanged(t *testing.T) {
 			assert.Equal(t, tt.want, unchanged(keys, tt.prevServed, tt.served, tt.prevInvalid, tt.invalid))
 		})
 	}
-}
-
-// Rewriting only the ACK count of a waiting message waits for progressInterval; anything
-// else is written at once.
-func TestHoldProgress(t *testing.T) {
-	x := &xdsSink{progress: map[cache.ObjectName]time.Time{}}
-	key := cache.NewObjectName("prod", "chat")
-	mapWith := func(reason, message string) *v1beta1.TrafficMap {
-		tm := &v1beta1.TrafficMap{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "chat", Generation: 2}}
-		tm.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse,
-			Reason: reason, Message: message, ObservedGeneration: 2}}
-		return tm
-	}
-	waiting := func(n int) string {
-		return fmt.Sprintf("%s%d/100 ACKed a version with these weights", xds.WaitingPrefix, n)
-	}
-	t0 := time.Unix(100, 0)
-
-	assert.Zero(t, x.holdProgress(key, mapWith(ReasonPublishing, "waiting for gateway prod/global"), waiting(0), t0), "another phase")
-	assert.Equal(t, 800*time.Millisecond, x.holdProgress(key, mapWith(ReasonPublishing, waiting(0)), waiting(40), t0.Add(200*time.Millisecond)), "only the count changed")
-	assert.Zero(t, x.holdProgress(key, mapWith(ReasonPublishing, waiting(0)), waiting(0), t0.Add(300*time.Millisecond)), "nothing to write")
-	assert.Zero(t, x.holdProgress(key, mapWith(ReasonPublishing, waiting(0)), waiting(90), t0.Add(time.Second)), "interval passed")
-	assert.Zero(t, x.holdProgress(key, mapWith(ReasonXDSRejected, waiting(90)), waiting(95), t0.Add(1100*time.Millisecond)), "another reason")
-	x.forgetProgress(key)
-	assert.Empty(t, x.progress)
 }

@@ -1,0 +1,273 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/httproute"
+)
+
+// Index names on the informers.
+const (
+	indexByService   = "byService"   // on TrafficMaps: namespace/spec.service
+	indexByRouteName = "byRouteName" // on TrafficMaps: namespace/route name
+	indexByCluster   = "byCluster"   // on TrafficMaps: the clusters of their entries
+	indexBySource    = "bySource"    // on owned Services: their TrafficMap's namespace/name
+)
+
+// caches are the publisher's informers, one set per watched namespace ("" = all), and the
+// reads the pipeline makes from them. The informers are built in New and started in Run;
+// the optional taint sources are set in Run before any worker starts and never change
+// afterwards, so reads need no lock. Objects read from the caches are never modified.
+type caches struct {
+	scopes   []string
+	maps     []cache.SharedIndexInformer
+	isvcs    []cache.SharedIndexInformer
+	routes   []cache.SharedIndexInformer // empty when the HTTPRoute sink is off
+	services []cache.SharedIndexInformer // empty when the HTTPRoute sink is off
+
+	inferenceClusters cache.SharedIndexInformer // nil while the API is not served
+	workloadClusters  cache.SharedIndexInformer // nil while the API is not served
+}
+
+func newCaches(c clients, cfg Config) *caches {
+	cs := &caches{scopes: cfg.Namespaces}
+	if len(cs.scopes) == 0 {
+		cs.scopes = []string{corev1.NamespaceAll}
+	}
+	resync := cfg.ResyncPeriod
+	managed := labels.SelectorFromSet(labels.Set{httproute.LabelManagedBy: httproute.ManagedByValue}).String()
+	for _, ns := range cs.scopes {
+		maps := cache.NewSharedIndexInformer(
+			&cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					return c.maps.TrafficMaps(ns).List(ctx, o)
+				},
+				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+					return c.maps.TrafficMaps(ns).Watch(ctx, o)
+				},
+			},
+			&v1beta1.TrafficMap{}, resync,
+			cache.Indexers{
+				cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
+				indexByService:       indexTrafficMapByService,
+				indexByRouteName:     indexTrafficMapByRoute,
+				indexByCluster:       indexTrafficMapByCluster,
+			},
+		)
+		isvcs := metadatainformer.NewFilteredMetadataInformer(c.meta, v1beta1.InferenceServicesResource, ns, resync,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil).Informer()
+		for _, inf := range []cache.SharedIndexInformer{maps, isvcs} {
+			_ = inf.SetTransform(dropManagedFields) // cannot fail before the informer runs
+		}
+		cs.maps = append(cs.maps, maps)
+		cs.isvcs = append(cs.isvcs, isvcs)
+		if !cfg.sinkOn(SinkHTTPRoute) {
+			continue
+		}
+		routes := gwinformers.NewSharedInformerFactoryWithOptions(c.gateway, resync, gwinformers.WithNamespace(ns)).
+			Gateway().V1().HTTPRoutes().Informer()
+		services := kubeinformers.NewSharedInformerFactoryWithOptions(c.kube, resync, kubeinformers.WithNamespace(ns),
+			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })).
+			Core().V1().Services().Informer()
+		_ = services.AddIndexers(cache.Indexers{indexBySource: indexServiceBySource}) // cannot fail before it runs
+		for _, inf := range []cache.SharedIndexInformer{routes, services} {
+			_ = inf.SetTransform(dropManagedFields)
+		}
+		cs.routes = append(cs.routes, routes)
+		cs.services = append(cs.services, services)
+	}
+	return cs
+}
+
+// dropManagedFields is every informer's transform: the publisher never reads
+// metadata.managedFields, which is often the larger part of a cached object, so the caches
+// do not keep it. It edits the freshly decoded object before it enters the cache.
+func dropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// informerFor returns the informer among infs that covers namespace, or nil.
+func (c *caches) informerFor(infs []cache.SharedIndexInformer, namespace string) cache.SharedIndexInformer {
+	if len(infs) == 0 { // a sink that is off has no informers
+		return nil
+	}
+	for i, scope := range c.scopes {
+		if scope == "" || scope == namespace {
+			return infs[i]
+		}
+	}
+	return nil
+}
+
+// cached returns the cached object at namespace/name as a T, or the zero T when absent.
+func cached[T any](c *caches, infs []cache.SharedIndexInformer, namespace, name string) (T, error) {
+	var zero T
+	inf := c.informerFor(infs, namespace)
+	if inf == nil {
+		return zero, nil
+	}
+	obj, ok, err := inf.GetIndexer().GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return zero, err
+	}
+	t, ok := obj.(T)
+	if !ok {
+		return zero, fmt.Errorf("cache holds %T at %s/%s", obj, namespace, name)
+	}
+	return t, nil
+}
+
+func (c *caches) trafficMap(namespace, name string) (*v1beta1.TrafficMap, error) {
+	return cached[*v1beta1.TrafficMap](c, c.maps, namespace, name)
+}
+
+func (c *caches) inferenceService(namespace, name string) (*metav1.PartialObjectMetadata, error) {
+	return cached[*metav1.PartialObjectMetadata](c, c.isvcs, namespace, name)
+}
+
+// keys lists the namespace/name of every cached TrafficMap.
+func (c *caches) keys() []string {
+	var out []string
+	for _, inf := range c.maps {
+		out = append(out, inf.GetStore().ListKeys()...)
+	}
+	return out
+}
+
+// mapsIndexed returns the cached TrafficMaps whose index holds value, in namespace, or in
+// every watched namespace when namespace is "".
+func (c *caches) mapsIndexed(index, namespace, value string) []*v1beta1.TrafficMap {
+	infs := c.maps
+	if namespace != "" {
+		inf := c.informerFor(c.maps, namespace)
+		if inf == nil {
+			return nil
+		}
+		infs = []cache.SharedIndexInformer{inf}
+	}
+	var out []*v1beta1.TrafficMap
+	for _, inf := range infs {
+		objs, err := inf.GetIndexer().ByIndex(index, value)
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			if tm, ok := o.(*v1beta1.TrafficMap); ok {
+				out = append(out, tm)
+			}
+		}
+	}
+	return out
+}
+
+// Route implements httproute.Store.
+func (c *caches) Route(namespace, name string) (*gwapiv1.HTTPRoute, error) {
+	return cached[*gwapiv1.HTTPRoute](c, c.routes, namespace, name)
+}
+
+// Services implements httproute.Store.
+func (c *caches) Services(src httproute.Source) ([]*corev1.Service, error) {
+	inf := c.informerFor(c.services, src.Namespace)
+	if inf == nil {
+		return nil, nil
+	}
+	objs, err := inf.GetIndexer().ByIndex(indexBySource, src.Namespace+"/"+src.Name)
+	if err != nil {
+		return nil, fmt.Errorf("list cached services: %w", err)
+	}
+	var out []*corev1.Service
+	for _, o := range objs {
+		if svc, ok := o.(*corev1.Service); ok && httproute.Owned(svc.Labels, src) {
+			out = append(out, svc)
+		}
+	}
+	return out, nil
+}
+
+var _ httproute.Store = (*caches)(nil)
+
+// clusterTaints reads every enabled taint source for the map's entry clusters.
+func (c *caches) clusterTaints(tm *v1beta1.TrafficMap) ([]ClusterTaints, error) {
+	var out []ClusterTaints
+	for _, e := range tm.Spec.Entries {
+		if c.inferenceClusters != nil {
+			obj, ok, err := c.inferenceClusters.GetIndexer().GetByKey(e.Cluster)
+			if err != nil {
+				return nil, fmt.Errorf("read cached inferencecluster %s: %w", e.Cluster, err)
+			}
+			if u, isU := obj.(*unstructured.Unstructured); ok && isU {
+				out = append(out, InferenceClusterTaints(u))
+			}
+		}
+		if c.workloadClusters != nil {
+			obj, ok, err := c.workloadClusters.GetIndexer().GetByKey(e.Cluster)
+			if err != nil {
+				return nil, fmt.Errorf("read cached workloadcluster %s: %w", e.Cluster, err)
+			}
+			if m, isM := obj.(*metav1.PartialObjectMetadata); ok && isM {
+				out = append(out, WorkloadClusterTaints(m.Name, m.Annotations))
+			}
+		}
+	}
+	return out, nil
+}
+
+// indexServiceBySource indexes an owned Service by its TrafficMap's namespace/name, so a
+// reconcile reads its map's Services without scanning every Service of the namespace.
+func indexServiceBySource(obj any) ([]string, error) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return nil, nil
+	}
+	src, ok := httproute.SourceOf(svc.Labels)
+	if !ok {
+		return nil, nil
+	}
+	return []string{src.Namespace + "/" + src.Name}, nil
+}
+
+func indexTrafficMapByService(obj any) ([]string, error) {
+	tm, ok := obj.(*v1beta1.TrafficMap)
+	if !ok {
+		return nil, nil
+	}
+	return []string{tm.Namespace + "/" + tm.Spec.Service}, nil
+}
+
+func indexTrafficMapByRoute(obj any) ([]string, error) {
+	tm, ok := obj.(*v1beta1.TrafficMap)
+	if !ok {
+		return nil, nil
+	}
+	return []string{tm.Namespace + "/" + httproute.RouteName(tm.Name)}, nil
+}
+
+func indexTrafficMapByCluster(obj any) ([]string, error) {
+	tm, ok := obj.(*v1beta1.TrafficMap)
+	if !ok {
+		return nil, nil
+	}
+	out := make([]string, 0, len(tm.Spec.Entries))
+	for _, e := range tm.Spec.Entries {
+		out = append(out, e.Cluster)
+	}
+	return out, nil
+}

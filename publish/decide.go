@@ -1,0 +1,155 @@
+package publish
+
+import (
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/weights"
+)
+
+// Step 4 of the pipeline: decide the Published condition from the sinks' typed
+// confirmations. Everything here is pure.
+
+// maxMessage bounds condition messages (the API allows 32768 bytes).
+const maxMessage = 4096
+
+// publisherStatus is the part of TrafficMap status the publisher owns. status.published and
+// the Published condition always move together.
+type publisherStatus struct {
+	published  bool
+	observed   int64
+	gatewayRef *v1beta1.TrafficMapGatewayRef
+	condition  metav1.Condition // LastTransitionTime is set by the status writer
+	// progress marks a Pending answer whose news may be only a consumer count; the status
+	// writer rewrites such a message at most once per progressInterval.
+	progress bool
+}
+
+func condition(tm *v1beta1.TrafficMap, status metav1.ConditionStatus, reason, message string) metav1.Condition {
+	if len(message) > maxMessage {
+		message = message[:maxMessage-3] + "..."
+	}
+	return metav1.Condition{Type: v1beta1.ConditionPublished, Status: status, Reason: reason, Message: message,
+		ObservedGeneration: tm.Generation}
+}
+
+// notPublished is Published False with reason and message, keeping the last success's
+// observedTrafficMapGeneration and, unless ref is set, its gatewayRef.
+func notPublished(tm *v1beta1.TrafficMap, reason, message string, ref *v1beta1.TrafficMapGatewayRef) publisherStatus {
+	if ref == nil {
+		ref = tm.Status.GatewayRef
+	}
+	return publisherStatus{observed: tm.Status.ObservedTrafficMapGeneration, gatewayRef: ref,
+		condition: condition(tm, metav1.ConditionFalse, reason, message)}
+}
+
+// decide is the status for a plan given every enabled sink's confirmation, in sink order:
+// Published True only when every sink is InPlace and no input fell back; otherwise the
+// first sink that is not in place says why.
+func decide(tm *v1beta1.TrafficMap, pl *planned, confs []sink.Confirmation) publisherStatus {
+	var ref *v1beta1.TrafficMapGatewayRef
+	for _, c := range confs {
+		if c.GatewayRef != nil {
+			ref = c.GatewayRef
+		}
+	}
+	for _, c := range confs {
+		switch c.State {
+		case sink.InPlace:
+			continue
+		case sink.Pending:
+			st := notPublished(tm, ReasonPublishing, c.Message, ref)
+			st.progress = c.Progress != nil
+			return st
+		default:
+			msg := c.Message + "; weights " + describeWeights(pl.plan.Result)
+			if pl.inputErr != nil {
+				msg += "; " + pl.inputErr.Error()
+			}
+			return notPublished(tm, c.Reason, msg, ref)
+		}
+	}
+
+	parts := make([]string, 0, len(confs)+3)
+	for _, c := range confs {
+		parts = append(parts, c.Message)
+	}
+	res := pl.plan.Result
+	parts = append(parts, "weights "+describeWeights(res))
+	if res.AllZero() {
+		parts = append(parts, "every effective weight is 0, so no traffic is routed (--no-positive-policy ApplyCurrent)")
+	}
+	if len(res.Pending) > 0 {
+		parts = append(parts, "pending drains (no such entry): "+describeDrains(res.Pending))
+	}
+	msg := strings.Join(parts, "; ")
+	if pl.inputErr != nil {
+		return notPublished(tm, pl.inputReason, msg+"; but "+pl.inputErr.Error(), ref)
+	}
+	return publisherStatus{published: true, observed: tm.Generation, gatewayRef: ref,
+		condition: condition(tm, metav1.ConditionTrue, ReasonPublished, msg)}
+}
+
+// needsAnnounce reports whether Published must say "not yet" before a plan that some sink
+// does not carry is applied, so PUBLISHED is never stale: when the condition is for an older
+// generation, or says True for content that is not what every sink carries. A map with no
+// Published condition yet has an empty column, which is not stale: it gets no write.
+func needsAnnounce(tm *v1beta1.TrafficMap, carried bool) bool {
+	c := findPublished(tm)
+	if c == nil {
+		return false
+	}
+	if c.ObservedGeneration != tm.Generation {
+		return true
+	}
+	return c.Status == metav1.ConditionTrue && !carried
+}
+
+func findPublished(tm *v1beta1.TrafficMap) *metav1.Condition {
+	for i := range tm.Status.Conditions {
+		if tm.Status.Conditions[i].Type == v1beta1.ConditionPublished {
+			return &tm.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// describeWeights renders effective weights as "worker-a=0 (drained by m-a), worker-b=1",
+// with the taints holding an entry after its drains:
+// "worker-a=0 (drained by m-a; taint maintenance=planned:NoExecute)".
+func describeWeights(res weights.Result) string {
+	if len(res.Entries) == 0 {
+		return "(no entries)"
+	}
+	parts := make([]string, 0, len(res.Entries))
+	for _, e := range res.Entries {
+		s := fmt.Sprintf("%s=%d", e.Cluster, e.Effective)
+		if e.Drained() {
+			var holds []string
+			if len(e.HeldBy) > 0 {
+				holds = append(holds, "drained by "+strings.Join(e.HeldBy, ","))
+			}
+			if len(e.Taints) > 0 {
+				holds = append(holds, "taint "+describeTaints(e.Taints))
+			}
+			s += " (" + strings.Join(holds, "; ") + ")"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func describeDrains(drains []weights.Drain) string {
+	if len(drains) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(drains))
+	for _, d := range drains {
+		parts = append(parts, d.ID+" on "+d.Cluster)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,94 @@
+package publish
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/publish/sink"
+)
+
+// Step 2 of the pipeline: plan. planMap is pure: from the gathered inputs it computes the
+// effective weights (Compute) and the sink-neutral plan every sink translates, and
+// classifies malformed input.
+
+// userError is a user error: Published False with reason and message and a Warning Event,
+// no retry (the next change to the inputs reconciles again). Nothing is published.
+type userError struct {
+	reason, message string
+}
+
+func (e *userError) Error() string { return e.reason + ": " + e.message }
+
+// planned is the outcome of the plan step for one map.
+type planned struct {
+	plan     sink.Plan
+	computed Computed
+	// inputReason and inputErr describe malformed inputs that fell back to the last valid
+	// state recorded on the route: the plan is published, but Published says False with
+	// inputReason so the operator learns the input was not taken.
+	inputReason string
+	inputErr    error
+}
+
+// hostnamer derives a map's hostname (httproute.Config.Hostname).
+type hostnamer interface {
+	Hostname(src httproute.Source) (string, error)
+}
+
+// planMap makes the plan for the gathered map. A *userError means nothing can be published.
+func planMap(hosts hostnamer, g gathered) (*planned, error) {
+	tm := g.inputs.TrafficMap
+	computed, err := Compute(g.inputs)
+	source := fmt.Sprintf("inferenceservice %s/%s", g.isvc.Namespace, g.isvc.Name)
+	switch {
+	case errors.Is(err, ErrNoDrainFallback):
+		return nil, &userError{ReasonInvalidDrainAnnotation, source + " " + err.Error()}
+	case errors.Is(err, ErrNoTolerationFallback):
+		return nil, &userError{ReasonInvalidTolerations, source + " " + err.Error()}
+	case errors.Is(err, ErrNoTaintFallback):
+		return nil, &userError{ReasonInvalidTaints, joinLines(err)}
+	case err != nil:
+		return nil, &userError{ReasonInvalidTrafficMap, fmt.Sprintf("trafficmap %s/%s is invalid; the published route is left as it was: %s",
+			tm.Namespace, tm.Name, joinLines(err))}
+	}
+	pl := &planned{computed: computed, plan: sink.Plan{
+		Namespace: tm.Namespace, Name: tm.Name, UID: string(tm.UID), Generation: tm.Generation,
+		Service: tm.Spec.Service, GlobalHost: g.globalHost,
+		Result: computed.Result, Drains: computed.Drains, Taints: noExecute(computed.Taints), Tolerations: computed.Tolerations,
+	}}
+	host, err := hosts.Hostname(httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service, GlobalHost: g.globalHost})
+	if err != nil {
+		pl.plan.HostnameErr = err
+	} else {
+		pl.plan.Hostnames = []string{host}
+	}
+
+	// The first malformed input (drains, then taints, then tolerations) names the reason;
+	// inputErr carries every one of them.
+	var errs []error
+	if computed.DrainErr != nil {
+		pl.inputReason = ReasonInvalidDrainAnnotation
+		errs = append(errs, fmt.Errorf("%s %w; keeping the last valid drains (%s)", source, computed.DrainErr, describeDrains(computed.Drains)))
+	}
+	if computed.TaintErr != nil {
+		if pl.inputReason == "" {
+			pl.inputReason = ReasonInvalidTaints
+		}
+		errs = append(errs, computed.TaintErr)
+	}
+	if computed.TolerationErr != nil {
+		if pl.inputReason == "" {
+			pl.inputReason = ReasonInvalidTolerations
+		}
+		errs = append(errs, fmt.Errorf("%s %w; keeping the last valid tolerations (%s)", source, computed.TolerationErr, describeTolerations(computed.Tolerations)))
+	}
+	if len(errs) > 0 {
+		pl.inputErr = errors.New(joinLines(errors.Join(errs...)))
+	}
+	return pl, nil
+}
+
+// joinLines flattens a joined error onto one line for a condition message.
+func joinLines(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }

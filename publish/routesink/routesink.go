@@ -1,0 +1,184 @@
+// Package routesink is the HTTPRoute sink: it realizes a plan as a Gateway API HTTPRoute
+// with one backend Service per entry (package httproute builds and writes them) and
+// confirms it once the parent Gateway has accepted the route's current generation (or at
+// once when acceptance is not required). It reads the stored objects through an
+// httproute.Store backed by the publisher's informer caches and holds no state of its own.
+package routesink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/publish/sink"
+)
+
+// Name is the sink's name in --sinks.
+const Name = "httproute"
+
+// Reasons of the Published condition this sink reports.
+const (
+	// ReasonConflict: a foreign object holds the route's or a Service's name.
+	ReasonConflict = "RouteConflict"
+	// ReasonRefused: the plan cannot be written as a route (for example too many entries).
+	ReasonRefused = "RouteRefused"
+	// ReasonNotAccepted: the parent Gateway did not accept the route.
+	ReasonNotAccepted = "RouteNotAccepted"
+	// ReasonLastPositiveRetained: every weight is 0 and the policy keeps the last positive
+	// weights on the route.
+	ReasonLastPositiveRetained = "LastPositiveRetained"
+	// ReasonWaiting: the route is stored and the gateway has not decided yet.
+	ReasonWaiting = "Publishing"
+)
+
+// Config configures the sink.
+type Config struct {
+	// Route says how routes are built (parent Gateway, host template, rewrite).
+	Route httproute.Config
+	// RequireAccepted makes a plan Pending until the Gateway accepts the route.
+	RequireAccepted bool
+	// RetainLastPositive keeps the last positive weights on the route when every
+	// effective weight is 0.
+	RetainLastPositive bool
+}
+
+// Sink is the HTTPRoute sink.
+type Sink struct {
+	cfg    Config
+	writer *httproute.Writer
+	store  httproute.Store
+}
+
+var _ sink.Sink = (*Sink)(nil)
+
+// New returns the sink writing with writer and reading stored objects from store.
+func New(cfg Config, writer *httproute.Writer, store httproute.Store) *Sink {
+	return &Sink{cfg: cfg, writer: writer, store: store}
+}
+
+// Name implements sink.Sink.
+func (s *Sink) Name() string { return Name }
+
+func source(p *sink.Plan) httproute.Source {
+	return httproute.Source{Namespace: p.Namespace, Name: p.Name, Service: p.Service, GlobalHost: p.GlobalHost}
+}
+
+// stored returns the publisher's own route for the plan's map, nil when absent or foreign.
+func (s *Sink) stored(p *sink.Plan) (*gwapiv1.HTTPRoute, error) {
+	route, err := s.store.Route(p.Namespace, httproute.RouteName(p.Name))
+	if err != nil {
+		return nil, fmt.Errorf("read cached httproute: %w", err)
+	}
+	if route != nil && !httproute.Owned(route.Labels, source(p)) {
+		return nil, nil
+	}
+	return route, nil
+}
+
+func (s *Sink) build(p *sink.Plan) (*httproute.Desired, error) {
+	return httproute.Build(s.cfg.Route, source(p), p.Result, httproute.Inputs{Generation: p.Generation, Drains: p.Drains,
+		Taints: p.Taints, Tolerations: p.Tolerations})
+}
+
+// retains reports whether the policy keeps route's last positive weights for p.
+func (s *Sink) retains(p *sink.Plan, route *gwapiv1.HTTPRoute) bool {
+	if !s.cfg.RetainLastPositive || !p.Result.AllZero() || route == nil {
+		return false
+	}
+	_, positive := httproute.RouteWeights(route)
+	return positive
+}
+
+// Carries implements sink.Sink: the stored route holds exactly the plan's route (a plan
+// the policy answers by keeping the stored weights changes nothing either).
+func (s *Sink) Carries(p *sink.Plan) bool {
+	route, err := s.stored(p)
+	if err != nil {
+		return false
+	}
+	if s.retains(p, route) {
+		return true
+	}
+	desired, err := s.build(p)
+	if err != nil {
+		return true // refused: nothing will be written
+	}
+	return route != nil && httproute.Matches(desired.Route, route)
+}
+
+// Apply implements sink.Sink: it stores the route and its Services (only what differs)
+// and reads the gateway's verdict.
+func (s *Sink) Apply(ctx context.Context, p *sink.Plan) (sink.Confirmation, error) {
+	c := sink.Confirmation{Sink: Name}
+	desired, err := s.build(p)
+	if err != nil {
+		c.State, c.Reason = sink.Refused, ReasonRefused
+		c.Message = fmt.Sprintf("httproute sink cannot publish trafficmap %s: %s", p.Key(), err)
+		return c, nil
+	}
+	route, err := s.stored(p)
+	if err != nil {
+		return c, err
+	}
+	if s.retains(p, route) {
+		kept, _ := httproute.RouteWeights(route)
+		c.State, c.Reason, c.GatewayRef = sink.Refused, ReasonLastPositiveRetained, GatewayRef(route)
+		c.Message = fmt.Sprintf("every effective weight is 0; --no-positive-policy RetainLastPositive keeps the last positive weights on route %s/%s (%s)",
+			route.Namespace, route.Name, describe(kept))
+		return c, nil
+	}
+	synced, err := s.writer.Sync(ctx, source(p), desired, s.store)
+	c.Writes = synced.Writes
+	if errors.Is(err, httproute.ErrConflict) {
+		c.State, c.Reason, c.Message = sink.Refused, ReasonConflict, err.Error()
+		return c, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("sync httproute: %w", err)
+	}
+	c.GatewayRef = GatewayRef(synced.Route)
+	if !s.cfg.RequireAccepted {
+		c.State = sink.InPlace
+		c.Message = "route " + synced.Route.Namespace + "/" + synced.Route.Name + " stored (gateway acceptance not required)"
+		return c, nil
+	}
+	acc := s.cfg.Route.Acceptance(synced.Route)
+	c.Message = acc.Message
+	switch acc.Verdict {
+	case httproute.Pending:
+		c.State, c.Reason = sink.Pending, ReasonWaiting
+	case httproute.Rejected:
+		c.State, c.Reason = sink.Rejected, ReasonNotAccepted
+	default:
+		c.State = sink.InPlace
+	}
+	return c, nil
+}
+
+// Delete implements sink.Sink: the map's route and Services go.
+func (s *Sink) Delete(ctx context.Context, namespace, name string) (int, error) {
+	return s.writer.Delete(ctx, httproute.Source{Namespace: namespace, Name: name}, s.store)
+}
+
+// GatewayRef is the TrafficMap status reference to route, nil for nil.
+func GatewayRef(route *gwapiv1.HTTPRoute) *v1beta1.TrafficMapGatewayRef {
+	if route == nil {
+		return nil
+	}
+	return &v1beta1.TrafficMapGatewayRef{Group: gwapiv1.GroupName, Kind: "HTTPRoute", Name: route.Name, Namespace: route.Namespace}
+}
+
+func describe(w map[string]int32) string {
+	parts := make([]string, 0, len(w))
+	for _, name := range slices.Sorted(maps.Keys(w)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", name, w[name]))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,148 @@
+// Package sink is the contract between the publisher's pipeline (package publish) and the
+// places it publishes a TrafficMap's effective weights to. A sink receives a Plan, a
+// sink-neutral description of what one map must publish, translates it into its own form
+// (an HTTPRoute, xDS resources, ...) and answers with a typed Confirmation. The pipeline
+// sets Published True only when every enabled sink answers InPlace.
+//
+// A new sink is one new package that implements Sink; it never needs to change the
+// pipeline. Optional capabilities (a server of its own, debug endpoints, asynchronous
+// rebuilds) are the small interfaces Starter, Debugger and Notified.
+package sink
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/weights"
+)
+
+// Plan is what one TrafficMap must publish, computed by a pure function from the caches'
+// objects. Sinks must not modify it.
+type Plan struct {
+	// Namespace and Name are the TrafficMap's.
+	Namespace, Name string
+	// UID and Generation are the TrafficMap's metadata.uid and metadata.generation.
+	UID        string
+	Generation int64
+	// Service is the map's spec.service (the InferenceService).
+	Service string
+	// GlobalHost is the InferenceService's ome.io/global-host annotation, "" when absent.
+	GlobalHost string
+	// Hostnames are the names clients reach the service by, sorted; empty when none can be
+	// derived (HostnameErr says why).
+	Hostnames []string
+	// HostnameErr is why no hostname could be derived, nil otherwise.
+	HostnameErr error
+	// Result holds the effective weights, one entry per spec.entries item.
+	Result weights.Result
+	// Drains is the drain set Result was computed with (the annotation's or, when it is
+	// malformed, the last valid set recorded by the HTTPRoute sink).
+	Drains []weights.Drain
+	// Taints are the NoExecute taints Result was computed with, per entry cluster; the
+	// HTTPRoute sink records them so a malformed source later falls back to them.
+	Taints map[string][]weights.Taint
+	// Tolerations are the service's tolerations Result was computed with.
+	Tolerations []weights.Toleration
+}
+
+// Key is the map's namespace/name.
+func (p *Plan) Key() string { return p.Namespace + "/" + p.Name }
+
+// State is where a sink stands with a plan.
+type State int
+
+const (
+	// InPlace: the plan's content is live in the sink and confirmed by its consumers (the
+	// gateway accepted the route; every relevant xDS client ACKed).
+	InPlace State = iota + 1
+	// Pending: the sink is working on it or waits for its consumers (Progress counts them).
+	Pending
+	// Refused: the sink cannot carry the plan (a user error: a name taken by a foreign
+	// object, content it cannot represent). What it published before stays.
+	Refused
+	// Rejected: a consumer rejected the content (the gateway did not accept the route; an
+	// xDS client NACKed it).
+	Rejected
+)
+
+// String names the state for logs and reports.
+func (s State) String() string {
+	switch s {
+	case InPlace:
+		return "InPlace"
+	case Pending:
+		return "Pending"
+	case Refused:
+		return "Refused"
+	case Rejected:
+		return "Rejected"
+	}
+	return "Unknown"
+}
+
+// Progress counts the consumers that confirmed a plan.
+type Progress struct {
+	// Confirmed of Total relevant consumers have confirmed the content; Required is the
+	// number that must be connected at all (0: none required).
+	Confirmed, Total, Required int
+}
+
+// Confirmation is one sink's typed answer for one plan.
+type Confirmation struct {
+	// Sink is the sink's name.
+	Sink string
+	// State is where the sink stands.
+	State State
+	// Reason is the Published condition reason for a Refused or Rejected state (and may
+	// refine Pending); empty for InPlace.
+	Reason string
+	// Message explains the state for people, naming the objects involved. Nothing parses it.
+	Message string
+	// Progress counts confirming consumers, nil when the sink has no such count.
+	Progress *Progress
+	// GatewayRef is the object the sink realized the map as, nil when none.
+	GatewayRef *v1beta1.TrafficMapGatewayRef
+	// Writes counts the API writes this Apply made.
+	Writes int
+}
+
+// Sink is one place the publisher publishes to. Implementations are safe for concurrent
+// use by the pipeline's workers, for different maps at once.
+type Sink interface {
+	// Name is the sink's name, as in --sinks ("httproute", "xds").
+	Name() string
+	// Carries reports whether consumers already see exactly plan's content, so that Apply
+	// would change nothing they see. Before applying a plan some sink does not carry, the
+	// pipeline sets Published False (Publishing), so the column is never stale.
+	Carries(plan *Plan) bool
+	// Apply makes the sink carry plan and reports the confirmation. An error is transient
+	// (the pipeline retries with backoff); user errors are a Refused confirmation. A failed
+	// Apply leaves what was published before in place.
+	Apply(ctx context.Context, plan *Plan) (Confirmation, error)
+	// Delete removes everything the sink published or remembers for the deleted map.
+	Delete(ctx context.Context, namespace, name string) (removed int, err error)
+}
+
+// Starter is a sink with work of its own (a server, a rebuild loop). Start runs after the
+// informer caches have synced; it returns once the sink can confirm plans, and its work
+// runs until ctx is done. wait blocks until that work has stopped.
+type Starter interface {
+	Start(ctx context.Context) (wait func(), err error)
+}
+
+// Notified is a sink that rebuilds asynchronously: Changed tells it a map's inputs may
+// have changed (called from event handlers; it must only record and return).
+type Notified interface {
+	Changed(namespace, name string)
+}
+
+// Debugger is a sink that serves debug endpoints, by path, on the publisher's HTTP server.
+type Debugger interface {
+	DebugHandlers() map[string]http.Handler
+}
+
+// RetryAfter is a Pending confirmation's hint that nothing new can be known before this
+// long (0: the sink requeues the map itself when something changes).
+type RetryAfter = time.Duration

@@ -1,0 +1,480 @@
+// Package xdssink is the xDS sink: it serves every TrafficMap's plan from a go-control-plane
+// server (package xds) and confirms a plan once the connected clients have ACKed a version
+// carrying it. Translation is asynchronous: event handlers mark maps dirty (Changed), one
+// loop rebuilds the snapshot from the maps' current plans, paced in storms, and requeues
+// the maps whose served content changed so their Published condition follows.
+//
+// State: the rebuild loop alone uses the translator and the pacer; everything else that
+// changes (dirty set, served content, invalid maps, client membership) is guarded by mu.
+package xdssink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/xds"
+)
+
+// Name is the sink's name in --sinks.
+const Name = "xds"
+
+// Reasons of the Published condition this sink reports.
+const (
+	// ReasonRejected: an xDS client NACKed a version carrying the map's content.
+	ReasonRejected = "XDSRejected"
+	// ReasonInvalid: the map's resources failed validation; its last good ones stay served.
+	ReasonInvalid = "XDSInvalid"
+)
+
+// snapshotKey is the one key of the rebuild queue: every change enqueues it, so a burst
+// of changes coalesces into one rebuild.
+const snapshotKey = "snapshot"
+
+// Plans is where the sink reads the maps' current plans from (the publisher's caches and
+// planner, so both sinks publish the same computation).
+type Plans interface {
+	// Keys lists the namespace/name of every cached TrafficMap.
+	Keys() []string
+	// Plan returns the map's current plan; exists is false for a deleted map; a non-nil
+	// error means the plan cannot be computed now (the last good content stays served).
+	Plan(namespace, name string) (plan *sink.Plan, exists bool, err error)
+}
+
+// Config configures the sink.
+type Config struct {
+	// Address is where the xDS server listens.
+	Address string
+	// ListenerAddress is the Envoy listener's host:port ("" for the default).
+	ListenerAddress string
+	// TLSCert, TLSKey and ClientCA secure the port (optional; the CA turns on mutual TLS).
+	TLSCert, TLSKey, ClientCA string
+	// RequireAck makes a plan Pending until every relevant client has ACKed it.
+	RequireAck bool
+	// MinClients makes a plan Pending until at least this many clients are connected.
+	MinClients int
+	// Registerer receives the server's metrics (nil: none).
+	Registerer prometheus.Registerer
+	// Plans is where plans are read from.
+	Plans Plans
+	// Requeue asks the pipeline to reconcile a map again (its served content or its
+	// clients changed).
+	Requeue func(namespace, name string)
+}
+
+// ErrInvalidConfig marks a configuration the sink cannot start with.
+var ErrInvalidConfig = errors.New("invalid xds sink configuration")
+
+// Sink is the xDS sink. Create it with New.
+type Sink struct {
+	cfg      Config
+	log      *zap.Logger
+	server   *xds.Server
+	listener net.Listener
+	history  *xds.History
+	queue    workqueue.TypedRateLimitingInterface[string]
+	// translator and pacer are used by the rebuild loop alone.
+	translator *xds.Translator
+	pacer      pacer
+
+	mu       sync.Mutex
+	dirty    map[string]bool        // maps whose plan may have changed since the last rebuild
+	full     bool                   // the next rebuild rereads every map
+	lastGood map[string]xds.Service // what is served, by map key
+	digests  map[string]map[xds.Flavour]string
+	pending  map[string]bool  // maps whose last confirmation waited for clients
+	invalid  map[string]error // maps whose resources failed validation
+	members  uint64           // the Tracker's Membership when the client set was last compared
+	clients  string           // the client set then
+}
+
+var (
+	_ sink.Sink     = (*Sink)(nil)
+	_ sink.Starter  = (*Sink)(nil)
+	_ sink.Notified = (*Sink)(nil)
+	_ sink.Debugger = (*Sink)(nil)
+)
+
+// New validates cfg, loads TLS and listens on cfg.Address; nothing is served before Start.
+func New(cfg Config, log *zap.Logger) (*Sink, error) {
+	tlsCfg, err := xds.LoadTLS(cfg.TLSCert, cfg.TLSKey, cfg.ClientCA)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	envoy := xds.DefaultEnvoyOptions
+	if cfg.ListenerAddress != "" {
+		host, port, err := splitHostPort(cfg.ListenerAddress)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --xds-listener-address %q: %w", ErrInvalidConfig, cfg.ListenerAddress, err)
+		}
+		envoy.Address, envoy.Port = host, port
+	}
+	lis, err := net.Listen("tcp", cfg.Address)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --xds-address %s: %w", cfg.Address, err)
+	}
+	s := &Sink{
+		cfg: cfg, log: log, listener: lis, translator: xds.NewTranslator(envoy),
+		history:  xds.NewHistory(64),
+		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "xds-snapshot"}),
+		dirty:    map[string]bool{},
+		full:     true,
+		lastGood: map[string]xds.Service{},
+		digests:  map[string]map[xds.Flavour]string{},
+		pending:  map[string]bool{},
+		invalid:  map[string]error{},
+	}
+	s.server = xds.NewServer(xds.ServerConfig{Log: log, TLS: tlsCfg, OnClientChange: s.onClientChange, Registerer: cfg.Registerer})
+	return s, nil
+}
+
+func splitHostPort(addr string) (string, uint32, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	p, err := strconv.ParseUint(port, 10, 32)
+	if err != nil || p == 0 || p > 65535 {
+		return "", 0, fmt.Errorf("port %q must be 1..65535", port)
+	}
+	return host, uint32(p), nil
+}
+
+// Name implements sink.Sink.
+func (s *Sink) Name() string { return Name }
+
+// Addr is where the xDS server listens.
+func (s *Sink) Addr() net.Addr { return s.listener.Addr() }
+
+// Clients returns what each connected client has ACKed and NACKed.
+func (s *Sink) Clients() []xds.ClientState { return s.server.Tracker().Clients() }
+
+// DebugHandlers implements sink.Debugger: /debug/xds lists the clients and versions.
+func (s *Sink) DebugHandlers() map[string]http.Handler {
+	return map[string]http.Handler{"/debug/xds": s.server.DebugHandler()}
+}
+
+// Start implements sink.Starter: it builds the first snapshot from the synced caches
+// (before any client is answered or any plan judged), then serves and rebuilds until ctx
+// is done.
+func (s *Sink) Start(ctx context.Context) (func(), error) {
+	if err := s.rebuild(ctx); err != nil {
+		s.log.Error("first xds snapshot not built; retrying", zap.Error(err))
+		s.queue.Add(snapshotKey)
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := s.server.Serve(ctx, s.listener); err != nil {
+			s.log.Error("xds server stopped", zap.Error(err))
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for s.processNext(ctx) {
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		s.queue.ShutDown()
+	}()
+	s.log.Info("serving xds", zap.String("address", s.Addr().String()))
+	return wg.Wait, nil
+}
+
+// Changed implements sink.Notified: the map's plan may have changed.
+func (s *Sink) Changed(namespace, name string) {
+	s.mu.Lock()
+	s.dirty[namespace+"/"+name] = true
+	s.mu.Unlock()
+	s.queue.Add(snapshotKey)
+}
+
+// view is the sink's form of a plan.
+func view(p *sink.Plan) xds.Service {
+	return xds.Service{Namespace: p.Namespace, Name: p.Name, Service: p.Service, Result: p.Result, Hostnames: p.Hostnames}
+}
+
+// digestsOf are the digests a service carries per flavour: the Envoy flavour carries only
+// services with hostnames.
+func digestsOf(svc xds.Service) map[xds.Flavour]string {
+	d := map[xds.Flavour]string{xds.FlavourGRPC: svc.Digest()}
+	if len(svc.Hostnames) > 0 {
+		d[xds.FlavourEnvoy] = d[xds.FlavourGRPC]
+	}
+	return d
+}
+
+// Carries implements sink.Sink: the plan's content is what is served.
+func (s *Sink) Carries(p *sink.Plan) bool {
+	want := digestsOf(view(p))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Equal(s.digests[p.Key()], want)
+}
+
+// Apply implements sink.Sink. Serving is the rebuild loop's work; Apply reports whether
+// the plan is served and ACKed by the relevant clients.
+func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error) {
+	svc := view(p)
+	key := svc.Key()
+	s.mu.Lock()
+	invalid := s.invalid[key]
+	s.mu.Unlock()
+	if invalid != nil {
+		return sink.Confirmation{Sink: Name, State: sink.Refused, Reason: ReasonInvalid,
+			Message: fmt.Sprintf("xds sink cannot serve trafficmap %s: %s; its last good resources stay served", key, joinLines(invalid))}, nil
+	}
+	c := xds.Confirm(s.server.Tracker().Clients(), s.history, key, digestsOf(svc), s.cfg.MinClients)
+	s.mu.Lock()
+	if c.Done || c.Nack != nil {
+		delete(s.pending, key)
+	} else {
+		s.pending[key] = true
+	}
+	s.mu.Unlock()
+	conf := sink.Confirmation{Sink: Name, Message: c.Message,
+		Progress: &sink.Progress{Confirmed: c.Acked, Total: c.Total, Required: s.cfg.MinClients}}
+	switch {
+	case c.Nack != nil:
+		conf.State, conf.Reason = sink.Rejected, ReasonRejected
+	case !c.Done && s.cfg.RequireAck:
+		conf.State = sink.Pending
+	default:
+		conf.State = sink.InPlace
+	}
+	return conf, nil
+}
+
+// Delete implements sink.Sink: the map's resources leave the next snapshot (Changed was
+// called by the deletion event) and nothing about it is remembered.
+func (s *Sink) Delete(_ context.Context, namespace, name string) (int, error) {
+	s.mu.Lock()
+	delete(s.pending, namespace+"/"+name)
+	s.mu.Unlock()
+	return 0, nil
+}
+
+// rebuild translates the maps marked dirty since the previous rebuild (every map on the
+// first rebuild and after a failed one), serves the result with every other map's
+// resources as they were, and requeues each map whose served content changed. A map whose
+// plan cannot be computed or whose resources fail validation keeps its last good content.
+func (s *Sink) rebuild(ctx context.Context) (err error) {
+	keys, full := s.takeDirty()
+	defer func() {
+		if err != nil {
+			s.mu.Lock()
+			s.full = true // what was taken is not served; the retry rereads everything
+			s.mu.Unlock()
+		}
+	}()
+	s.mu.Lock()
+	prevServed, prevInvalid := s.lastGood, s.invalid // replaced, never modified, by remember
+	s.mu.Unlock()
+	served, invalid := maps.Clone(prevServed), maps.Clone(prevInvalid)
+	if full {
+		keys = map[string]bool{}
+		for key := range served {
+			keys[key] = true
+		}
+		for key := range invalid {
+			keys[key] = true
+		}
+		for _, key := range s.cfg.Plans.Keys() {
+			keys[key] = true
+		}
+	}
+	for key := range keys {
+		ns, name, _ := strings.Cut(key, "/")
+		p, exists, err := s.cfg.Plans.Plan(ns, name)
+		if !exists {
+			delete(served, key)
+			delete(invalid, key)
+			continue
+		}
+		if err != nil {
+			continue // the pipeline reports why; the last good content stays
+		}
+		svc := view(p)
+		if err := s.translator.Validate(svc); err != nil {
+			invalid[key] = err
+			continue
+		}
+		served[key] = svc.Sealed()
+		delete(invalid, key)
+	}
+	if !full && unchanged(keys, prevServed, served, prevInvalid, invalid) {
+		return nil // e.g. the publisher's own route write: nothing to serve or confirm anew
+	}
+
+	var all, withHosts []xds.Service
+	for _, svc := range served {
+		all = append(all, svc)
+		if len(svc.Hostnames) > 0 {
+			withHosts = append(withHosts, svc)
+		}
+	}
+	envoyRes, err := s.translator.Envoy(withHosts)
+	if err != nil {
+		return fmt.Errorf("translate envoy resources: %w", err)
+	}
+	grpcRes, err := s.translator.GRPC(all)
+	if err != nil {
+		return fmt.Errorf("translate grpc resources: %w", err)
+	}
+	s.translator.Prune()
+	for _, f := range []struct {
+		flavour  xds.Flavour
+		res      xds.Resources
+		services []xds.Service
+	}{{xds.FlavourEnvoy, envoyRes, withHosts}, {xds.FlavourGRPC, grpcRes, all}} {
+		versions, err := s.server.SetResources(ctx, f.flavour, f.res)
+		if err != nil {
+			return fmt.Errorf("serve %s resources: %w", f.flavour, err)
+		}
+		s.history.Record(f.flavour, versions, f.services)
+	}
+	for _, key := range s.remember(served, invalid) {
+		ns, name, _ := strings.Cut(key, "/")
+		s.cfg.Requeue(ns, name)
+	}
+	return nil
+}
+
+// unchanged reports whether every key serves and fails as it did.
+func unchanged(keys map[string]bool, prevServed, served map[string]xds.Service, prevInvalid, invalid map[string]error) bool {
+	for key := range keys {
+		a, hadA := prevServed[key]
+		b, hasB := served[key]
+		if hadA != hasB || !reflect.DeepEqual(a, b) {
+			return false
+		}
+		e, hadE := prevInvalid[key]
+		f, hasF := invalid[key]
+		if hadE != hasF || (hadE && e.Error() != f.Error()) {
+			return false
+		}
+	}
+	return true
+}
+
+// takeDirty returns and clears the maps marked dirty, and whether every map is.
+func (s *Sink) takeDirty() (map[string]bool, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys, full := s.dirty, s.full
+	s.dirty, s.full = map[string]bool{}, false
+	return keys, full
+}
+
+// remember stores what is now served and which maps are invalid, and returns the keys
+// whose digests or validity changed.
+func (s *Sink) remember(current map[string]xds.Service, invalid map[string]error) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var changed []string
+	next := make(map[string]map[xds.Flavour]string, len(current))
+	for key, svc := range current {
+		d := digestsOf(svc)
+		next[key] = d
+		if !maps.Equal(s.digests[key], d) {
+			changed = append(changed, key)
+		}
+	}
+	for key := range invalid {
+		if s.invalid[key] == nil {
+			changed = append(changed, key)
+		}
+	}
+	for key := range s.invalid {
+		if invalid[key] == nil {
+			changed = append(changed, key)
+		}
+	}
+	for key := range s.pending { // a deleted map leaves nothing behind
+		if _, ok := current[key]; !ok && invalid[key] == nil {
+			delete(s.pending, key)
+		}
+	}
+	s.digests, s.lastGood, s.invalid = next, current, invalid
+	return changed
+}
+
+// processNext rebuilds the snapshot for one queued request, then waits as the pacer says;
+// false once the queue is shut.
+func (s *Sink) processNext(ctx context.Context) bool {
+	key, shutdown := s.queue.Get()
+	if shutdown {
+		return false
+	}
+	start := time.Now()
+	if err := s.rebuild(ctx); err != nil {
+		s.log.Info("xds snapshot not rebuilt; the last good one stays served; retrying", zap.Error(err))
+		s.queue.AddRateLimited(key)
+	} else {
+		s.queue.Forget(key)
+	}
+	s.queue.Done(key)
+	if pause := s.pacer.pause(start, time.Now()); pause > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+	}
+	return true
+}
+
+// onClientChange runs after every ACK, NACK, connect and disconnect: maps waiting for
+// ACKs are reconciled again, and every map when the set of clients changed.
+func (s *Sink) onClientChange() {
+	tracker := s.server.Tracker()
+	members := tracker.Membership()
+	s.mu.Lock()
+	known := members == s.members
+	s.mu.Unlock()
+	if !known { // a client may have joined or left: compare the sets
+		var ids []string
+		for _, c := range tracker.Clients() {
+			ids = append(ids, c.NodeID)
+		}
+		set := strings.Join(ids, "\x00")
+		s.mu.Lock()
+		changed := set != s.clients
+		s.clients, s.members = set, members
+		s.mu.Unlock()
+		if changed {
+			for _, key := range s.cfg.Plans.Keys() {
+				ns, name, _ := strings.Cut(key, "/")
+				s.cfg.Requeue(ns, name)
+			}
+			return
+		}
+	}
+	s.mu.Lock()
+	waiting := make([]string, 0, len(s.pending))
+	for key := range s.pending {
+		waiting = append(waiting, key)
+	}
+	s.mu.Unlock()
+	for _, key := range waiting {
+		ns, name, _ := strings.Cut(key, "/")
+		s.cfg.Requeue(ns, name)
+	}
+}
+
+// joinLines flattens a joined error onto one line for a condition message.
+func joinLines(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
