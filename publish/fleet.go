@@ -41,8 +41,6 @@ const (
 	KindWorkloadCluster  = "WorkloadCluster"
 )
 
-
-
 var (
 	// ErrNoTaintFallback means a cluster's taints are malformed and the route records no last
 	// valid taints for it, so nothing is published: malformed taints are never "no taints".

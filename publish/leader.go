@@ -142,4 +142,3 @@ func (r *leaderRecorder) AnnotatedEventf(obj runtime.Object, annotations map[str
 		r.EventRecorder.AnnotatedEventf(obj, annotations, eventType, reason, format, args...)
 	}
 }
-
