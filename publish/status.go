@@ -108,16 +108,16 @@ func (w *statusWriter) hold(tm *v1beta1.TrafficMap, want publisherStatus) time.D
 		return 0
 	}
 	prev := findPublished(tm)
-	if prev == nil || prev.Message == want.condition.Message {
-		return 0 // nothing to rewrite, or the first message of this kind
+	if prev != nil && prev.Message == want.condition.Message {
+		return 0 // nothing to rewrite
 	}
 	now := w.now()
 	last, ok := w.progress[key]
-	if ok && prev.Status == metav1.ConditionFalse && prev.Reason == want.condition.Reason &&
+	if ok && prev != nil && prev.Status == metav1.ConditionFalse && prev.Reason == want.condition.Reason &&
 		prev.ObservedGeneration == want.condition.ObservedGeneration && now.Sub(last) < progressInterval {
 		return progressInterval - now.Sub(last)
 	}
-	w.progress[key] = now
+	w.progress[key] = now // written now
 	return 0
 }
 

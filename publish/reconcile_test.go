@@ -1,0 +1,345 @@
+package publish
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/weights"
+)
+
+// fakeSink answers every plan with conf (or err) and records what it was asked.
+type fakeSink struct {
+	name    string
+	carries bool
+	conf    sink.Confirmation
+	err     error
+
+	mu      sync.Mutex
+	applied []sink.Plan
+	deleted []string
+}
+
+func (f *fakeSink) Name() string { return f.name }
+func (f *fakeSink) Carries(*sink.Plan) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.carries
+}
+func (f *fakeSink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied = append(f.applied, *p)
+	c := f.conf
+	c.Sink = f.name
+	if f.err == nil && c.State != sink.Refused {
+		f.carries = true // what it applied is what it carries
+	}
+	return c, f.err
+}
+func (f *fakeSink) Delete(_ context.Context, namespace, name string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deleted = append(f.deleted, namespace+"/"+name)
+	return 1, nil
+}
+
+// fakeStatusAPI keeps one map; ApplyStatus applies the publisher's status body to it.
+type fakeStatusAPI struct {
+	tm        *v1beta1.TrafficMap
+	conflicts int // the next ApplyStatus calls that conflict
+	applies   int
+}
+
+func (f *fakeStatusAPI) Get(context.Context, string, string) (*v1beta1.TrafficMap, error) {
+	return f.tm.DeepCopy(), nil
+}
+
+func (f *fakeStatusAPI) ApplyStatus(_ context.Context, _, _ string, body []byte) (*v1beta1.TrafficMap, error) {
+	f.applies++
+	if f.conflicts > 0 {
+		f.conflicts--
+		return nil, apierrors.NewConflict(schema.GroupResource{Group: "ome.io", Resource: "trafficmaps"}, f.tm.Name, errors.New("stale"))
+	}
+	var a statusApply
+	if err := json.Unmarshal(body, &a); err != nil {
+		return nil, err
+	}
+	tm := f.tm.DeepCopy()
+	tm.Status.Published, tm.Status.ObservedTrafficMapGeneration, tm.Status.GatewayRef = a.Status.Published, a.Status.ObservedTrafficMapGeneration, a.Status.GatewayRef
+	meta.SetStatusCondition(&tm.Status.Conditions, a.Status.Conditions[0])
+	tm.ResourceVersion += "1"
+	f.tm = tm
+	return tm.DeepCopy(), nil
+}
+
+// fakeInputs serves one map and its InferenceService's annotations from memory, gathered
+// the way the caches gather.
+type fakeInputs struct {
+	tm          *v1beta1.TrafficMap
+	annotations map[string]string
+	noSource    bool
+	err         error
+}
+
+func (f *fakeInputs) trafficMap(string, string) (*v1beta1.TrafficMap, error) { return f.tm, f.err }
+func (f *fakeInputs) gather(tm *v1beta1.TrafficMap) (gathered, error) {
+	if f.noSource {
+		return gathered{}, &userError{reason: ReasonSourceNotFound, message: "inferenceservice prod/chat does not exist"}
+	}
+	isvc := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: tm.Namespace, Name: tm.Spec.Service, Annotations: f.annotations}}
+	return gathered{isvc: isvc, globalHost: "chat.example.com", inputs: Inputs{TrafficMap: tm, SourceAnnotations: f.annotations}}, nil
+}
+
+type fixture struct {
+	inputs   *fakeInputs
+	api      *fakeStatusAPI
+	sinks    []*fakeSink
+	events   *record.FakeRecorder
+	rec      *reconciler
+	clock    time.Time
+	key      cache.ObjectName
+	recorded []string
+}
+
+func newFixture(t *testing.T, sinks ...*fakeSink) *fixture {
+	t.Helper()
+	tm := fleetMap()
+	tm.UID, tm.Generation, tm.ResourceVersion = types.UID("uid-1"), 3, "1"
+	f := &fixture{inputs: &fakeInputs{tm: tm}, api: &fakeStatusAPI{tm: tm}, sinks: sinks, events: record.NewFakeRecorder(32),
+		clock: time.Unix(1000, 0), key: cache.NewObjectName("prod", "chat")}
+	var ss []sink.Sink
+	for _, s := range sinks {
+		ss = append(ss, s)
+	}
+	status := newStatusWriter(f.api, f.events, nil)
+	status.now = func() time.Time { return f.clock }
+	f.rec = &reconciler{inputs: f.inputs, hosts: httproute.Config{Gateway: types.NamespacedName{Name: "g"}}, sinks: ss, status: status}
+	return f
+}
+
+// run reconciles once and then makes the stored map the cached one, as the informer would.
+func (f *fixture) run(t *testing.T) (time.Duration, error) {
+	t.Helper()
+	hold, err := f.rec.reconcile(t.Context(), f.key, zaptest.NewLogger(t))
+	if f.inputs.tm != nil {
+		f.inputs.tm = f.api.tm.DeepCopy()
+	}
+	return hold, err
+}
+
+func (f *fixture) published() *metav1.Condition { return findPublished(f.api.tm) }
+
+func (f *fixture) event() string {
+	select {
+	case e := <-f.events.Events:
+		return e
+	default:
+		return ""
+	}
+}
+
+func inPlace(msg string) *fakeSink {
+	return &fakeSink{name: "a", conf: sink.Confirmation{State: sink.InPlace, Message: msg}}
+}
+
+func TestReconcile(t *testing.T) {
+	t.Run("publish: every sink in place", func(t *testing.T) {
+		route, xds := inPlace("route stored"), inPlace("xds version v1 ACKed by 2/2 clients")
+		ref := &v1beta1.TrafficMapGatewayRef{Kind: "HTTPRoute", Name: "chat-global", Namespace: "prod"}
+		route.conf.GatewayRef = ref
+		f := newFixture(t, route, xds)
+		_, err := f.run(t)
+		require.NoError(t, err)
+		c := f.published()
+		require.NotNil(t, c)
+		assert.Equal(t, metav1.ConditionTrue, c.Status)
+		assert.Equal(t, ReasonPublished, c.Reason)
+		assert.Equal(t, int64(3), c.ObservedGeneration)
+		assert.Equal(t, "route stored; xds version v1 ACKed by 2/2 clients; weights worker-a=1, worker-b=1", c.Message)
+		assert.True(t, f.api.tm.Status.Published)
+		assert.Equal(t, int64(3), f.api.tm.Status.ObservedTrafficMapGeneration)
+		assert.Equal(t, ref, f.api.tm.Status.GatewayRef)
+		assert.Equal(t, "Normal Published "+c.Message, f.event())
+		require.Len(t, route.applied, 1)
+		assert.Equal(t, []string{"chat.example.com"}, route.applied[0].Hostnames)
+
+		applies := f.api.applies
+		_, err = f.run(t)
+		require.NoError(t, err)
+		assert.Equal(t, applies, f.api.applies, "an unchanged status is not written again")
+	})
+
+	t.Run("pending: one sink waits", func(t *testing.T) {
+		f := newFixture(t, inPlace("route stored"), &fakeSink{name: "b", conf: sink.Confirmation{State: sink.Pending, Message: "waiting for gateway prod/g"}})
+		_, err := f.run(t)
+		require.NoError(t, err)
+		c := f.published()
+		assert.Equal(t, metav1.ConditionFalse, c.Status)
+		assert.Equal(t, ReasonPublishing, c.Reason)
+		assert.Equal(t, "waiting for gateway prod/g", c.Message)
+		assert.False(t, f.api.tm.Status.Published)
+	})
+
+	t.Run("refusal: the sink cannot carry the plan", func(t *testing.T) {
+		f := newFixture(t, &fakeSink{name: "a", conf: sink.Confirmation{State: sink.Refused, Reason: ReasonRouteConflict,
+			Message: `httproute prod/chat-global exists and is not owned by the publisher`}})
+		_, err := f.run(t)
+		require.NoError(t, err, "a user error is not retried")
+		c := f.published()
+		assert.Equal(t, ReasonRouteConflict, c.Reason)
+		assert.Contains(t, c.Message, "not owned by the publisher")
+		assert.Contains(t, f.event(), "Warning RouteConflict")
+	})
+
+	t.Run("rejection: a consumer rejected the content", func(t *testing.T) {
+		f := newFixture(t, inPlace("route stored"), &fakeSink{name: "b", conf: sink.Confirmation{State: sink.Rejected, Reason: ReasonXDSRejected,
+			Message: "xds client node-1 rejected version v2 (RouteConfiguration): bad"}})
+		_, err := f.run(t)
+		require.NoError(t, err)
+		c := f.published()
+		assert.Equal(t, ReasonXDSRejected, c.Reason)
+		assert.Equal(t, metav1.ConditionFalse, c.Status)
+	})
+
+	t.Run("user error: malformed drain and nothing to fall back to", func(t *testing.T) {
+		s := inPlace("route stored")
+		f := newFixture(t, s)
+		f.inputs.annotations = map[string]string{weights.DrainAnnotation: `{"x":{}}`}
+		_, err := f.run(t)
+		require.NoError(t, err)
+		assert.Equal(t, ReasonInvalidDrainAnnotation, f.published().Reason)
+		assert.Empty(t, s.applied, "nothing is published")
+	})
+
+	t.Run("user error: source missing", func(t *testing.T) {
+		s := inPlace("route stored")
+		f := newFixture(t, s)
+		f.inputs.noSource = true
+		_, err := f.run(t)
+		require.NoError(t, err)
+		assert.Equal(t, ReasonSourceNotFound, f.published().Reason)
+		assert.Empty(t, s.applied)
+	})
+
+	t.Run("transient error: retried, status untouched", func(t *testing.T) {
+		boom := errors.New("connection refused")
+		f := newFixture(t, &fakeSink{name: "a", err: boom})
+		_, err := f.run(t)
+		require.ErrorIs(t, err, boom)
+		assert.Nil(t, f.published())
+		assert.Zero(t, f.api.applies)
+	})
+
+	t.Run("deletion: every sink removes the map and nothing is remembered", func(t *testing.T) {
+		a, b := inPlace("x"), inPlace("y")
+		f := newFixture(t, a, b)
+		f.rec.status.progress[f.key] = f.clock
+		f.inputs.tm = nil
+		_, err := f.run(t)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"prod/chat"}, a.deleted)
+		assert.Equal(t, []string{"prod/chat"}, b.deleted)
+		assert.Empty(t, f.rec.status.progress)
+	})
+
+	t.Run("announce: True for other content says Publishing before the sinks apply", func(t *testing.T) {
+		s := inPlace("route stored")
+		f := newFixture(t, s)
+		_, err := f.run(t)
+		require.NoError(t, err)
+		require.Equal(t, metav1.ConditionTrue, f.published().Status)
+		f.event()
+
+		s.carries = false // a drain: the sink no longer carries the plan
+		f.inputs.annotations = map[string]string{weights.DrainAnnotation: `{"m-a":{"cluster":"worker-a","reason":"maintenance"}}`}
+		before := f.api.applies
+		_, err = f.run(t)
+		require.NoError(t, err)
+		assert.Equal(t, before+2, f.api.applies, "Publishing, then Published")
+		assert.Equal(t, "Normal Publishing publishing weights worker-a=0 (drained by m-a), worker-b=1", f.event())
+		assert.Contains(t, f.published().Message, "worker-a=0 (drained by m-a)")
+		assert.Equal(t, metav1.ConditionTrue, f.published().Status)
+	})
+
+	t.Run("carried: no announce when the sinks already carry the plan", func(t *testing.T) {
+		s := inPlace("route stored")
+		s.carries = true
+		f := newFixture(t, s)
+		_, err := f.run(t)
+		require.NoError(t, err)
+		assert.Equal(t, 1, f.api.applies)
+	})
+}
+
+// A Pending answer that only updates a consumer count is rewritten at most once per
+// progressInterval; anything else is written at once.
+func TestReconcileProgressHold(t *testing.T) {
+	s := &fakeSink{name: "xds", conf: sink.Confirmation{State: sink.Pending, Message: "waiting for xds clients: 0/100 ACKed",
+		Progress: &sink.Progress{Confirmed: 0, Total: 100}}}
+	f := newFixture(t, s)
+	hold, err := f.run(t)
+	require.NoError(t, err)
+	assert.Zero(t, hold)
+	assert.Equal(t, 1, f.api.applies)
+
+	f.clock = f.clock.Add(200 * time.Millisecond)
+	s.conf.Message, s.conf.Progress.Confirmed = "waiting for xds clients: 40/100 ACKed", 40
+	hold, err = f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, 800*time.Millisecond, hold, "only the count changed")
+	assert.Equal(t, 1, f.api.applies)
+
+	f.clock = f.clock.Add(time.Second)
+	hold, err = f.run(t)
+	require.NoError(t, err)
+	assert.Zero(t, hold, "the interval passed")
+	assert.Equal(t, 2, f.api.applies)
+	assert.Contains(t, f.published().Message, "40/100")
+
+	f.clock = f.clock.Add(100 * time.Millisecond)
+	s.conf = sink.Confirmation{State: sink.InPlace, Message: "xds version v1 ACKed by 100/100 clients"}
+	hold, err = f.run(t)
+	require.NoError(t, err)
+	assert.Zero(t, hold, "another phase is written at once")
+	assert.Equal(t, metav1.ConditionTrue, f.published().Status)
+	assert.Empty(t, f.rec.status.progress)
+}
+
+// A status conflict is retried once on the live map when it still has the generation the
+// status was decided for; after the generation moved, the conflict goes back to the queue
+// (no retry loop on a decision that is out of date).
+func TestReconcileStatusConflict(t *testing.T) {
+	f := newFixture(t, inPlace("route stored"))
+	f.api.conflicts = 1
+	_, err := f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, 2, f.api.applies)
+	assert.Equal(t, metav1.ConditionTrue, f.published().Status)
+
+	f = newFixture(t, inPlace("route stored"))
+	f.api.conflicts = 5
+	f.api.tm = f.api.tm.DeepCopy()
+	f.api.tm.Generation = 4 // someone changed the spec meanwhile
+	_, err = f.rec.reconcile(t.Context(), f.key, zaptest.NewLogger(t))
+	require.Error(t, err)
+	assert.True(t, apierrors.IsConflict(err))
+	assert.Equal(t, 1, f.api.applies, "one attempt, then the queue")
+}
