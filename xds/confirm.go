@@ -12,9 +12,9 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
-// WaitingPrefix begins every Confirmation message that waits for clients to connect or ACK;
+// waitingPrefix begins every Confirmation message that waits for clients to connect or ACK;
 // the rest counts them.
-const WaitingPrefix = "waiting for xds clients: "
+const waitingPrefix = "waiting for xds clients: "
 
 // Key returns the service's TrafficMap namespace/name.
 func (s Service) Key() string { return s.key() }
@@ -191,12 +191,12 @@ func Confirm(clients []ClientState, h *History, key string, digests map[Flavour]
 	case c.Nack != nil:
 		c.Message = fmt.Sprintf("xds client %s rejected version %s (%s): %s", c.Nack.NodeID, c.Nack.Version, typeLabel(c.Nack.TypeURL), c.Nack.Message)
 	case c.Total < minClients:
-		c.Message = fmt.Sprintf(WaitingPrefix+"%d connected, --xds-min-clients is %d", c.Total, minClients)
+		c.Message = fmt.Sprintf(waitingPrefix+"%d connected, --xds-min-clients is %d", c.Total, minClients)
 	case c.Total == 0:
 		c.Done = true
 		c.Message = "no xds client is connected"
 	case c.Acked < c.Total:
-		c.Message = fmt.Sprintf(WaitingPrefix+"%d/%d ACKed a version with these weights", c.Acked, c.Total)
+		c.Message = fmt.Sprintf(waitingPrefix+"%d/%d ACKed a version with these weights", c.Acked, c.Total)
 	default:
 		c.Done = true
 		c.Message = fmt.Sprintf("xds version %s ACKed by %d/%d clients", strings.Join(versions, ","), c.Acked, c.Total)

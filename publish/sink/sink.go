@@ -12,7 +12,6 @@ package sink
 import (
 	"context"
 	"net/http"
-	"time"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/weights"
@@ -142,7 +141,3 @@ type Notified interface {
 type Debugger interface {
 	DebugHandlers() map[string]http.Handler
 }
-
-// RetryAfter is a Pending confirmation's hint that nothing new can be known before this
-// long (0: the sink requeues the map itself when something changes).
-type RetryAfter = time.Duration
