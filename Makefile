@@ -37,7 +37,7 @@ fuzz:
 	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseTaints$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseTolerations$$' -fuzztime $(FUZZTIME)
 
-## generate: deepcopy functions and CRDs from api/v1beta1 (controller-gen)
+## generate: deepcopy functions, CRDs and the api/client clientset, listers, informers and apply configurations from api/v1beta1
 generate:
 	bash hack/generate.sh
 

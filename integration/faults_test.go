@@ -147,14 +147,14 @@ func TestDeleteRemovesEverything(t *testing.T) {
 	f.waitPublished()
 	require.Len(t, f.ownedServices(), 2)
 
-	require.NoError(t, tmc.TrafficMaps(f.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
+	require.NoError(t, tmc.OmeV1beta1().TrafficMaps(f.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
 	f.waitGone()
 
 	// Again, with the publisher down during the deletion.
 	f.createMap(seedEntries())
 	f.waitPublished()
 	pub.stop(t)
-	require.NoError(t, tmc.TrafficMaps(f.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
+	require.NoError(t, tmc.OmeV1beta1().TrafficMaps(f.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
 	require.NotNil(t, f.route(), "nothing removes the route while the publisher is down")
 	f.startPublisher()
 	f.waitGone()

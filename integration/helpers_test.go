@@ -181,7 +181,7 @@ func (f *fixture) drain(value string) { f.setAnnotation(service, "ome.io/traffic
 
 func (f *fixture) createMap(entries []v1beta1.TrafficMapEntry) *v1beta1.TrafficMap {
 	f.t.Helper()
-	tm, err := tmc.TrafficMaps(f.ns).Create(ctxFor(f.t), &v1beta1.TrafficMap{
+	tm, err := tmc.OmeV1beta1().TrafficMaps(f.ns).Create(ctxFor(f.t), &v1beta1.TrafficMap{
 		ObjectMeta: metav1.ObjectMeta{Name: service, Namespace: f.ns},
 		Spec:       v1beta1.TrafficMapSpec{Service: service, Mode: "All", Entries: entries, ObservedISVCGeneration: 1},
 	}, metav1.CreateOptions{})
@@ -199,7 +199,7 @@ func (f *fixture) updateMap(change func(*v1beta1.TrafficMapSpec)) *v1beta1.Traff
 
 func (f *fixture) getMap() *v1beta1.TrafficMap {
 	f.t.Helper()
-	tm, err := tmc.TrafficMaps(f.ns).Get(ctxFor(f.t), service, metav1.GetOptions{})
+	tm, err := tmc.OmeV1beta1().TrafficMaps(f.ns).Get(ctxFor(f.t), service, metav1.GetOptions{})
 	require.NoError(f.t, err)
 	return tm
 }
@@ -229,7 +229,7 @@ func (f *fixture) waitCondition(status metav1.ConditionStatus, reason string, wa
 	f.t.Helper()
 	var tm *v1beta1.TrafficMap
 	require.EventuallyWithT(f.t, func(c *assert.CollectT) {
-		got, err := tmc.TrafficMaps(f.ns).Get(context.Background(), service, metav1.GetOptions{})
+		got, err := tmc.OmeV1beta1().TrafficMaps(f.ns).Get(context.Background(), service, metav1.GetOptions{})
 		require.NoError(c, err)
 		cond := published(got)
 		require.NotNil(c, cond, "no Published condition")

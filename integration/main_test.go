@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/trafficmap/publisher/api/tmclient"
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/integration/testenv"
 )
 
@@ -23,7 +23,7 @@ var (
 	restCfg *rest.Config
 	kube    kubernetes.Interface
 	gw      gwclient.Interface
-	tmc     *tmclient.Clientset
+	tmc     omeclient.Interface
 	dyn     dynamic.Interface
 )
 
@@ -68,7 +68,7 @@ func run(m *testing.M) int {
 	kube = kubernetes.NewForConfigOrDie(restCfg)
 	gw = gwclient.NewForConfigOrDie(restCfg)
 	dyn = dynamic.NewForConfigOrDie(restCfg)
-	if tmc, err = tmclient.NewForConfig(restCfg); err != nil {
+	if tmc, err = omeclient.NewForConfig(restCfg); err != nil {
 		fmt.Fprintln(os.Stderr, "integration:", err)
 		return 1
 	}

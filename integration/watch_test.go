@@ -39,7 +39,7 @@ func (f *fixture) watchPublished() *publishedWatcher {
 	f.t.Helper()
 	tm := f.getMap()
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := tmc.TrafficMaps(f.ns).Watch(ctx, metav1.ListOptions{
+	w, err := tmc.OmeV1beta1().TrafficMaps(f.ns).Watch(ctx, metav1.ListOptions{
 		FieldSelector:   fields.OneTermEqualSelector("metadata.name", service).String(),
 		ResourceVersion: tm.ResourceVersion,
 	})

@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/metadata"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/trafficmap/publisher/api/tmclient"
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/publish"
@@ -23,7 +23,7 @@ const Needs = "status needs get and list on trafficmaps.ome.io, get on inference
 
 // Reader reads the objects a status is computed from. It only reads.
 type Reader struct {
-	Maps     *tmclient.Clientset
+	Maps     omeclient.Interface
 	Metadata metadata.Interface
 	Dynamic  dynamic.Interface
 	Gateway  gwclient.Interface
@@ -34,7 +34,7 @@ type Reader struct {
 
 // Status reads the TrafficMap named service in namespace and its objects.
 func (r Reader) Status(ctx context.Context, namespace, service string) (Status, error) {
-	tm, err := r.Maps.TrafficMaps(namespace).Get(ctx, service, metav1.GetOptions{})
+	tm, err := r.Maps.OmeV1beta1().TrafficMaps(namespace).Get(ctx, service, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return Status{}, fmt.Errorf("trafficmap %s/%s not found: routing is off for the service, or it has no such InferenceService", namespace, service)
 	}
@@ -51,7 +51,7 @@ func (r Reader) Status(ctx context.Context, namespace, service string) (Status, 
 // Cluster lists every TrafficMap in namespace (all when empty) whose effective weight on
 // cluster is positive or unknown.
 func (r Reader) Cluster(ctx context.Context, namespace, cluster string) (ClusterTraffic, error) {
-	list, err := r.Maps.TrafficMaps(namespace).List(ctx, metav1.ListOptions{})
+	list, err := r.Maps.OmeV1beta1().TrafficMaps(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return ClusterTraffic{}, apiError("list", "trafficmaps.ome.io", inNamespace(namespace), err)
 	}

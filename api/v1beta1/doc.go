@@ -7,8 +7,9 @@
 // part of status; a publisher owns only its own status fields, written by
 // server-side apply under its own field manager.
 //
-// Deep-copy functions are generated into zz_generated.deepcopy.go by
-// hack/generate.sh; do not edit that file.
+// Deep-copy functions are generated into zz_generated.deepcopy.go, and the
+// typed client (clientset, listers, informers, apply configurations) into
+// api/client, by hack/generate.sh; do not edit either.
 //
 // +kubebuilder:object:generate=true
 // +groupName=ome.io

@@ -102,6 +102,7 @@ const (
 // per home cluster. It has the name and namespace of its InferenceService and
 // is controller-owned by it; only OME's routing controller writes spec.
 //
+// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Namespaced,shortName={tm,tmap}
 // +kubebuilder:subresource:status

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/metadata"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/trafficmap/publisher/api/tmclient"
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/report"
 )
 
@@ -114,7 +114,7 @@ func runStatus(ctx context.Context, f statusFlags, positional []string, stdout i
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
 	r := report.Reader{GatewayRef: gw, GatewaySection: f.section}
-	if r.Maps, err = tmclient.NewForConfig(kc.rest); err != nil {
+	if r.Maps, err = omeclient.NewForConfig(kc.rest); err != nil {
 		return fmt.Errorf("build trafficmap client: %w", err)
 	}
 	if r.Metadata, err = metadata.NewForConfig(kc.rest); err != nil {

@@ -81,7 +81,7 @@ func (s *shower) state(ctx context.Context) error {
 		}
 		return nil
 	}
-	tm, err := s.d.tmc.TrafficMaps(namespace).Get(ctx, service, metav1.GetOptions{})
+	tm, err := s.d.tmc.OmeV1beta1().TrafficMaps(namespace).Get(ctx, service, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("get trafficmap: %w", err)
 	}
@@ -170,7 +170,7 @@ func (s *shower) deleteTrafficMap(ctx context.Context) error {
 		return s.run(ctx, "delete", "trafficmap", service, "-n", namespace)
 	}
 	fmt.Println("(Go client) delete trafficmap prod/chat")
-	if err := s.d.tmc.TrafficMaps(namespace).Delete(ctx, service, metav1.DeleteOptions{}); err != nil {
+	if err := s.d.tmc.OmeV1beta1().TrafficMaps(namespace).Delete(ctx, service, metav1.DeleteOptions{}); err != nil {
 		return fmt.Errorf("delete trafficmap: %w", err)
 	}
 	return nil

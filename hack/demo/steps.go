@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/trafficmap/publisher/api/tmclient"
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/integration/standin"
 )
@@ -22,7 +22,7 @@ import (
 type demo struct {
 	kube    kubernetes.Interface
 	gw      gwclient.Interface
-	tmc     *tmclient.Clientset
+	tmc     omeclient.Interface
 	dyn     dynamic.Interface
 	routing standin.Routing
 	show    *shower
@@ -43,7 +43,7 @@ func newDemo(cp *controlPlane) (*demo, error) {
 	if d.gw, err = gwclient.NewForConfig(cfg); err != nil {
 		return nil, fmt.Errorf("gateway api client: %w", err)
 	}
-	if d.tmc, err = tmclient.NewForConfig(cfg); err != nil {
+	if d.tmc, err = omeclient.NewForConfig(cfg); err != nil {
 		return nil, fmt.Errorf("trafficmap client: %w", err)
 	}
 	if d.dyn, err = dynamic.NewForConfig(cfg); err != nil {
@@ -84,7 +84,7 @@ func (d *demo) setup(ctx context.Context) error {
 	d.isvcUID = created.GetUID()
 	fmt.Printf("InferenceService %s/%s created (placement mode All, %s: %s)\n", namespace, service, v1beta1.AnnotationGlobalHost, globalHost)
 
-	_, err = d.tmc.TrafficMaps(namespace).Create(ctx, &v1beta1.TrafficMap{
+	_, err = d.tmc.OmeV1beta1().TrafficMaps(namespace).Create(ctx, &v1beta1.TrafficMap{
 		ObjectMeta: metav1.ObjectMeta{Name: service, Namespace: namespace},
 		Spec: v1beta1.TrafficMapSpec{Service: service, Mode: v1beta1.PlacementModeAll, ObservedISVCGeneration: 1, Entries: []v1beta1.TrafficMapEntry{
 			{Cluster: "worker-a", Endpoint: "https://chat.worker-a.example.com", Weight: 1, Healthy: true},

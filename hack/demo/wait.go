@@ -73,7 +73,7 @@ func (d *demo) waitPublished(ctx context.Context, want expect) (*v1beta1.Traffic
 		what = fmt.Sprintf("%s at TrafficMap generation %d", what, want.generation)
 	}
 	err := d.poll(ctx, what, func(ctx context.Context) (bool, error) {
-		gotMap, err := d.tmc.TrafficMaps(namespace).Get(ctx, service, metav1.GetOptions{})
+		gotMap, err := d.tmc.OmeV1beta1().TrafficMaps(namespace).Get(ctx, service, metav1.GetOptions{})
 		if err != nil {
 			return false, fmt.Errorf("get trafficmap: %w", err)
 		}
@@ -109,7 +109,7 @@ func (d *demo) waitRemoved(ctx context.Context) error {
 	var left []string
 	return d.poll(ctx, "the TrafficMap, its HTTPRoute and its backend Services to be removed", func(ctx context.Context) (bool, error) {
 		var now []string
-		if _, err := d.tmc.TrafficMaps(namespace).Get(ctx, service, metav1.GetOptions{}); err == nil {
+		if _, err := d.tmc.OmeV1beta1().TrafficMaps(namespace).Get(ctx, service, metav1.GetOptions{}); err == nil {
 			now = append(now, "trafficmap/"+service)
 		} else if !apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("get trafficmap: %w", err)
@@ -217,12 +217,12 @@ type publishedWatch struct {
 
 // watchPublished starts recording Published transitions from the map's current state on.
 func (d *demo) watchPublished(ctx context.Context) (*publishedWatch, error) {
-	tm, err := d.tmc.TrafficMaps(namespace).Get(ctx, service, metav1.GetOptions{})
+	tm, err := d.tmc.OmeV1beta1().TrafficMaps(namespace).Get(ctx, service, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("get trafficmap: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	w, err := d.tmc.TrafficMaps(namespace).Watch(ctx, metav1.ListOptions{
+	w, err := d.tmc.OmeV1beta1().TrafficMaps(namespace).Watch(ctx, metav1.ListOptions{
 		FieldSelector: "metadata.name=" + service, ResourceVersion: tm.ResourceVersion,
 	})
 	if err != nil {

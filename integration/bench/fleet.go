@@ -18,7 +18,7 @@ import (
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/trafficmap/publisher/api/tmclient"
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/publish"
@@ -37,7 +37,7 @@ const (
 type clients struct {
 	kube kubernetes.Interface
 	gw   gwclient.Interface
-	tm   *tmclient.Clientset
+	tm   omeclient.Interface
 	dyn  dynamic.Interface
 }
 
@@ -63,7 +63,7 @@ func createFleet(ctx context.Context, c clients, n, parallel int) error {
 			entries[j] = v1beta1.TrafficMapEntry{Cluster: clusterName(j), Weight: entryWeight, Healthy: true,
 				Endpoint: fmt.Sprintf("https://%s.%s.example.com", name, clusterName(j))}
 		}
-		_, err := c.tm.TrafficMaps(namespace).Create(ctx, &v1beta1.TrafficMap{
+		_, err := c.tm.OmeV1beta1().TrafficMaps(namespace).Create(ctx, &v1beta1.TrafficMap{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 			Spec:       v1beta1.TrafficMapSpec{Service: name, Mode: "All", Entries: entries, ObservedISVCGeneration: 1},
 		}, metav1.CreateOptions{})

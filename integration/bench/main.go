@@ -37,7 +37,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/trafficmap/publisher/api/tmclient"
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/integration/standin"
 	"github.com/trafficmap/publisher/integration/testenv"
 )
@@ -160,7 +160,7 @@ func run(ctx context.Context, o options) (err error) {
 	c.kube = kubernetes.NewForConfigOrDie(restCfg)
 	c.gw = gwclient.NewForConfigOrDie(restCfg)
 	c.dyn = dynamic.NewForConfigOrDie(restCfg)
-	if c.tm, err = tmclient.NewForConfig(restCfg); err != nil {
+	if c.tm, err = omeclient.NewForConfig(restCfg); err != nil {
 		return err
 	}
 	if err := createNamespace(ctx, c); err != nil {

@@ -9,13 +9,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 
+	omeinformers "github.com/trafficmap/publisher/api/client/informers/externalversions"
 	"github.com/trafficmap/publisher/api/v1beta1"
 )
 
@@ -102,14 +101,7 @@ type watchers struct {
 }
 
 func startWatchers(ctx context.Context, c clients) (*watchers, error) {
-	mapsInf := cache.NewSharedIndexInformer(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return c.tm.TrafficMaps(namespace).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return c.tm.TrafficMaps(namespace).Watch(ctx, o)
-		},
-	}, &v1beta1.TrafficMap{}, 0, cache.Indexers{})
+	mapsInf := omeinformers.NewSharedInformerFactoryWithOptions(c.tm, 0, omeinformers.WithNamespace(namespace)).Ome().V1beta1().TrafficMaps().Informer()
 	routesInf := gwinformers.NewSharedInformerFactoryWithOptions(c.gw, 0, gwinformers.WithNamespace(namespace)).Gateway().V1().HTTPRoutes().Informer()
 	probesInf := kubeinformers.NewSharedInformerFactoryWithOptions(c.kube, 0, kubeinformers.WithNamespace(namespace),
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + floorProbe })).

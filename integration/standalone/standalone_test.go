@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/trafficmap/publisher/api/tmclient"
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/integration/testenv"
 	"github.com/trafficmap/publisher/publish"
@@ -81,9 +81,9 @@ func TestXDSWithoutGatewayAPI(t *testing.T) {
 	}}
 	_, err = dynamic.NewForConfigOrDie(restCfg).Resource(v1beta1.InferenceServicesResource).Namespace(ns).Create(ctx, isvc, metav1.CreateOptions{})
 	require.NoError(t, err)
-	tmc, err := tmclient.NewForConfig(restCfg)
+	tmc, err := omeclient.NewForConfig(restCfg)
 	require.NoError(t, err)
-	_, err = tmc.TrafficMaps(ns).Create(ctx, &v1beta1.TrafficMap{
+	_, err = tmc.OmeV1beta1().TrafficMaps(ns).Create(ctx, &v1beta1.TrafficMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "chat", Namespace: ns},
 		Spec: v1beta1.TrafficMapSpec{Service: "chat", Entries: []v1beta1.TrafficMapEntry{
 			{Cluster: "worker-a", Endpoint: xdstest.StartBackend(t, "worker-a"), Weight: 1},
@@ -113,7 +113,7 @@ func TestXDSWithoutGatewayAPI(t *testing.T) {
 		require.Equal(t, "worker-b", resp.GetHostname(), "the drained worker-a gets no RPC")
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		tm, err := tmc.TrafficMaps(ns).Get(ctx, "chat", metav1.GetOptions{})
+		tm, err := tmc.OmeV1beta1().TrafficMaps(ns).Get(ctx, "chat", metav1.GetOptions{})
 		require.NoError(c, err)
 		cond := meta.FindStatusCondition(tm.Status.Conditions, v1beta1.ConditionPublished)
 		require.NotNil(c, cond)

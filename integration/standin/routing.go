@@ -2,20 +2,21 @@ package standin
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/trafficmap/publisher/api/tmclient"
+	omeac "github.com/trafficmap/publisher/api/client/applyconfiguration/api/v1beta1"
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
 )
 
 // Routing is the stand-in routing controller for TrafficMaps reached through Client.
 type Routing struct {
-	Client *tmclient.Clientset
+	Client omeclient.Interface
 }
 
 // ApplyDrain sets the entry for cluster to weight 0 and lists id in its drainRefs, as OME
@@ -49,12 +50,12 @@ func (r Routing) Recompute(ctx context.Context, ns, name, cluster string, weight
 func (r Routing) UpdateSpec(ctx context.Context, ns, name string, change func(*v1beta1.TrafficMapSpec)) (*v1beta1.TrafficMap, error) {
 	var out *v1beta1.TrafficMap
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		tm, err := r.Client.TrafficMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		tm, err := r.Client.OmeV1beta1().TrafficMaps(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		change(&tm.Spec)
-		out, err = r.Client.TrafficMaps(ns).Update(ctx, tm, metav1.UpdateOptions{FieldManager: v1beta1.RoutingFieldManager})
+		out, err = r.Client.OmeV1beta1().TrafficMaps(ns).Update(ctx, tm, metav1.UpdateOptions{FieldManager: v1beta1.RoutingFieldManager})
 		return err
 	})
 	if err != nil {
@@ -64,29 +65,32 @@ func (r Routing) UpdateSpec(ctx context.Context, ns, name string, change func(*v
 }
 
 // ApplyStatus applies sourceUID and the Routable and OverrideActive conditions at the map's
-// current generation, by server-side apply with forced ownership under
-// ome-trafficmap-routing. The conditions' Type and ObservedGeneration are set here.
+// current generation, by server-side apply of the status subresource with forced ownership
+// under ome-trafficmap-routing. The conditions' Type, ObservedGeneration and
+// LastTransitionTime are set here; of routable and override only Status, Reason and
+// Message are used.
 func (r Routing) ApplyStatus(ctx context.Context, ns, name string, sourceUID types.UID, routable, override metav1.Condition) (*v1beta1.TrafficMap, error) {
-	tm, err := r.Client.TrafficMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	tm, err := r.Client.OmeV1beta1().TrafficMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("read trafficmap %s/%s: %w", ns, name, err)
 	}
-	routable.Type, override.Type = v1beta1.ConditionRoutable, v1beta1.ConditionOverrideActive
-	for _, c := range []*metav1.Condition{&routable, &override} {
-		c.ObservedGeneration = tm.Generation
-		c.LastTransitionTime = metav1.Now()
+	now := metav1.Now()
+	status := omeac.TrafficMapStatus().WithSourceUID(sourceUID)
+	for _, c := range []struct {
+		typ  string
+		cond metav1.Condition
+	}{{v1beta1.ConditionRoutable, routable}, {v1beta1.ConditionOverrideActive, override}} {
+		status.WithConditions(metav1ac.Condition().
+			WithType(c.typ).
+			WithStatus(c.cond.Status).
+			WithObservedGeneration(tm.Generation).
+			WithLastTransitionTime(now).
+			WithReason(c.cond.Reason).
+			WithMessage(c.cond.Message))
 	}
-	body, err := json.Marshal(map[string]any{
-		"apiVersion": v1beta1.SchemeGroupVersion.String(), "kind": "TrafficMap",
-		"metadata": map[string]any{"name": name, "namespace": ns},
-		"status":   map[string]any{"sourceUID": sourceUID, "conditions": []metav1.Condition{routable, override}},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("encode routing status: %w", err)
-	}
-	force := true
-	out, err := r.Client.TrafficMaps(ns).Patch(ctx, name, types.ApplyPatchType, body,
-		metav1.PatchOptions{FieldManager: v1beta1.RoutingFieldManager, Force: &force}, "status")
+	out, err := r.Client.OmeV1beta1().TrafficMaps(ns).ApplyStatus(ctx,
+		omeac.TrafficMap(name, ns).WithStatus(status),
+		metav1.ApplyOptions{FieldManager: v1beta1.RoutingFieldManager, Force: true})
 	if err != nil {
 		return nil, fmt.Errorf("apply trafficmap %s/%s routing status: %w", ns, name, err)
 	}
