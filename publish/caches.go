@@ -1,7 +1,6 @@
 package publish
 
 import (
-	"context"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,14 +8,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 
+	omeinformers "github.com/trafficmap/publisher/api/client/informers/externalversions"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 )
@@ -52,23 +50,13 @@ func newCaches(c clients, cfg Config) *caches {
 	resync := cfg.ResyncPeriod
 	managed := labels.SelectorFromSet(labels.Set{httproute.LabelManagedBy: httproute.ManagedByValue}).String()
 	for _, ns := range cs.scopes {
-		maps := cache.NewSharedIndexInformer(
-			&cache.ListWatch{
-				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-					return c.maps.TrafficMaps(ns).List(ctx, o)
-				},
-				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-					return c.maps.TrafficMaps(ns).Watch(ctx, o)
-				},
-			},
-			&v1beta1.TrafficMap{}, resync,
-			cache.Indexers{
-				cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
-				indexByService:       indexTrafficMapByService,
-				indexByRouteName:     indexTrafficMapByRoute,
-				indexByCluster:       indexTrafficMapByCluster,
-			},
-		)
+		maps := omeinformers.NewSharedInformerFactoryWithOptions(c.maps, resync, omeinformers.WithNamespace(ns)).
+			Ome().V1beta1().TrafficMaps().Informer()
+		_ = maps.AddIndexers(cache.Indexers{ // cannot fail before the informer runs
+			indexByService:   indexTrafficMapByService,
+			indexByRouteName: indexTrafficMapByRoute,
+			indexByCluster:   indexTrafficMapByCluster,
+		})
 		isvcs := metadatainformer.NewFilteredMetadataInformer(c.meta, v1beta1.InferenceServicesResource, ns, resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil).Informer()
 		for _, inf := range []cache.SharedIndexInformer{maps, isvcs} {

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
-	"github.com/trafficmap/publisher/api/tmclient"
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/publish/routesink"
@@ -64,7 +64,7 @@ type Publisher struct {
 type clients struct {
 	kube    kubernetes.Interface
 	gateway gwclient.Interface
-	maps    *tmclient.Clientset
+	maps    omeclient.Interface
 	meta    metadata.Interface
 	dyn     dynamic.Interface
 }
@@ -78,7 +78,7 @@ func newClients(rc *rest.Config) (clients, error) {
 	if c.gateway, err = gwclient.NewForConfig(rc); err != nil {
 		return c, fmt.Errorf("build gateway api client: %w", err)
 	}
-	if c.maps, err = tmclient.NewForConfig(rc); err != nil {
+	if c.maps, err = omeclient.NewForConfig(rc); err != nil {
 		return c, fmt.Errorf("build trafficmap client: %w", err)
 	}
 	if c.meta, err = metadata.NewForConfig(rc); err != nil {

@@ -2,7 +2,6 @@ package publish
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -18,7 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
+	omeac "github.com/trafficmap/publisher/api/client/applyconfiguration/api/v1beta1"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/publish/sink"
@@ -72,19 +73,23 @@ func (f *fakeStatusAPI) Get(context.Context, string, string) (*v1beta1.TrafficMa
 	return f.tm.DeepCopy(), nil
 }
 
-func (f *fakeStatusAPI) ApplyStatus(_ context.Context, _, _ string, body []byte) (*v1beta1.TrafficMap, error) {
+func (f *fakeStatusAPI) ApplyStatus(_ context.Context, ac *omeac.TrafficMapApplyConfiguration) (*v1beta1.TrafficMap, error) {
 	f.applies++
 	if f.conflicts > 0 {
 		f.conflicts--
 		return nil, apierrors.NewConflict(schema.GroupResource{Group: "ome.io", Resource: "trafficmaps"}, f.tm.Name, errors.New("stale"))
 	}
-	var a statusApply
-	if err := json.Unmarshal(body, &a); err != nil {
-		return nil, err
-	}
 	tm := f.tm.DeepCopy()
-	tm.Status.Published, tm.Status.ObservedTrafficMapGeneration, tm.Status.GatewayRef = a.Status.Published, a.Status.ObservedTrafficMapGeneration, a.Status.GatewayRef
-	meta.SetStatusCondition(&tm.Status.Conditions, a.Status.Conditions[0])
+	st := ac.Status
+	tm.Status.Published = *st.Published
+	tm.Status.ObservedTrafficMapGeneration = ptr.Deref(st.ObservedTrafficMapGeneration, 0)
+	tm.Status.GatewayRef = nil
+	if r := st.GatewayRef; r != nil {
+		tm.Status.GatewayRef = &v1beta1.TrafficMapGatewayRef{Group: ptr.Deref(r.Group, ""), Kind: *r.Kind, Name: *r.Name, Namespace: ptr.Deref(r.Namespace, "")}
+	}
+	c := st.Conditions[0]
+	meta.SetStatusCondition(&tm.Status.Conditions, metav1.Condition{Type: *c.Type, Status: *c.Status, Reason: *c.Reason,
+		Message: *c.Message, ObservedGeneration: *c.ObservedGeneration, LastTransitionTime: *c.LastTransitionTime})
 	tm.ResourceVersion += "1"
 	f.tm = tm
 	return tm.DeepCopy(), nil

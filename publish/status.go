@@ -2,7 +2,6 @@ package publish
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -12,11 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/trafficmap/publisher/api/tmclient"
+	omeac "github.com/trafficmap/publisher/api/client/applyconfiguration/api/v1beta1"
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
 )
 
@@ -31,26 +31,24 @@ const progressInterval = time.Second
 type statusAPI interface {
 	// Get reads the live map.
 	Get(ctx context.Context, namespace, name string) (*v1beta1.TrafficMap, error)
-	// ApplyStatus server-side applies body to the map's status subresource.
-	ApplyStatus(ctx context.Context, namespace, name string, body []byte) (*v1beta1.TrafficMap, error)
+	// ApplyStatus server-side applies the map's status subresource (forcing ownership).
+	ApplyStatus(ctx context.Context, tm *omeac.TrafficMapApplyConfiguration) (*v1beta1.TrafficMap, error)
 }
 
 // clientStatusAPI is the statusAPI of a TrafficMap clientset, applying under manager.
 type clientStatusAPI struct {
-	maps    *tmclient.Clientset
+	maps    omeclient.Interface
 	manager string
 }
 
 // Get implements statusAPI.
 func (c clientStatusAPI) Get(ctx context.Context, namespace, name string) (*v1beta1.TrafficMap, error) {
-	return c.maps.TrafficMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+	return c.maps.OmeV1beta1().TrafficMaps(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
 // ApplyStatus implements statusAPI.
-func (c clientStatusAPI) ApplyStatus(ctx context.Context, namespace, name string, body []byte) (*v1beta1.TrafficMap, error) {
-	force := true
-	return c.maps.TrafficMaps(namespace).Patch(ctx, name, types.ApplyPatchType, body,
-		metav1.PatchOptions{FieldManager: c.manager, Force: &force}, "status")
+func (c clientStatusAPI) ApplyStatus(ctx context.Context, tm *omeac.TrafficMapApplyConfiguration) (*v1beta1.TrafficMap, error) {
+	return c.maps.OmeV1beta1().TrafficMaps(*tm.Namespace).ApplyStatus(ctx, tm, metav1.ApplyOptions{FieldManager: c.manager, Force: true})
 }
 
 // statusWriter writes the publisher-owned part of TrafficMap status with server-side apply,
@@ -147,21 +145,7 @@ func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want p
 	if prev != nil && prev.Status == cond.Status {
 		cond.LastTransitionTime = prev.LastTransitionTime
 	}
-	body, err := json.Marshal(statusApply{
-		APIVersion: v1beta1.SchemeGroupVersion.String(),
-		Kind:       "TrafficMap",
-		Metadata:   applyMeta{Name: tm.Name, Namespace: tm.Namespace, ResourceVersion: tm.ResourceVersion},
-		Status: applyStatus{
-			Published:                    want.published,
-			ObservedTrafficMapGeneration: want.observed,
-			GatewayRef:                   want.gatewayRef,
-			Conditions:                   []metav1.Condition{cond},
-		},
-	})
-	if err != nil {
-		return tm, fmt.Errorf("encode status: %w", err)
-	}
-	updated, err := w.api.ApplyStatus(ctx, tm.Namespace, tm.Name, body)
+	updated, err := w.api.ApplyStatus(ctx, applyConfiguration(tm, want, cond))
 	if err != nil {
 		return tm, fmt.Errorf("apply trafficmap %s/%s status: %w", tm.Namespace, tm.Name, err)
 	}
@@ -178,23 +162,29 @@ func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want p
 	return updated, nil
 }
 
-// statusApply is the server-side apply body: only publisher-owned status fields.
-type statusApply struct {
-	APIVersion string      `json:"apiVersion"`
-	Kind       string      `json:"kind"`
-	Metadata   applyMeta   `json:"metadata"`
-	Status     applyStatus `json:"status"`
-}
-
-type applyMeta struct {
-	Name            string `json:"name"`
-	Namespace       string `json:"namespace"`
-	ResourceVersion string `json:"resourceVersion,omitempty"`
-}
-
-type applyStatus struct {
-	Published                    bool                          `json:"published"`
-	ObservedTrafficMapGeneration int64                         `json:"observedTrafficMapGeneration,omitempty"`
-	GatewayRef                   *v1beta1.TrafficMapGatewayRef `json:"gatewayRef,omitempty"`
-	Conditions                   []metav1.Condition            `json:"conditions"`
+// applyConfiguration is the server-side apply request for want: only the publisher-owned
+// status fields, at the resourceVersion the decision was made for (so a decision based on
+// a stale read conflicts).
+func applyConfiguration(tm *v1beta1.TrafficMap, want publisherStatus, cond metav1.Condition) *omeac.TrafficMapApplyConfiguration {
+	st := omeac.TrafficMapStatus().WithPublished(want.published).WithConditions(metav1ac.Condition().
+		WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).WithMessage(cond.Message).
+		WithObservedGeneration(cond.ObservedGeneration).WithLastTransitionTime(cond.LastTransitionTime))
+	if want.observed != 0 {
+		st.WithObservedTrafficMapGeneration(want.observed)
+	}
+	if r := want.gatewayRef; r != nil {
+		ref := omeac.TrafficMapGatewayRef().WithKind(r.Kind).WithName(r.Name)
+		if r.Group != "" {
+			ref.WithGroup(r.Group)
+		}
+		if r.Namespace != "" {
+			ref.WithNamespace(r.Namespace)
+		}
+		st.WithGatewayRef(ref)
+	}
+	ac := omeac.TrafficMap(tm.Name, tm.Namespace).WithStatus(st)
+	if tm.ResourceVersion != "" {
+		ac.WithResourceVersion(tm.ResourceVersion)
+	}
+	return ac
 }
