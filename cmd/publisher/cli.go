@@ -208,6 +208,7 @@ func runCommand(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	defer func() { _ = log.Sync() }()
+	defer routeLibraryLogs(log)()
 
 	rc, err := restConfig(f.kubeconfig, f.context)
 	if err != nil {
