@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	stdlog "log"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/grpclog"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -36,6 +38,7 @@ func TestLibraryLogsOneFormat(t *testing.T) {
 	for line := range strings.Lines(stderr.String()) {
 		var entry map[string]any
 		require.NoError(t, json.Unmarshal([]byte(line), &entry), "every line is JSON: %q", line)
+		assert.Equal(t, 1, strings.Count(line, `"logger":`), "one logger key: %s", line)
 		for _, key := range []string{"level", "ts", "logger", "msg"} {
 			assert.Contains(t, entry, key, line)
 		}
@@ -44,11 +47,12 @@ func TestLibraryLogsOneFormat(t *testing.T) {
 	assert.Equal(t, map[string]string{
 		"reflector started":               "publisher.client-go",
 		"failed to watch":                 "publisher.client-go",
+		"Failed to watch":                 "publisher.client-go.UnhandledError",
 		"unstructured 1":                  "publisher.client-go",
 		"updated current TLS certificate": "publisher.controller-runtime.certwatcher",
 		"grpc failure":                    "publisher.grpc",
 		"http: TLS handshake error":       "publisher.stdlib",
-	}, byMsg, "klog's V(2) and gRPC's warnings are not written")
+	}, byMsg, "klog's V(2), client-go's V(1) at info and gRPC's warnings are not written")
 }
 
 // emitLibraryLogs routes the libraries' logs to stderr and logs through each of them.
@@ -60,6 +64,8 @@ func emitLibraryLogs(t *testing.T) {
 	klog.ErrorS(errors.New("forbidden"), "failed to watch")
 	klog.Warningf("unstructured %d", 1)
 	klog.V(2).InfoS("client-go detail")
+	klog.Background().V(1).Info("client-go contextual detail")
+	utilruntime.HandleErrorWithContext(context.Background(), errors.New("forbidden"), "Failed to watch", "reflector", "TrafficMap")
 	ctrllog.Log.WithName("controller-runtime").WithName("certwatcher").Info("updated current TLS certificate")
 	grpclog.Error("grpc failure")
 	grpclog.Warning("grpc warning")
