@@ -2,7 +2,6 @@ package xds
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"slices"
@@ -30,6 +29,7 @@ import (
 // at start-up.
 type Server struct {
 	log     *zap.Logger
+	tls     *TLS
 	cache   *nackGuard
 	tracker *Tracker
 	grpc    *grpc.Server
@@ -45,8 +45,9 @@ type Server struct {
 type ServerConfig struct {
 	// Log is the server's logger.
 	Log *zap.Logger
-	// TLS, when set, secures the xDS port (with ClientAuth for mTLS).
-	TLS *tls.Config
+	// TLS, when set (see LoadTLS), secures the xDS port, with mutual TLS when it has a
+	// client CA. Serve reloads its certificate when the files change.
+	TLS *TLS
 	// OnClientChange is called after every client ACK, NACK, connect or disconnect.
 	OnClientChange func()
 	// Registerer, when set, receives the server's metrics.
@@ -59,7 +60,7 @@ func NewServer(cfg ServerConfig) *Server {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{log: log, versioners: map[Flavour]*versioner{FlavourEnvoy: {}, FlavourGRPC: {}},
+	s := &Server{log: log, tls: cfg.TLS, versioners: map[Flavour]*versioner{FlavourEnvoy: {}, FlavourGRPC: {}},
 		validators: map[Flavour]*validator{FlavourEnvoy: {}, FlavourGRPC: {}}}
 	s.tracker = NewTracker(cfg.OnClientChange)
 	s.metrics = newMetrics(s, cfg.Registerer)
@@ -70,7 +71,7 @@ func NewServer(cfg ServerConfig) *Server {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
 	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS.config(log))))
 	}
 	s.grpc = grpc.NewServer(opts...)
 	xds := serverv3.NewServer(context.Background(), s.cache, s.tracker.Callbacks())
@@ -84,8 +85,16 @@ func NewServer(cfg ServerConfig) *Server {
 // Tracker returns the server's ACK tracker.
 func (s *Server) Tracker() *Tracker { return s.tracker }
 
-// Serve accepts xDS connections on lis until ctx is done, then stops the gRPC server.
+// Serve accepts xDS connections on lis until ctx is done, then stops the gRPC server. With
+// TLS, it watches the certificate and key files meanwhile and serves new connections the
+// certificate as it is on disk.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	if s.tls != nil {
+		wctx, stop := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); s.tls.watch(wctx, s.log) }()
+		defer func() { stop(); <-watched }()
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.grpc.Serve(lis) }()
 	select {

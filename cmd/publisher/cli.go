@@ -208,6 +208,7 @@ func runCommand(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	defer func() { _ = log.Sync() }()
+	defer routeLibraryLogs(log)()
 
 	rc, err := restConfig(f.kubeconfig, f.context)
 	if err != nil {
@@ -241,7 +242,7 @@ func restConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
 		&clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
 }
 
-// newLogger builds the one logger of the process.
+// newLogger builds the one logger of the process, safe for concurrent use whatever out is.
 func newLogger(format, level string, out io.Writer) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
@@ -259,5 +260,5 @@ func newLogger(format, level string, out io.Writer) (*zap.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-format %q: must be json or console", format)
 	}
-	return zap.New(zapcore.NewCore(encoder, zapcore.AddSync(out), lvl)).Named("publisher"), nil
+	return zap.New(zapcore.NewCore(encoder, zapcore.Lock(zapcore.AddSync(out)), lvl)).Named("publisher"), nil
 }
