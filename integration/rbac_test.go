@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/zapr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/trafficmap/publisher/integration/testenv"
@@ -151,6 +153,10 @@ func TestChartRBACEveryRuleIsNeeded(t *testing.T) {
 			apply(t, objs)
 			core, logs := observer.New(zapcore.ErrorLevel)
 			log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
+			// As the binary does (cmd/publisher), client-go's own reports (the Lease's and the
+			// event sink's permission errors) go through the same logger.
+			klog.SetLoggerWithOptions(zapr.NewLogger(log.Named("client-go")), klog.ContextualLogger(true))
+			t.Cleanup(klog.ClearLogger)
 			cfg := f.publisherConfig(func(c *publish.Config) {
 				c.LeaderElection = publish.LeaderElection{Enabled: true, Namespace: f.ns, Name: "lease-" + release}
 			})
