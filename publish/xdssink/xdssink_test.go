@@ -6,7 +6,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
+	"github.com/trafficmap/publisher/publish/sink"
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
 )
@@ -78,4 +81,31 @@ func TestUnchanged(t *testing.T) {
 			assert.Equal(t, tt.want, unchanged(keys, tt.prevServed, tt.served, tt.prevInvalid, tt.invalid))
 		})
 	}
+}
+
+type noPlans struct{}
+
+func (noPlans) Keys() []string { return nil }
+func (noPlans) Plan(string, string) (*sink.Plan, bool, error) {
+	return nil, false, nil
+}
+
+// A plan waiting for clients is Pending with a typed count; a deleted map leaves nothing in
+// the sink's per-map tables.
+func TestApplyPendingAndDelete(t *testing.T) {
+	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, MinClients: 1, Plans: noPlans{}, Requeue: func(string, string) {}}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.listener.Close() })
+	plan := &sink.Plan{Namespace: "prod", Name: "chat", Service: "chat", Result: weights.Result{
+		Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 1}}}}
+	c, err := s.Apply(t.Context(), plan)
+	require.NoError(t, err)
+	assert.Equal(t, sink.Pending, c.State)
+	assert.Equal(t, &sink.Progress{Confirmed: 0, Total: 0, Required: 1}, c.Progress)
+	assert.False(t, s.Carries(plan), "nothing is served before a rebuild")
+	assert.Len(t, s.pending, 1)
+
+	_, err = s.Delete(t.Context(), "prod", "chat")
+	require.NoError(t, err)
+	assert.Empty(t, s.pending)
 }
