@@ -7,11 +7,17 @@ FUZZTIME ?= 30s
 
 .PHONY: test demo bench unit fuzz generate build image controlplane
 
-## test: go vet, then every test, the integration tests on a real kube-apiserver and etcd
+## test: go vet, then every test with the race detector, the integration tests on a real
+## kube-apiserver and etcd; then the same for the separate test modules (TEST_MODULES)
+TEST_MODULES = hack/image integration/tty
 test:
 	assets="$$(bash hack/controlplane.sh)" && \
 	$(GO) vet ./... && \
-	KUBEBUILDER_ASSETS="$$assets" $(GO) test ./... -count=1
+	KUBEBUILDER_ASSETS="$$assets" $(GO) test -race ./... -count=1 && \
+	for m in $(TEST_MODULES); do \
+		$(GO) -C "$$m" vet ./... && \
+		KUBEBUILDER_ASSETS="$$assets" $(GO) -C "$$m" test -race ./... -count=1 || exit 1; \
+	done
 
 ## demo: drain and undrain a cluster on an embedded control plane (hack/demo)
 demo:
@@ -25,9 +31,10 @@ bench:
 	assets="$$(bash hack/controlplane.sh)" && \
 	KUBEBUILDER_ASSETS="$$assets" $(GO) run ./integration/bench $(BENCH_FLAGS)
 
-## unit: the tests of every package except ./integration/... (no control plane)
+## unit: the tests of every package except ./integration/... (no control plane), and hack/image's
 unit:
-	$(GO) test $$($(GO) list ./... | grep -v '/integration')
+	$(GO) test $$($(GO) list ./... | grep -v '/integration') && \
+	$(GO) -C hack/image test ./...
 
 ## fuzz: each fuzz target of ./weights for FUZZTIME
 fuzz:
@@ -48,7 +55,7 @@ build:
 ## image: the OCI image as a tarball at bin/publisher-image.tar (no container engine needed)
 image:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags "-s -w" -o bin/publisher-linux-amd64 ./cmd/publisher
-	$(GO) run ./hack/image --binary bin/publisher-linux-amd64 --output bin/publisher-image.tar
+	$(GO) -C hack/image run . --binary "$(CURDIR)/bin/publisher-linux-amd64" --output "$(CURDIR)/bin/publisher-image.tar"
 
 ## controlplane: build (or reuse) kube-apiserver and etcd and print their dir
 controlplane:

@@ -24,7 +24,8 @@ const repoRoot = ".."
 var generated = struct{ files, dirs []string }{
 	files: []string{
 		"api/v1beta1/zz_generated.deepcopy.go",
-		"charts/publisher/crds/ome.io_trafficmaps.yaml",
+		"config/crd/ome.io_trafficmaps.yaml",
+		"charts/publisher/templates/trafficmap-crd.yaml",
 	},
 	dirs: []string{"api/client"},
 }

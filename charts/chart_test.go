@@ -1,5 +1,5 @@
 // Package charts tests the Helm chart with a real helm (built from the Go module proxy by
-// hack/helm.sh and cached): lint, and golden renderings of both modes.
+// hack/helm.sh and cached): lint, golden renderings of both modes, and the CRDs it renders.
 package charts
 
 import (
@@ -51,8 +51,16 @@ var cases = map[string][]string{
 	"xds-only": {"--set", "publisher.sinks={xds}"},
 }
 
+// installCRDs renders the standalone case with the TrafficMap CRD. It has no golden file:
+// TestTrafficMapCRDMatchesGenerated compares the CRD with config/crd instead.
+var installCRDs = []string{"--set", "publisher.gateway=prod/global", "--set", "crds.install=true"}
+
 func TestLint(t *testing.T) {
+	all := map[string][]string{"crds.install": installCRDs}
 	for name, args := range cases {
+		all[name] = args
+	}
+	for name, args := range all {
 		t.Run(name, func(t *testing.T) {
 			out, err := runHelm(t, append([]string{"lint", "--strict", "publisher"}, args...)...)
 			require.NoError(t, err, out)
@@ -189,4 +197,68 @@ spec:
 	assert.Equal(t, "publisher", publisher["name"])
 	assert.Contains(t, publisher["args"], "--xds-address=127.0.0.1:18000", "xDS on loopback for the Envoy in the same pod")
 	assert.Contains(t, publisher["args"], "--gateway=prod/global")
+}
+
+// renderDocs renders the chart with helm template and returns its documents.
+func renderDocs(t *testing.T, args ...string) []map[string]any {
+	t.Helper()
+	out, err := runHelm(t, append([]string{"template", "tm", "publisher", "--namespace", "publisher"}, args...)...)
+	require.NoError(t, err, out)
+	var docs []map[string]any
+	for _, doc := range strings.Split(out, "\n---\n") {
+		var m map[string]any
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &m))
+		if m != nil {
+			docs = append(docs, m)
+		}
+	}
+	return docs
+}
+
+// crdNames returns the names of the CustomResourceDefinitions among docs.
+func crdNames(docs []map[string]any) []string {
+	var names []string
+	for _, d := range docs {
+		if d["kind"] == "CustomResourceDefinition" {
+			names = append(names, d["metadata"].(map[string]any)["name"].(string))
+		}
+	}
+	return names
+}
+
+// The chart never renders the stand-in InferenceService CRD (OME owns it), not even with
+// --include-crds, and renders the TrafficMap CRD only with crds.install=true.
+func TestCRDs(t *testing.T) {
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			assert.Empty(t, crdNames(renderDocs(t, append(args, "--include-crds")...)), "no CRD by default")
+			assert.Empty(t, crdNames(renderDocs(t, append(args, "--include-crds", "--set", "crds.install=false")...)))
+		})
+	}
+	t.Run("install", func(t *testing.T) {
+		docs := renderDocs(t, append(installCRDs, "--include-crds")...)
+		assert.Equal(t, []string{"trafficmaps.ome.io"}, crdNames(docs), "the TrafficMap CRD only, never an InferenceService CRD")
+	})
+}
+
+// With crds.install=true the chart renders config/crd/ome.io_trafficmaps.yaml (what
+// hack/generate.sh writes and the tests install) with only helm.sh/resource-policy: keep
+// added, so helm uninstall leaves the CRD and every TrafficMap in place.
+func TestTrafficMapCRDMatchesGenerated(t *testing.T) {
+	var rendered map[string]any
+	for _, d := range renderDocs(t, installCRDs...) {
+		if d["kind"] == "CustomResourceDefinition" {
+			rendered = d
+		}
+	}
+	require.NotNil(t, rendered, "crds.install=true renders the TrafficMap CRD")
+	annotations := rendered["metadata"].(map[string]any)["annotations"].(map[string]any)
+	assert.Equal(t, "keep", annotations["helm.sh/resource-policy"])
+	delete(annotations, "helm.sh/resource-policy")
+
+	data, err := os.ReadFile(filepath.Join("..", "config", "crd", "ome.io_trafficmaps.yaml"))
+	require.NoError(t, err)
+	var generated map[string]any
+	require.NoError(t, yaml.Unmarshal(data, &generated))
+	assert.Equal(t, generated, rendered, "the chart's template is out of date: run make generate")
 }

@@ -79,10 +79,14 @@ func run(m *testing.M) int {
 	return code
 }
 
-// crdPaths lists the CRDs the tests install: the chart's, the minimal stand-ins for
-// third-party CRDs (Modelplane InferenceCluster, OME WorkloadCluster) and Gateway API's.
+// crdPaths lists the CRDs the tests install: the TrafficMap CRD, the minimal stand-ins for
+// third-party CRDs (OME InferenceService, Modelplane InferenceCluster, OME WorkloadCluster)
+// and Gateway API's.
 func crdPaths() ([]string, error) {
-	return testenv.CRDPaths(filepath.Join(repoRoot(), "integration", "testdata", "crds"))
+	standIns := filepath.Join(repoRoot(), "integration", "testdata", "crds")
+	return testenv.CRDPaths(
+		filepath.Join(standIns, "modelplane.ai_inferenceclusters.yaml"),
+		filepath.Join(standIns, "ome.io_workloadclusters.yaml"))
 }
 
 func repoRoot() string {

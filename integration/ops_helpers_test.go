@@ -4,16 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
-	"github.com/creack/pty"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,59 +81,6 @@ func (u opsUser) run(t *testing.T, args ...string) ran {
 		require.NoError(t, err)
 	}
 	return ran{stdout: stdout.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode()}
-}
-
-// runTerminal runs the publisher with stdin and stderr on a pseudo-terminal. It waits for the
-// prompt, calls atPrompt (which may change the cluster meanwhile), then types answer and
-// Enter. stderr holds everything the terminal showed.
-func (u opsUser) runTerminal(t *testing.T, answer string, atPrompt func(), args ...string) ran {
-	t.Helper()
-	ptmx, tty, err := pty.Open()
-	require.NoError(t, err)
-	defer ptmx.Close()
-	cmd := exec.CommandContext(ctxFor(t), publisherBinary(t), append(args, "--kubeconfig", u.kubeconfig)...)
-	var stdout bytes.Buffer
-	cmd.Stdin, cmd.Stderr, cmd.Stdout = tty, tty, &stdout
-	require.NoError(t, cmd.Start())
-	require.NoError(t, tty.Close()) // the child holds its own copy
-
-	var screen syncBuffer
-	copied := make(chan struct{})
-	go func() { _, _ = io.Copy(&screen, ptmx); close(copied) }() // ends with EIO once the child exits
-
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Contains(c, screen.String(), "Confirm this exact action? [y/N] ")
-	}, waitTimeout, tick, "the prompt")
-	if atPrompt != nil {
-		atPrompt()
-	}
-	_, err = ptmx.Write([]byte(answer + "\r"))
-	require.NoError(t, err)
-
-	err = cmd.Wait()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		require.NoError(t, err)
-	}
-	<-copied
-	return ran{stdout: stdout.String(), stderr: strings.ReplaceAll(screen.String(), "\r\n", "\n"), code: cmd.ProcessState.ExitCode()}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // isvc reads an InferenceService.

@@ -20,11 +20,9 @@ import (
 	"github.com/trafficmap/publisher/weights"
 )
 
-const (
-	confirmPrompt = "Confirm this exact action? [y/N] "
-	notConfirmed  = "error: action not confirmed; noninteractive input requires --yes\n"
-	drainKey      = "ome.io/traffic-drain"
-)
+// drainKey is the annotation the drain commands write. The prompt's tests, which need a
+// pseudo-terminal, are in integration/tty, a module of their own.
+const drainKey = "ome.io/traffic-drain"
 
 func seedDrainArgs(ns string, extra ...string) []string {
 	return append([]string{"drain", "chat", "-n", ns, "--workload-cluster", "worker-a", "--id", "maintenance-a", "--reason", "planned maintenance"}, extra...)
@@ -116,37 +114,6 @@ func TestOpsSeedDrainAndUndrainWithYes(t *testing.T) {
 	assert.Equal(t, map[string]any{"overrideID": "maintenance-a", "cluster": "worker-a", "overridesBefore": float64(0), "overridesAfter": float64(1)}, res["traffic"])
 }
 
-// Through a pseudo-terminal: n changes nothing and exits 1; y drains; y undrains.
-func TestOpsDrainThroughTerminal(t *testing.T) {
-	f := newFixture(t)
-	f.createMap(seedEntries())
-	op := admin(t)
-
-	rv := f.isvc(service).GetResourceVersion()
-	got := op.runTerminal(t, "n", nil, seedDrainArgs(f.ns)...)
-	assert.Equal(t, 1, got.code)
-	assert.Equal(t, f.wantPreview("drain", rv, "worker-a", `"planned maintenance"`, "0 -> 1")+confirmPrompt+"n\n"+notConfirmed, got.stderr)
-	assert.Empty(t, got.stdout)
-	assert.Equal(t, rv, f.isvc(service).GetResourceVersion(), "nothing changed")
-
-	got = op.runTerminal(t, "\x03", nil, seedDrainArgs(f.ns)...) // Ctrl-C in raw mode
-	assert.Equal(t, 1, got.code)
-	assert.True(t, strings.HasSuffix(got.stderr, confirmPrompt+"\nerror: context canceled\n"), got.stderr)
-	assert.Equal(t, rv, f.isvc(service).GetResourceVersion(), "nothing changed")
-
-	got = op.runTerminal(t, "y", nil, seedDrainArgs(f.ns)...)
-	require.Equal(t, 0, got.code, got.stderr)
-	assert.Equal(t, f.wantPreview("drain", rv, "worker-a", `"planned maintenance"`, "0 -> 1")+confirmPrompt+"y\n", got.stderr)
-	assert.Equal(t, f.wantResult("drain", "0 -> 1", "none", "Yes", acceptedMessage), got.stdout)
-	assert.Equal(t, seedDrain, f.isvc(service).GetAnnotations()[drainKey])
-
-	got = op.runTerminal(t, "YES", nil, undrainArgs(f.ns)...)
-	require.Equal(t, 0, got.code, got.stderr)
-	assert.True(t, strings.HasSuffix(got.stderr, confirmPrompt+"YES\n"), got.stderr)
-	assert.Equal(t, f.wantResult("undrain", "1 -> 0", "none", "Yes", acceptedMessage), got.stdout)
-	assert.NotContains(t, f.isvc(service).GetAnnotations(), drainKey)
-}
-
 // --dry-run=server goes through the API server and stores nothing; --dry-run=client sends no
 // patch at all, shown by a user who may get but not patch: the client dry run succeeds, the
 // server dry run is refused by RBAC.
@@ -176,31 +143,6 @@ func TestOpsDryRun(t *testing.T) {
 	assert.Equal(t, 1, got.code)
 	assert.Contains(t, got.stderr, "error: forbidden: cannot patch inferenceservices.ome.io")
 	assert.Equal(t, rv, f.isvc(service).GetResourceVersion())
-}
-
-// An update between the read and the patch (made while the prompt waits) makes the guarded
-// patch fail: exit 3, the OME message, and neither the drain nor anything else is written.
-func TestOpsConcurrentUpdateIsRejected(t *testing.T) {
-	f := newFixture(t)
-	f.createMap(seedEntries())
-	op := admin(t)
-
-	var bumped string
-	got := op.runTerminal(t, "y", func() {
-		f.setAnnotation(service, "unrelated", "bump", false)
-		bumped = f.isvc(service).GetResourceVersion()
-	}, seedDrainArgs(f.ns)...)
-	assert.Equal(t, 3, got.code)
-	assert.True(t, strings.HasSuffix(got.stderr, confirmPrompt+"y\nerror: guarded annotation patch rejected; refresh traffic status and retry explicitly\n"), got.stderr)
-	assert.Empty(t, got.stdout)
-	assert.Equal(t, map[string]string{"unrelated": "bump"}, f.isvc(service).GetAnnotations())
-	assert.Equal(t, bumped, f.isvc(service).GetResourceVersion(), "nothing was written after the bump")
-
-	// The same for an undrain, on a drained service.
-	f.drain(seedDrain)
-	got = op.runTerminal(t, "y", func() { f.setAnnotation(service, "unrelated", "bump-2", false) }, undrainArgs(f.ns)...)
-	assert.Equal(t, 3, got.code, got.stderr)
-	assert.Equal(t, seedDrain, f.isvc(service).GetAnnotations()[drainKey])
 }
 
 // Every refusal: its exact message, exit code 1, and the InferenceService untouched.

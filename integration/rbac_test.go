@@ -180,31 +180,46 @@ func TestChartRBACEveryRuleIsNeeded(t *testing.T) {
 }
 
 // helm install works against the real API server in both modes: standalone creates the
-// Deployment, Service and RBAC; sidecar only the ServiceAccount and RBAC.
+// Deployment, Service and RBAC; sidecar only the ServiceAccount and RBAC. Neither release
+// holds a CRD (the chart has no crds/ folder and crds.install is off by default), and with
+// crds.install=true Helm refuses to take over the TrafficMap CRD that is already installed.
 func TestHelmInstallBothModes(t *testing.T) {
 	f := newFixture(t)
 	admin := newOpsUser(t, "helm", "system:masters")
-	install := func(release string, set ...string) string {
-		args := []string{"install", release, filepath.Join(repoRoot(), "charts", "publisher"), "--namespace", f.ns,
-			"--kubeconfig", admin.kubeconfig, "--skip-crds", "--set", "publisher.gateway=" + f.ns + "/" + gatewayName}
-		for _, kv := range set {
-			args = append(args, "--set", kv)
-		}
-		cmd := exec.Command(helmBinary(t), args...)
-		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	helmEnv := append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	helm := func(args ...string) (string, error) {
+		cmd := exec.Command(helmBinary(t), append(args, "--namespace", f.ns, "--kubeconfig", admin.kubeconfig)...)
+		cmd.Env = helmEnv
 		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, string(out))
-		t.Cleanup(func() {
-			un := exec.Command(helmBinary(t), "uninstall", release, "--namespace", f.ns, "--kubeconfig", admin.kubeconfig)
-			un.Env = cmd.Env
-			_ = un.Run()
-		})
-		return string(out)
+		return string(out), err
+	}
+	// tryInstall installs the chart with these --set values (and flags, which start with --).
+	tryInstall := func(release string, set ...string) (string, error) {
+		args := []string{"install", release, filepath.Join(repoRoot(), "charts", "publisher"),
+			"--set", "publisher.gateway=" + f.ns + "/" + gatewayName}
+		for _, kv := range set {
+			if strings.HasPrefix(kv, "--") {
+				args = append(args, kv)
+			} else {
+				args = append(args, "--set", kv)
+			}
+		}
+		t.Cleanup(func() { _, _ = helm("uninstall", release) })
+		return helm(args...)
+	}
+	install := func(release string, set ...string) string {
+		out, err := tryInstall(release, set...)
+		require.NoError(t, err, out)
+		manifest, err := helm("get", "manifest", release)
+		require.NoError(t, err, manifest)
+		assert.NotContains(t, manifest, "kind: CustomResourceDefinition", "the release holds no CRD")
+		return out
 	}
 
 	notes := install("standalone", "publisher.namespaces={"+f.ns+"}")
 	assert.Contains(t, notes, "STATUS: deployed")
 	assert.Contains(t, notes, "kubectl get trafficmap -A", "NOTES tell how to check PUBLISHED")
+	assert.Contains(t, notes, "this release did not install it (crds.install=false)")
 	_, err := kube.AppsV1().Deployments(f.ns).Get(ctxFor(t), "standalone-trafficmap-publisher", metav1.GetOptions{})
 	require.NoError(t, err)
 	_, err = kube.CoreV1().Services(f.ns).Get(ctxFor(t), "standalone-trafficmap-publisher", metav1.GetOptions{})
@@ -218,4 +233,12 @@ func TestHelmInstallBothModes(t *testing.T) {
 	require.NoError(t, err)
 	_, err = kube.AppsV1().Deployments(f.ns).Get(ctxFor(t), "sidecar-trafficmap-publisher", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "sidecar mode renders no Deployment")
+
+	// The TrafficMap CRD here was installed by envtest, as OME would have: Helm does not
+	// adopt it, so crds.install=true is refused. A server dry run makes that check without
+	// recording a release whose uninstall could touch the CRD.
+	out, err := tryInstall("crds", "mode=sidecar", "publisher.namespaces={"+f.ns+"}", "crds.install=true", "--dry-run=server")
+	require.Error(t, err)
+	assert.Contains(t, out, `CustomResourceDefinition "trafficmaps.ome.io"`)
+	assert.Contains(t, out, "exists and cannot be imported into the current release")
 }

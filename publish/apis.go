@@ -17,7 +17,7 @@ func (p *Publisher) checkAPIs() error {
 		groupVersion, resource, hint string
 		needed                       bool
 	}{
-		{v1beta1.SchemeGroupVersion.String(), "trafficmaps", "install the TrafficMap CRD (charts/publisher/crds) or OME", true},
+		{v1beta1.SchemeGroupVersion.String(), "trafficmaps", "install the TrafficMap CRD (config/crd, or the chart with crds.install=true) or OME", true},
 		{v1beta1.SchemeGroupVersion.String(), "inferenceservices", "install OME's InferenceService CRD", true},
 		{gwapiv1.GroupVersion.String(), "httproutes", "install the Gateway API standard CRDs, or run with --sinks xds",
 			p.cfg.sinkOn(SinkHTTPRoute)},

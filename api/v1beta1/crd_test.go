@@ -13,11 +13,15 @@ import (
 	omev1beta1 "github.com/trafficmap/publisher/api/v1beta1"
 )
 
-const crdDir = "../../charts/publisher/crds"
+// The generated TrafficMap CRD and the hand-written stand-in InferenceService CRD.
+const (
+	crdDir     = "../../config/crd"
+	standInDir = "../../integration/testdata/crds"
+)
 
-func loadCRD(t *testing.T, file string) *apiextensionsv1.CustomResourceDefinition {
+func loadCRD(t *testing.T, path string) *apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(crdDir, file))
+	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var crd apiextensionsv1.CustomResourceDefinition
 	require.NoError(t, yaml.UnmarshalStrict(data, &crd))
@@ -41,7 +45,7 @@ func prop(t *testing.T, s *apiextensionsv1.JSONSchemaProps, path ...string) *api
 }
 
 func TestTrafficMapCRD(t *testing.T) {
-	crd := loadCRD(t, "ome.io_trafficmaps.yaml")
+	crd := loadCRD(t, filepath.Join(crdDir, "ome.io_trafficmaps.yaml"))
 
 	assert.Equal(t, "trafficmaps.ome.io", crd.Name)
 	assert.Equal(t, omev1beta1.GroupName, crd.Spec.Group)
@@ -129,7 +133,7 @@ func TestTrafficMapCRD(t *testing.T) {
 }
 
 func TestInferenceServiceStandInCRD(t *testing.T) {
-	crd := loadCRD(t, "ome.io_inferenceservices.yaml")
+	crd := loadCRD(t, filepath.Join(standInDir, "ome.io_inferenceservices.yaml"))
 
 	assert.Equal(t, "inferenceservices.ome.io", crd.Name)
 	assert.Equal(t, omev1beta1.InferenceServicesResource.Resource, crd.Spec.Names.Plural)

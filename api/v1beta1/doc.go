@@ -2,7 +2,7 @@
 // (ome.io/v1beta1), as read by the publisher.
 //
 // The schema mirrors OME's own CRD field for field, so that the CRD generated
-// from these types (charts/publisher/crds/ome.io_trafficmaps.yaml) accepts
+// from these types (config/crd/ome.io_trafficmaps.yaml) accepts
 // every object OME writes. The routing controller owns spec and the routing
 // part of status; a publisher owns only its own status fields, written by
 // server-side apply under its own field manager.

@@ -22,7 +22,8 @@ type controlPlane struct {
 }
 
 // startControlPlane starts kube-apiserver and etcd from $KUBEBUILDER_ASSETS with envtest,
-// installs the CRDs the integration tests install and writes a kubeconfig to a temp dir.
+// installs the TrafficMap CRD, the stand-in InferenceService CRD and Gateway API's CRDs
+// (testenv.CRDPaths) and writes a kubeconfig to a temp dir.
 func startControlPlane() (*controlPlane, error) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {

@@ -2,7 +2,10 @@
 // binary is the only file, on an empty base, run as a non-root user with the binary as
 // entrypoint, written as a tarball that `docker load`, `podman load` or `crane push` take.
 //
-//	go run ./hack/image --binary bin/publisher-linux-amd64 --output bin/publisher-image.tar
+// It is its own module (hack/image/go.mod), so the publisher's go.mod never depends on
+// go-containerregistry; run it from the repository's root with
+//
+//	go -C hack/image run . --binary "$PWD/bin/publisher-linux-amd64" --output "$PWD/bin/publisher-image.tar"
 package main
 
 import (

@@ -18,7 +18,8 @@ import (
 func TestImageTarball(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "publisher")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/trafficmap/publisher/cmd/publisher")
+	// hack/image is its own module: build the publisher in the repository's root module.
+	build := exec.Command("go", "-C", filepath.Join("..", ".."), "build", "-trimpath", "-o", bin, "./cmd/publisher")
 	build.Env = append(build.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, string(out))

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -38,7 +37,7 @@ var restCfg *rest.Config
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	root, err := testenv.RepoRoot()
+	crds, err := testenv.PublisherCRDPaths()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "standalone:", err)
 		return 1
@@ -50,8 +49,8 @@ func run(m *testing.M) int {
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
-		// Only the project's CRDs: no Gateway API.
-		CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{filepath.Join(root, "charts", "publisher", "crds")}, ErrorIfPathMissing: true},
+		// Only TrafficMap and the stand-in InferenceService: no Gateway API.
+		CRDInstallOptions: envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
 	}
 	if restCfg, err = env.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "standalone: start control plane:", err)
