@@ -57,8 +57,9 @@ type SyncResult struct {
 // backend Services first, then the route, then it prunes Services no longer referenced, so
 // the route never points at a missing Service. It applies only objects whose cached copy
 // differs in those fields (see Matches) and refuses (ErrConflict) any object at a needed
-// name that src does not own. On error, objects already written stay written and a retry
-// converges.
+// name that src does not own; since an apply would take over whatever is at a name, a name
+// with no cached copy is read from the API server first. On error, objects already written
+// stay written and a retry converges.
 func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store Store) (SyncResult, error) {
 	var res SyncResult
 	current, err := store.Route(desired.Route.Namespace, desired.Route.Name)
