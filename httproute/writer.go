@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 
@@ -12,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
@@ -30,14 +30,17 @@ type Store interface {
 	Services(src Source) ([]*corev1.Service, error)
 }
 
-// Writer stores desired objects. It is safe for concurrent use on different sources.
+// Writer stores desired objects by server-side apply under its field manager, forcing
+// conflicts: the publisher owns the labels and annotations it sets and the whole spec it
+// sets, and leaves every other field (another manager's labels, annotations, status) alone.
+// It is safe for concurrent use on different sources.
 type Writer struct {
 	kube         kubernetes.Interface
 	gateway      gwclient.Interface
 	fieldManager string
 }
 
-// NewWriter returns a Writer that writes with the given clients under fieldManager.
+// NewWriter returns a Writer that applies with the given clients as fieldManager.
 func NewWriter(kube kubernetes.Interface, gateway gwclient.Interface, fieldManager string) *Writer {
 	return &Writer{kube: kube, gateway: gateway, fieldManager: fieldManager}
 }
@@ -50,11 +53,13 @@ type SyncResult struct {
 	Writes int
 }
 
-// Sync makes the stored objects for src equal to desired: backend Services first, then the
-// route, then it prunes Services no longer referenced, so the route never points at a
-// missing Service. It writes only objects that differ and refuses (ErrConflict) any object at
-// a needed name that src does not own. On error, objects already written stay written and a
-// retry converges.
+// Sync makes the stored objects for src hold desired in the fields the publisher owns:
+// backend Services first, then the route, then it prunes Services no longer referenced, so
+// the route never points at a missing Service. It applies only objects whose cached copy
+// differs in those fields (see Matches) and refuses (ErrConflict) any object at a needed
+// name that src does not own; since an apply would take over whatever is at a name, a name
+// with no cached copy is read from the API server first. On error, objects already written
+// stay written and a retry converges.
 func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store Store) (SyncResult, error) {
 	var res SyncResult
 	current, err := store.Route(desired.Route.Namespace, desired.Route.Name)
@@ -93,26 +98,12 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 	}
 
 	res.Route = current
-	switch {
-	case current == nil:
-		created, err := w.gateway.GatewayV1().HTTPRoutes(desired.Route.Namespace).Create(ctx, desired.Route, metav1.CreateOptions{FieldManager: w.fieldManager})
-		if apierrors.IsAlreadyExists(err) {
-			return res, w.explainExisting(ctx, src, desired.Route.Namespace, desired.Route.Name)
-		}
+	if current == nil || !Matches(desired.Route, current) {
+		applied, err := w.applyRoute(ctx, src, desired.Route, current)
 		if err != nil {
-			return res, fmt.Errorf("create httproute %s/%s: %w", desired.Route.Namespace, desired.Route.Name, err)
+			return res, err
 		}
-		res.Route, res.Writes = created, res.Writes+1
-	case !Matches(desired.Route, current):
-		next := current.DeepCopy()
-		next.Labels = merged(next.Labels, desired.Route.Labels)
-		next.Annotations = merged(next.Annotations, desired.Route.Annotations)
-		next.Spec = desired.Route.Spec
-		updated, err := w.gateway.GatewayV1().HTTPRoutes(next.Namespace).Update(ctx, next, metav1.UpdateOptions{FieldManager: w.fieldManager})
-		if err != nil {
-			return res, fmt.Errorf("update httproute %s/%s: %w", next.Namespace, next.Name, err)
-		}
-		res.Route, res.Writes = updated, res.Writes+1
+		res.Route, res.Writes = applied, res.Writes+1
 	}
 
 	for _, stale := range sortedServices(byName) {
@@ -151,30 +142,50 @@ func (w *Writer) Delete(ctx context.Context, src Source, store Store) (deleted i
 	return deleted, nil
 }
 
-func (w *Writer) syncService(ctx context.Context, src Source, want, current *corev1.Service) (int, error) {
-	client := w.kube.CoreV1().Services(want.Namespace)
-	if current == nil {
-		_, err := client.Create(ctx, want, metav1.CreateOptions{FieldManager: w.fieldManager})
-		if apierrors.IsAlreadyExists(err) {
-			return 0, w.explainExisting(ctx, src, want.Namespace, want.Name)
+// applyRoute applies want. With a cached copy the apply names its UID, so a route that was
+// replaced behind the cache is refused by the API server rather than taken over; without
+// one the route at the name is read first, as the cache may be behind.
+func (w *Writer) applyRoute(ctx context.Context, src Source, want, current *gwapiv1.HTTPRoute) (*gwapiv1.HTTPRoute, error) {
+	var uid types.UID
+	if current != nil {
+		uid = current.UID
+	} else {
+		live, err := w.gateway.GatewayV1().HTTPRoutes(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
+		if err := claimable(src, "httproute", want.Namespace, want.Name, live, err); err != nil {
+			return nil, err
 		}
-		if err != nil {
-			return 0, fmt.Errorf("create service %s/%s: %w", want.Namespace, want.Name, err)
-		}
-		return 1, nil
 	}
-	if serviceMatches(want, current) {
+	applied, err := w.gateway.GatewayV1().HTTPRoutes(want.Namespace).Apply(ctx, routeApply(want, uid), w.applyOptions())
+	if err != nil {
+		return nil, fmt.Errorf("apply httproute %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	return applied, nil
+}
+
+// syncService applies want unless current, its cached copy, already matches; see
+// applyRoute for how an object not in the cache is treated.
+func (w *Writer) syncService(ctx context.Context, src Source, want, current *corev1.Service) (int, error) {
+	if current != nil && serviceMatches(want, current) {
 		return 0, nil
 	}
-	next := current.DeepCopy()
-	next.Labels = merged(next.Labels, want.Labels)
-	next.Spec.Type = want.Spec.Type
-	next.Spec.ExternalName = want.Spec.ExternalName
-	next.Spec.Ports = want.Spec.Ports
-	if _, err := client.Update(ctx, next, metav1.UpdateOptions{FieldManager: w.fieldManager}); err != nil {
-		return 0, fmt.Errorf("update service %s/%s: %w", next.Namespace, next.Name, err)
+	client := w.kube.CoreV1().Services(want.Namespace)
+	var uid types.UID
+	if current != nil {
+		uid = current.UID
+	} else {
+		live, err := client.Get(ctx, want.Name, metav1.GetOptions{})
+		if err := claimable(src, "service", want.Namespace, want.Name, live, err); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := client.Apply(ctx, serviceApply(want, uid), w.applyOptions()); err != nil {
+		return 0, fmt.Errorf("apply service %s/%s: %w", want.Namespace, want.Name, err)
 	}
 	return 1, nil
+}
+
+func (w *Writer) applyOptions() metav1.ApplyOptions {
+	return metav1.ApplyOptions{FieldManager: w.fieldManager, Force: true}
 }
 
 func (w *Writer) deleteService(ctx context.Context, svc *corev1.Service) error {
@@ -185,55 +196,51 @@ func (w *Writer) deleteService(ctx context.Context, svc *corev1.Service) error {
 	return nil
 }
 
-// explainExisting is called when a create found an object the cache did not show: it is
-// either someone else's (a conflict) or the cache is behind (a transient error).
-func (w *Writer) explainExisting(ctx context.Context, src Source, namespace, name string) error {
-	var labels map[string]string
-	kind := "httproute"
-	if name == RouteName(src.Name) && namespace == src.Namespace {
-		obj, err := w.gateway.GatewayV1().HTTPRoutes(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("read existing httproute %s/%s: %w", namespace, name, err)
-		}
-		labels = obj.Labels
-	} else {
-		kind = "service"
-		obj, err := w.kube.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("read existing service %s/%s: %w", namespace, name, err)
-		}
-		labels = obj.Labels
+// claimable reports whether the publisher may apply at namespace/name for src, given what a
+// read of that name returned: yes when nothing is there or the object there is src's (the
+// cache was behind), ErrConflict when it belongs to someone else.
+func claimable[T metav1.Object](src Source, kind, namespace, name string, live T, err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
 	}
-	if !Owned(labels, src) {
+	if err != nil {
+		return fmt.Errorf("read %s %s/%s: %w", kind, namespace, name, err)
+	}
+	if !Owned(live.GetLabels(), src) {
 		return conflict(kind, namespace, name)
 	}
-	return fmt.Errorf("%s %s/%s exists but is not cached yet: %w", kind, namespace, name, errCacheBehind)
+	return nil
 }
-
-var errCacheBehind = errors.New("cache is behind the api server")
 
 func conflict(kind, namespace, name string) error {
 	return fmt.Errorf("%s %s/%s %w (labels %s=%s, %s and %s required); refusing to overwrite it",
 		kind, namespace, name, ErrConflict, LabelManagedBy, ManagedByValue, LabelSourceNamespace, LabelSourceName)
 }
 
-// Matches reports whether the stored route current already holds everything desired sets;
-// fields others added (labels, annotations, status) are ignored.
-func Matches(desired, current *gwapiv1.HTTPRoute) bool {
-	return subset(desired.Labels, current.Labels) &&
-		subset(desired.Annotations, current.Annotations) &&
-		equality.Semantic.DeepEqual(desired.Spec, current.Spec)
+// Matches reports whether cached holds exactly the desired content in the fields the
+// publisher owns: every label and annotation desired sets, with its value, and the
+// parentRefs, hostnames and rules (atomic lists in Gateway API, so an apply owns each one
+// whole). Labels, annotations, spec fields and status that other field managers set are
+// theirs and never count as a difference.
+func Matches(desired, cached *gwapiv1.HTTPRoute) bool {
+	return subset(desired.Labels, cached.Labels) &&
+		subset(desired.Annotations, cached.Annotations) &&
+		equality.Semantic.DeepEqual(desired.Spec.ParentRefs, cached.Spec.ParentRefs) &&
+		equality.Semantic.DeepEqual(desired.Spec.Hostnames, cached.Spec.Hostnames) &&
+		equality.Semantic.DeepEqual(desired.Spec.Rules, cached.Spec.Rules)
 }
 
-func serviceMatches(desired, current *corev1.Service) bool {
-	if !subset(desired.Labels, current.Labels) ||
-		desired.Spec.Type != current.Spec.Type ||
-		desired.Spec.ExternalName != current.Spec.ExternalName ||
-		len(desired.Spec.Ports) != len(current.Spec.Ports) {
+// serviceMatches is Matches for a backend Service: the labels desired sets, the type, the
+// external name and the ports (name, port and protocol; the API server defaults the rest).
+func serviceMatches(desired, cached *corev1.Service) bool {
+	if !subset(desired.Labels, cached.Labels) ||
+		desired.Spec.Type != cached.Spec.Type ||
+		desired.Spec.ExternalName != cached.Spec.ExternalName ||
+		len(desired.Spec.Ports) != len(cached.Spec.Ports) {
 		return false
 	}
 	for i, p := range desired.Spec.Ports {
-		c := current.Spec.Ports[i]
+		c := cached.Spec.Ports[i]
 		if p.Name != c.Name || p.Port != c.Port || p.Protocol != c.Protocol {
 			return false
 		}
@@ -248,13 +255,6 @@ func subset(want, have map[string]string) bool {
 		}
 	}
 	return true
-}
-
-func merged(base, over map[string]string) map[string]string {
-	out := make(map[string]string, len(base)+len(over))
-	maps.Copy(out, base)
-	maps.Copy(out, over)
-	return out
 }
 
 func sortedServices(m map[string]*corev1.Service) []*corev1.Service {

@@ -1,0 +1,116 @@
+package httproute
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwapplyv1 "sigs.k8s.io/gateway-api/applyconfiguration/apis/v1"
+)
+
+// The apply configurations below carry exactly the fields Build sets: with server-side
+// apply a field left out is a field given up, so nothing Build sets may be missing here
+// (TestApplyConfigurationsCarryEveryBuiltField checks this for every golden case).
+
+// routeApply returns the apply configuration for a route built by Build. A non-empty uid
+// makes the apply fail instead of touching another object at the same name.
+func routeApply(route *gwapiv1.HTTPRoute, uid types.UID) *gwapplyv1.HTTPRouteApplyConfiguration {
+	spec := gwapplyv1.HTTPRouteSpec().WithHostnames(route.Spec.Hostnames...)
+	for _, ref := range route.Spec.ParentRefs {
+		spec.WithParentRefs(parentRefApply(ref))
+	}
+	for _, rule := range route.Spec.Rules {
+		spec.WithRules(ruleApply(rule))
+	}
+	ac := gwapplyv1.HTTPRoute(route.Name, route.Namespace).
+		WithLabels(route.Labels).
+		WithAnnotations(route.Annotations).
+		WithSpec(spec)
+	if uid != "" {
+		ac.WithUID(uid)
+	}
+	return ac
+}
+
+func parentRefApply(ref gwapiv1.ParentReference) *gwapplyv1.ParentReferenceApplyConfiguration {
+	ac := gwapplyv1.ParentReference().WithName(ref.Name)
+	if ref.Group != nil {
+		ac.WithGroup(*ref.Group)
+	}
+	if ref.Kind != nil {
+		ac.WithKind(*ref.Kind)
+	}
+	if ref.Namespace != nil {
+		ac.WithNamespace(*ref.Namespace)
+	}
+	if ref.SectionName != nil {
+		ac.WithSectionName(*ref.SectionName)
+	}
+	if ref.Port != nil {
+		ac.WithPort(*ref.Port)
+	}
+	return ac
+}
+
+func ruleApply(rule gwapiv1.HTTPRouteRule) *gwapplyv1.HTTPRouteRuleApplyConfiguration {
+	ac := gwapplyv1.HTTPRouteRule()
+	for _, m := range rule.Matches {
+		match := gwapplyv1.HTTPRouteMatch()
+		if m.Path != nil {
+			path := gwapplyv1.HTTPPathMatch()
+			if m.Path.Type != nil {
+				path.WithType(*m.Path.Type)
+			}
+			if m.Path.Value != nil {
+				path.WithValue(*m.Path.Value)
+			}
+			match.WithPath(path)
+		}
+		ac.WithMatches(match)
+	}
+	for _, ref := range rule.BackendRefs {
+		b := gwapplyv1.HTTPBackendRef().WithName(ref.Name)
+		if ref.Group != nil {
+			b.WithGroup(*ref.Group)
+		}
+		if ref.Kind != nil {
+			b.WithKind(*ref.Kind)
+		}
+		if ref.Namespace != nil {
+			b.WithNamespace(*ref.Namespace)
+		}
+		if ref.Port != nil {
+			b.WithPort(*ref.Port)
+		}
+		if ref.Weight != nil {
+			b.WithWeight(*ref.Weight)
+		}
+		for _, f := range ref.Filters {
+			filter := gwapplyv1.HTTPRouteFilter().WithType(f.Type)
+			if f.URLRewrite != nil && f.URLRewrite.Hostname != nil {
+				filter.WithURLRewrite(gwapplyv1.HTTPURLRewriteFilter().WithHostname(*f.URLRewrite.Hostname))
+			}
+			b.WithFilters(filter)
+		}
+		ac.WithBackendRefs(b)
+	}
+	return ac
+}
+
+// serviceApply returns the apply configuration for a Service built by Build. A non-empty
+// uid makes the apply fail instead of touching another object at the same name.
+func serviceApply(svc *corev1.Service, uid types.UID) *corev1ac.ServiceApplyConfiguration {
+	spec := corev1ac.ServiceSpec().
+		WithType(svc.Spec.Type).
+		WithExternalName(svc.Spec.ExternalName)
+	for _, p := range svc.Spec.Ports {
+		spec.WithPorts(corev1ac.ServicePort().WithName(p.Name).WithProtocol(p.Protocol).WithPort(p.Port))
+	}
+	ac := corev1ac.Service(svc.Name, svc.Namespace).
+		WithLabels(svc.Labels).
+		WithSpec(spec)
+	if uid != "" {
+		ac.WithUID(uid)
+	}
+	return ac
+}
