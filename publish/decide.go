@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
@@ -110,12 +111,7 @@ func needsAnnounce(tm *v1beta1.TrafficMap, carried bool) bool {
 }
 
 func findPublished(tm *v1beta1.TrafficMap) *metav1.Condition {
-	for i := range tm.Status.Conditions {
-		if tm.Status.Conditions[i].Type == v1beta1.ConditionPublished {
-			return &tm.Status.Conditions[i]
-		}
-	}
-	return nil
+	return meta.FindStatusCondition(tm.Status.Conditions, v1beta1.ConditionPublished)
 }
 
 // describeWeights renders effective weights as "worker-a=0 (drained by m-a), worker-b=1",

@@ -3,6 +3,7 @@ package publish
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -140,11 +142,11 @@ func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want p
 		return tm, nil
 	}
 	prev := findPublished(tm)
-	cond := want.condition
-	cond.LastTransitionTime = metav1.NewTime(w.now())
-	if prev != nil && prev.Status == cond.Status {
-		cond.LastTransitionTime = prev.LastTransitionTime
-	}
+	// meta.SetStatusCondition's transition rule: the time moves only when the status does.
+	conds := slices.Clone(tm.Status.Conditions)
+	want.condition.LastTransitionTime = metav1.NewTime(w.now())
+	meta.SetStatusCondition(&conds, want.condition)
+	cond := *meta.FindStatusCondition(conds, v1beta1.ConditionPublished)
 	updated, err := w.api.ApplyStatus(ctx, applyConfiguration(tm, want, cond))
 	if err != nil {
 		return tm, fmt.Errorf("apply trafficmap %s/%s status: %w", tm.Namespace, tm.Name, err)
