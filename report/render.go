@@ -148,11 +148,20 @@ func statusTable(s Status) string {
 			if len(nacks) > 0 {
 				nacked = strings.Join(nacks, ", ")
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.NodeID, c.Flavour, state, typeVersions(c.Acked), nacked)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", plain(c.NodeID), plain(string(c.Flavour)), state, typeVersions(c.Acked), nacked)
 		}
 		_ = tw.Flush()
 	}
 	return b.String()
+}
+
+// plain returns s when it has no space, quote or non-printable character, else s quoted:
+// node ids come from the clients and must not move the table or drive the terminal.
+func plain(s string) string {
+	if q := strconv.Quote(s); s != "" && q[1:len(q)-1] == s && !strings.ContainsAny(s, " \t") {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 // XDSUnavailable is the table's xDS line when the publisher's /debug/xds was not read.

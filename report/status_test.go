@@ -248,6 +248,7 @@ func TestBuildPublishedAndXDSClients(t *testing.T) {
 				Nacked: map[string]xds.Nack{"Cluster": {Version: "v2", Message: "tls context unsupported"}}},
 			{NodeID: "envoy-a", Flavour: xds.FlavourEnvoy, Acked: map[string]string{"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
 			{NodeID: "grpc-a", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
+			{NodeID: "odd node\x1b[2J", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
 		},
 	}
 	s := Build(Objects{TrafficMap: tm, Source: source(nil), XDS: state, XDSSource: "http://127.0.0.1:8080/debug/xds"})
@@ -262,6 +263,7 @@ func TestBuildPublishedAndXDSClients(t *testing.T) {
 			{NodeID: "envoy-b", Flavour: xds.FlavourEnvoy, Acked: map[string]string{"Cluster": "v1", "Listener": "v1", "RouteConfiguration": "v3"},
 				Nacked: map[string]XDSNack{"Cluster": {Version: "v2", Message: "tls context unsupported"}}},
 			{NodeID: "grpc-a", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
+			{NodeID: "odd node\x1b[2J", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
 		},
 	}, s.Sinks.XDS, "the document's state, sorted; the message's \"7/7\" is not read")
 	state.Snapshots[xds.FlavourEnvoy]["Cluster"] = "changed"
@@ -274,11 +276,12 @@ func TestBuildPublishedAndXDSClients(t *testing.T) {
 		"Published          False (XDSRejected), Current: observedGeneration 3 is the generation\n",
 		"Last transition    2026-12-03T09:30:00Z\n",
 		"Message            " + tm.Status.Conditions[0].Message + "\n",
-		"xDS sink           publisher http://127.0.0.1:8080/debug/xds serves envoy: Cluster=v2, Listener=v1, RouteConfiguration=v3; 1/3 connected clients ACKed the versions served\n",
-		"\nXDS CLIENT   FLAVOUR   STATE     ACKED                                            NACKED\n" +
-			"envoy-a      envoy     Current   Cluster=v2, Listener=v1, RouteConfiguration=v3   -\n" +
-			"envoy-b      envoy     Behind    Cluster=v1, Listener=v1, RouteConfiguration=v3   Cluster=v2 \"tls context unsupported\"\n" +
-			"grpc-a       grpc      Behind    nothing                                          -\n",
+		"xDS sink           publisher http://127.0.0.1:8080/debug/xds serves envoy: Cluster=v2, Listener=v1, RouteConfiguration=v3; 1/4 connected clients ACKed the versions served\n",
+		"\nXDS CLIENT          FLAVOUR   STATE     ACKED                                            NACKED\n" +
+			"envoy-a             envoy     Current   Cluster=v2, Listener=v1, RouteConfiguration=v3   -\n" +
+			"envoy-b             envoy     Behind    Cluster=v1, Listener=v1, RouteConfiguration=v3   Cluster=v2 \"tls context unsupported\"\n" +
+			"grpc-a              grpc      Behind    nothing                                          -\n" +
+			`"odd node\x1b[2J"   grpc      Behind    nothing                                          -` + "\n",
 	} {
 		assert.Contains(t, table, want)
 	}
