@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,8 +40,9 @@ func (c Client) Get(ctx context.Context, namespace, name string) (Target, error)
 	return TargetOf(u), nil
 }
 
-// Apply sends the plan's patch (dryRun=All for a server dry run) and returns the stored
-// object's resourceVersion. A failed UID or resourceVersion test is ErrConflict.
+// Apply sends the plan's merge patch (dryRun=All for a server dry run) and returns the
+// stored object's resourceVersion. The API server's refusal of the patch's UID or
+// resourceVersion (the object changed after the read) is ErrConflict.
 func (c Client) Apply(ctx context.Context, p *Plan, dry DryRun) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
@@ -51,9 +51,9 @@ func (c Client) Apply(ctx context.Context, p *Plan, dry DryRun) (string, error) 
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
 	u, err := c.Dynamic.Resource(v1beta1.InferenceServicesResource).Namespace(p.Target.Namespace).
-		Patch(ctx, p.Target.Name, types.JSONPatchType, p.Patch(), opts)
+		Patch(ctx, p.Target.Name, types.MergePatchType, p.Patch(), opts)
 	if err != nil {
-		if isTestFailure(err) {
+		if isConflict(err) {
 			return "", ErrConflict
 		}
 		return "", c.apiError(ctx, "patch", p.Target.Namespace, err)
@@ -76,23 +76,36 @@ func checkResponse(u *unstructured.Unstructured, p *Plan) (string, error) {
 	return u.GetResourceVersion(), nil
 }
 
-// isTestFailure reports a 409 Conflict or the API server's exact 422 for a JSON Patch whose
-// test failed.
-func isTestFailure(err error) bool {
+// isConflict reports the API server's refusal of the patch's UID or resourceVersion: the
+// object changed after it was read. Both are read from the API status, never its message
+// (checked against kube-apiserver v1.37 in integration/ops_test.go):
+//   - a resourceVersion that is not the stored one (any write after the read, or a delete
+//     and re-create, which always gets a newer resourceVersion) is 409 Conflict;
+//   - a different UID at the stored resourceVersion is 422 Invalid with a FieldValueInvalid
+//     cause on metadata.uid (uid is immutable). Within one etcd history a re-created object
+//     never has the old resourceVersion, so this is the guard's second line only.
+//
+// The patch is a merge patch because a failed JSON Patch (a "test" op, or an op that no
+// longer applies to a changed object) is a 422 Invalid with empty details, told apart from
+// other 422s only by its message text.
+func isConflict(err error) bool {
 	if apierrors.IsConflict(err) {
 		return true
 	}
-	var st apierrors.APIStatus
-	if !errors.As(err, &st) {
+	if !apierrors.IsInvalid(err) {
 		return false
 	}
-	s := st.Status()
-	return s.Code == http.StatusUnprocessableEntity && s.Reason == metav1.StatusReasonInvalid && s.Message == jsonPatchTestFailed
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) || st.Status().Details == nil {
+		return false
+	}
+	for _, c := range st.Status().Details.Causes {
+		if c.Type == metav1.CauseTypeFieldValueInvalid && c.Field == "metadata.uid" {
+			return true
+		}
+	}
+	return false
 }
-
-// jsonPatchTestFailed is the API server's message for a JSON Patch that does not apply, which
-// for this patch means a failed test of the UID or resourceVersion.
-const jsonPatchTestFailed = "the server rejected our request due to an error in our request"
 
 // apiError turns an API error into a sanitized one. A permission error names the verb and
 // the resource and what the command needs; admission text is never echoed.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	ktesting "k8s.io/client-go/testing"
 
@@ -49,24 +50,30 @@ func TestClientGetAndApply(t *testing.T) {
 	_, err = c.Apply(context.Background(), p, DryRunServer)
 	require.NoError(t, err)
 	last := fake.Actions()[len(fake.Actions())-1].(ktesting.PatchAction)
-	assert.Equal(t, "application/json-patch+json", string(last.GetPatchType()))
+	assert.Equal(t, "application/merge-patch+json", string(last.GetPatchType()))
 	assert.Equal(t, p.Patch(), last.GetPatch())
 }
 
 func TestClientErrors(t *testing.T) {
 	gr := schema.GroupResource{Group: "ome.io", Resource: "inferenceservices"}
-	invalid := apierrors.NewGenericServerResponse(422, "", schema.GroupResource{}, "", "the test failed", 0, false)
+	gk := schema.GroupKind{Group: "ome.io", Kind: "InferenceService"}
+	// What kube-apiserver answers (see isConflict and integration/ops_test.go).
+	jsonPatchFailed := apierrors.NewGenericServerResponse(422, "", schema.GroupResource{}, "", "", 0, false)
+	uidChanged := apierrors.NewInvalid(gk, "chat", field.ErrorList{field.Invalid(field.NewPath("metadata", "uid"), "u-2", "field is immutable")})
 	for _, tc := range []struct {
 		name string
 		err  error
 		want string
 	}{
-		{"failed test", invalid, ErrConflict.Error()},
-		{"conflict", apierrors.NewConflict(gr, "chat", errors.New("stale")), ErrConflict.Error()},
+		{"stale resourceVersion", apierrors.NewConflict(gr, "chat", errors.New("the object has been modified")), ErrConflict.Error()},
+		{"uid changed at the same resourceVersion", uidChanged, ErrConflict.Error()},
+		{"a 422 without the uid cause is no conflict", jsonPatchFailed, ErrAPI.Error()},
+		{"another immutable field is no conflict", apierrors.NewInvalid(gk, "chat",
+			field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), "x", "field is immutable")}), ErrAPI.Error()},
 		{"forbidden", apierrors.NewForbidden(gr, "chat", errors.New("no")),
 			"forbidden: cannot patch inferenceservices.ome.io in namespace prod; the drain needs get and patch on inferenceservices.ome.io and get on trafficmaps.ome.io"},
 		{"admission text is not echoed", apierrors.NewBadRequest("webhook says secret-stuff"), ErrAPI.Error()},
-		{"other invalid", apierrors.NewInvalid(schema.GroupKind{Group: "ome.io", Kind: "InferenceService"}, "chat", nil), ErrAPI.Error()},
+		{"other invalid", apierrors.NewInvalid(gk, "chat", nil), ErrAPI.Error()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _ := fakeClient(t, tc.err)

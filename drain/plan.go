@@ -92,7 +92,8 @@ type Plan struct {
 	Cluster string
 	// Before and After count the drains.
 	Before, After int
-	// Op and Value are the annotation change; Value is empty for OpRemove.
+	// Op and Value are the annotation change (add: absent before; replace: present before;
+	// remove: delete the key); Value is empty for OpRemove.
 	Op    Op
 	Value string
 }
@@ -255,33 +256,34 @@ func Encode(drains []weights.Drain) string {
 	return string(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 }
 
-type patchOp struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value any    `json:"value,omitempty"`
+// mergePatch is the patch's document; field order fixes its encoding.
+type mergePatch struct {
+	Metadata mergeMetadata `json:"metadata"`
 }
 
-// annotationPath is the JSON Pointer of the annotation ("/" escaped as "~1").
-const annotationPath = "/metadata/annotations/ome.io~1traffic-drain"
+type mergeMetadata struct {
+	UID             types.UID          `json:"uid"`
+	ResourceVersion string             `json:"resourceVersion"`
+	Annotations     map[string]*string `json:"annotations"`
+}
 
-// Patch returns the JSON Patch: test the exact UID and resourceVersion, add an empty
-// annotations object if there is none, then add, replace or remove the one annotation.
+// Patch returns the JSON merge patch (RFC 7386, application/merge-patch+json): the read UID
+// and resourceVersion, and the one annotation set to Value, or null for OpRemove. The API
+// server enforces the resourceVersion itself: a patch whose resourceVersion is not the
+// stored object's is refused with 409 Conflict, which covers any change after the read,
+// including a delete and re-create. A different UID at the same resourceVersion is refused
+// as an immutable field. A merge patch always applies, so those refusals are the only ones
+// a changed object can produce. Other annotations and drain IDs are not in it.
 func (p *Plan) Patch() []byte {
-	ops := []patchOp{
-		{Op: "test", Path: "/metadata/uid", Value: string(p.Target.UID)},
-		{Op: "test", Path: "/metadata/resourceVersion", Value: p.Target.ResourceVersion},
+	var value *string
+	if p.Op != OpRemove {
+		value = &p.Value
 	}
-	if p.Target.Annotations == nil {
-		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{}})
-	}
-	if p.Op == OpRemove {
-		ops = append(ops, patchOp{Op: "remove", Path: annotationPath})
-	} else {
-		ops = append(ops, patchOp{Op: string(p.Op), Path: annotationPath, Value: p.Value})
-	}
+	doc := mergePatch{Metadata: mergeMetadata{UID: p.Target.UID, ResourceVersion: p.Target.ResourceVersion,
+		Annotations: map[string]*string{Annotation: value}}}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(ops)
+	_ = enc.Encode(doc) // strings and a map of strings always encode
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }

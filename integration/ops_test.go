@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/drain"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/report"
 	"github.com/trafficmap/publisher/weights"
@@ -145,6 +146,67 @@ func TestOpsDryRun(t *testing.T) {
 	assert.Equal(t, rv, f.isvc(service).GetResourceVersion())
 }
 
+// The guard against the real API server, case by case: the patch's resourceVersion and UID
+// are enforced by kube-apiserver itself and each refusal is drain.ErrConflict, read from the
+// API status alone; server dry runs are refused the same way; a fresh read applies.
+func TestOpsGuardedPatchConflicts(t *testing.T) {
+	f := newFixture(t)
+	c := drain.Client{Dynamic: dyn, Action: drain.ActionDrain}
+	req := drain.Request{Action: drain.ActionDrain, ID: "maintenance-a", Cluster: "worker-a", Reason: "planned maintenance"}
+	plan := func() *drain.Plan {
+		t.Helper()
+		tg, err := c.Get(ctxFor(t), f.ns, service)
+		require.NoError(t, err)
+		p, err := drain.Prepare(req, tg)
+		require.NoError(t, err)
+		return p
+	}
+	apply := func(p *drain.Plan, dry drain.DryRun) error {
+		_, err := c.Apply(ctxFor(t), p, dry)
+		return err
+	}
+
+	// Stale resourceVersion: 409 Conflict.
+	stale := plan()
+	f.setAnnotation(service, "unrelated", "bump", false)
+	rv := f.isvc(service).GetResourceVersion()
+	assert.ErrorIs(t, apply(stale, drain.DryRunServer), drain.ErrConflict)
+	assert.ErrorIs(t, apply(stale, drain.DryRunNone), drain.ErrConflict)
+	assert.Equal(t, rv, f.isvc(service).GetResourceVersion(), "nothing written")
+
+	// The current resourceVersion with another UID (what a re-created object at the read
+	// resourceVersion would be): 422 Invalid on metadata.uid.
+	forged := plan()
+	forged.Target.UID = "00000000-0000-4000-8000-000000000000"
+	assert.ErrorIs(t, apply(forged, drain.DryRunNone), drain.ErrConflict)
+	assert.Equal(t, rv, f.isvc(service).GetResourceVersion(), "nothing written")
+
+	// Deleted and re-created after the read: another UID and a newer resourceVersion.
+	old := plan()
+	require.NoError(t, dyn.Resource(v1beta1.InferenceServicesResource).Namespace(f.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
+	uid := f.createISVC(service, nil)
+	assert.ErrorIs(t, apply(old, drain.DryRunNone), drain.ErrConflict)
+	assert.Nil(t, f.isvc(service).GetAnnotations(), "the new object is not touched")
+
+	// A fresh read applies: the drain and nothing else, at the returned resourceVersion.
+	fresh := plan()
+	stored, err := c.Apply(ctxFor(t), fresh, drain.DryRunNone)
+	require.NoError(t, err)
+	u := f.isvc(service)
+	assert.Equal(t, stored, u.GetResourceVersion())
+	assert.Equal(t, uid, u.GetUID())
+	assert.Equal(t, map[string]string{drainKey: seedDrain}, u.GetAnnotations())
+
+	// And the undrain of it removes the key, with the other annotations kept.
+	f.setAnnotation(service, "team", "serving", false)
+	tg, err := c.Get(ctxFor(t), f.ns, service)
+	require.NoError(t, err)
+	undrain, err := drain.Prepare(drain.Request{Action: drain.ActionUndrain, ID: "maintenance-a"}, tg)
+	require.NoError(t, err)
+	require.NoError(t, apply(undrain, drain.DryRunNone))
+	assert.Equal(t, map[string]string{"team": "serving"}, f.isvc(service).GetAnnotations())
+}
+
 // Every refusal: its exact message, exit code 1, and the InferenceService untouched.
 func TestOpsRefusals(t *testing.T) {
 	f := newFixture(t)
@@ -267,7 +329,7 @@ func TestOpsStatusMatchesPublisher(t *testing.T) {
 	assert.Equal(t, f.ns+"/global", r.Gateway)
 	assert.Equal(t, report.VerdictAccepted, r.Verdict)
 	assert.Equal(t, f.route().Generation, r.Generation)
-	assert.Equal(t, report.XDSNotReported, st.Sinks.XDS)
+	assert.Equal(t, report.XDSSink{Clients: []report.XDSClient{}}, st.Sinks.XDS, "not read without --publisher-url")
 
 	asYAML := op.run(t, "status", "chat", "-n", f.ns, "-o", "yaml")
 	require.Equal(t, 0, asYAML.code, asYAML.stderr)
@@ -283,7 +345,7 @@ func TestOpsStatusMatchesPublisher(t *testing.T) {
 		`typo   worker-c   "wrong cluster"`,
 		"Published                  True (Published), Current",
 		fmt.Sprintf("Gateway                    %s/global: Accepted at route generation %d", f.ns, r.Generation),
-		"xDS sink                   not reported in the Published condition (off, or not reached); the publisher's /debug/xds lists its clients",
+		"xDS sink                   " + report.XDSUnavailable + "\n",
 	} {
 		assert.Contains(t, table.stdout, want)
 	}

@@ -2,7 +2,11 @@ package report
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +19,7 @@ import (
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/xds"
 )
 
 // Needs is the permission the status view needs, for permission errors.
@@ -30,6 +35,10 @@ type Reader struct {
 	// GatewayRef and GatewaySection override the route's parentRef for the verdict.
 	GatewayRef     types.NamespacedName
 	GatewaySection string
+	// PublisherURL is the publisher's --http-address as a URL (http://HOST:PORT); when set,
+	// Status reads its /debug/xds with HTTP (http.DefaultClient when nil).
+	PublisherURL string
+	HTTP         *http.Client
 }
 
 // Status reads the TrafficMap named service in namespace and its objects.
@@ -45,7 +54,64 @@ func (r Reader) Status(ctx context.Context, namespace, service string) (Status, 
 	if err != nil {
 		return Status{}, err
 	}
+	if r.PublisherURL != "" {
+		if o.XDSSource, err = DebugXDSURL(r.PublisherURL); err != nil {
+			return Status{}, err
+		}
+		if o.XDS, err = ReadXDS(ctx, r.HTTP, o.XDSSource); err != nil {
+			return Status{}, err
+		}
+	}
 	return Build(o), nil
+}
+
+// MaxDebugXDSBytes bounds the /debug/xds document ReadXDS accepts.
+const MaxDebugXDSBytes = 16 << 20
+
+// DebugXDSURL returns the /debug/xds URL of the publisher whose --http-address is publisher,
+// given as http://HOST:PORT or https://HOST:PORT (a path is kept as a prefix).
+func DebugXDSURL(publisher string) (string, error) {
+	u, err := url.Parse(publisher)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", fmt.Errorf("--publisher-url %q: must be http://HOST:PORT or https://HOST:PORT", publisher)
+	}
+	return u.JoinPath("debug", "xds").String(), nil
+}
+
+// ReadXDS reads the publisher's /debug/xds document at debugURL with client
+// (http.DefaultClient when nil).
+func ReadXDS(ctx context.Context, client *http.Client, debugURL string) (*xds.DebugState, error) {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, debugURL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", debugURL, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read the publisher's xds state: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, fmt.Errorf("read %s: 404 Not Found: the publisher serves /debug/xds only with its xds sink on, at its --http-address", debugURL)
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("read %s: %s", debugURL, resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxDebugXDSBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", debugURL, err)
+	}
+	if len(body) > MaxDebugXDSBytes {
+		return nil, fmt.Errorf("read %s: the document exceeds %d bytes", debugURL, MaxDebugXDSBytes)
+	}
+	var d xds.DebugState
+	if err := json.Unmarshal(body, &d); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", debugURL, err)
+	}
+	return &d, nil
 }
 
 // Cluster lists every TrafficMap in namespace (all when empty) whose effective weight on

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -100,6 +103,9 @@ func statusTable(s Status) string {
 		pub += ", no Published condition"
 	}
 	fmt.Fprintf(tw, "Published\t%s\n", pub)
+	if p.LastTransitionTime != nil {
+		fmt.Fprintf(tw, "Last transition\t%s\n", p.LastTransitionTime.UTC().Format(time.RFC3339))
+	}
 	if p.Message != "" {
 		fmt.Fprintf(tw, "Message\t%s\n", p.Message)
 	}
@@ -121,9 +127,77 @@ func statusTable(s Status) string {
 		}
 		fmt.Fprintf(tw, "Gateway message\t%s\n", r.Message)
 	}
-	fmt.Fprintf(tw, "xDS sink\t%s\n", strings.TrimPrefix(s.Sinks.XDS, "xds sink: "))
+	x := s.Sinks.XDS
+	fmt.Fprintf(tw, "xDS sink\t%s\n", xdsLine(x))
 	_ = tw.Flush()
+	if len(x.Clients) > 0 {
+		b.WriteString("\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+		fmt.Fprint(tw, "XDS CLIENT\tFLAVOUR\tSTATE\tACKED\tNACKED\n")
+		for _, c := range x.Clients {
+			state := "Behind"
+			if c.Current {
+				state = "Current"
+			}
+			nacks := make([]string, 0, len(c.Nacked))
+			for _, typ := range slices.Sorted(maps.Keys(c.Nacked)) {
+				n := c.Nacked[typ]
+				nacks = append(nacks, fmt.Sprintf("%s=%s %s", typ, n.Version, strconv.Quote(n.Message)))
+			}
+			nacked := "-"
+			if len(nacks) > 0 {
+				nacked = strings.Join(nacks, ", ")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", plain(c.NodeID), plain(string(c.Flavour)), state, typeVersions(c.Acked), nacked)
+		}
+		_ = tw.Flush()
+	}
 	return b.String()
+}
+
+// plain returns s when it has no space, quote or non-printable character, else s quoted:
+// node ids come from the clients and must not move the table or drive the terminal.
+func plain(s string) string {
+	if q := strconv.Quote(s); s != "" && q[1:len(q)-1] == s && !strings.ContainsAny(s, " \t") {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// XDSUnavailable is the table's xDS line when the publisher's /debug/xds was not read.
+const XDSUnavailable = "client state not available: it is read from the publisher's /debug/xds, with --publisher-url http://HOST:PORT (its --http-address)"
+
+// xdsLine is the table's xDS summary: where it was read, what is served, how many clients.
+func xdsLine(x XDSSink) string {
+	if !x.Reported {
+		return XDSUnavailable
+	}
+	served := make([]string, 0, len(x.Served))
+	for _, f := range slices.Sorted(maps.Keys(x.Served)) {
+		served = append(served, fmt.Sprintf("%s: %s", f, typeVersions(x.Served[f])))
+	}
+	if len(served) == 0 {
+		served = append(served, "no snapshot")
+	}
+	current := 0
+	for _, c := range x.Clients {
+		if c.Current {
+			current++
+		}
+	}
+	return fmt.Sprintf("publisher %s serves %s; %d/%d connected clients ACKed the versions served", x.Source, strings.Join(served, "; "), current, len(x.Clients))
+}
+
+// typeVersions formats versions per resource type, sorted by type.
+func typeVersions(vs map[string]string) string {
+	if len(vs) == 0 {
+		return "nothing"
+	}
+	parts := make([]string, 0, len(vs))
+	for _, typ := range slices.Sorted(maps.Keys(vs)) {
+		parts = append(parts, typ+"="+vs[typ])
+	}
+	return strings.Join(parts, ", ")
 }
 
 func holds(hs []Hold, taints []string) string {
@@ -156,7 +230,7 @@ func drainLine(d DrainState) string {
 	}
 	switch d.State {
 	case AnnotationMalformed:
-		if len(d.InEffect) == 0 && strings.Contains(d.Error, "no route was published before") {
+		if d.NoFallback {
 			return "Malformed: " + d.Error
 		}
 		return "Malformed: " + d.Error + "; the publisher keeps the last valid drains: " + set

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,26 +14,11 @@ import (
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/weights"
+	"github.com/trafficmap/publisher/xds"
 )
 
 // APIVersion is the version of the reports' JSON and YAML form.
 const APIVersion = "publisher.trafficmap.dev/v1alpha1"
-
-// XDSNotReported is what the report says about the xDS sink when the Published condition
-// carries no xDS confirmation (the sink is off, or the map never got that far). Client ACKs
-// live in the publisher, not the API: its /debug/xds lists them.
-const XDSNotReported = "xds sink: not reported in the Published condition (off, or not reached); the publisher's /debug/xds lists its clients"
-
-// xdsPart returns the xDS confirmation inside a Published message, e.g. "xds version 3f2a
-// ACKed by 3/3 clients", or "" when there is none.
-func xdsPart(message string) string {
-	for _, part := range strings.Split(message, "; ") {
-		if strings.HasPrefix(part, "xds ") || strings.HasPrefix(part, "no xds client") || strings.HasPrefix(part, "waiting for xds clients") {
-			return part
-		}
-	}
-	return ""
-}
 
 // Freshness of the Published condition.
 const (
@@ -71,6 +55,10 @@ type Objects struct {
 	// Clusters are the taint sources' views of the entry clusters (fleet drains), as the
 	// publisher reads them.
 	Clusters []publish.ClusterTaints
+	// XDS is the publisher's /debug/xds document; nil when it was not read.
+	XDS *xds.DebugState
+	// XDSSource is where XDS was read from.
+	XDSSource string
 }
 
 // Status is the status of one TrafficMap.
@@ -132,18 +120,24 @@ type DrainState struct {
 	State string `json:"state"`
 	// Error is the parser's error for a malformed annotation.
 	Error string `json:"error,omitempty"`
+	// NoFallback is true for a malformed annotation when no route records a last valid drain
+	// set (publish.ErrNoDrainFallback): no weights are computed and InEffect is empty. It is
+	// not part of the JSON form, where Status.Error says the same.
+	NoFallback bool `json:"-"`
 	// InEffect is the drain set the weights are computed with: the annotation's, or for a
 	// malformed annotation the last valid set recorded on the route.
 	InEffect []Drain `json:"inEffect"`
 }
 
-// Published is the TrafficMap's Published condition.
+// Published is the TrafficMap's Published condition, field by field; Message is the
+// publisher's explanation, verbatim.
 type Published struct {
-	Status             string `json:"status"`
-	Reason             string `json:"reason,omitempty"`
-	Message            string `json:"message,omitempty"`
-	ObservedGeneration int64  `json:"observedGeneration,omitempty"`
-	Freshness          string `json:"freshness"`
+	Status             string       `json:"status"`
+	Reason             string       `json:"reason,omitempty"`
+	Message            string       `json:"message,omitempty"`
+	ObservedGeneration int64        `json:"observedGeneration,omitempty"`
+	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
+	Freshness          string       `json:"freshness"`
 	// LastPublishedGeneration is status.observedTrafficMapGeneration.
 	LastPublishedGeneration int64 `json:"lastPublishedGeneration,omitempty"`
 }
@@ -151,7 +145,44 @@ type Published struct {
 // Sinks is what each sink realized.
 type Sinks struct {
 	HTTPRoute RouteSink `json:"httpRoute"`
-	XDS       string    `json:"xds"`
+	XDS       XDSSink   `json:"xds"`
+}
+
+// XDSSink is the xDS client state the publisher's /debug/xds reports. It is the publisher's
+// state when it was read, not part of the TrafficMap: the Published condition's message is
+// what the publisher concluded from it for this map.
+type XDSSink struct {
+	// Reported is true when /debug/xds was read (status --publisher-url).
+	Reported bool `json:"reported"`
+	// Source is the URL it was read from.
+	Source string `json:"source,omitempty"`
+	// Served is the version served to each flavour, per resource type ("Listener",
+	// "RouteConfiguration", "Cluster"). Every flavour's snapshot carries every map the
+	// publisher serves over xDS.
+	Served map[xds.Flavour]map[string]string `json:"served,omitempty"`
+	// Clients are the connected clients, sorted by node id.
+	Clients []XDSClient `json:"clients"`
+}
+
+// XDSClient is one connected xDS client.
+type XDSClient struct {
+	NodeID  string      `json:"nodeID"`
+	Flavour xds.Flavour `json:"flavour"`
+	// Acked is the last version the client ACKed, per resource type.
+	Acked map[string]string `json:"acked"`
+	// Nacked is the client's last NACK per resource type (cleared by a later ACK of it).
+	Nacked map[string]XDSNack `json:"nacked,omitempty"`
+	// Current is true when the client ACKed, for every resource type served to its flavour,
+	// the version served now, which carries the map's weights as the publisher serves them.
+	// A client that is not current may still hold the map's current weights (a version
+	// that changed only other maps); the Published condition tells.
+	Current bool `json:"current"`
+}
+
+// XDSNack is a client's rejection of one version.
+type XDSNack struct {
+	Version string `json:"version"`
+	Message string `json:"message"`
 }
 
 // RouteSink is the publisher's HTTPRoute for the map.
@@ -187,7 +218,7 @@ func Build(o Objects) Status {
 		Namespace: tm.Namespace, TrafficMap: tm.Name, Service: tm.Spec.Service, Generation: tm.Generation,
 		Clusters: []Cluster{}, Pending: []Drain{},
 		Drains: DrainState{State: AnnotationAbsent, InEffect: []Drain{}},
-		Sinks:  Sinks{XDS: XDSNotReported},
+		Sinks:  Sinks{XDS: xdsSink(o.XDS, o.XDSSource)},
 	}
 	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name}
 	route := o.Route
@@ -214,6 +245,7 @@ func Build(o Objects) Status {
 	}
 	if parseErr != nil {
 		s.Drains.State, s.Drains.Error = AnnotationMalformed, parseErr.Error()
+		s.Drains.NoFallback = errors.Is(parseErr, publish.ErrNoDrainFallback)
 	}
 	if err != nil {
 		s.Error = err.Error()
@@ -232,9 +264,6 @@ func Build(o Objects) Status {
 		}
 	}
 	s.Published = published(tm)
-	if part := xdsPart(s.Published.Message); part != "" {
-		s.Sinks.XDS = part
-	}
 	s.Sinks.HTTPRoute = routeSink(o, src, computed, err == nil)
 	return s
 }
@@ -308,11 +337,52 @@ func published(tm *v1beta1.TrafficMap) Published {
 		return p
 	}
 	p.Status, p.Reason, p.Message, p.ObservedGeneration = string(c.Status), c.Reason, c.Message, c.ObservedGeneration
+	if !c.LastTransitionTime.IsZero() {
+		p.LastTransitionTime = c.LastTransitionTime.DeepCopy()
+	}
 	p.Freshness = Stale
 	if c.ObservedGeneration == tm.Generation {
 		p.Freshness = Current
 	}
 	return p
+}
+
+// xdsSink reduces the /debug/xds document; d nil means it was not read.
+func xdsSink(d *xds.DebugState, source string) XDSSink {
+	x := XDSSink{Clients: []XDSClient{}}
+	if d == nil {
+		return x
+	}
+	x.Reported, x.Source = true, source
+	for f, vs := range d.Snapshots {
+		if x.Served == nil {
+			x.Served = map[xds.Flavour]map[string]string{}
+		}
+		x.Served[f] = map[string]string{}
+		for typ, v := range vs {
+			x.Served[f][typ] = v
+		}
+	}
+	for _, c := range d.Clients {
+		xc := XDSClient{NodeID: c.NodeID, Flavour: c.Flavour, Acked: map[string]string{}}
+		for typ, v := range c.Acked {
+			xc.Acked[typ] = v
+		}
+		for typ, n := range c.Nacked {
+			if xc.Nacked == nil {
+				xc.Nacked = map[string]XDSNack{}
+			}
+			xc.Nacked[typ] = XDSNack{Version: n.Version, Message: n.Message}
+		}
+		served := d.Snapshots[c.Flavour]
+		xc.Current = len(served) > 0
+		for typ, v := range served {
+			xc.Current = xc.Current && c.Acked[typ] == v
+		}
+		x.Clients = append(x.Clients, xc)
+	}
+	sort.Slice(x.Clients, func(i, j int) bool { return x.Clients[i].NodeID < x.Clients[j].NodeID })
+	return x
 }
 
 func routeSink(o Objects, src httproute.Source, c publish.Computed, computed bool) RouteSink {

@@ -2,19 +2,26 @@ package report
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/weights"
+	"github.com/trafficmap/publisher/xds"
 )
 
 const seedValue = `{"maintenance-a":{"cluster":"worker-a","reason":"planned maintenance"}}`
@@ -88,7 +95,7 @@ func TestBuildDrained(t *testing.T) {
 		{Cluster: "worker-a", Backend: httproute.ServiceName("prod", "chat", "worker-a"), Weight: 0},
 		{Cluster: "worker-b", Backend: httproute.ServiceName("prod", "chat", "worker-b"), Weight: 1},
 	}, r.Weights)
-	assert.Equal(t, XDSNotReported, s.Sinks.XDS)
+	assert.Equal(t, XDSSink{Clients: []XDSClient{}}, s.Sinks.XDS, "not read without --publisher-url")
 
 	var out bytes.Buffer
 	require.NoError(t, Write(&out, s, "table"))
@@ -104,10 +111,19 @@ func TestBuildDrained(t *testing.T) {
 		"HTTPRoute sink             route prod/chat-global generation 2 (trafficmap generation 3): worker-a=0, worker-b=1\n",
 		"Route weights = computed   yes\n",
 		"Gateway                    prod/global: Accepted at route generation 2\n",
-		"xDS sink                   not reported in the Published condition (off, or not reached); the publisher's /debug/xds lists its clients\n",
+		"Message                    ok\n",
+		"xDS sink                   " + XDSUnavailable + "\n",
 	} {
 		assert.Contains(t, table, want)
 	}
+	assert.NotContains(t, table, "XDS CLIENT")
+
+	out.Reset()
+	require.NoError(t, Write(&out, s, "json"))
+	assert.Contains(t, out.String(), `"xds": {
+      "reported": false,
+      "clients": []
+    }`)
 }
 
 // A malformed annotation shows the parser's error and the drains the publisher keeps: the
@@ -125,6 +141,7 @@ func TestBuildMalformedKeepsRecordedDrains(t *testing.T) {
 	assert.Equal(t, int32(0), *s.Clusters[0].Effective)
 	assert.Equal(t, Stale, s.Published.Freshness)
 
+	assert.False(t, s.Drains.NoFallback)
 	var out bytes.Buffer
 	require.NoError(t, Write(&out, s, "table"))
 	assert.Contains(t, out.String(), "; the publisher keeps the last valid drains: maintenance-a on worker-a\n")
@@ -135,9 +152,13 @@ func TestBuildMalformedWithoutRoute(t *testing.T) {
 	tm := seedMap()
 	s := Build(Objects{TrafficMap: tm, Source: source(map[string]string{weights.DrainAnnotation: `nope`})})
 	assert.Equal(t, AnnotationMalformed, s.Drains.State)
-	assert.Contains(t, s.Error, "no route was published before")
+	assert.True(t, s.Drains.NoFallback)
+	assert.Contains(t, s.Error, publish.ErrNoDrainFallback.Error())
 	assert.Nil(t, s.Clusters[0].Effective, "unknown, never read as no drains")
 	assert.False(t, s.Sinks.HTTPRoute.Found)
+	var out bytes.Buffer
+	require.NoError(t, Write(&out, s, "table"))
+	assert.Contains(t, out.String(), "Drain annotation   Malformed: "+s.Drains.Error+"\n", "no last valid drains to speak of")
 
 	ct := ForCluster("worker-a", "prod", []Status{s})
 	require.Len(t, ct.Services, 1, "an uncomputable map is not shown as empty")
@@ -212,13 +233,97 @@ func TestBuildFleetTaints(t *testing.T) {
 	assert.Nil(t, s.Clusters[0].Effective)
 }
 
-func TestXDSPartOfPublishedMessage(t *testing.T) {
-	for msg, want := range map[string]string{
-		"route prod/chat-global generation 2 accepted by gateway prod/global (controller x); xds version 3f2a ACKed by 2/2 clients; weights a=1": "xds version 3f2a ACKed by 2/2 clients",
-		"waiting for xds clients: 1/2 ACKed a version with these weights":                                                                        "waiting for xds clients: 1/2 ACKed a version with these weights",
-		"route prod/chat-global stored (gateway acceptance not required); no xds client is connected; weights a=1":                               "no xds client is connected",
-		"route prod/chat-global generation 2 accepted by gateway prod/global (controller x); weights a=1":                                        "",
-	} {
-		assert.Equal(t, want, xdsPart(msg), msg)
+// The Published condition is shown field by field, its message verbatim, and the xDS client
+// state comes from the publisher's /debug/xds document, never from the message.
+func TestBuildPublishedAndXDSClients(t *testing.T) {
+	tm := seedMap()
+	at := metav1.Date(2026, 12, 3, 9, 30, 0, 0, time.UTC)
+	tm.Status.Conditions[0] = metav1.Condition{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse, Reason: "XDSRejected",
+		ObservedGeneration: 3, LastTransitionTime: at,
+		Message: "xds client envoy-b rejected version v2 (Cluster): tls context unsupported; xds version v9 ACKed by 7/7 clients"}
+	state := &xds.DebugState{
+		Snapshots: map[xds.Flavour]map[string]string{xds.FlavourEnvoy: {"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
+		Clients: []xds.DebugClient{
+			{NodeID: "envoy-b", Flavour: xds.FlavourEnvoy, Acked: map[string]string{"Cluster": "v1", "Listener": "v1", "RouteConfiguration": "v3"},
+				Nacked: map[string]xds.Nack{"Cluster": {Version: "v2", Message: "tls context unsupported"}}},
+			{NodeID: "envoy-a", Flavour: xds.FlavourEnvoy, Acked: map[string]string{"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
+			{NodeID: "grpc-a", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
+			{NodeID: "odd node\x1b[2J", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
+		},
 	}
+	s := Build(Objects{TrafficMap: tm, Source: source(nil), XDS: state, XDSSource: "http://127.0.0.1:8080/debug/xds"})
+
+	assert.Equal(t, Published{Status: "False", Reason: "XDSRejected", Message: tm.Status.Conditions[0].Message, ObservedGeneration: 3,
+		LastTransitionTime: &at, Freshness: Current}, s.Published)
+	assert.Equal(t, XDSSink{
+		Reported: true, Source: "http://127.0.0.1:8080/debug/xds",
+		Served: map[xds.Flavour]map[string]string{xds.FlavourEnvoy: {"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
+		Clients: []XDSClient{
+			{NodeID: "envoy-a", Flavour: xds.FlavourEnvoy, Acked: map[string]string{"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}, Current: true},
+			{NodeID: "envoy-b", Flavour: xds.FlavourEnvoy, Acked: map[string]string{"Cluster": "v1", "Listener": "v1", "RouteConfiguration": "v3"},
+				Nacked: map[string]XDSNack{"Cluster": {Version: "v2", Message: "tls context unsupported"}}},
+			{NodeID: "grpc-a", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
+			{NodeID: "odd node\x1b[2J", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
+		},
+	}, s.Sinks.XDS, "the document's state, sorted; the message's \"7/7\" is not read")
+	state.Snapshots[xds.FlavourEnvoy]["Cluster"] = "changed"
+	assert.Equal(t, "v2", s.Sinks.XDS.Served[xds.FlavourEnvoy]["Cluster"], "Build copies its input")
+
+	var out bytes.Buffer
+	require.NoError(t, Write(&out, s, "table"))
+	table := out.String()
+	for _, want := range []string{
+		"Published          False (XDSRejected), Current: observedGeneration 3 is the generation\n",
+		"Last transition    2026-12-03T09:30:00Z\n",
+		"Message            " + tm.Status.Conditions[0].Message + "\n",
+		"xDS sink           publisher http://127.0.0.1:8080/debug/xds serves envoy: Cluster=v2, Listener=v1, RouteConfiguration=v3; 1/4 connected clients ACKed the versions served\n",
+		"\nXDS CLIENT          FLAVOUR   STATE     ACKED                                            NACKED\n" +
+			"envoy-a             envoy     Current   Cluster=v2, Listener=v1, RouteConfiguration=v3   -\n" +
+			"envoy-b             envoy     Behind    Cluster=v1, Listener=v1, RouteConfiguration=v3   Cluster=v2 \"tls context unsupported\"\n" +
+			"grpc-a              grpc      Behind    nothing                                          -\n" +
+			`"odd node\x1b[2J"   grpc      Behind    nothing                                          -` + "\n",
+	} {
+		assert.Contains(t, table, want)
+	}
+
+	out.Reset()
+	require.NoError(t, Write(&out, s, "yaml"))
+	var back Status
+	require.NoError(t, yaml.Unmarshal(out.Bytes(), &back))
+	assert.Equal(t, s.Sinks.XDS, back.Sinks.XDS)
+	assert.True(t, at.Equal(back.Published.LastTransitionTime), "lastTransitionTime round-trips")
+}
+
+// ReadXDS decodes what the xDS server's own debug handler serves.
+func TestReadXDSFromDebugHandler(t *testing.T) {
+	srv := xds.NewServer(xds.ServerConfig{})
+	versions, err := srv.SetResources(context.Background(), xds.FlavourGRPC, xds.Resources{})
+	require.NoError(t, err)
+	require.NotEmpty(t, versions)
+	hs := httptest.NewServer(srv.DebugHandler())
+	t.Cleanup(hs.Close)
+
+	u, err := DebugXDSURL(hs.URL)
+	require.NoError(t, err)
+	assert.Equal(t, hs.URL+"/debug/xds", u)
+	d, err := ReadXDS(context.Background(), hs.Client(), u)
+	require.NoError(t, err)
+	require.Len(t, d.Snapshots[xds.FlavourGRPC], len(versions))
+	for typeURL, v := range versions {
+		assert.Equal(t, v, d.Snapshots[xds.FlavourGRPC][path.Ext(typeURL)[1:]])
+	}
+	assert.Empty(t, d.Clients)
+
+	missing := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(missing.Close)
+	_, err = ReadXDS(context.Background(), missing.Client(), missing.URL+"/debug/xds")
+	assert.ErrorContains(t, err, "404 Not Found: the publisher serves /debug/xds only with its xds sink on, at its --http-address")
+
+	for _, bad := range []string{"127.0.0.1:8080", "ftp://h", "http://", "http://h?x=1", "http://u:p@h"} {
+		_, err := DebugXDSURL(bad)
+		assert.Error(t, err, bad)
+	}
+	u, err = DebugXDSURL("https://publisher.example.com/prefix/")
+	require.NoError(t, err)
+	assert.Equal(t, "https://publisher.example.com/prefix/debug/xds", u)
 }

@@ -73,25 +73,31 @@ func (m *metrics) observe(typeURL string, nack bool) {
 	m.acks.WithLabelValues(typeLabel(typeURL)).Inc()
 }
 
-// debugState is what the debug endpoint returns.
-type debugState struct {
-	Snapshots map[Flavour]map[string]string `json:"snapshots"` // flavour -> type -> version
-	Clients   []debugClient                 `json:"clients"`
+// DebugState is the JSON document DebugHandler serves. Resource types are named by their
+// message name ("Listener", "RouteConfiguration", "Cluster").
+type DebugState struct {
+	// Snapshots is the version served to each flavour that has a snapshot, per resource type.
+	Snapshots map[Flavour]map[string]string `json:"snapshots"`
+	// Clients are the connected clients that identified themselves, sorted by node id.
+	Clients []DebugClient `json:"clients"`
 }
 
-type debugClient struct {
-	NodeID  string            `json:"nodeID"`
-	Flavour Flavour           `json:"flavour"`
-	Acked   map[string]string `json:"acked"`
-	Nacked  map[string]Nack   `json:"nacked,omitempty"`
+// DebugClient is one connected client in DebugState.
+type DebugClient struct {
+	NodeID  string  `json:"nodeID"`
+	Flavour Flavour `json:"flavour"`
+	// Acked is the last version the client ACKed, per resource type.
+	Acked map[string]string `json:"acked"`
+	// Nacked is the client's last NACK per resource type, cleared by a later ACK of that type.
+	Nacked map[string]Nack `json:"nacked,omitempty"`
 }
 
-// DebugHandler serves, as JSON, every connected client with its node id, flavour, the
-// version it ACKed per resource type and its last NACK, plus the version served to each
+// DebugHandler serves DebugState as JSON: every connected client with its node id, flavour,
+// the version it ACKed per resource type and its last NACK, plus the version served to each
 // flavour: the publisher's counterpart of `istioctl proxy-status`.
 func (s *Server) DebugHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		state := debugState{Snapshots: map[Flavour]map[string]string{}, Clients: []debugClient{}}
+		state := DebugState{Snapshots: map[Flavour]map[string]string{}, Clients: []DebugClient{}}
 		for f, vs := range s.Versions() {
 			state.Snapshots[f] = map[string]string{}
 			for typ, v := range vs {
@@ -99,7 +105,7 @@ func (s *Server) DebugHandler() http.Handler {
 			}
 		}
 		for _, c := range s.tracker.Clients() {
-			dc := debugClient{NodeID: c.NodeID, Flavour: c.Flavour, Acked: map[string]string{}, Nacked: map[string]Nack{}}
+			dc := DebugClient{NodeID: c.NodeID, Flavour: c.Flavour, Acked: map[string]string{}, Nacked: map[string]Nack{}}
 			for t, v := range c.Acked {
 				dc.Acked[typeLabel(t)] = v
 			}

@@ -35,8 +35,9 @@ const drainUsage = `Usage:
 Add (drain) or remove (undrain) one entry of the ome.io/traffic-drain annotation on the
 InferenceService SERVICE, the same guarded action as OME's 'kubectl ome traffic drain'.
 The request is validated, a preview is printed to stderr and, on a terminal, you confirm it
-with y. One JSON Patch then tests the object's exact UID and resourceVersion and changes only
-that annotation; other annotations and drain IDs are preserved. API acceptance is not
+with y. One JSON merge patch then carries the object's exact UID and resourceVersion, which
+the API server enforces, and changes only that annotation; other annotations and drain IDs
+are preserved; a change after the read makes it fail with exit 3. API acceptance is not
 TrafficMap convergence: run 'publisher status' to see what is published.
 
 The whole command has a 45-second deadline, prompt included; each API request 10 seconds.

@@ -70,6 +70,9 @@ func TestStatusUsageErrors(t *testing.T) {
 		{[]string{"status", "chat", "-A"}, "-A needs --workload-cluster"},
 		{[]string{"status", "chat", "-o", "wide"}, "output must be table, json or yaml"},
 		{[]string{"status", "chat", "--gateway", "global"}, `--gateway "global": must be NAMESPACE/NAME`},
+		{[]string{"status", "--workload-cluster", "worker-a", "--publisher-url", "http://127.0.0.1:8080"},
+			"--publisher-url shows the xds clients of one service's status; it does not apply to --workload-cluster"},
+		{[]string{"status", "chat", "--publisher-url", "127.0.0.1:8080"}, `--publisher-url "127.0.0.1:8080": must be http://HOST:PORT or https://HOST:PORT`},
 	} {
 		var stdout, stderr bytes.Buffer
 		assert.Equal(t, exitFailure, runMain(context.Background(), tc.args, &stdout, &stderr), tc.args)

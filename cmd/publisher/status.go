@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -19,8 +20,11 @@ import (
 	"github.com/trafficmap/publisher/report"
 )
 
-// statusTimeout bounds the status command.
-const statusTimeout = 45 * time.Second
+// statusTimeout bounds the status command; debugXDSTimeout the read of /debug/xds.
+const (
+	statusTimeout   = 45 * time.Second
+	debugXDSTimeout = 10 * time.Second
+)
 
 const statusUsage = `Usage:
   publisher status SERVICE -n NAMESPACE [flags]
@@ -29,8 +33,10 @@ const statusUsage = `Usage:
 The first form shows one TrafficMap: per cluster its TrafficMap weight, the effective weight
 the publisher computes (the publisher's own computation) and the drains holding it; pending
 drains; the drain annotation (a malformed one with the parser's error and the last valid
-drains the publisher keeps); the Published condition, Current or Stale; and what the
-HTTPRoute sink holds and which gateway accepted it at which generation.
+drains the publisher keeps); the Published condition, Current or Stale, with the publisher's
+message verbatim; what the HTTPRoute sink holds and which gateway accepted it at which
+generation; and, with --publisher-url, the xDS clients the publisher's /debug/xds lists:
+node id, flavour, ACKed versions, NACKs, and whether each ACKed the versions served now.
 
 The second form lists every service whose effective weight on CLUSTER is above 0, or cannot be
 computed: when it lists nothing, the cluster receives no traffic through the publisher.
@@ -41,6 +47,8 @@ Flags:
   --workload-cluster NAME    list the services sending traffic to this cluster
   --gateway NS/NAME          the Gateway whose verdict is shown (default: the route's parentRef)
   --gateway-section NAME     its listener (parentRef sectionName)
+  --publisher-url URL        the publisher's --http-address, http://HOST:PORT: read its
+                             /debug/xds for the xDS client state (first form only)
   -o, --output FORMAT        table, json or yaml; default table
   --kubeconfig PATH, --context NAME, --cluster NAME   the Kubernetes API to read
 
@@ -53,6 +61,7 @@ type statusFlags struct {
 	all              bool
 	workloadCluster  string
 	gateway, section string
+	publisherURL     string
 	output           string
 }
 
@@ -68,6 +77,7 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.StringVar(&f.workloadCluster, "workload-cluster", "", "")
 	fs.StringVar(&f.gateway, "gateway", "", "")
 	fs.StringVar(&f.section, "gateway-section", "", "")
+	fs.StringVar(&f.publisherURL, "publisher-url", "", "")
 	fs.StringVar(&f.output, "output", "table", "")
 	fs.StringVar(&f.output, "o", "table", "")
 	positional, err := parseInterleaved(fs, args)
@@ -96,8 +106,15 @@ func runStatus(ctx context.Context, f statusFlags, positional []string, stdout i
 		return errors.New("-A needs --workload-cluster")
 	case f.all && f.namespace != "":
 		return errors.New("-A and -n exclude each other")
+	case f.workloadCluster != "" && f.publisherURL != "":
+		return errors.New("--publisher-url shows the xds clients of one service's status; it does not apply to --workload-cluster")
 	case !slices.Contains(report.Outputs, f.output):
 		return errors.New("output must be table, json or yaml")
+	}
+	if f.publisherURL != "" {
+		if _, err := report.DebugXDSURL(f.publisherURL); err != nil {
+			return err
+		}
 	}
 	var gw types.NamespacedName
 	if f.gateway != "" {
@@ -113,7 +130,7 @@ func runStatus(ctx context.Context, f statusFlags, positional []string, stdout i
 	}
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
-	r := report.Reader{GatewayRef: gw, GatewaySection: f.section}
+	r := report.Reader{GatewayRef: gw, GatewaySection: f.section, PublisherURL: f.publisherURL, HTTP: &http.Client{Timeout: debugXDSTimeout}}
 	if r.Maps, err = omeclient.NewForConfig(kc.rest); err != nil {
 		return fmt.Errorf("build trafficmap client: %w", err)
 	}

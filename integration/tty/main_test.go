@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/trafficmap/publisher/api/tmclient"
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/integration/testenv"
 )
 
@@ -19,7 +19,7 @@ var (
 	env  *envtest.Environment
 	kube kubernetes.Interface
 	dyn  dynamic.Interface
-	tmc  *tmclient.Clientset
+	tmc  omeclient.Interface
 	// root is the repository's root (the publisher's module).
 	root string
 )
@@ -55,7 +55,7 @@ func run(m *testing.M) int {
 	defer func() { _ = env.Stop() }()
 	kube = kubernetes.NewForConfigOrDie(restCfg)
 	dyn = dynamic.NewForConfigOrDie(restCfg)
-	if tmc, err = tmclient.NewForConfig(restCfg); err != nil {
+	if tmc, err = omeclient.NewForConfig(restCfg); err != nil {
 		fmt.Fprintln(os.Stderr, "tty:", err)
 		return 1
 	}

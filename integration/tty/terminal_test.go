@@ -138,7 +138,7 @@ func newFixture(t *testing.T) *fixture {
 	}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	f.isvcUID = u.GetUID()
-	_, err = tmc.TrafficMaps(f.ns).Create(ctxFor(t), &v1beta1.TrafficMap{
+	_, err = tmc.OmeV1beta1().TrafficMaps(f.ns).Create(ctxFor(t), &v1beta1.TrafficMap{
 		ObjectMeta: metav1.ObjectMeta{Name: service, Namespace: f.ns},
 		Spec: v1beta1.TrafficMapSpec{Service: service, Mode: "All", ObservedISVCGeneration: 1, Entries: []v1beta1.TrafficMapEntry{
 			{Cluster: "worker-a", Endpoint: "https://chat.worker-a.example.com", Weight: 1, Healthy: true},
