@@ -25,6 +25,10 @@ const (
 	indexByRouteName = "byRouteName" // on TrafficMaps: namespace/route name
 	indexByCluster   = "byCluster"   // on TrafficMaps: the clusters of their entries
 	indexBySource    = "bySource"    // on owned Services: their TrafficMap's namespace/name
+	// indexByHostname is on TrafficMaps (their rendered --host-template and gRPC names), on
+	// InferenceServices (their ome.io/global-host) and on foreign HTTPRoutes (their
+	// hostnames), each name under hostIndexKeys.
+	indexByHostname = "byHostname"
 )
 
 // caches are the publisher's informers, one set per watched namespace ("" = all), and the
@@ -32,6 +36,12 @@ const (
 // the optional taint sources are set in Run before any worker starts and never change
 // afterwards, so reads need no lock. Objects read from the caches are never modified.
 type caches struct {
+	// route derives hostnames (the annotation, else the template) and says which foreign
+	// routes contend with the publisher's.
+	route httproute.Config
+	// scoped: names compete only within a namespace (a Gateway per namespace and no xDS
+	// sink); otherwise across every watched namespace.
+	scoped   bool
 	scopes   []string
 	maps     []cache.SharedIndexInformer
 	isvcs    []cache.SharedIndexInformer
@@ -42,8 +52,9 @@ type caches struct {
 	workloadClusters  cache.SharedIndexInformer // nil while the API is not served
 }
 
-func newCaches(c clients, cfg Config) *caches {
-	cs := &caches{scopes: cfg.Namespaces}
+func newCaches(c clients, cfg Config, route httproute.Config) *caches {
+	cs := &caches{scopes: cfg.Namespaces, route: route,
+		scoped: !cfg.sinkOn(SinkXDS) && route.Gateway.Namespace == ""}
 	if len(cs.scopes) == 0 {
 		cs.scopes = []string{corev1.NamespaceAll}
 	}
@@ -56,9 +67,10 @@ func newCaches(c clients, cfg Config) *caches {
 			indexByService:   indexTrafficMapByService,
 			indexByRouteName: indexTrafficMapByRoute,
 			indexByCluster:   indexTrafficMapByCluster,
+			indexByHostname:  cs.indexTrafficMapByHostname,
 		})
 		isvcs := metadatainformer.NewFilteredMetadataInformer(c.meta, v1beta1.InferenceServicesResource, ns, resync,
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil).Informer()
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, indexByHostname: indexInferenceServiceByHostname}, nil).Informer()
 		for _, inf := range []cache.SharedIndexInformer{maps, isvcs} {
 			_ = inf.SetTransform(dropManagedFields) // cannot fail before the informer runs
 		}
@@ -69,6 +81,7 @@ func newCaches(c clients, cfg Config) *caches {
 		}
 		routes := gwinformers.NewSharedInformerFactoryWithOptions(c.gateway, resync, gwinformers.WithNamespace(ns)).
 			Gateway().V1().HTTPRoutes().Informer()
+		_ = routes.AddIndexers(cache.Indexers{indexByHostname: indexForeignRouteByHostname}) // cannot fail before it runs
 		services := kubeinformers.NewSharedInformerFactoryWithOptions(c.kube, resync, kubeinformers.WithNamespace(ns),
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })).
 			Core().V1().Services().Informer()

@@ -3,6 +3,7 @@ package publish
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,6 +59,17 @@ func decide(tm *v1beta1.TrafficMap, pl *planned, confs []sink.Confirmation) publ
 			ref = c.GatewayRef
 		}
 	}
+	if len(pl.plan.Conflicts) > 0 {
+		parts := []string{describeConflicts(pl.plan.Conflicts)}
+		for _, c := range confs {
+			parts = append(parts, c.Message)
+		}
+		parts = append(parts, "weights "+describeWeights(pl.plan.Result))
+		if pl.inputErr != nil {
+			parts = append(parts, pl.inputErr.Error())
+		}
+		return notPublished(tm, ReasonHostnameConflict, strings.Join(parts, "; "), ref)
+	}
 	for _, c := range confs {
 		switch c.State {
 		case sink.InPlace:
@@ -93,6 +105,20 @@ func decide(tm *v1beta1.TrafficMap, pl *planned, confs []sink.Confirmation) publ
 	}
 	return publisherStatus{published: true, observed: tm.Generation, gatewayRef: ref,
 		condition: condition(tm, metav1.ConditionTrue, ReasonPublished, msg)}
+}
+
+// describeConflicts names each contested name and its owner, e.g. `hostname
+// chat.example.com is held by trafficmap prod/chat (hostname chat.example.com, created
+// 2026-12-03T10:00:00Z), which takes precedence: no sink serves it for this map until the
+// owner is deleted or gives it up`.
+func describeConflicts(conflicts []sink.Conflict) string {
+	parts := make([]string, 0, len(conflicts))
+	for _, c := range conflicts {
+		o := c.Owner
+		parts = append(parts, fmt.Sprintf("hostname %s is held by %s %s/%s (hostname %s, created %s)",
+			c.Hostname, strings.ToLower(o.Kind), o.Namespace, o.Name, o.Hostname, o.Created.UTC().Format(time.RFC3339)))
+	}
+	return strings.Join(parts, ", ") + ", which takes precedence: no sink serves it for this map until the owner is deleted or gives it up"
 }
 
 // needsAnnounce reports whether Published must say "not yet" before a plan that some sink

@@ -18,6 +18,10 @@ type gathered struct {
 	isvc       *metav1.PartialObjectMetadata
 	globalHost string
 	inputs     Inputs // Route is the publisher's own route, or nil
+	// claims are the other maps' claims that decide which of the map's names it owns
+	// (Caches.claims); foreign are the claims of foreign routes on the same Gateway
+	// listener that overlap its names.
+	claims, foreign []Claim
 }
 
 // gather reads the map's inputs from the caches. A foreign route at the map's route name
@@ -50,9 +54,12 @@ func (c *caches) gather(tm *v1beta1.TrafficMap) (gathered, error) {
 	if err != nil {
 		return gathered{}, err
 	}
+	self := c.mapClaim(tm, isvc)
 	return gathered{
 		isvc:       isvc,
 		globalHost: strings.TrimSpace(isvc.Annotations[v1beta1.AnnotationGlobalHost]),
 		inputs:     Inputs{TrafficMap: tm, SourceAnnotations: isvc.Annotations, Route: route, Clusters: clusters},
+		claims:     c.claims(self),
+		foreign:    c.foreignClaims(tm.Namespace, self.Names),
 	}, nil
 }

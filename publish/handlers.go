@@ -2,8 +2,10 @@ package publish
 
 import (
 	"maps"
+	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -73,6 +75,9 @@ func (p *Publisher) enqueueAll() {
 // onTrafficMap enqueues the map unless the change is only to conditions or publisher-owned
 // status, which cannot change what is published (the periodic resync repairs a Published
 // condition someone else edited). Resyncs, with an unchanged resourceVersion, always pass.
+//
+// A map that appears, goes, starts terminating or names another service also requeues the
+// maps contending for its names (hand-over).
 func (p *Publisher) onTrafficMap(old, obj any) {
 	tm, ok := obj.(*v1beta1.TrafficMap)
 	if !ok {
@@ -86,15 +91,54 @@ func (p *Publisher) onTrafficMap(old, obj any) {
 		return
 	}
 	p.enqueue(tm.Namespace, tm.Name)
+	prev, _ := old.(*v1beta1.TrafficMap)
+	if prev == nil || prev.Spec.Service != tm.Spec.Service || !prev.DeletionTimestamp.Equal(tm.DeletionTimestamp) {
+		var names []string
+		for _, m := range []*v1beta1.TrafficMap{prev, tm} {
+			if m != nil {
+				isvc, _ := p.caches.inferenceService(m.Namespace, m.Spec.Service)
+				names = append(names, p.caches.mapClaim(m, isvc).Names...)
+			}
+		}
+		p.enqueueContenders(names...)
+	}
 }
 
-// onInferenceService enqueues every TrafficMap whose spec.service names the object.
-func (p *Publisher) onInferenceService(_, obj any) {
+// onInferenceService enqueues every TrafficMap whose spec.service names the object and,
+// when its ome.io/global-host appears, goes or changes, the maps contending for the old and
+// the new hostname (hand-over).
+func (p *Publisher) onInferenceService(old, obj any) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return
 	}
 	p.enqueueIndexed(indexByService, m.GetNamespace(), m.GetNamespace()+"/"+m.GetName())
+	host := strings.TrimSpace(m.GetAnnotations()[v1beta1.AnnotationGlobalHost])
+	prevHost := ""
+	if o, err := meta.Accessor(old); old != nil && err == nil {
+		prevHost = strings.TrimSpace(o.GetAnnotations()[v1beta1.AnnotationGlobalHost])
+		if prevHost == host {
+			return
+		}
+	}
+	var names []string
+	for _, h := range []string{prevHost, host} {
+		if h != "" {
+			names = append(names, h)
+		}
+	}
+	// The maps of this service fall back to the template's name without the annotation.
+	for _, tm := range p.caches.mapsIndexed(indexByService, m.GetNamespace(), m.GetNamespace()+"/"+m.GetName()) {
+		names = append(names, p.caches.mapClaim(tm, nil).Names...)
+	}
+	p.enqueueContenders(names...)
+}
+
+// enqueueContenders enqueues every map that may claim a name overlapping one of names.
+func (p *Publisher) enqueueContenders(names ...string) {
+	for _, key := range p.caches.contenders(names...) {
+		p.enqueue(key.Namespace, key.Name)
+	}
 }
 
 // onRoute maps an owned route to its TrafficMap, and a foreign route to the TrafficMaps
@@ -105,6 +149,21 @@ func (p *Publisher) onRoute(old, obj any) {
 	route, ok := obj.(*gwapiv1.HTTPRoute)
 	if !ok {
 		return
+	}
+	if !httproute.Managed(route) { // a foreign route's hostnames may hold a map's name
+		var names []string
+		prev, _ := old.(*gwapiv1.HTTPRoute)
+		if prev == nil || !slices.Equal(prev.Spec.Hostnames, route.Spec.Hostnames) ||
+			!equality.Semantic.DeepEqual(prev.Spec.ParentRefs, route.Spec.ParentRefs) || !equality.Semantic.DeepEqual(prev.Spec.Rules, route.Spec.Rules) {
+			for _, r := range []*gwapiv1.HTTPRoute{prev, route} {
+				if r != nil {
+					for _, h := range r.Spec.Hostnames {
+						names = append(names, string(h))
+					}
+				}
+			}
+			p.enqueueContenders(names...)
+		}
 	}
 	if src, ok := httproute.SourceOf(route.Labels); ok {
 		if prev, ok := old.(*gwapiv1.HTTPRoute); ok && maps.Equal(prev.Annotations, route.Annotations) && maps.Equal(prev.Labels, route.Labels) {

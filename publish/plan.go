@@ -3,6 +3,7 @@ package publish
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/trafficmap/publisher/httproute"
@@ -59,9 +60,17 @@ func planMap(hosts hostnamer, g gathered) (*planned, error) {
 		Result: computed.Result, Drains: computed.Drains, Taints: noExecute(computed.Taints), Tolerations: computed.Tolerations,
 	}}
 	host, err := hosts.Hostname(httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service, GlobalHost: g.globalHost})
-	if err != nil {
+	self := Claim{Kind: KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time,
+		Names: []string{GRPCName(tm.Namespace, tm.Spec.Service)}}
+	if err == nil {
+		self.Names = append(self.Names, host)
+	}
+	own := ForeignConflicts(ResolveHostnames(self, g.claims), routeCreated(g.inputs.Route), g.foreign)
+	pl.plan.Conflicts = own.Conflicts
+	switch {
+	case err != nil:
 		pl.plan.HostnameErr = err
-	} else {
+	case slices.Contains(own.Owned, NormalizeHostname(host)):
 		pl.plan.Hostnames = []string{host}
 	}
 

@@ -111,11 +111,12 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		return nil, err
 	}
 
+	route := httproute.Config{Gateway: cfg.Gateway, GatewaySection: cfg.GatewaySection, HostTemplate: tmpl, RewriteHostname: cfg.RewriteHostname}
 	p := &Publisher{
 		cfg:     cfg,
 		log:     log,
 		clients: c,
-		caches:  newCaches(c, cfg),
+		caches:  newCaches(c, cfg, route),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedMaxOfRateLimiter(
 				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, maxRetryDelay),
@@ -143,7 +144,6 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	}
 	p.metrics = newMetrics(p.cfg.Registerer)
 
-	route := httproute.Config{Gateway: cfg.Gateway, GatewaySection: cfg.GatewaySection, HostTemplate: tmpl, RewriteHostname: cfg.RewriteHostname}
 	if cfg.sinkOn(SinkHTTPRoute) {
 		p.sinks = append(p.sinks, routesink.New(routesink.Config{Route: route, RequireAccepted: cfg.RequireRouteAccepted,
 			RetainLastPositive: cfg.NoPositivePolicy == RetainLastPositive},

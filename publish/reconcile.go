@@ -34,6 +34,7 @@ const (
 	ReasonInvalidTaints          = "InvalidTaints"
 	ReasonInvalidTolerations     = "InvalidTolerations"
 	ReasonSourceNotFound         = "SourceNotFound"
+	ReasonHostnameConflict       = sink.ReasonHostnameConflict
 	ReasonRouteConflict          = routesink.ReasonConflict
 	ReasonRouteRefused           = routesink.ReasonRefused
 	ReasonRouteNotAccepted       = routesink.ReasonNotAccepted

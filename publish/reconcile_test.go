@@ -102,6 +102,7 @@ type fakeInputs struct {
 	annotations map[string]string
 	noSource    bool
 	err         error
+	claims      []Claim // other maps' claims on names
 }
 
 func (f *fakeInputs) trafficMap(string, string) (*v1beta1.TrafficMap, error) { return f.tm, f.err }
@@ -110,7 +111,7 @@ func (f *fakeInputs) gather(tm *v1beta1.TrafficMap) (gathered, error) {
 		return gathered{}, &userError{reason: ReasonSourceNotFound, message: "inferenceservice prod/chat does not exist"}
 	}
 	isvc := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: tm.Namespace, Name: tm.Spec.Service, Annotations: f.annotations}}
-	return gathered{isvc: isvc, globalHost: "chat.example.com", inputs: Inputs{TrafficMap: tm, SourceAnnotations: f.annotations}}, nil
+	return gathered{isvc: isvc, globalHost: "chat.example.com", inputs: Inputs{TrafficMap: tm, SourceAnnotations: f.annotations}, claims: f.claims}, nil
 }
 
 type fixture struct {
@@ -292,6 +293,50 @@ func TestReconcile(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 1, f.api.applies)
 	})
+}
+
+// A map whose hostname an older map holds: the sinks get a plan without it (the contested
+// name in Conflicts, the unshared gRPC name still owned), Published is False with
+// HostnameConflict naming the owner, with a Warning Event; once the owner is gone, the next
+// reconcile publishes the hostname.
+func TestReconcileHostnameConflict(t *testing.T) {
+	s := inPlace("xds version v1 ACKed by 1/1 clients")
+	f := newFixture(t, s)
+	f.inputs.tm.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+	f.api.tm = f.inputs.tm.DeepCopy()
+	owner := claim("staging", "chat", 0, "chat.staging", "chat.example.com")
+	f.inputs.claims = []Claim{owner}
+	_, err := f.run(t)
+	require.NoError(t, err)
+	c := f.published()
+	require.NotNil(t, c)
+	assert.Equal(t, metav1.ConditionFalse, c.Status)
+	assert.Equal(t, ReasonHostnameConflict, c.Reason)
+	assert.Contains(t, c.Message, "hostname chat.example.com is held by trafficmap staging/chat (hostname chat.example.com, created 2026-12-03T10:00:00Z)")
+	assert.False(t, f.api.tm.Status.Published)
+	assert.Contains(t, f.event(), "Warning HostnameConflict hostname chat.example.com is held by trafficmap staging/chat")
+	require.Len(t, s.applied, 1)
+	p := s.applied[0]
+	assert.Empty(t, p.Hostnames, "the contested hostname is not in the plan")
+	assert.Equal(t, []sink.Conflict{{Hostname: "chat.example.com", Owner: sink.Owner{Kind: "TrafficMap", Namespace: "staging", Name: "chat",
+		Hostname: "chat.example.com", Created: t0}}}, p.Conflicts)
+	assert.True(t, p.Withheld("chat.example.com"))
+	assert.False(t, p.Withheld("chat.prod"), "its gRPC name is its own")
+
+	// Hand-over: the owner is gone.
+	f.inputs.claims = nil
+	_, err = f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, metav1.ConditionTrue, f.published().Status)
+	assert.Equal(t, []string{"chat.example.com"}, s.applied[1].Hostnames)
+	assert.Empty(t, s.applied[1].Conflicts)
+
+	// A younger map holding the same name changes nothing for this one.
+	f.inputs.claims = []Claim{claim("zeta", "chat", 120, "chat.zeta", "chat.example.com")}
+	_, err = f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, metav1.ConditionTrue, f.published().Status)
+	assert.Equal(t, []string{"chat.example.com"}, s.applied[2].Hostnames)
 }
 
 // A Pending answer that only updates a consumer count is rewritten at most once per

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,7 +160,53 @@ func (r Reader) objects(ctx context.Context, tm *v1beta1.TrafficMap) (Objects, e
 		o.Route = route
 	}
 	o.Clusters, err = r.taints(ctx, tm)
+	if err != nil {
+		return o, err
+	}
+	o.Claims, o.ClaimsRead, err = r.claims(ctx, tm)
 	return o, err
+}
+
+// claims reads the other TrafficMaps' claims on names: every namespace's, or the map's own
+// namespace's when listing across namespaces is forbidden; read is false when that is
+// forbidden too.
+func (r Reader) claims(ctx context.Context, tm *v1beta1.TrafficMap) (claims []publish.Claim, read bool, err error) {
+	ns := ""
+	list, err := r.Maps.OmeV1beta1().TrafficMaps(ns).List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) {
+		ns = tm.Namespace
+		list, err = r.Maps.OmeV1beta1().TrafficMaps(ns).List(ctx, metav1.ListOptions{})
+	}
+	if apierrors.IsForbidden(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, apiError("list", "trafficmaps.ome.io", inNamespace(ns), err)
+	}
+	isvcs, err := r.Metadata.Resource(v1beta1.InferenceServicesResource).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, apiError("list", "inferenceservices.ome.io", inNamespace(ns), err)
+	}
+	hosts := map[string]string{}
+	for _, m := range isvcs.Items {
+		hosts[m.Namespace+"/"+m.Name] = strings.TrimSpace(m.Annotations[v1beta1.AnnotationGlobalHost])
+	}
+	var out []publish.Claim
+	for _, m := range list.Items {
+		if m.Namespace == tm.Namespace && m.Name == tm.Name || m.DeletionTimestamp != nil {
+			continue
+		}
+		c := publish.Claim{Kind: publish.KindTrafficMap, Namespace: m.Namespace, Name: m.Name, Created: m.CreationTimestamp.Time,
+			Names: []string{publish.GRPCName(m.Namespace, m.Spec.Service)}}
+		if h := hosts[m.Namespace+"/"+m.Spec.Service]; h != "" {
+			c.Names = append(c.Names, h)
+		}
+		out = append(out, c)
+	}
+	return out, true, nil
 }
 
 // taints reads the taint sources of the map's entry clusters, as the publisher does. A

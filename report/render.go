@@ -102,6 +102,9 @@ func statusTable(s Status) string {
 	default:
 		pub += ", no Published condition"
 	}
+	if held := hostnameLine(s.Hostnames); held != "" {
+		fmt.Fprintf(tw, "Hostnames\t%s\n", held)
+	}
 	fmt.Fprintf(tw, "Published\t%s\n", pub)
 	if p.LastTransitionTime != nil {
 		fmt.Fprintf(tw, "Last transition\t%s\n", p.LastTransitionTime.UTC().Format(time.RFC3339))
@@ -153,6 +156,26 @@ func statusTable(s Status) string {
 		_ = tw.Flush()
 	}
 	return b.String()
+}
+
+// hostnameLine renders the map's names and their holders when another claim holds one,
+// e.g. `chat.example.com held by trafficmap prod/chat (chat.example.com, created ...),
+// chat.staging held`; "" when the map holds every name.
+func hostnameLine(hs []Hostname) string {
+	if !slices.ContainsFunc(hs, func(h Hostname) bool { return !h.Held }) {
+		return ""
+	}
+	parts := make([]string, 0, len(hs))
+	for _, h := range hs {
+		if h.Held {
+			parts = append(parts, h.Name+" held")
+			continue
+		}
+		o := h.Owner
+		parts = append(parts, fmt.Sprintf("%s held by %s %s/%s (%s, created %s)", h.Name, strings.ToLower(o.Kind), o.Namespace, o.Name,
+			o.Hostname, o.Created.UTC().Format(time.RFC3339)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // plain returns s when it has no space, quote or non-printable character, else s quoted:

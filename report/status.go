@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,6 +60,13 @@ type Objects struct {
 	XDS *xds.DebugState
 	// XDSSource is where XDS was read from.
 	XDSSource string
+	// Claims are the other TrafficMaps' claims on names (their "<service>.<namespace>" and
+	// ome.io/global-host), as far as they were read; the map's hostname ownership is
+	// recomputed from them with the publisher's rule.
+	Claims []publish.Claim
+	// ClaimsRead is false when the other maps could not be read (forbidden): the map's
+	// hostname ownership is then not reported.
+	ClaimsRead bool
 }
 
 // Status is the status of one TrafficMap.
@@ -84,8 +92,31 @@ type Status struct {
 	Tolerations []string `json:"tolerations,omitempty"`
 	// Error says why no effective weights could be computed; empty when they were.
 	Error     string    `json:"error,omitempty"`
-	Published Published `json:"published"`
-	Sinks     Sinks     `json:"sinks"`
+	// Hostnames are the map's names (its hostname and "<service>.<namespace>") and who
+	// holds each, by the publisher's rule (publish.ResolveHostnames) over the TrafficMaps
+	// status read (every namespace's, else the map's namespace's); omitted when it could
+	// read none.
+	Hostnames []Hostname `json:"hostnames,omitempty"`
+	Published Published  `json:"published"`
+	Sinks     Sinks      `json:"sinks"`
+}
+
+// Hostname is one of the map's names.
+type Hostname struct {
+	Name string `json:"name"`
+	// Held is true when the map holds the name; otherwise Owner does.
+	Held  bool           `json:"held"`
+	Owner *HostnameOwner `json:"owner,omitempty"`
+}
+
+// HostnameOwner is the claim that holds one of the map's names.
+type HostnameOwner struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Hostname is the owner's name that overlaps the map's.
+	Hostname string      `json:"hostname"`
+	Created  metav1.Time `json:"created"`
 }
 
 // Cluster is one TrafficMap entry.
@@ -265,7 +296,40 @@ func Build(o Objects) Status {
 	}
 	s.Published = published(tm)
 	s.Sinks.HTTPRoute = routeSink(o, src, computed, err == nil)
+	if o.ClaimsRead {
+		s.Hostnames = hostnames(o, route)
+	}
 	return s
+}
+
+// hostnames resolves the map's names against o.Claims. Its hostname is the
+// ome.io/global-host annotation, else the one its own route lists (the publisher rendered
+// --host-template there).
+func hostnames(o Objects, route *gwapiv1.HTTPRoute) []Hostname {
+	tm := o.TrafficMap
+	self := publish.Claim{Kind: publish.KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time,
+		Names: []string{publish.GRPCName(tm.Namespace, tm.Spec.Service)}}
+	host := ""
+	if o.Source != nil {
+		host = strings.TrimSpace(o.Source.Annotations[v1beta1.AnnotationGlobalHost])
+	}
+	if host == "" && route != nil && len(route.Spec.Hostnames) > 0 {
+		host = string(route.Spec.Hostnames[0])
+	}
+	if host != "" {
+		self.Names = append(self.Names, host)
+	}
+	own := publish.ResolveHostnames(self, o.Claims)
+	out := make([]Hostname, 0, len(own.Owned)+len(own.Conflicts))
+	for _, n := range own.Owned {
+		out = append(out, Hostname{Name: n, Held: true})
+	}
+	for _, c := range own.Conflicts {
+		out = append(out, Hostname{Name: c.Hostname, Owner: &HostnameOwner{Kind: c.Owner.Kind, Namespace: c.Owner.Namespace,
+			Name: c.Owner.Name, Hostname: c.Owner.Hostname, Created: metav1.NewTime(c.Owner.Created)}})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // compute runs the publisher's computation, with the publisher's checks of the source.

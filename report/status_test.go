@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path"
+	"strings"
 	"testing"
 	"time"
 
@@ -326,4 +327,30 @@ func TestReadXDSFromDebugHandler(t *testing.T) {
 	u, err = DebugXDSURL("https://publisher.example.com/prefix/")
 	require.NoError(t, err)
 	assert.Equal(t, "https://publisher.example.com/prefix/debug/xds", u)
+}
+
+// The map's names are resolved with the publisher's rule over the other maps' claims: an
+// older map holding the same global host is named as the owner, in the typed form and in
+// the table; the gRPC name stays the map's.
+func TestBuildHostnameConflict(t *testing.T) {
+	o := Objects{TrafficMap: seedMap(), Source: source(map[string]string{v1beta1.AnnotationGlobalHost: "chat.example.com"}), ClaimsRead: true}
+	o.TrafficMap.CreationTimestamp = metav1.NewTime(time.Date(2026, 12, 3, 11, 0, 0, 0, time.UTC))
+	older := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	o.Claims = []publish.Claim{
+		{Kind: publish.KindTrafficMap, Namespace: "staging", Name: "chat", Created: older, Names: []string{"chat.staging", "chat.example.com"}},
+		{Kind: publish.KindTrafficMap, Namespace: "zeta", Name: "chat", Created: older.Add(2 * time.Hour), Names: []string{"chat.zeta", "chat.prod"}},
+	}
+	s := Build(o)
+	assert.Equal(t, []Hostname{
+		{Name: "chat.example.com", Owner: &HostnameOwner{Kind: "TrafficMap", Namespace: "staging", Name: "chat", Hostname: "chat.example.com", Created: metav1.NewTime(older)}},
+		{Name: "chat.prod", Held: true},
+	}, s.Hostnames)
+	var out strings.Builder
+	require.NoError(t, Write(&out, s, "table"))
+	assert.Regexp(t, `\nHostnames +chat\.example\.com held by trafficmap staging/chat \(chat\.example\.com, created 2026-12-03T10:00:00Z\), chat\.prod held\n`, out.String())
+
+	o.Claims = nil
+	var plain strings.Builder
+	require.NoError(t, Write(&plain, Build(o), "table"))
+	assert.NotContains(t, plain.String(), "Hostnames", "no line while the map holds every name")
 }

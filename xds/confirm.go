@@ -52,6 +52,13 @@ func (s Service) computeDigest() string {
 	for _, n := range hosts {
 		field(n)
 	}
+	withheld := slices.Sorted(slices.Values(s.Withheld))
+	if len(withheld) > 0 { // absent from older digests, which stay valid
+		field("withheld:" + strconv.Itoa(len(withheld)))
+		for _, n := range withheld {
+			field(n)
+		}
+	}
 	for _, e := range s.Result.Entries {
 		field(e.Cluster)
 		field(e.Endpoint.URL)

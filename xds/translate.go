@@ -30,7 +30,10 @@ type Service struct {
 	Service   string // spec.service
 	// Hostnames are the names clients use for the service, the same as its HTTPRoute's.
 	Hostnames []string
-	Result    weights.Result
+	// Withheld are names of the service that another service holds: neither served as a
+	// listener nor as a domain for this one (its "<service>.<namespace>" name may be one).
+	Withheld []string
+	Result   weights.Result
 
 	digest string // set by Sealed
 }
@@ -92,9 +95,14 @@ func translateEnvoyService(s Service) (envoyPart, error) {
 	if len(s.Hostnames) == 0 {
 		return envoyPart{}, fmt.Errorf("trafficmap %s: no hostnames for its virtual host", s.key())
 	}
+	domains := slices.DeleteFunc(slices.Clone(s.Hostnames), func(n string) bool { return slices.Contains(s.Withheld, n) })
+	if len(domains) == 0 {
+		return envoyPart{}, fmt.Errorf("trafficmap %s: every hostname is withheld", s.key())
+	}
+	slices.Sort(domains)
 	part := envoyPart{vhost: &routev3.VirtualHost{
 		Name:    s.key(),
-		Domains: slices.Sorted(slices.Values(s.Hostnames)),
+		Domains: slices.Compact(domains),
 		Routes:  []*routev3.Route{route(s, true)},
 	}}
 	for _, e := range s.Result.Entries {
@@ -151,7 +159,10 @@ func TranslateGRPC(services []Service) (Resources, error) {
 
 func translateGRPCService(s Service) (Resources, error) {
 	var res Resources
-	names := listenerNames(s)
+	names := ListenerNames(s)
+	if len(names) == 0 {
+		return res, nil // every name is held by another service: nothing to dial it by
+	}
 	rc := &routev3.RouteConfiguration{Name: s.key(), VirtualHosts: []*routev3.VirtualHost{{
 		Name: s.key(), Domains: names, Routes: []*routev3.Route{route(s, false)},
 	}}}
@@ -188,10 +199,12 @@ func assembleGRPC(parts []Resources) Resources {
 	return res
 }
 
-// listenerNames are the names gRPC clients dial a service by: "<service>.<namespace>" and
-// its hostnames, sorted and unique.
-func listenerNames(s Service) []string {
+// ListenerNames are the names gRPC clients dial a service by: "<service>.<namespace>" and
+// its hostnames, sorted and unique, without the withheld ones. They include every domain of
+// its Envoy virtual host.
+func ListenerNames(s Service) []string {
 	names := append([]string{s.Service + "." + s.Namespace}, s.Hostnames...)
+	names = slices.DeleteFunc(names, func(n string) bool { return slices.Contains(s.Withheld, n) })
 	slices.Sort(names)
 	return slices.Compact(names)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -38,6 +39,19 @@ func seedEntries() []weights.Entry {
 	}
 }
 
+// withheld is s with its hostnames out of the plan and in Withheld, as the planner hands a
+// map whose names another map holds.
+func withheld(s xds.Service, names ...string) xds.Service {
+	s.Hostnames = slices.DeleteFunc(s.Hostnames, func(h string) bool { return slices.Contains(names, h) })
+	s.Withheld = names
+	return s
+}
+
+// withHostnames are the services the Envoy flavour carries (as the xDS sink passes them).
+func withHostnames(services []xds.Service) []xds.Service {
+	return slices.DeleteFunc(slices.Clone(services), func(s xds.Service) bool { return len(s.Hostnames) == 0 })
+}
+
 var drainA = []weights.Drain{{ID: "maintenance-a", Cluster: "worker-a", Reason: "planned maintenance"}}
 
 func goldenCases(t testing.TB) map[string][]xds.Service {
@@ -46,6 +60,13 @@ func goldenCases(t testing.TB) map[string][]xds.Service {
 		"seed-drained": {service(t, "prod", "chat", drainA, seedEntries()...)},
 		"all-drained": {service(t, "prod", "chat", append(drainA, weights.Drain{ID: "m-b", Cluster: "worker-b", Reason: "r"}),
 			seedEntries()...)},
+		// Two maps share chat.example.com; the older (prod/chat) holds it, so staging/chat
+		// keeps only its gRPC name chat.staging and has no Envoy virtual host.
+		"hostname-conflict": {
+			service(t, "prod", "chat", nil, seedEntries()...),
+			withheld(service(t, "staging", "chat", nil, weights.Entry{Cluster: "worker-c", Endpoint: "https://chat.worker-c.example.com", Weight: 1}),
+				"chat.example.com"),
+		},
 		"two-services": {
 			service(t, "team-b", "embed", nil, weights.Entry{Cluster: "eu", Endpoint: "https://embed.eu.example.com", Weight: 7},
 				weights.Entry{Cluster: "us", Endpoint: "https://embed.us.example.com", Weight: 3}),
@@ -59,8 +80,10 @@ func TestGolden(t *testing.T) {
 	seen := map[string]bool{}
 	for name, services := range goldenCases(t) {
 		for flavour, translate := range map[string]func([]xds.Service) (xds.Resources, error){
-			"envoy": func(s []xds.Service) (xds.Resources, error) { return xds.TranslateEnvoy(xds.DefaultEnvoyOptions, s) },
-			"grpc":  xds.TranslateGRPC,
+			"envoy": func(s []xds.Service) (xds.Resources, error) {
+				return xds.TranslateEnvoy(xds.DefaultEnvoyOptions, withHostnames(s))
+			},
+			"grpc": xds.TranslateGRPC,
 		} {
 			t.Run(name+"/"+flavour, func(t *testing.T) {
 				res, err := translate(services)
@@ -169,6 +192,48 @@ func TestValidateCatchesWhatEnvoyAndGRPCReject(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// Two services with the same hostname: Envoy rejects the whole shared route configuration
+// ("Only unique values for domains are permitted"), and gRPC listeners are one namespace, so
+// Validate refuses duplicates of every kind before anything is served.
+func TestValidateRefusesDuplicates(t *testing.T) {
+	two := goldenCases(t)["two-services"]
+	two[0].Hostnames = []string{"CHAT.example.com"} // Envoy compares domains case-insensitively
+	envoy, err := xds.TranslateEnvoy(xds.DefaultEnvoyOptions, two)
+	require.NoError(t, err)
+	err = xds.Validate(envoy)
+	require.ErrorIs(t, err, xds.ErrDuplicate)
+	assert.Contains(t, err.Error(), `domain in route configuration "trafficmap-routes" "chat.example.com"`)
+
+	grpc, err := xds.TranslateGRPC(goldenCases(t)["two-services"])
+	require.NoError(t, err)
+	grpc.Listeners = append(grpc.Listeners, grpc.Listeners[0])
+	grpc.Clusters = append(grpc.Clusters, grpc.Clusters[0])
+	grpc.Routes[0].VirtualHosts = append(grpc.Routes[0].VirtualHosts, grpc.Routes[0].VirtualHosts[0])
+	err = xds.Validate(grpc)
+	require.ErrorIs(t, err, xds.ErrInvalidResources)
+	for _, want := range []string{`listener "chat.example.com"`, `cluster "prod/chat/worker-a"`, `virtual host in route configuration "prod/chat" "prod/chat"`} {
+		assert.Contains(t, err.Error(), want)
+	}
+}
+
+// A withheld name is neither a gRPC listener nor an Envoy domain of the service.
+func TestWithheldNamesAreNotServed(t *testing.T) {
+	s := service(t, "staging", "chat", nil, seedEntries()...)
+	s.Withheld = []string{"chat.staging"}
+	grpc, err := xds.TranslateGRPC([]xds.Service{s})
+	require.NoError(t, err)
+	require.Len(t, grpc.Listeners, 1)
+	assert.Equal(t, "chat.example.com", grpc.Listeners[0].Name)
+	assert.NotEqual(t, s.Digest(), service(t, "staging", "chat", nil, seedEntries()...).Digest(), "the digest covers what is withheld")
+
+	s.Withheld = append(s.Withheld, "chat.example.com")
+	s.Hostnames = nil
+	grpc, err = xds.TranslateGRPC([]xds.Service{s})
+	require.NoError(t, err)
+	assert.Empty(t, grpc.Listeners, "no name left to dial")
+	assert.Empty(t, grpc.Routes)
 }
 
 func TestVersionIsContentDerived(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -23,10 +25,12 @@ import (
 var ErrInvalidResources = errors.New("invalid xds resources")
 
 // Validate runs ValidateAll on every resource and the semantic checks Envoy and gRPC make
-// that go-control-plane does not: every weighted_clusters has explicit weights summing to
-// more than 0 and at most MaxUint32, every route's clusters exist, every listener's route
-// configuration exists, and a LOGICAL_DNS cluster has exactly one endpoint. It reports
-// every problem, each naming the resource.
+// that go-control-plane does not: no two resources of a type share a name, no two virtual
+// hosts of a route configuration share a name or a domain (Envoy rejects the whole route
+// configuration: "Only unique values for domains are permitted"), every weighted_clusters
+// has explicit weights summing to more than 0 and at most MaxUint32, every route's
+// clusters exist, every listener's route configuration exists, and a LOGICAL_DNS cluster
+// has exactly one endpoint. It reports every problem, each naming the resource.
 func Validate(res Resources) error { return (&validator{}).validate(res) }
 
 // validator runs Validate, remembering from one call to the next which messages passed the
@@ -121,8 +125,68 @@ func (v *validator) validate(res Resources) error {
 			}
 		}
 	}
+	errs = append(errs, duplicates(res)...)
 	v.prev = next
 	return errors.Join(errs...)
+}
+
+// ErrDuplicate marks a name used twice where the data plane needs it unique.
+var ErrDuplicate = errors.New("duplicate name")
+
+// duplicates reports every resource name used twice within a type, and every virtual host
+// name and domain (case-insensitively, as Envoy compares them) used twice within a route
+// configuration.
+func duplicates(res Resources) []error {
+	var errs []error
+	once := func(kind string, names func(yield func(string) bool)) {
+		seen := map[string]bool{}
+		for n := range names {
+			if seen[n] {
+				errs = append(errs, fmt.Errorf("%w: %w: %s %q", ErrInvalidResources, ErrDuplicate, kind, n))
+			}
+			seen[n] = true
+		}
+	}
+	once("listener", func(yield func(string) bool) {
+		for _, l := range res.Listeners {
+			if !yield(l.Name) {
+				return
+			}
+		}
+	})
+	once("route configuration", func(yield func(string) bool) {
+		for _, rc := range res.Routes {
+			if !yield(rc.Name) {
+				return
+			}
+		}
+	})
+	once("cluster", func(yield func(string) bool) {
+		for _, c := range res.Clusters {
+			if !yield(c.Name) {
+				return
+			}
+		}
+	})
+	for _, rc := range res.Routes {
+		once("virtual host in route configuration "+strconv.Quote(rc.Name), func(yield func(string) bool) {
+			for _, vh := range rc.VirtualHosts {
+				if !yield(vh.Name) {
+					return
+				}
+			}
+		})
+		once("domain in route configuration "+strconv.Quote(rc.Name), func(yield func(string) bool) {
+			for _, vh := range rc.VirtualHosts {
+				for _, d := range vh.Domains {
+					if !yield(strings.ToLower(d)) {
+						return
+					}
+				}
+			}
+		})
+	}
+	return errs
 }
 
 // validateRouteConfiguration is rc.ValidateAll, with each virtual host in prev (passed

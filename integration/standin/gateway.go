@@ -35,19 +35,29 @@ type Gateway struct {
 	gw              gwclient.Interface
 	logf            func(format string, args ...any)
 	paused          atomic.Bool
-	inf             cache.SharedIndexInformer
-	queue           workqueue.TypedRateLimitingInterface[string]
+	infs            []cache.SharedIndexInformer
+	queue           workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	ctx             context.Context
 }
 
 // Option tunes a stand-in gateway.
 type Option func(*options)
 
-type options struct{ workers int }
+type options struct {
+	workers         int
+	routeNamespaces []string
+}
 
 // WithWorkers sets how many routes the stand-in reports on at once (default 1); gateway
 // controllers at fleet scale write route status from several workers.
 func WithWorkers(n int) Option { return func(o *options) { o.workers = max(n, 1) } }
+
+// WithRouteNamespaces makes the stand-in report on the routes in these namespaces that name
+// the Gateway (as a listener allowing routes from them would), instead of the routes in the
+// Gateway's own namespace.
+func WithRouteNamespaces(ns ...string) Option {
+	return func(o *options) { o.routeNamespaces = append(o.routeNamespaces, ns...) }
+}
 
 // StartGateway creates the stand-in GatewayClass (if missing) and the Gateway ns/name, and
 // reports route status until ctx is done. logf receives errors worth a look.
@@ -75,15 +85,22 @@ func StartGateway(ctx context.Context, kube kubernetes.Interface, gw gwclient.In
 	}
 
 	g := &Gateway{Namespace: ns, Name: name, kube: kube, gw: gw, logf: logf, ctx: ctx,
-		queue: workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, time.Second))}
-	g.inf = gwinformers.NewSharedInformerFactoryWithOptions(gw, 0, gwinformers.WithNamespace(ns)).Gateway().V1().HTTPRoutes().Informer()
-	_, _ = g.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    g.enqueue,
-		UpdateFunc: func(_, obj any) { g.enqueue(obj) },
-	})
-	go g.inf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), g.inf.HasSynced) {
-		return nil, fmt.Errorf("stand-in gateway cache: %w", ctx.Err())
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, time.Second))}
+	watched := o.routeNamespaces
+	if len(watched) == 0 {
+		watched = []string{ns}
+	}
+	for _, routeNS := range watched {
+		inf := gwinformers.NewSharedInformerFactoryWithOptions(gw, 0, gwinformers.WithNamespace(routeNS)).Gateway().V1().HTTPRoutes().Informer()
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    g.enqueue,
+			UpdateFunc: func(_, obj any) { g.enqueue(obj) },
+		})
+		go inf.RunWithContext(ctx)
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			return nil, fmt.Errorf("stand-in gateway cache: %w", ctx.Err())
+		}
+		g.infs = append(g.infs, inf)
 	}
 	go func() {
 		<-ctx.Done()
@@ -97,7 +114,7 @@ func StartGateway(ctx context.Context, kube kubernetes.Interface, gw gwclient.In
 
 func (g *Gateway) enqueue(obj any) {
 	if r, ok := obj.(*gwapiv1.HTTPRoute); ok {
-		g.queue.Add(r.Name)
+		g.queue.Add(cache.NewObjectName(r.Namespace, r.Name))
 	}
 }
 
@@ -110,7 +127,7 @@ func (g *Gateway) work() {
 		}
 		if err := g.report(name); err != nil {
 			if g.ctx.Err() == nil {
-				g.logf("stand-in gateway: route %s/%s: %v (retrying)", g.Namespace, name, err)
+				g.logf("stand-in gateway: route %s: %v (retrying)", name, err)
 			}
 			g.queue.AddRateLimited(name)
 		} else {
@@ -126,18 +143,20 @@ func (g *Gateway) Pause() { g.paused.Store(true) }
 // Resume reports again, catching up on every route.
 func (g *Gateway) Resume() {
 	g.paused.Store(false)
-	for _, obj := range g.inf.GetStore().List() {
-		g.enqueue(obj)
+	for _, inf := range g.infs {
+		for _, obj := range inf.GetStore().List() {
+			g.enqueue(obj)
+		}
 	}
 }
 
 // report writes this controller's status for the route, unless paused.
-func (g *Gateway) report(name string) error {
+func (g *Gateway) report(key cache.ObjectName) error {
 	if g.paused.Load() {
 		return nil
 	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		route, err := g.gw.GatewayV1().HTTPRoutes(g.Namespace).Get(g.ctx, name, metav1.GetOptions{})
+		route, err := g.gw.GatewayV1().HTTPRoutes(key.Namespace).Get(g.ctx, key.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -154,7 +173,7 @@ func (g *Gateway) report(name string) error {
 		if !changed {
 			return nil
 		}
-		_, err = g.gw.GatewayV1().HTTPRoutes(g.Namespace).UpdateStatus(g.ctx, next, metav1.UpdateOptions{FieldManager: "stand-in-gateway"})
+		_, err = g.gw.GatewayV1().HTTPRoutes(key.Namespace).UpdateStatus(g.ctx, next, metav1.UpdateOptions{FieldManager: "stand-in-gateway"})
 		return err
 	})
 }

@@ -96,12 +96,30 @@ func (s *Sink) retains(p *sink.Plan, route *gwapiv1.HTTPRoute) bool {
 	return positive
 }
 
+// contested returns the route's hostname when another claim holds it (Plan.Conflicts).
+func (s *Sink) contested(p *sink.Plan) (string, bool) {
+	host, err := s.cfg.Route.Hostname(source(p))
+	if err != nil || !p.Withheld(host) {
+		return "", false
+	}
+	return host, true
+}
+
+// carriesHost reports whether route lists host.
+func carriesHost(route *gwapiv1.HTTPRoute, host string) bool {
+	return route != nil && slices.Contains(route.Spec.Hostnames, gwapiv1.Hostname(host))
+}
+
 // Carries implements sink.Sink: the stored route holds exactly the plan's route (a plan
-// the policy answers by keeping the stored weights changes nothing either).
+// the policy answers by keeping the stored weights changes nothing either). A plan whose
+// hostname is contested is carried once no route of the map lists that hostname.
 func (s *Sink) Carries(p *sink.Plan) bool {
 	route, err := s.stored(p)
 	if err != nil {
 		return false
+	}
+	if host, ok := s.contested(p); ok {
+		return !carriesHost(route, host)
 	}
 	if s.retains(p, route) {
 		return true
@@ -114,9 +132,15 @@ func (s *Sink) Carries(p *sink.Plan) bool {
 }
 
 // Apply implements sink.Sink: it stores the route and its Services (only what differs)
-// and reads the gateway's verdict.
+// and reads the gateway's verdict. When the route's hostname is held by another claim the
+// route is neither written nor updated (Refused, sink.ReasonHostnameConflict); a stored
+// route of the map that lists that hostname is removed with its Services, so the gateway
+// never holds two of the publisher's routes for one hostname.
 func (s *Sink) Apply(ctx context.Context, p *sink.Plan) (sink.Confirmation, error) {
 	c := sink.Confirmation{Sink: Name}
+	if host, ok := s.contested(p); ok {
+		return s.refuseContested(ctx, p, host)
+	}
 	desired, err := s.build(p)
 	if err != nil {
 		c.State, c.Reason = sink.Refused, ReasonRefused
@@ -158,6 +182,31 @@ func (s *Sink) Apply(ctx context.Context, p *sink.Plan) (sink.Confirmation, erro
 		c.State, c.Reason = sink.Rejected, ReasonNotAccepted
 	default:
 		c.State = sink.InPlace
+	}
+	return c, nil
+}
+
+func (s *Sink) refuseContested(ctx context.Context, p *sink.Plan, host string) (sink.Confirmation, error) {
+	c := sink.Confirmation{Sink: Name, State: sink.Refused, Reason: sink.ReasonHostnameConflict}
+	route, err := s.stored(p)
+	if err != nil {
+		return c, err
+	}
+	name := p.Namespace + "/" + httproute.RouteName(p.Name)
+	if carriesHost(route, host) {
+		n, err := s.writer.Delete(ctx, source(p), s.store)
+		c.Writes = n
+		if err != nil {
+			return c, fmt.Errorf("remove httproute with contested hostname: %w", err)
+		}
+		c.Message = fmt.Sprintf("httproute %s listed the contested hostname %s and was removed with its services", name, host)
+		return c, nil
+	}
+	c.GatewayRef = GatewayRef(route)
+	if route != nil {
+		c.Message = fmt.Sprintf("httproute %s is left as it was, not updated to the contested hostname %s", name, host)
+	} else {
+		c.Message = fmt.Sprintf("httproute %s is not written with the contested hostname %s", name, host)
 	}
 	return c, nil
 }

@@ -12,6 +12,7 @@ package sink
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/weights"
@@ -29,9 +30,13 @@ type Plan struct {
 	Service string
 	// GlobalHost is the InferenceService's ome.io/global-host annotation, "" when absent.
 	GlobalHost string
-	// Hostnames are the names clients reach the service by, sorted; empty when none can be
-	// derived (HostnameErr says why).
+	// Hostnames are the names clients reach the service by that the map owns, sorted; empty
+	// when none can be derived (HostnameErr says why) or another claim holds it (Conflicts).
 	Hostnames []string
+	// Conflicts are the map's names another claim holds (its hostname, or
+	// "<service>.<namespace>", the name gRPC clients dial), sorted by name. No sink serves
+	// them for this map, and Published is False (HostnameConflict) while there is one.
+	Conflicts []Conflict
 	// HostnameErr is why no hostname could be derived, nil otherwise.
 	HostnameErr error
 	// Result holds the effective weights, one entry per spec.entries item.
@@ -44,6 +49,40 @@ type Plan struct {
 	Taints map[string][]weights.Taint
 	// Tolerations are the service's tolerations Result was computed with.
 	Tolerations []weights.Toleration
+}
+
+// ReasonHostnameConflict is the Published reason while one of a map's names is held by
+// another claim (Plan.Conflicts); a sink that refuses a plan for that reason reports it.
+const ReasonHostnameConflict = "HostnameConflict"
+
+// Conflict is one of a map's names that another claim holds.
+type Conflict struct {
+	// Hostname is the map's name.
+	Hostname string
+	// Owner is who holds it.
+	Owner Owner
+}
+
+// Owner is the holder of a contested name.
+type Owner struct {
+	// Kind is "TrafficMap", or "HTTPRoute" for a route the publisher does not manage.
+	Kind string
+	// Namespace and Name identify it.
+	Namespace, Name string
+	// Hostname is the owner's name that overlaps (equal, or a wildcard covering it).
+	Hostname string
+	// Created is the owner's metadata.creationTimestamp.
+	Created time.Time
+}
+
+// Withheld reports whether name is one of the plan's contested names.
+func (p *Plan) Withheld(name string) bool {
+	for _, c := range p.Conflicts {
+		if c.Hostname == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Key is the map's namespace/name.

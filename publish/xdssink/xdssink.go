@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -206,7 +207,11 @@ func (s *Sink) Changed(namespace, name string) {
 
 // view is the sink's form of a plan.
 func view(p *sink.Plan) xds.Service {
-	return xds.Service{Namespace: p.Namespace, Name: p.Name, Service: p.Service, Result: p.Result, Hostnames: p.Hostnames}
+	svc := xds.Service{Namespace: p.Namespace, Name: p.Name, Service: p.Service, Result: p.Result, Hostnames: p.Hostnames}
+	for _, c := range p.Conflicts {
+		svc.Withheld = append(svc.Withheld, c.Hostname)
+	}
+	return svc
 }
 
 // digestsOf are the digests a service carries per flavour: the Envoy flavour carries only
@@ -317,6 +322,16 @@ func (s *Sink) rebuild(ctx context.Context) (err error) {
 		served[key] = svc.Sealed()
 		delete(invalid, key)
 	}
+	retry := exclusive(keys, prevServed, served, invalid)
+	if len(retry) > 0 {
+		defer func() {
+			s.mu.Lock()
+			for _, key := range retry {
+				s.dirty[key] = true // rebuilt again with the next change
+			}
+			s.mu.Unlock()
+		}()
+	}
 	if !full && unchanged(keys, prevServed, served, prevInvalid, invalid) {
 		return nil // e.g. the publisher's own route write: nothing to serve or confirm anew
 	}
@@ -353,6 +368,57 @@ func (s *Sink) rebuild(ctx context.Context) (err error) {
 		s.cfg.Requeue(ns, name)
 	}
 	return nil
+}
+
+// ErrNameTaken marks a map whose content would serve a name another map's served content
+// has: the plans hand a name over in two steps (one map gives it up, the other takes it),
+// which a rebuild may see half done.
+var ErrNameTaken = errors.New("name served for another trafficmap")
+
+// exclusive makes every name (gRPC listener name, which covers the Envoy domains) served
+// for one map only, so the shared route configuration never has a duplicate domain and no
+// listener name is served twice. Maps keep their names in this order: those not rebuilt
+// now (keys), then the others by key. A rebuilt map that would take a name already kept
+// falls back to its last good content when that does not, else leaves the snapshot; it is
+// marked invalid (ErrNameTaken) and returned, to be rebuilt with the next change.
+func exclusive(keys map[string]bool, prevServed, served map[string]xds.Service, invalid map[string]error) []string {
+	order := slices.SortedFunc(maps.Keys(served), func(a, b string) int {
+		if keys[a] != keys[b] {
+			if keys[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	taken := make(map[string]string, len(served))
+	clash := func(key string, svc xds.Service) error {
+		for _, n := range xds.ListenerNames(svc) {
+			if other, ok := taken[n]; ok && other != key {
+				return fmt.Errorf("%w: %q is served for trafficmap %s", ErrNameTaken, n, other)
+			}
+		}
+		return nil
+	}
+	var retry []string
+	for _, key := range order {
+		svc := served[key]
+		if err := clash(key, svc); err != nil {
+			retry = append(retry, key)
+			invalid[key] = err
+			prev, ok := prevServed[key]
+			if !ok || clash(key, prev) != nil {
+				delete(served, key)
+				continue
+			}
+			svc = prev
+			served[key] = prev
+		}
+		for _, n := range xds.ListenerNames(svc) {
+			taken[n] = key
+		}
+	}
+	return retry
 }
 
 // unchanged reports whether every key serves and fails as it did.

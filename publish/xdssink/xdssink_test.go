@@ -109,3 +109,33 @@ func TestApplyPendingAndDelete(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, s.pending)
 }
+
+// A rebuild that sees a hand-over half done (the new holder's plan is in, the old holder's
+// is not yet) never serves a name twice: the map taking the name keeps its last good
+// content, is marked invalid and is rebuilt with the next change.
+func TestExclusive(t *testing.T) {
+	svc := func(ns string, hosts ...string) xds.Service {
+		return xds.Service{Namespace: ns, Name: "chat", Service: "chat", Hostnames: hosts, Result: weights.Result{
+			Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 1}}}}.Sealed()
+	}
+	prev := map[string]xds.Service{"prod/chat": svc("prod", "chat.example.com"), "staging/chat": svc("staging")}
+	served := map[string]xds.Service{"prod/chat": prev["prod/chat"], "staging/chat": svc("staging", "chat.example.com")}
+	invalid := map[string]error{}
+	retry := exclusive(map[string]bool{"staging/chat": true}, prev, served, invalid)
+	assert.Equal(t, []string{"staging/chat"}, retry)
+	assert.Equal(t, prev, served, "the taker keeps its last good content")
+	require.ErrorIs(t, invalid["staging/chat"], ErrNameTaken)
+	assert.Contains(t, invalid["staging/chat"].Error(), `"chat.example.com" is served for trafficmap prod/chat`)
+
+	// Both rebuilt, no last good: the first by key keeps the name, the other leaves.
+	served = map[string]xds.Service{"prod/chat": svc("prod", "chat.example.com"), "staging/chat": svc("staging", "chat.example.com")}
+	invalid = map[string]error{}
+	retry = exclusive(map[string]bool{"prod/chat": true, "staging/chat": true}, map[string]xds.Service{}, served, invalid)
+	assert.Equal(t, []string{"staging/chat"}, retry)
+	assert.NotContains(t, served, "staging/chat")
+	assert.Contains(t, served, "prod/chat")
+
+	// Distinct names: nothing to do.
+	served = map[string]xds.Service{"prod/chat": svc("prod", "chat.example.com"), "staging/chat": svc("staging", "chat.staging.example.com")}
+	assert.Empty(t, exclusive(map[string]bool{"staging/chat": true}, prev, served, map[string]error{}))
+}

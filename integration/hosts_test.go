@@ -1,0 +1,96 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/integration/standin"
+	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/xds/xdstest"
+)
+
+// localBackend starts a gRPC backend for cluster and returns its endpoint by DNS name
+// (localhost), which the HTTPRoute sink needs for an ExternalName Service.
+func localBackend(t *testing.T, cluster string) string {
+	t.Helper()
+	return strings.Replace(xdstest.StartBackend(t, cluster), "127.0.0.1", "localhost", 1)
+}
+
+// Two InferenceServices in two namespaces carry the same ome.io/global-host. The older
+// TrafficMap owns the hostname on both sinks: its route holds it, a real proxyless gRPC
+// client dialing it reaches only the owner's backends, while the newer map reports
+// HostnameConflict naming the owner (with a Warning Event), has no route, and is still
+// reached under its own "<service>.<namespace>" name. Deleting the owner hands the hostname
+// over: the newer map's route is written, Published turns True and the client follows.
+func TestHostnameOwnership(t *testing.T) {
+	owner := newFixture(t)
+	loser := &fixture{t: t, ns: newNamespace(t), routing: standin.Routing{Client: tmc}}
+	// The stand-in gateway of owner.ns reports on routes of both namespaces.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	_, err := standin.StartGateway(ctx, kube, gw, owner.ns, gatewayName, t.Logf, standin.WithRouteNamespaces(loser.ns))
+	require.NoError(t, err)
+
+	shared := "chat." + owner.ns + ".shared.example.com"
+	owner.setAnnotation(service, v1beta1.AnnotationGlobalHost, shared, false)
+	ownerMap := owner.createMap([]v1beta1.TrafficMapEntry{
+		{Cluster: "worker-a", Endpoint: localBackend(t, "owner-a"), Weight: 1},
+		{Cluster: "worker-b", Endpoint: localBackend(t, "owner-b"), Weight: 1},
+	})
+	// Creation timestamps have a resolution of one second: the second map is created in a
+	// later second, so it is the younger without the namespace/name tie-break deciding.
+	require.Eventually(t, func() bool { return time.Now().After(ownerMap.CreationTimestamp.Add(time.Second)) }, waitTimeout, tick)
+	loser.isvcUID = loser.createISVC(service, map[string]string{v1beta1.AnnotationGlobalHost: shared})
+	loser.createMap([]v1beta1.TrafficMapEntry{{Cluster: "worker-a", Endpoint: localBackend(t, "loser-a"), Weight: 1}})
+
+	pub := owner.startPublisher(bothSinks, func(c *publish.Config) { c.Namespaces = []string{owner.ns, loser.ns} })
+	loser.pub = pub
+
+	sharedClient := xdsClient(t, pub.xdsAddr, "grpc-shared", shared)
+	loserClient := xdsClient(t, pub.xdsAddr, "grpc-loser", service+"."+loser.ns)
+	_, err = call(sharedClient)
+	require.NoError(t, err)
+	_, err = call(loserClient)
+	require.NoError(t, err)
+
+	owner.waitPublishedWith("ACKed by 2/2 clients")
+	require.NotNil(t, owner.route())
+	assert.Equal(t, []gwapiv1.Hostname{gwapiv1.Hostname(shared)}, owner.route().Spec.Hostnames)
+	conflict := loser.waitCondition(metav1.ConditionFalse, publish.ReasonHostnameConflict,
+		"hostname "+shared+" is held by trafficmap "+owner.ns+"/chat",
+		"httproute "+loser.ns+"/chat-global is not written with the contested hostname")
+	assert.Nil(t, loser.route(), "the newer map's route is not written")
+	assert.False(t, conflict.Status.Published)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		found := false
+		for _, e := range loser.events() {
+			found = found || e.Type == corev1.EventTypeWarning && e.Reason == publish.ReasonHostnameConflict
+		}
+		assert.True(c, found, "a Warning Event HostnameConflict on the newer map")
+	}, waitTimeout, tick)
+
+	got := spread(t, sharedClient, 200)
+	assert.Zero(t, got["loser-a"], "the shared host reaches the owner's backends only: %v", got)
+	assert.Equal(t, 200, got["owner-a"]+got["owner-b"], "%v", got)
+	assert.Positive(t, got["owner-a"], "%v", got)
+	assert.Positive(t, got["owner-b"], "%v", got)
+	assert.Equal(t, map[string]int{"loser-a": 50}, spread(t, loserClient, 50), "the newer map's own gRPC name still works")
+
+	// Hand-over: the owner is deleted.
+	require.NoError(t, tmc.OmeV1beta1().TrafficMaps(owner.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
+	loser.waitPublishedWith("ACKed by 2/2 clients")
+	assert.Equal(t, map[string]int{"loser-a": 100}, spread(t, sharedClient, 100), "Published True: the shared host already goes to the new owner")
+	route := loser.route()
+	require.NotNil(t, route)
+	assert.Equal(t, []gwapiv1.Hostname{gwapiv1.Hostname(shared)}, route.Spec.Hostnames)
+	require.Eventually(t, func() bool { return owner.route() == nil }, waitTimeout, tick, "the deleted owner's route is removed")
+}

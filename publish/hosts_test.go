@@ -1,0 +1,183 @@
+package publish
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/weights"
+	"github.com/trafficmap/publisher/xds"
+)
+
+var t0 = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+
+func claim(ns, name string, age int, names ...string) Claim {
+	return Claim{Kind: KindTrafficMap, Namespace: ns, Name: name, Created: t0.Add(time.Duration(age) * time.Minute), Names: names}
+}
+
+func TestHostnamesOverlap(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"chat.example.com", "chat.example.com", true},
+		{"Chat.Example.com.", "chat.example.com", true},
+		{"chat.example.com", "embed.example.com", false},
+		{"*.example.com", "chat.example.com", true},
+		{"*.example.com", "a.b.example.com", true}, // one or more labels, as Gateway API and Envoy's suffix match
+		{"*.example.com", "example.com", false},    // the wildcard needs a label
+		{"*.example.com", "chat.example.org", false},
+		{"*.example.com", "*.b.example.com", true},
+		{"*.example.com", "*.example.com", true},
+		{"*.a.example.com", "*.b.example.com", false},
+		{"*.example.com", "xexample.com", false}, // a suffix match is on whole labels
+		{"chat.prod", "chat.prod", true},
+	} {
+		t.Run(tc.a+" "+tc.b, func(t *testing.T) {
+			assert.Equal(t, tc.want, HostnamesOverlap(tc.a, tc.b))
+			assert.Equal(t, tc.want, HostnamesOverlap(tc.b, tc.a), "symmetric")
+		})
+	}
+}
+
+// The index keys find every overlapping name: hostLookupKeys(a) meets hostIndexKeys(b)
+// whenever a and b overlap.
+func TestHostIndexKeysFindOverlaps(t *testing.T) {
+	names := []string{"chat.example.com", "*.example.com", "a.b.example.com", "*.b.example.com", "example.com", "chat.prod", "*.com", "x.org"}
+	for _, a := range names {
+		for _, b := range names {
+			index := map[string]bool{}
+			for _, k := range hostIndexKeys(b) {
+				index[k] = true
+			}
+			found := false
+			for _, k := range hostLookupKeys(a) {
+				found = found || index[k]
+			}
+			if HostnamesOverlap(a, b) {
+				assert.True(t, found, "lookup of %s finds %s", a, b)
+			}
+		}
+	}
+}
+
+func TestResolveHostnamesOrder(t *testing.T) {
+	prod := claim("prod", "chat", 0, "chat.prod", "chat.example.com")
+	staging := claim("staging", "chat", 5, "chat.staging", "chat.example.com")
+
+	own := ResolveHostnames(staging, []Claim{prod})
+	assert.Equal(t, []string{"chat.staging"}, own.Owned, "the newer map keeps its unshared name")
+	require.Len(t, own.Conflicts, 1)
+	assert.Equal(t, sink.Conflict{Hostname: "chat.example.com", Owner: sink.Owner{Kind: KindTrafficMap, Namespace: "prod", Name: "chat",
+		Hostname: "chat.example.com", Created: prod.Created}}, own.Conflicts[0])
+
+	own = ResolveHostnames(prod, []Claim{staging})
+	assert.Equal(t, []string{"chat.example.com", "chat.prod"}, own.Owned, "the older map keeps everything")
+	assert.Empty(t, own.Conflicts)
+
+	t.Run("same creation time: namespace/name decides", func(t *testing.T) {
+		a, b := claim("a", "chat", 0, "h.example.com"), claim("b", "chat", 0, "h.example.com")
+		assert.Empty(t, ResolveHostnames(a, []Claim{b}).Conflicts)
+		assert.Equal(t, "a", ResolveHostnames(b, []Claim{a}).Conflicts[0].Owner.Namespace)
+		c := claim("a", "zz", 0, "h.example.com")
+		assert.Equal(t, "chat", ResolveHostnames(c, []Claim{a}).Conflicts[0].Owner.Name)
+	})
+
+	t.Run("wildcard against exact: the older wins either way", func(t *testing.T) {
+		wild, exact := claim("w", "m", 0, "*.example.com"), claim("e", "m", 1, "chat.example.com")
+		assert.Equal(t, "*.example.com", ResolveHostnames(exact, []Claim{wild}).Conflicts[0].Owner.Hostname)
+		wild.Created = t0.Add(time.Hour)
+		assert.Equal(t, "chat.example.com", ResolveHostnames(wild, []Claim{exact}).Conflicts[0].Owner.Hostname)
+	})
+
+	t.Run("a name lost to an older claim does not hold anything", func(t *testing.T) {
+		a := claim("ns", "a", 0, "a.example.com")
+		b := claim("ns", "b", 1, "*.example.com") // loses to a
+		c := claim("ns", "c", 2, "c.example.com") // overlaps b's wildcard, which b does not hold
+		own := ResolveHostnames(c, []Claim{a, b})
+		assert.Equal(t, []string{"c.example.com"}, own.Owned)
+		assert.Empty(t, own.Conflicts)
+	})
+
+	t.Run("the gRPC name counts", func(t *testing.T) {
+		a := claim("prod", "chat", 0, "chat.prod", "chat.example.com")
+		b := claim("x", "y", 1, "y.x", "chat.prod") // a hostname equal to a's gRPC name
+		assert.Equal(t, "chat.prod", ResolveHostnames(b, []Claim{a}).Conflicts[0].Hostname)
+	})
+}
+
+func TestForeignConflicts(t *testing.T) {
+	own := Ownership{Owned: []string{"chat.example.com", "chat.prod"}}
+	foreign := Claim{Kind: KindHTTPRoute, Namespace: "prod", Name: "legacy", Created: t0, Names: []string{"*.example.com"}}
+
+	got := ForeignConflicts(own, nil, []Claim{foreign})
+	assert.Equal(t, []string{"chat.prod"}, got.Owned, "no route yet: the foreign route is older")
+	require.Len(t, got.Conflicts, 1)
+	assert.Equal(t, "legacy", got.Conflicts[0].Owner.Name)
+
+	older := t0.Add(-time.Minute)
+	got = ForeignConflicts(own, &older, []Claim{foreign})
+	assert.Equal(t, own.Owned, got.Owned, "the map's route is older: the gateway prefers it")
+	assert.Empty(t, got.Conflicts)
+}
+
+// Whatever names the maps claim, the hostnames the plans keep translate into an Envoy route
+// configuration without a duplicate domain or virtual host, and into gRPC listeners
+// without a duplicate name: the snapshot passes Validate.
+func TestOwnedNamesNeverDuplicate(t *testing.T) {
+	labels := []string{"a", "b", "chat", "x"}
+	domains := []string{"example.com", "b.example.com", "prod"}
+	res, err := weights.Compute(weights.Input{Entries: []weights.Entry{{Cluster: "c1", Endpoint: "https://c1.example.com", Weight: 1}}})
+	require.NoError(t, err)
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		var claims []Claim
+		for i := range 2 + rng.IntN(8) {
+			ns := []string{"prod", "staging", "x"}[rng.IntN(3)]
+			svc := labels[rng.IntN(len(labels))]
+			host := labels[rng.IntN(len(labels))] + "." + domains[rng.IntN(len(domains))]
+			if rng.IntN(4) == 0 {
+				host = "*." + domains[rng.IntN(len(domains))]
+			}
+			c := claim(ns, fmt.Sprintf("m%d", i), rng.IntN(3), svc+"."+ns, host)
+			claims = append(claims, c)
+		}
+		var services []xds.Service
+		var withHosts []xds.Service
+		for _, c := range claims {
+			own := ResolveHostnames(c, claims)
+			svc := xds.Service{Namespace: c.Namespace, Name: c.Name, Service: strings.TrimSuffix(c.Names[0], "."+c.Namespace), Result: res}
+			for _, n := range own.Owned {
+				if n == c.Names[1] {
+					svc.Hostnames = []string{n}
+				}
+			}
+			for _, cf := range own.Conflicts {
+				svc.Withheld = append(svc.Withheld, cf.Hostname)
+			}
+			services = append(services, svc)
+			if len(svc.Hostnames) > 0 {
+				withHosts = append(withHosts, svc)
+			}
+		}
+		envoy, err := xds.TranslateEnvoy(xds.DefaultEnvoyOptions, withHosts)
+		require.NoError(t, err)
+		seen := map[string]string{}
+		for _, vh := range envoy.Routes[0].VirtualHosts {
+			for _, d := range vh.Domains {
+				require.NotContains(t, seen, d, "seed %d: domain %s of %s is also %s's (claims %+v)", seed, d, vh.Name, seen[d], claims)
+				seen[d] = vh.Name
+			}
+		}
+		require.NoError(t, xds.Validate(envoy), "seed %d", seed)
+		grpc, err := xds.TranslateGRPC(services)
+		require.NoError(t, err)
+		require.NoError(t, xds.Validate(grpc), "seed %d: claims %+v", seed, claims)
+	}
+}

@@ -1,0 +1,211 @@
+package publish
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/httproute"
+)
+
+// The ownership view: which claims contend for a name, read from the informer caches
+// through the byHostname indexes, so a reconcile looks up the few claims on its own names
+// and never scans the fleet. The decision itself is ResolveHostnames (hosts.go), pure.
+
+// Kinds of claimants (Claim.Kind).
+const (
+	// KindTrafficMap is a TrafficMap's claim.
+	KindTrafficMap = "TrafficMap"
+	// KindHTTPRoute is the claim of an HTTPRoute the publisher does not manage.
+	KindHTTPRoute = "HTTPRoute"
+)
+
+// indexTrafficMapByHostname indexes a map under its gRPC name and its --host-template name
+// (a map whose InferenceService has the annotation is found through that index instead;
+// lookups check each candidate's real names).
+func (c *caches) indexTrafficMapByHostname(obj any) ([]string, error) {
+	tm, ok := obj.(*v1beta1.TrafficMap)
+	if !ok {
+		return nil, nil
+	}
+	keys := hostIndexKeys(GRPCName(tm.Namespace, tm.Spec.Service))
+	if host, err := c.route.Hostname(httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service}); err == nil {
+		keys = append(keys, hostIndexKeys(host)...)
+	}
+	return keys, nil
+}
+
+func indexInferenceServiceByHostname(obj any) ([]string, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return nil, nil
+	}
+	return hostIndexKeys(globalHost(m)), nil
+}
+
+func indexForeignRouteByHostname(obj any) ([]string, error) {
+	route, ok := obj.(*gwapiv1.HTTPRoute)
+	if !ok || httproute.Managed(route) {
+		return nil, nil
+	}
+	var keys []string
+	for _, h := range route.Spec.Hostnames {
+		keys = append(keys, hostIndexKeys(string(h))...)
+	}
+	return keys, nil
+}
+
+func globalHost(isvc *metav1.PartialObjectMetadata) string {
+	if isvc == nil {
+		return ""
+	}
+	return strings.TrimSpace(isvc.Annotations[v1beta1.AnnotationGlobalHost])
+}
+
+// mapClaim is tm's claim with isvc (nil when missing) supplying the annotation: its
+// hostname when one can be derived, and its gRPC name.
+func (c *caches) mapClaim(tm *v1beta1.TrafficMap, isvc *metav1.PartialObjectMetadata) Claim {
+	names := []string{GRPCName(tm.Namespace, tm.Spec.Service)}
+	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service, GlobalHost: globalHost(isvc)}
+	if host, err := c.route.Hostname(src); err == nil {
+		names = append(names, host)
+	}
+	return Claim{Kind: KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time, Names: names}
+}
+
+// byIndex lists the objects of every informer in infs whose index holds one of keys.
+func byIndex(infs []cache.SharedIndexInformer, index string, keys []string) []any {
+	var out []any
+	for _, inf := range infs {
+		for _, k := range keys {
+			objs, err := inf.GetIndexer().ByIndex(index, k)
+			if err == nil {
+				out = append(out, objs...)
+			}
+		}
+	}
+	return out
+}
+
+// mapsNamed returns the cached maps that may claim a name overlapping name (candidates: the
+// caller checks their claims).
+func (c *caches) mapsNamed(name string) []*v1beta1.TrafficMap {
+	keys := hostLookupKeys(name)
+	seen := map[string]bool{}
+	var out []*v1beta1.TrafficMap
+	add := func(tm *v1beta1.TrafficMap) {
+		if k := tm.Namespace + "/" + tm.Name; !seen[k] {
+			seen[k] = true
+			out = append(out, tm)
+		}
+	}
+	for _, o := range byIndex(c.maps, indexByHostname, keys) {
+		if tm, ok := o.(*v1beta1.TrafficMap); ok {
+			add(tm)
+		}
+	}
+	for _, o := range byIndex(c.isvcs, indexByHostname, keys) {
+		if m, ok := o.(*metav1.PartialObjectMetadata); ok {
+			for _, tm := range c.mapsIndexed(indexByService, m.Namespace, m.Namespace+"/"+m.Name) {
+				add(tm)
+			}
+		}
+	}
+	return out
+}
+
+// rivals returns the claims of the other maps whose names overlap name, in the same scope
+// as namespace.
+func (c *caches) rivals(name, namespace, self string) []Claim {
+	var out []Claim
+	for _, tm := range c.mapsNamed(name) {
+		if tm.Namespace+"/"+tm.Name == self || tm.DeletionTimestamp != nil || c.scoped && tm.Namespace != namespace {
+			continue
+		}
+		isvc, _ := c.inferenceService(tm.Namespace, tm.Spec.Service)
+		cl := c.mapClaim(tm, isvc)
+		if slices.ContainsFunc(cl.Names, func(n string) bool { return HostnamesOverlap(n, name) }) {
+			out = append(out, cl)
+		}
+	}
+	return out
+}
+
+// claims gathers what decides self's names: every older map claim that overlaps one of
+// self's names or, recursively, one of such a claim's names.
+func (c *caches) claims(self Claim) []Claim {
+	seen := map[string]bool{self.Key(): true}
+	var out []Claim
+	queue := []Claim{self}
+	for len(queue) > 0 {
+		cl := queue[0]
+		queue = queue[1:]
+		for _, n := range uniqueNames(cl.Names) {
+			for _, r := range c.rivals(n, self.Namespace, cl.Key()) {
+				if seen[r.Key()] || !Precedes(r, cl) {
+					continue
+				}
+				seen[r.Key()] = true
+				out = append(out, r)
+				queue = append(queue, r)
+			}
+		}
+	}
+	return out
+}
+
+// foreignClaims returns the claims of the foreign routes that contend with a route of a map
+// in namespace and overlap one of names.
+func (c *caches) foreignClaims(namespace string, names []string) []Claim {
+	if len(c.routes) == 0 {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []Claim
+	for _, n := range uniqueNames(names) {
+		for _, o := range byIndex(c.routes, indexByHostname, hostLookupKeys(n)) {
+			route, ok := o.(*gwapiv1.HTTPRoute)
+			if !ok || seen[route.Namespace+"/"+route.Name] || !c.route.Contends(route, namespace) {
+				continue
+			}
+			seen[route.Namespace+"/"+route.Name] = true
+			cl := Claim{Kind: KindHTTPRoute, Namespace: route.Namespace, Name: route.Name, Created: route.CreationTimestamp.Time}
+			for _, h := range route.Spec.Hostnames {
+				cl.Names = append(cl.Names, string(h))
+			}
+			out = append(out, cl)
+		}
+	}
+	return out
+}
+
+// routeCreated is route's creation time, nil for nil.
+func routeCreated(route *gwapiv1.HTTPRoute) *time.Time {
+	if route == nil {
+		return nil
+	}
+	t := route.CreationTimestamp.Time
+	return &t
+}
+
+// contenders returns the keys of the maps whose names overlap one of names: the maps whose
+// ownership may change when a claim on names appears, goes or moves.
+func (c *caches) contenders(names ...string) []cache.ObjectName {
+	seen := map[cache.ObjectName]bool{}
+	var out []cache.ObjectName
+	for _, n := range uniqueNames(names) {
+		for _, tm := range c.mapsNamed(n) {
+			key := cache.NewObjectName(tm.Namespace, tm.Name)
+			if !seen[key] {
+				seen[key] = true
+				out = append(out, key)
+			}
+		}
+	}
+	return out
+}
