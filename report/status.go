@@ -91,7 +91,7 @@ type Status struct {
 	// valid ones the publisher keeps), formatted as weights.Toleration.String does.
 	Tolerations []string `json:"tolerations,omitempty"`
 	// Error says why no effective weights could be computed; empty when they were.
-	Error     string    `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
 	// Hostnames are the map's names (its hostname and "<service>.<namespace>") and who
 	// holds each, by the publisher's rule (publish.ResolveHostnames) over the TrafficMaps
 	// status read (every namespace's, else the map's namespace's); omitted when it could
