@@ -2,10 +2,15 @@ package integration
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +20,7 @@ import (
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/integration/standin"
 	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/xds"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
 
@@ -84,6 +90,8 @@ func TestHostnameOwnership(t *testing.T) {
 	assert.Positive(t, got["owner-a"], "%v", got)
 	assert.Positive(t, got["owner-b"], "%v", got)
 	assert.Equal(t, map[string]int{"loser-a": 50}, spread(t, loserClient, 50), "the newer map's own gRPC name still works")
+	assert.Equal(t, []string{owner.ns + "/chat"}, envoyVirtualHosts(t, pub, shared), "one virtual host has the shared domain: the owner's")
+	owner.waitPublishedWith("ACKed by 2/2 clients") // the Envoy client has left again
 
 	// Hand-over: the owner is deleted.
 	require.NoError(t, tmc.OmeV1beta1().TrafficMaps(owner.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
@@ -93,4 +101,35 @@ func TestHostnameOwnership(t *testing.T) {
 	require.NotNil(t, route)
 	assert.Equal(t, []gwapiv1.Hostname{gwapiv1.Hostname(shared)}, route.Spec.Hostnames)
 	require.Eventually(t, func() bool { return owner.route() == nil }, waitTimeout, tick, "the deleted owner's route is removed")
+	assert.Equal(t, []string{loser.ns + "/chat"}, envoyVirtualHosts(t, pub, shared))
+}
+
+// envoyVirtualHosts fetches the Envoy flavour's shared route configuration as an Envoy
+// would (ADS, state of the world), checks that no domain is listed twice, and returns the
+// names of the virtual hosts listing domain. The client disconnects before it returns.
+func envoyVirtualHosts(t *testing.T, r *runningPublisher, domain string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	stream, err := adsClient(t, r).StreamAggregatedResources(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy-hosts", UserAgentName: "envoy"},
+		TypeUrl: resource.RouteType, ResourceNames: []string{xds.DefaultEnvoyOptions.RouteConfigName}}))
+	resp, err := stream.Recv()
+	require.NoError(t, err)
+	require.Len(t, resp.GetResources(), 1)
+	rc := &routev3.RouteConfiguration{}
+	require.NoError(t, resp.GetResources()[0].UnmarshalTo(rc))
+	seen := map[string]string{}
+	var out []string
+	for _, vh := range rc.GetVirtualHosts() {
+		for _, d := range vh.GetDomains() {
+			require.NotContains(t, seen, d, "domain %s of %s is also %s's", d, vh.GetName(), seen[d])
+			seen[d] = vh.GetName()
+		}
+		if slices.Contains(vh.GetDomains(), domain) {
+			out = append(out, vh.GetName())
+		}
+	}
+	return out
 }
