@@ -212,6 +212,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	go func() { // workers blocked on an empty queue return once it is shut
+		<-ctx.Done()
+		p.queue.ShutDown()
+	}()
 	if p.http != nil {
 		wg.Add(1)
 		go func() {
