@@ -57,8 +57,8 @@ type SyncResult struct {
 // backend Services first, then the route, then it prunes Services no longer referenced, so
 // the route never points at a missing Service. It applies only objects whose cached copy
 // differs in those fields (see Matches) and refuses (ErrConflict) any object at a needed
-// name that src does not own; since an apply would take over whatever is at a name, a name
-// with no cached copy is read from the API server first. On error, objects already written
+// name that src does not own; a name with no cached copy is applied without force, so an
+// object someone else holds there conflicts instead of being taken over (see applyRoute). On error, objects already written
 // stay written and a retry converges.
 func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store Store) (SyncResult, error) {
 	var res SyncResult
@@ -142,20 +142,36 @@ func (w *Writer) Delete(ctx context.Context, src Source, store Store) (deleted i
 	return deleted, nil
 }
 
-// applyRoute applies want. With a cached copy the apply names its UID, so a route that was
-// replaced behind the cache is refused by the API server rather than taken over; without
-// one the route at the name is read first, as the cache may be behind.
+// applyRoute applies want. With a cached copy (ours) the apply forces ownership and names
+// the copy's UID, so a route that was replaced behind the cache is refused by the API
+// server rather than taken over. Without one the apply does not force: it creates the
+// route when the name is free, and a route someone else holds at the name (its fields owned
+// by another manager) makes it conflict; only then is the route read, and applied with
+// force if it is the publisher's after all (a cache behind, or a route an older publisher
+// version wrote with an update), refused with ErrConflict otherwise. Creating costs one
+// request, as a create did.
 func (w *Writer) applyRoute(ctx context.Context, src Source, want, current *gwapiv1.HTTPRoute) (*gwapiv1.HTTPRoute, error) {
+	client := w.gateway.GatewayV1().HTTPRoutes(want.Namespace)
 	var uid types.UID
 	if current != nil {
 		uid = current.UID
 	} else {
-		live, err := w.gateway.GatewayV1().HTTPRoutes(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
+		applied, err := client.Apply(ctx, routeApply(want, ""), w.applyOptions(false))
+		if !apierrors.IsConflict(err) {
+			if err != nil {
+				return nil, fmt.Errorf("apply httproute %s/%s: %w", want.Namespace, want.Name, err)
+			}
+			return applied, nil
+		}
+		live, err := client.Get(ctx, want.Name, metav1.GetOptions{})
 		if err := claimable(src, "httproute", want.Namespace, want.Name, live, err); err != nil {
 			return nil, err
 		}
+		if live != nil {
+			uid = live.UID
+		}
 	}
-	applied, err := w.gateway.GatewayV1().HTTPRoutes(want.Namespace).Apply(ctx, routeApply(want, uid), w.applyOptions())
+	applied, err := client.Apply(ctx, routeApply(want, uid), w.applyOptions(true))
 	if err != nil {
 		return nil, fmt.Errorf("apply httproute %s/%s: %w", want.Namespace, want.Name, err)
 	}
@@ -173,19 +189,29 @@ func (w *Writer) syncService(ctx context.Context, src Source, want, current *cor
 	if current != nil {
 		uid = current.UID
 	} else {
+		_, err := client.Apply(ctx, serviceApply(want, ""), w.applyOptions(false))
+		if !apierrors.IsConflict(err) {
+			if err != nil {
+				return 0, fmt.Errorf("apply service %s/%s: %w", want.Namespace, want.Name, err)
+			}
+			return 1, nil
+		}
 		live, err := client.Get(ctx, want.Name, metav1.GetOptions{})
 		if err := claimable(src, "service", want.Namespace, want.Name, live, err); err != nil {
 			return 0, err
 		}
+		if live != nil {
+			uid = live.UID
+		}
 	}
-	if _, err := client.Apply(ctx, serviceApply(want, uid), w.applyOptions()); err != nil {
+	if _, err := client.Apply(ctx, serviceApply(want, uid), w.applyOptions(true)); err != nil {
 		return 0, fmt.Errorf("apply service %s/%s: %w", want.Namespace, want.Name, err)
 	}
 	return 1, nil
 }
 
-func (w *Writer) applyOptions() metav1.ApplyOptions {
-	return metav1.ApplyOptions{FieldManager: w.fieldManager, Force: true}
+func (w *Writer) applyOptions(force bool) metav1.ApplyOptions {
+	return metav1.ApplyOptions{FieldManager: w.fieldManager, Force: force}
 }
 
 func (w *Writer) deleteService(ctx context.Context, svc *corev1.Service) error {

@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	routeKlog()
 	assets, err := testenv.ControlPlaneAssets()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration:", err)

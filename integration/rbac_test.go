@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/zapr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -20,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/trafficmap/publisher/integration/testenv"
@@ -155,8 +153,7 @@ func TestChartRBACEveryRuleIsNeeded(t *testing.T) {
 			log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
 			// As the binary does (cmd/publisher), client-go's own reports (the Lease's and the
 			// event sink's permission errors) go through the same logger.
-			klog.SetLoggerWithOptions(zapr.NewLogger(log.Named("client-go")), klog.ContextualLogger(true))
-			t.Cleanup(klog.ClearLogger)
+			t.Cleanup(captureKlog(core))
 			cfg := f.publisherConfig(func(c *publish.Config) {
 				c.LeaderElection = publish.LeaderElection{Enabled: true, Namespace: f.ns, Name: "lease-" + release}
 			})

@@ -57,8 +57,6 @@ type Publisher struct {
 	http *httpServer
 	// metrics records the publisher's own metrics; nil without a registry.
 	metrics *metrics
-	// xds is the xDS sink, nil when off; kept for XDSAddr and XDSClients only.
-	xds *xdssink.Sink
 }
 
 type clients struct {
@@ -150,7 +148,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 			httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager), p.caches))
 	}
 	if cfg.sinkOn(SinkXDS) {
-		p.xds, err = xdssink.New(xdssink.Config{
+		xs, err := xdssink.New(xdssink.Config{
 			Address: cfg.XDSAddress, ListenerAddress: cfg.XDSListenerAddress,
 			TLSCert: cfg.XDSTLSCert, TLSKey: cfg.XDSTLSKey, ClientCA: cfg.XDSClientCA,
 			RequireAck: cfg.RequireXDSAck, MinClients: cfg.XDSMinClients, Registerer: p.cfg.Registerer,
@@ -163,7 +161,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.sinks = append(p.sinks, p.xds)
+		p.sinks = append(p.sinks, xs)
 	}
 	p.rec = &reconciler{
 		inputs:  p.caches,
@@ -179,18 +177,22 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 // XDSClients returns what each connected xDS client has ACKed and NACKed, or nil when the
 // xDS sink is off.
 func (p *Publisher) XDSClients() []xds.ClientState {
-	if p.xds == nil {
-		return nil
+	for _, s := range p.sinks {
+		if c, ok := s.(interface{ Clients() []xds.ClientState }); ok {
+			return c.Clients()
+		}
 	}
-	return p.xds.Clients()
+	return nil
 }
 
 // XDSAddr is where the xDS server listens, or nil when the xDS sink is off.
 func (p *Publisher) XDSAddr() net.Addr {
-	if p.xds == nil {
-		return nil
+	for _, s := range p.sinks {
+		if a, ok := s.(interface{ Addr() net.Addr }); ok {
+			return a.Addr()
+		}
 	}
-	return p.xds.Addr()
+	return nil
 }
 
 // HTTPAddr is where /metrics, /healthz, /readyz and /debug/xds are served, or nil when
@@ -212,6 +214,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	go func() { // workers blocked on an empty queue return once it is shut
+		<-ctx.Done()
+		p.queue.ShutDown()
+	}()
 	if p.http != nil {
 		wg.Add(1)
 		go func() {

@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -50,4 +53,23 @@ func TestFlagsToConfig(t *testing.T) {
 	f, _, _ = parseRunFlags([]string{"--gateway", "global"}, &stderr)
 	assert.Equal(t, types.NamespacedName{Name: "global"}, f.config().Gateway)
 	assert.True(t, f.config().RequireRouteAccepted, "acceptance is required by default")
+}
+
+// Leader-election durations client-go refuses stop `run` at start-up with exit code 2,
+// before anything contacts the API server or listens.
+func TestRunRefusesLeaderElectionClientGoRefuses(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600))
+	var stdout, stderr bytes.Buffer
+	code := runMain(context.Background(), []string{"run", "--gateway", "prod/global", "--kubeconfig", kubeconfig, "--http-address", "",
+		"--leader-elect", "--leader-election-namespace", "ops", "--leader-election-renew-deadline", "2s", "--leader-election-retry-period", "2s"},
+		&stdout, &stderr)
+	assert.Equal(t, exitUsage, code, stderr.String())
+	assert.Contains(t, stderr.String(), "invalid configuration: leader election")
 }
