@@ -1,0 +1,156 @@
+package publish
+
+import (
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
+
+	omefake "github.com/trafficmap/publisher/api/client/clientset/versioned/fake"
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/httproute"
+)
+
+// ownershipFixture is a Publisher whose informer caches (not running) are filled by hand,
+// with both sinks on, a --host-template and a queue to observe.
+type ownershipFixture struct {
+	p *Publisher
+}
+
+func newOwnershipFixture(t *testing.T) *ownershipFixture {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	require.NoError(t, metav1.AddMetaToScheme(scheme))
+	cfg := Config{Sinks: []string{SinkHTTPRoute, SinkXDS}}
+	route := httproute.Config{Gateway: types.NamespacedName{Namespace: "infra", Name: "global"},
+		HostTemplate: template.Must(template.New("h").Parse("{{.Service}}.{{.Namespace}}.example.com"))}
+	c := clients{kube: kubefake.NewClientset(), gateway: gwfake.NewClientset(), maps: omefake.NewClientset(), meta: metadatafake.NewSimpleMetadataClient(scheme)}
+	p := &Publisher{caches: newCaches(c, cfg, route),
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName]())}
+	t.Cleanup(p.queue.ShutDown)
+	return &ownershipFixture{p: p}
+}
+
+func (f *ownershipFixture) addMap(t *testing.T, ns, name, service string, age int) *v1beta1.TrafficMap {
+	t.Helper()
+	tm := &v1beta1.TrafficMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Minute))},
+		Spec: v1beta1.TrafficMapSpec{Service: service}}
+	require.NoError(t, f.p.caches.maps[0].GetIndexer().Add(tm))
+	return tm
+}
+
+func (f *ownershipFixture) addISVC(t *testing.T, ns, name, host string) *metav1.PartialObjectMetadata {
+	t.Helper()
+	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if host != "" {
+		m.Annotations = map[string]string{v1beta1.AnnotationGlobalHost: host}
+	}
+	require.NoError(t, f.p.caches.isvcs[0].GetIndexer().Update(m))
+	return m
+}
+
+// ownership is what the plan step decides for the cached map.
+func (f *ownershipFixture) ownership(t *testing.T, tm *v1beta1.TrafficMap) Ownership {
+	t.Helper()
+	isvc, err := f.p.caches.inferenceService(tm.Namespace, tm.Spec.Service)
+	require.NoError(t, err)
+	self := f.p.caches.mapClaim(tm, isvc)
+	route, err := f.p.caches.Route(tm.Namespace, httproute.RouteName(tm.Name))
+	require.NoError(t, err)
+	return ForeignConflicts(ResolveHostnames(self, f.p.caches.claims(self)), routeCreated(route),
+		f.p.caches.foreignClaims(tm.Namespace, self.Names))
+}
+
+// queued drains the queue.
+func (f *ownershipFixture) queued() []string {
+	var out []string
+	for f.p.queue.Len() > 0 {
+		key, _ := f.p.queue.Get()
+		out = append(out, key.String())
+		f.p.queue.Done(key)
+	}
+	return out
+}
+
+// The caches' view finds the contenders through the indexes: an annotation, a template
+// name and a wildcard; the oldest holds the name; a foreign route older than the map's
+// route holds it too.
+func TestOwnershipFromCaches(t *testing.T) {
+	f := newOwnershipFixture(t)
+	prod := f.addMap(t, "prod", "chat", "chat", 0)
+	f.addISVC(t, "prod", "chat", "shared.example.com")
+	staging := f.addMap(t, "staging", "chat", "chat", 5)
+	f.addISVC(t, "staging", "chat", "shared.example.com")
+	tmpl := f.addMap(t, "dev", "embed", "embed", 1) // no annotation: embed.dev.example.com
+	f.addISVC(t, "dev", "embed", "")
+	wild := f.addMap(t, "edge", "all", "all", 10)
+	f.addISVC(t, "edge", "all", "*.dev.example.com")
+
+	assert.Equal(t, []string{"chat.prod", "shared.example.com"}, f.ownership(t, prod).Owned)
+	own := f.ownership(t, staging)
+	assert.Equal(t, []string{"chat.staging"}, own.Owned)
+	require.Len(t, own.Conflicts, 1)
+	assert.Equal(t, "prod", own.Conflicts[0].Owner.Namespace)
+	assert.Equal(t, []string{"embed.dev", "embed.dev.example.com"}, f.ownership(t, tmpl).Owned)
+	own = f.ownership(t, wild)
+	assert.Equal(t, []string{"all.edge"}, own.Owned)
+	require.Len(t, own.Conflicts, 1)
+	assert.Equal(t, "embed.dev.example.com", own.Conflicts[0].Owner.Hostname, "the wildcard overlaps the older template name")
+
+	// A foreign route on the Gateway with the shared hostname, older than prod's route.
+	foreign := &gwapiv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "legacy", CreationTimestamp: metav1.NewTime(t0)},
+		Spec: gwapiv1.HTTPRouteSpec{Hostnames: []gwapiv1.Hostname{"shared.example.com"},
+			CommonRouteSpec: gwapiv1.CommonRouteSpec{ParentRefs: []gwapiv1.ParentReference{{Name: "global", Namespace: ptrTo(gwapiv1.Namespace("infra"))}}},
+			Rules:           []gwapiv1.HTTPRouteRule{{}}}}
+	require.NoError(t, f.p.caches.routes[0].GetIndexer().Add(foreign))
+	own = f.ownership(t, prod)
+	assert.Equal(t, []string{"chat.prod"}, own.Owned)
+	require.Len(t, own.Conflicts, 1)
+	assert.Equal(t, KindHTTPRoute, own.Conflicts[0].Owner.Kind)
+	assert.Equal(t, "legacy", own.Conflicts[0].Owner.Name)
+
+	ours := &gwapiv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: httproute.RouteName("chat"),
+		CreationTimestamp: metav1.NewTime(t0.Add(-time.Minute)), Labels: httproute.OwnerLabels(httproute.Source{Namespace: "prod", Name: "chat"})}}
+	require.NoError(t, f.p.caches.routes[0].GetIndexer().Add(ours))
+	assert.Equal(t, []string{"chat.prod", "shared.example.com"}, f.ownership(t, prod).Owned, "the map's own route is older: the gateway prefers it")
+}
+
+// Hand-over: when the owner goes or moves to another hostname, the handlers requeue every
+// map claiming the name, so the next one takes it within one reconcile.
+func TestHandOverRequeuesContenders(t *testing.T) {
+	f := newOwnershipFixture(t)
+	prod := f.addMap(t, "prod", "chat", "chat", 0)
+	old := f.addISVC(t, "prod", "chat", "shared.example.com")
+	f.addMap(t, "staging", "chat", "chat", 5)
+	f.addISVC(t, "staging", "chat", "shared.example.com")
+	f.addMap(t, "other", "x", "x", 7)
+	f.addISVC(t, "other", "x", "x.example.com")
+
+	moved := f.addISVC(t, "prod", "chat", "new.example.com")
+	f.p.onInferenceService(old, moved)
+	assert.ElementsMatch(t, []string{"prod/chat", "staging/chat"}, f.queued())
+
+	f.p.onInferenceService(moved, moved.DeepCopy())
+	assert.Equal(t, []string{"prod/chat"}, f.queued(), "an unchanged hostname requeues the map alone")
+
+	require.NoError(t, f.p.caches.maps[0].GetIndexer().Delete(prod))
+	f.p.onTrafficMap(nil, prod) // the delete event
+	assert.ElementsMatch(t, []string{"prod/chat"}, f.queued(), "no map claims prod's names any more")
+
+	f.addISVC(t, "prod", "chat", "shared.example.com")
+	f.p.onTrafficMap(nil, f.addMap(t, "prod", "chat", "chat", 0)) // an owner appears
+	assert.ElementsMatch(t, []string{"prod/chat", "staging/chat"}, f.queued())
+}
+
+func ptrTo[T any](v T) *T { return &v }
