@@ -133,3 +133,32 @@ func envoyVirtualHosts(t *testing.T, r *runningPublisher, domain string) []strin
 	}
 	return out
 }
+
+// A foreign HTTPRoute (not managed by the publisher) on the same Gateway with the map's
+// hostname and a "/" match, older than the map's route: the gateway would give it the
+// traffic, so the map reports HostnameConflict naming the route and writes no route; once
+// the foreign route is gone the map is published.
+func TestForeignRouteHoldsHostname(t *testing.T) {
+	f := newFixture(t)
+	host := "chat." + f.ns + ".example.com" // the fixture's --host-template name
+	legacy, err := gw.GatewayV1().HTTPRoutes(f.ns).Create(ctxFor(t), &gwapiv1.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{Name: "legacy", Namespace: f.ns},
+		Spec: gwapiv1.HTTPRouteSpec{
+			CommonRouteSpec: gwapiv1.CommonRouteSpec{ParentRefs: []gwapiv1.ParentReference{{Name: gatewayName}}},
+			Hostnames:       []gwapiv1.Hostname{"*." + gwapiv1.Hostname(f.ns) + ".example.com"},
+			Rules:           []gwapiv1.HTTPRouteRule{{BackendRefs: []gwapiv1.HTTPBackendRef{{BackendRef: gwapiv1.BackendRef{BackendObjectReference: gwapiv1.BackendObjectReference{Name: "legacy", Port: ptrTo(gwapiv1.PortNumber(80))}}}}}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	f.createMap(seedEntries())
+	f.startPublisher()
+
+	f.waitCondition(metav1.ConditionFalse, publish.ReasonHostnameConflict,
+		"hostname "+host+" is held by httproute "+f.ns+"/legacy (hostname *."+f.ns+".example.com")
+	assert.Nil(t, f.route(), "no route is written for a hostname a foreign route holds")
+
+	require.NoError(t, gw.GatewayV1().HTTPRoutes(f.ns).Delete(ctxFor(t), legacy.Name, metav1.DeleteOptions{}))
+	f.waitPublished()
+	require.NotNil(t, f.route())
+	assert.Equal(t, []gwapiv1.Hostname{gwapiv1.Hostname(host)}, f.route().Spec.Hostnames)
+}
