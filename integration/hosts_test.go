@@ -20,6 +20,7 @@ import (
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/integration/standin"
 	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/report"
 	"github.com/trafficmap/publisher/xds"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
@@ -83,6 +84,22 @@ func TestHostnameOwnership(t *testing.T) {
 		}
 		assert.True(c, found, "a Warning Event HostnameConflict on the newer map")
 	}, waitTimeout, tick)
+
+	// publisher status names the owner, typed (recomputed with the publisher's rule).
+	op := admin(t)
+	st := op.status(t, loser.ns)
+	byName := map[string]report.Hostname{}
+	for _, h := range st.Hostnames {
+		byName[h.Name] = h
+	}
+	assert.Equal(t, map[string]report.Hostname{
+		service + "." + loser.ns: {Name: service + "." + loser.ns, Held: true},
+		shared: {Name: shared, Owner: &report.HostnameOwner{Kind: "TrafficMap", Namespace: owner.ns, Name: service, Hostname: shared,
+			Created: ownerMap.CreationTimestamp}},
+	}, byName)
+	table := op.run(t, "status", service, "-n", loser.ns)
+	require.Equal(t, 0, table.code, table.stderr)
+	assert.Contains(t, table.stdout, shared+" held by trafficmap "+owner.ns+"/chat")
 
 	got := spread(t, sharedClient, 200)
 	assert.Zero(t, got["loser-a"], "the shared host reaches the owner's backends only: %v", got)
