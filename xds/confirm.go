@@ -30,11 +30,12 @@ func (s Service) Digest() string {
 	return s.computeDigest()
 }
 
-// Sealed returns s with its digest computed once, for a service that is read many times
+// Sealed returns s with its digest (and its ListenerNames) computed once, for a service that is read many times
 // (every rebuild digests every served service several times). Its fields must not change
 // afterwards; build a new Service instead.
 func (s Service) Sealed() Service {
 	s.digest = s.computeDigest()
+	s.listeners = listenerNames(s)
 	return s
 }
 

@@ -35,7 +35,8 @@ type Service struct {
 	Withheld []string
 	Result   weights.Result
 
-	digest string // set by Sealed
+	digest    string   // set by Sealed
+	listeners []string // set by Sealed; shared, never modified
 }
 
 func (s Service) key() string { return s.Namespace + "/" + s.Name }
@@ -159,7 +160,7 @@ func TranslateGRPC(services []Service) (Resources, error) {
 
 func translateGRPCService(s Service) (Resources, error) {
 	var res Resources
-	names := ListenerNames(s)
+	names := slices.Clone(ListenerNames(s)) // the proto gets its own slice
 	if len(names) == 0 {
 		return res, nil // every name is held by another service: nothing to dial it by
 	}
@@ -201,8 +202,16 @@ func assembleGRPC(parts []Resources) Resources {
 
 // ListenerNames are the names gRPC clients dial a service by: "<service>.<namespace>" and
 // its hostnames, sorted and unique, without the withheld ones. They include every domain of
-// its Envoy virtual host.
+// its Envoy virtual host. For a sealed service they are computed once; the caller must not
+// modify the slice.
 func ListenerNames(s Service) []string {
+	if s.digest != "" {
+		return s.listeners
+	}
+	return listenerNames(s)
+}
+
+func listenerNames(s Service) []string {
 	names := append([]string{s.Service + "." + s.Namespace}, s.Hostnames...)
 	names = slices.DeleteFunc(names, func(n string) bool { return slices.Contains(s.Withheld, n) })
 	slices.Sort(names)

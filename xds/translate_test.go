@@ -204,7 +204,7 @@ func TestValidateRefusesDuplicates(t *testing.T) {
 	require.NoError(t, err)
 	err = xds.Validate(envoy)
 	require.ErrorIs(t, err, xds.ErrDuplicate)
-	assert.Contains(t, err.Error(), `domain in route configuration "trafficmap-routes" "chat.example.com"`)
+	assert.Contains(t, err.Error(), `route configuration "trafficmap-routes": duplicate name: domain "chat.example.com"`)
 
 	grpc, err := xds.TranslateGRPC(goldenCases(t)["two-services"])
 	require.NoError(t, err)
@@ -213,7 +213,8 @@ func TestValidateRefusesDuplicates(t *testing.T) {
 	grpc.Routes[0].VirtualHosts = append(grpc.Routes[0].VirtualHosts, grpc.Routes[0].VirtualHosts[0])
 	err = xds.Validate(grpc)
 	require.ErrorIs(t, err, xds.ErrInvalidResources)
-	for _, want := range []string{`listener "chat.example.com"`, `cluster "prod/chat/worker-a"`, `virtual host in route configuration "prod/chat" "prod/chat"`} {
+	for _, want := range []string{`listener "chat.example.com": duplicate name`, `cluster "prod/chat/worker-a": duplicate name`,
+		`route configuration "prod/chat": duplicate name: virtual host "prod/chat"`} {
 		assert.Contains(t, err.Error(), want)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -52,6 +51,9 @@ func (v *validator) validate(res Resources) error {
 	}
 	clusters := make(map[string]bool, len(res.Clusters))
 	for _, c := range res.Clusters {
+		if clusters[c.Name] {
+			bad("cluster", c.Name, ErrDuplicate)
+		}
 		clusters[c.Name] = true
 		if _, ok := v.prev[c]; ok {
 			next[c] = nil
@@ -85,7 +87,11 @@ func (v *validator) validate(res Resources) error {
 				next[vh] = nil
 			}
 		}
+		if routes[rc.Name] {
+			bad("route configuration", rc.Name, ErrDuplicate)
+		}
 		routes[rc.Name] = true
+		errs = append(errs, duplicateHosts(rc)...)
 		for _, vh := range rc.VirtualHosts {
 			for _, r := range vh.Routes {
 				for _, err := range checkRoute(r, clusters) {
@@ -125,7 +131,15 @@ func (v *validator) validate(res Resources) error {
 			}
 		}
 	}
-	errs = append(errs, duplicates(res)...)
+	if len(res.Listeners) > 1 {
+		seen := make(map[string]bool, len(res.Listeners))
+		for _, l := range res.Listeners {
+			if seen[l.Name] {
+				bad("listener", l.Name, ErrDuplicate)
+			}
+			seen[l.Name] = true
+		}
+	}
 	v.prev = next
 	return errors.Join(errs...)
 }
@@ -133,58 +147,39 @@ func (v *validator) validate(res Resources) error {
 // ErrDuplicate marks a name used twice where the data plane needs it unique.
 var ErrDuplicate = errors.New("duplicate name")
 
-// duplicates reports every resource name used twice within a type, and every virtual host
-// name and domain (case-insensitively, as Envoy compares them) used twice within a route
-// configuration.
-func duplicates(res Resources) []error {
+// duplicateHosts reports every virtual host name and every domain (case-insensitively, as
+// Envoy compares them) used twice within rc. A route configuration with one virtual host
+// of a few domains (the gRPC flavour's) is checked without allocating.
+func duplicateHosts(rc *routev3.RouteConfiguration) []error {
 	var errs []error
-	once := func(kind string, names func(yield func(string) bool)) {
-		seen := map[string]bool{}
-		for n := range names {
-			if seen[n] {
-				errs = append(errs, fmt.Errorf("%w: %w: %s %q", ErrInvalidResources, ErrDuplicate, kind, n))
-			}
-			seen[n] = true
-		}
+	dup := func(kind, name string) {
+		errs = append(errs, fmt.Errorf("%w: route configuration %q: %w: %s %q", ErrInvalidResources, rc.Name, ErrDuplicate, kind, name))
 	}
-	once("listener", func(yield func(string) bool) {
-		for _, l := range res.Listeners {
-			if !yield(l.Name) {
-				return
-			}
-		}
-	})
-	once("route configuration", func(yield func(string) bool) {
-		for _, rc := range res.Routes {
-			if !yield(rc.Name) {
-				return
-			}
-		}
-	})
-	once("cluster", func(yield func(string) bool) {
-		for _, c := range res.Clusters {
-			if !yield(c.Name) {
-				return
-			}
-		}
-	})
-	for _, rc := range res.Routes {
-		once("virtual host in route configuration "+strconv.Quote(rc.Name), func(yield func(string) bool) {
-			for _, vh := range rc.VirtualHosts {
-				if !yield(vh.Name) {
-					return
+	if len(rc.VirtualHosts) == 1 && len(rc.VirtualHosts[0].Domains) <= 8 {
+		ds := rc.VirtualHosts[0].Domains
+		for i := range ds {
+			for j := range i {
+				if strings.EqualFold(ds[i], ds[j]) {
+					dup("domain", strings.ToLower(ds[i]))
 				}
 			}
-		})
-		once("domain in route configuration "+strconv.Quote(rc.Name), func(yield func(string) bool) {
-			for _, vh := range rc.VirtualHosts {
-				for _, d := range vh.Domains {
-					if !yield(strings.ToLower(d)) {
-						return
-					}
-				}
+		}
+		return errs
+	}
+	names := make(map[string]bool, len(rc.VirtualHosts))
+	domains := make(map[string]bool, len(rc.VirtualHosts))
+	for _, vh := range rc.VirtualHosts {
+		if names[vh.Name] {
+			dup("virtual host", vh.Name)
+		}
+		names[vh.Name] = true
+		for _, d := range vh.Domains {
+			d = strings.ToLower(d)
+			if domains[d] {
+				dup("domain", d)
 			}
-		})
+			domains[d] = true
+		}
 	}
 	return errs
 }
