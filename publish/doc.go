@@ -1,13 +1,19 @@
-// Package publish is the publisher's control loop. It alone owns informers and the work
+// Package publish is the publisher's controller. It alone owns informers and the work
 // queue: informers on TrafficMaps, InferenceServices (metadata only), HTTPRoutes and the
 // publisher's backend Services (and, when their APIs are served, the cluster-scoped taint
 // sources: Modelplane InferenceClusters and OME WorkloadClusters) feed one rate-limited
-// queue of TrafficMap keys, and a
-// level-triggered, idempotent reconcile computes effective weights (package weights), hands
-// them to the HTTPRoute sink (package httproute), waits for the sink's confirmation and sets
-// the TrafficMap's Published condition with server-side apply under its own field manager.
+// queue of TrafficMap keys; event handlers only enqueue.
 //
-// Errors are classified once: user errors (invalid input, conflicts, a rejecting gateway) set
-// the condition and an Event and are not retried hot; everything else is retried with
-// exponential backoff. A failed reconcile never removes what was published before.
+// Each key runs one level-triggered, idempotent pipeline (reconcile.go): gather the map's
+// inputs from the caches, plan (pure: effective weights from package weights and a
+// sink-neutral sink.Plan), apply the plan to every enabled sink through the sink.Sink
+// contract (publish/routesink, publish/xdssink), decide the Published condition from the
+// sinks' typed confirmations (pure), and write the status with server-side apply under the
+// publisher's field manager, only when it differs. Published is True only when every
+// enabled sink confirms the plan is in place.
+//
+// Errors are classified once: user errors (invalid input, conflicts, a rejecting gateway or
+// client) set the condition and an Event and are not retried hot; everything else is
+// retried with exponential backoff. A failed reconcile never removes what was published
+// before.
 package publish

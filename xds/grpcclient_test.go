@@ -132,8 +132,16 @@ func TestProxylessGRPCClient(t *testing.T) {
 	_, err = h.call()
 	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 
-	// Undrain: traffic comes back on both.
+	// Undrain: traffic comes back on both. grpc-go drops a zero-weight cluster from its
+	// cluster manager and builds it again only after it has applied the route that weights
+	// it: until then an RPC picked for it fails with UNAVAILABLE ("unknown cluster selected
+	// for RPC"), on the client alone. Wait until an RPC reaches worker-a, then count.
 	h.waitAcked(h.publish(nil))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		host, err := h.call()
+		require.NoError(c, err)
+		assert.Equal(c, "worker-a", host)
+	}, 30*time.Second, 10*time.Millisecond)
 	got = h.spread(200)
 	assert.Positive(t, got["worker-a"])
 	assert.Positive(t, got["worker-b"])
