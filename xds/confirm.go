@@ -20,7 +20,7 @@ const waitingPrefix = "waiting for xds clients: "
 func (s Service) Key() string { return s.key() }
 
 // Digest is a digest of everything about one service that the xDS resources carry (its
-// hostnames and, per entry, cluster, endpoint and effective weight), so two versions that
+// spec.service, its hostnames and, per entry, cluster, endpoint and effective weight), so two versions that
 // serve the same service the same way give it the same digest. A service returned by
 // Sealed answers from the digest it computed then.
 func (s Service) Digest() string {
@@ -48,6 +48,7 @@ func (s Service) computeDigest() string {
 		buf = append(buf, v...)
 		h.Write(buf)
 	}
+	field(s.Service) // the gRPC listener "<service>.<namespace>" is named after it
 	hosts := slices.Sorted(slices.Values(s.Hostnames))
 	field(strconv.Itoa(len(hosts)))
 	for _, n := range hosts {
@@ -147,15 +148,53 @@ func (h *History) Carries(f Flavour, typeURL, version, key, digest string) bool 
 // confirmTypes are the resource types that carry a service's weights and endpoints.
 var confirmTypes = []string{resource.ListenerType, resource.RouteType, resource.ClusterType}
 
+// Served is what one flavour serves of one service: the digest of its content and the
+// names of its resources, per type URL.
+type Served struct {
+	Digest string
+	Names  map[string][]string
+}
+
+// ServedBy returns what each flavour serves of s, for Confirm: the gRPC flavour its
+// listeners (ListenerNames), its route configuration (named by its key) and its clusters;
+// the Envoy flavour, for a service with hostnames, the one listener and route
+// configuration shaped by opts and its clusters.
+func ServedBy(opts EnvoyOptions, s Service) map[Flavour]Served {
+	digest := s.Digest()
+	clusters := make([]string, 0, len(s.Result.Entries))
+	for _, e := range s.Result.Entries {
+		clusters = append(clusters, ClusterName(s.Namespace, s.Name, e.Cluster))
+	}
+	grpc := Served{Digest: digest, Names: map[string][]string{}}
+	if listeners := ListenerNames(s); len(listeners) > 0 {
+		grpc.Names[resource.ListenerType] = listeners
+		grpc.Names[resource.RouteType] = []string{s.key()}
+		grpc.Names[resource.ClusterType] = clusters
+	}
+	out := map[Flavour]Served{FlavourGRPC: grpc}
+	if len(s.Hostnames) > 0 {
+		out[FlavourEnvoy] = Served{Digest: digest, Names: map[string][]string{
+			resource.ListenerType: {opts.ListenerName},
+			resource.RouteType:    {opts.RouteConfigName},
+			resource.ClusterType:  clusters,
+		}}
+	}
+	return out
+}
+
 // Confirmation is the xDS side of one service's Published condition.
 type Confirmation struct {
 	// Done is true when at least the required number of clients is connected and every
-	// connected client has ACKed, for every resource type, a version carrying the
-	// service's current content.
+	// relevant client has ACKed, for every resource type of the service it gets, a version
+	// carrying the service's current content.
 	Done bool
-	// Acked and Total count the clients that confirmed and those connected.
+	// Acked and Total count the relevant clients that confirmed and all relevant ones.
 	Acked, Total int
-	// Nack is the first client rejection of a version carrying this content, if any.
+	// Connected counts the connected clients of the flavours that serve the service,
+	// relevant or not (what --xds-min-clients is compared with).
+	Connected int
+	// Nack is the first rejection, by a relevant client, of a version carrying this
+	// content, if any.
 	Nack *ClientNack
 	// Message says which confirmations were obtained, for the condition.
 	Message string
@@ -167,30 +206,78 @@ type ClientNack struct {
 	Nack
 }
 
-// Confirm checks the clients' ACKs for the service key whose current content has digest
-// (per flavour; a flavour absent from digests does not carry the service). minClients is
-// the number of clients that must be connected.
-func Confirm(clients []ClientState, h *History, key string, digests map[Flavour]string, minClients int) Confirmation {
+// Verdict is what Confirm decided about one client for one service.
+type Verdict struct {
+	// Relevant: the client subscribes to one of the service's resources (by name or by
+	// wildcard), so it must confirm the service; an irrelevant client neither blocks nor
+	// counts.
+	Relevant bool
+	// Acked: the client ACKed, for every type of the service it gets, a version carrying
+	// the service's current content.
+	Acked bool
+	// Nack is the client's rejection of a version carrying that content, if any.
+	Nack *ClientNack
+}
+
+// Judge decides whether cl is relevant to the service key served as served (by cl's
+// flavour; a flavour absent from served does not serve it) and whether it has confirmed
+// it. A relevant ADS stream must have ACKed every type the service has resources of (a
+// gRPC client that subscribed to a listener goes on to its route configuration and
+// clusters); a per-type stream only its own type.
+func Judge(cl ClientState, h *History, key string, served map[Flavour]Served) Verdict {
+	sv, ok := served[cl.Flavour]
+	if !ok {
+		return Verdict{}
+	}
+	var v Verdict
+	for _, typ := range confirmTypes {
+		if cl.Subscribed[typ].IncludesAny(sv.Names[typ]) {
+			v.Relevant = true
+			break
+		}
+	}
+	if !v.Relevant {
+		return v
+	}
+	v.Acked = true
+	for _, typ := range confirmTypes {
+		if len(sv.Names[typ]) == 0 || (cl.TypeURL != "" && cl.TypeURL != typ) {
+			continue
+		}
+		if n, bad := cl.Nacked[typ]; bad && v.Nack == nil && h.Carries(cl.Flavour, typ, n.Version, key, sv.Digest) {
+			v.Nack = &ClientNack{NodeID: cl.NodeID, TypeURL: typ, Nack: n}
+		}
+		if !h.Carries(cl.Flavour, typ, cl.Acked[typ], key, sv.Digest) {
+			v.Acked = false
+		}
+	}
+	return v
+}
+
+// Confirm checks the ACKs of the clients relevant to the service key (see Judge) for its
+// current content as served. minClients is the number of clients (of the flavours serving
+// it, relevant or not) that must be connected.
+func Confirm(clients []ClientState, h *History, key string, served map[Flavour]Served, minClients int) Confirmation {
 	var c Confirmation
 	var versions []string
 	for _, cl := range clients {
-		digest, ok := digests[cl.Flavour]
-		if !ok {
+		if _, ok := served[cl.Flavour]; !ok {
+			continue
+		}
+		c.Connected++
+		v := Judge(cl, h, key, served)
+		if !v.Relevant {
 			continue
 		}
 		c.Total++
-		acked := true
-		for _, typ := range confirmTypes {
-			if n, bad := cl.Nacked[typ]; bad && c.Nack == nil && h.Carries(cl.Flavour, typ, n.Version, key, digest) {
-				c.Nack = &ClientNack{NodeID: cl.NodeID, TypeURL: typ, Nack: n}
-			}
-			if !h.Carries(cl.Flavour, typ, cl.Acked[typ], key, digest) {
-				acked = false
-			}
+		if v.Nack != nil && c.Nack == nil {
+			c.Nack = v.Nack
 		}
-		if acked {
+		if v.Acked {
 			c.Acked++
-			versions = append(versions, cl.Acked[resource.RouteType])
+			if r := cl.Acked[resource.RouteType]; r != "" {
+				versions = append(versions, r)
+			}
 		}
 	}
 	slices.Sort(versions)
@@ -198,11 +285,14 @@ func Confirm(clients []ClientState, h *History, key string, digests map[Flavour]
 	switch {
 	case c.Nack != nil:
 		c.Message = fmt.Sprintf("xds client %s rejected version %s (%s): %s", c.Nack.NodeID, c.Nack.Version, typeLabel(c.Nack.TypeURL), c.Nack.Message)
-	case c.Total < minClients:
-		c.Message = fmt.Sprintf(waitingPrefix+"%d connected, --xds-min-clients is %d", c.Total, minClients)
-	case c.Total == 0:
+	case c.Connected < minClients:
+		c.Message = fmt.Sprintf(waitingPrefix+"%d connected, --xds-min-clients is %d", c.Connected, minClients)
+	case c.Connected == 0:
 		c.Done = true
 		c.Message = "no xds client is connected"
+	case c.Total == 0:
+		c.Done = true
+		c.Message = fmt.Sprintf("none of the %d connected xds clients subscribes to its resources", c.Connected)
 	case c.Acked < c.Total:
 		c.Message = fmt.Sprintf(waitingPrefix+"%d/%d ACKed a version with these weights", c.Acked, c.Total)
 	default:

@@ -5,9 +5,33 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/trafficmap/publisher/xds"
 )
+
+// wildcard subscribes to every listener, route configuration and cluster.
+var wildcard = map[string]xds.Subscription{
+	resource.ListenerType: {Wildcard: true}, resource.RouteType: {Wildcard: true}, resource.ClusterType: {Wildcard: true}}
+
+// names subscribes by name, as a proxyless gRPC client does.
+func names(typeNames map[string][]string) map[string]xds.Subscription {
+	out := map[string]xds.Subscription{}
+	for typ, ns := range typeNames {
+		set := map[string]struct{}{}
+		for _, n := range ns {
+			set[n] = struct{}{}
+		}
+		out[typ] = xds.Subscription{Names: set}
+	}
+	return out
+}
+
+// client is a gRPC-flavour ADS stream that ACKed version v of every type.
+func client(id, stream, v string, subs map[string]xds.Subscription) xds.ClientState {
+	return xds.ClientState{NodeID: id, Stream: stream, Flavour: xds.FlavourGRPC, Acked: map[string]string{
+		resource.ListenerType: v, resource.RouteType: v, resource.ClusterType: v}, Nacked: map[string]xds.Nack{}, Subscribed: subs}
+}
 
 func TestConfirm(t *testing.T) {
 	old := service(t, "prod", "chat", nil, seedEntries()...)
@@ -17,12 +41,9 @@ func TestConfirm(t *testing.T) {
 	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{old, other})
 	h.Record(xds.FlavourGRPC, all("v2"), []xds.Service{drained, other})
 	h.Record(xds.FlavourGRPC, all("v3"), []xds.Service{drained}) // embed removed; chat unchanged
-	want := map[xds.Flavour]string{xds.FlavourGRPC: drained.Digest()}
+	want := map[xds.Flavour]xds.Served{xds.FlavourGRPC: xds.ServedBy(xds.DefaultEnvoyOptions, drained)[xds.FlavourGRPC]}
 
-	acked := func(id, v string) xds.ClientState {
-		return xds.ClientState{NodeID: id, Flavour: xds.FlavourGRPC, Acked: map[string]string{
-			resource.ListenerType: v, resource.RouteType: v, resource.ClusterType: v}, Nacked: map[string]xds.Nack{}}
-	}
+	acked := func(id, v string) xds.ClientState { return client(id, "sotw-1", v, wildcard) }
 	tests := []struct {
 		name    string
 		clients []xds.ClientState
@@ -35,7 +56,7 @@ func TestConfirm(t *testing.T) {
 		{"one on the old version", []xds.ClientState{acked("a", "v2"), acked("b", "v1")}, 0, false, "1/2 ACKed"},
 		{"a later version with the same content counts", []xds.ClientState{acked("a", "v2"), acked("b", "v3")}, 0, true, "xds version v2,v3 ACKed by 2/2 clients"},
 		{"an evicted or unknown version does not", []xds.ClientState{acked("a", "v0")}, 0, false, "0/1"},
-		{"other flavours do not count", []xds.ClientState{{NodeID: "e", Flavour: xds.FlavourEnvoy}}, 0, true, "no xds client is connected"},
+		{"other flavours do not count", []xds.ClientState{{NodeID: "e", Flavour: xds.FlavourEnvoy, Subscribed: wildcard}}, 0, true, "no xds client is connected"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,6 +73,108 @@ func TestConfirm(t *testing.T) {
 	assert.Equal(t, "xds client n rejected version v2 (RouteConfiguration): has no valid cluster", got.Message)
 }
 
+// A map's confirmation counts exactly the streams whose subscriptions include its
+// resources, and every stream on its own, whatever node id it shares.
+func TestConfirmRelevanceAndIdentity(t *testing.T) {
+	old := service(t, "prod", "chat", nil, seedEntries()...)
+	drained := service(t, "prod", "chat", drainA, seedEntries()...)
+	h := xds.NewHistory(8)
+	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{old})
+	h.Record(xds.FlavourGRPC, all("v2"), []xds.Service{drained})
+	h.Record(xds.FlavourEnvoy, all("e2"), []xds.Service{drained})
+	want := xds.ServedBy(xds.DefaultEnvoyOptions, drained)
+
+	dialed := names(map[string][]string{ // a gRPC client that dialed chat.prod and followed it
+		resource.ListenerType: {"chat.prod"},
+		resource.RouteType:    {"prod/chat"},
+		resource.ClusterType:  {"prod/chat/worker-a", "prod/chat/worker-b"},
+	})
+	listenerOnly := names(map[string][]string{resource.ListenerType: {"chat.example.com"}})
+	missing := names(map[string][]string{resource.ListenerType: {"chta.prod"}})
+	otherMap := names(map[string][]string{
+		resource.ListenerType: {"embed.prod"}, resource.RouteType: {"prod/embed"}, resource.ClusterType: {"prod/embed/worker-a"}})
+	envoy := func(v string) xds.ClientState {
+		return xds.ClientState{NodeID: "envoy", Stream: "delta-1", Flavour: xds.FlavourEnvoy, Acked: map[string]string{
+			resource.ListenerType: v, resource.RouteType: v, resource.ClusterType: v},
+			Subscribed: map[string]xds.Subscription{resource.ListenerType: {Wildcard: true}, resource.ClusterType: {Wildcard: true},
+				resource.RouteType: names(map[string][]string{resource.RouteType: {"trafficmap-routes"}})[resource.RouteType]}}
+	}
+	perType := func(typ, v string) xds.ClientState {
+		c := client("per-type", "sotw-"+typ, "", names(map[string][]string{typ: want[xds.FlavourGRPC].Names[typ]}))
+		c.TypeURL = typ
+		c.Acked = map[string]string{typ: v}
+		return c
+	}
+
+	tests := []struct {
+		name           string
+		clients        []xds.ClientState
+		done           bool
+		acked, total   int
+		msg            string
+		relevant, acks []string
+	}{
+		{"a client dialing a missing target neither blocks nor counts",
+			[]xds.ClientState{client("typo", "sotw-1", "", missing)}, true, 0, 0,
+			"none of the 1 connected xds clients subscribes to its resources", []string{}, []string{}},
+		{"nor does one subscribed to another map only",
+			[]xds.ClientState{client("a", "sotw-1", "v2", dialed), client("b", "sotw-2", "v1", otherMap)}, true, 1, 1,
+			"xds version v2 ACKed by 1/1 clients", []string{"a/sotw-1"}, []string{"a/sotw-1"}},
+		{"a client that dialed the map must ACK its routes and clusters too",
+			[]xds.ClientState{client("a", "sotw-1", "v1", listenerOnly)}, false, 0, 1,
+			"0/1 ACKed", []string{"a/sotw-1"}, []string{}},
+		{"two streams sharing a node id are two clients",
+			[]xds.ClientState{client("shared", "sotw-1", "v2", dialed), client("shared", "sotw-2", "v1", dialed)}, false, 1, 2,
+			"1/2 ACKed", []string{"shared/sotw-1", "shared/sotw-2"}, []string{"shared/sotw-1"}},
+		{"and count as two once both ACKed",
+			[]xds.ClientState{client("shared", "sotw-1", "v2", dialed), client("shared", "delta-1", "v2", dialed)}, true, 2, 2,
+			"xds version v2 ACKed by 2/2 clients", []string{"shared/delta-1", "shared/sotw-1"}, []string{"shared/delta-1", "shared/sotw-1"}},
+		{"an Envoy is relevant through the shared route configuration",
+			[]xds.ClientState{envoy("e1")}, false, 0, 1, "0/1 ACKed", []string{"envoy/delta-1"}, []string{}},
+		{"and confirms it once it ACKed",
+			[]xds.ClientState{envoy("e2")}, true, 1, 1, "ACKed by 1/1", []string{"envoy/delta-1"}, []string{"envoy/delta-1"}},
+		{"a per-type stream confirms its own type",
+			[]xds.ClientState{perType(resource.ListenerType, "v2"), perType(resource.RouteType, "v1")}, false, 1, 2,
+			"1/2 ACKed", []string{"per-type/sotw-" + resource.ListenerType, "per-type/sotw-" + resource.RouteType}, []string{"per-type/sotw-" + resource.ListenerType}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := xds.Confirm(tc.clients, h, drained.Key(), want, 1)
+			assert.Equal(t, tc.done, got.Done, got.Message)
+			assert.Equal(t, tc.acked, got.Acked)
+			assert.Equal(t, tc.total, got.Total)
+			assert.Equal(t, len(tc.clients), got.Connected)
+			assert.Contains(t, got.Message, tc.msg)
+			m := xds.DebugMapOf(tc.clients, h, drained.Key(), want)
+			assert.Equal(t, xds.DebugMap{Key: "prod/chat", Relevant: tc.relevant, Acked: tc.acks}, m)
+		})
+	}
+
+	// A NACK counts only from a relevant client.
+	stray := client("stray", "sotw-1", "v1", otherMap)
+	stray.Nacked[resource.RouteType] = xds.Nack{Version: "v2", Message: "bad"}
+	got := xds.Confirm([]xds.ClientState{stray}, h, drained.Key(), want, 0)
+	assert.Nil(t, got.Nack)
+	assert.True(t, got.Done)
+}
+
+func TestServedBy(t *testing.T) {
+	s := service(t, "prod", "chat", nil, seedEntries()...)
+	got := xds.ServedBy(xds.DefaultEnvoyOptions, s)
+	clusters := []string{"prod/chat/worker-a", "prod/chat/worker-b"}
+	assert.Equal(t, map[xds.Flavour]xds.Served{
+		xds.FlavourGRPC: {Digest: s.Digest(), Names: map[string][]string{
+			resource.ListenerType: {"chat.example.com", "chat.prod"}, resource.RouteType: {"prod/chat"}, resource.ClusterType: clusters}},
+		xds.FlavourEnvoy: {Digest: s.Digest(), Names: map[string][]string{
+			resource.ListenerType: {"trafficmap-http"}, resource.RouteType: {"trafficmap-routes"}, resource.ClusterType: clusters}},
+	}, got)
+
+	s.Hostnames = nil
+	got = xds.ServedBy(xds.DefaultEnvoyOptions, s)
+	require.NotContains(t, got, xds.FlavourEnvoy, "Envoy gets only services with hostnames")
+	assert.Equal(t, []string{"chat.prod"}, got[xds.FlavourGRPC].Names[resource.ListenerType])
+}
+
 func all(v string) xds.Versions {
 	return xds.Versions{resource.ListenerType: v, resource.RouteType: v, resource.ClusterType: v}
 }
@@ -64,9 +187,9 @@ func TestConfirmCountsUnchangedTypes(t *testing.T) {
 	h := xds.NewHistory(8)
 	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{old})
 	h.Record(xds.FlavourGRPC, xds.Versions{resource.ListenerType: "v1", resource.RouteType: "r2", resource.ClusterType: "v1"}, []xds.Service{drained})
-	want := map[xds.Flavour]string{xds.FlavourGRPC: drained.Digest()}
+	want := xds.ServedBy(xds.DefaultEnvoyOptions, drained)
 	client := func(route string) xds.ClientState {
-		return xds.ClientState{NodeID: "a", Flavour: xds.FlavourGRPC, Acked: map[string]string{
+		return xds.ClientState{NodeID: "a", Flavour: xds.FlavourGRPC, Subscribed: wildcard, Acked: map[string]string{
 			resource.ListenerType: "v1", resource.RouteType: route, resource.ClusterType: "v1"}}
 	}
 	assert.True(t, xds.Confirm([]xds.ClientState{client("r2")}, h, drained.Key(), want, 0).Done, "new routes, unchanged listeners and clusters")
@@ -79,4 +202,8 @@ func TestDigestIgnoresOrderButNotWeights(t *testing.T) {
 	b := service(t, "prod", "chat", nil, seedEntries()[1], seedEntries()[0])
 	assert.Equal(t, a.Digest(), b.Digest())
 	assert.NotEqual(t, a.Digest(), service(t, "prod", "chat", drainA, seedEntries()...).Digest())
+	renamed := a
+	renamed.Service = "chat-v2" // its gRPC listener is "chat-v2.prod" now
+	assert.NotEqual(t, a.Digest(), renamed.Digest(), "spec.service is served content")
+	assert.NotEqual(t, a.Sealed().Digest(), renamed.Sealed().Digest())
 }

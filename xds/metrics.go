@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"path"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -78,24 +79,71 @@ func (m *metrics) observe(typeURL string, nack bool) {
 type DebugState struct {
 	// Snapshots is the version served to each flavour that has a snapshot, per resource type.
 	Snapshots map[Flavour]map[string]string `json:"snapshots"`
-	// Clients are the connected clients that identified themselves, sorted by node id.
+	// Clients are the connected clients (one per stream) that identified themselves, sorted
+	// by node id, then stream.
 	Clients []DebugClient `json:"clients"`
+	// Maps, when the handler has a source for them, are the served maps sorted by key, each
+	// with the clients relevant to it and those that ACKed its current content.
+	Maps []DebugMap `json:"maps,omitempty"`
 }
 
 // DebugClient is one connected client in DebugState.
 type DebugClient struct {
 	NodeID  string  `json:"nodeID"`
 	Flavour Flavour `json:"flavour"`
+	// Stream names the stream ("sotw-3", "delta-1"); Peer is its remote address.
+	Stream string `json:"stream,omitempty"`
+	Peer   string `json:"peer,omitempty"`
+	// Type is the stream's one resource type for per-type xDS, empty for ADS.
+	Type string `json:"type,omitempty"`
 	// Acked is the last version the client ACKed, per resource type.
 	Acked map[string]string `json:"acked"`
 	// Nacked is the client's last NACK per resource type, cleared by a later ACK of that type.
 	Nacked map[string]Nack `json:"nacked,omitempty"`
+	// Subscribed is what the stream subscribed to, per resource type.
+	Subscribed map[string]DebugSubscription `json:"subscribed,omitempty"`
 }
 
-// DebugHandler serves DebugState as JSON: every connected client with its node id, flavour,
-// the version it ACKed per resource type and its last NACK, plus the version served to each
-// flavour: the publisher's counterpart of `istioctl proxy-status`.
-func (s *Server) DebugHandler() http.Handler {
+// DebugSubscription is one type's subscription in DebugClient.
+type DebugSubscription struct {
+	Wildcard bool     `json:"wildcard,omitempty"`
+	Names    []string `json:"names,omitempty"`
+}
+
+// DebugMap is one map's xDS confirmation in DebugState: the clients (by ClientState.ID)
+// relevant to it, and those of them that ACKed its current content, both sorted.
+type DebugMap struct {
+	Key      string   `json:"key"`
+	Relevant []string `json:"relevant"`
+	Acked    []string `json:"acked"`
+}
+
+// DebugMapOf is the DebugMap of the service key served as served, judged by Judge.
+func DebugMapOf(clients []ClientState, h *History, key string, served map[Flavour]Served) DebugMap {
+	m := DebugMap{Key: key, Relevant: []string{}, Acked: []string{}}
+	for _, cl := range clients {
+		v := Judge(cl, h, key, served)
+		if !v.Relevant {
+			continue
+		}
+		m.Relevant = append(m.Relevant, cl.ID())
+		if v.Acked {
+			m.Acked = append(m.Acked, cl.ID())
+		}
+	}
+	slices.Sort(m.Relevant)
+	slices.Sort(m.Acked)
+	return m
+}
+
+// DebugHandler serves DebugState as JSON without maps (see DebugHandlerWith).
+func (s *Server) DebugHandler() http.Handler { return s.DebugHandlerWith(nil) }
+
+// DebugHandlerWith serves DebugState as JSON: every connected client with its node id,
+// flavour, stream, subscriptions, the version it ACKed per resource type and its last NACK,
+// plus the version served to each flavour: the publisher's counterpart of `istioctl
+// proxy-status`. maps, when not nil, is given the clients and returns the per-map section.
+func (s *Server) DebugHandlerWith(maps func(clients []ClientState) []DebugMap) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		state := DebugState{Snapshots: map[Flavour]map[string]string{}, Clients: []DebugClient{}}
 		for f, vs := range s.Versions() {
@@ -104,15 +152,29 @@ func (s *Server) DebugHandler() http.Handler {
 				state.Snapshots[f][typeLabel(typ)] = v
 			}
 		}
-		for _, c := range s.tracker.Clients() {
-			dc := DebugClient{NodeID: c.NodeID, Flavour: c.Flavour, Acked: map[string]string{}, Nacked: map[string]Nack{}}
+		clients := s.tracker.Clients()
+		for _, c := range clients {
+			dc := DebugClient{NodeID: c.NodeID, Flavour: c.Flavour, Stream: c.Stream, Peer: c.Peer,
+				Acked: map[string]string{}, Nacked: map[string]Nack{}}
+			if c.TypeURL != "" {
+				dc.Type = typeLabel(c.TypeURL)
+			}
 			for t, v := range c.Acked {
 				dc.Acked[typeLabel(t)] = v
 			}
 			for t, n := range c.Nacked {
 				dc.Nacked[typeLabel(t)] = n
 			}
+			for t, sub := range c.Subscribed {
+				if dc.Subscribed == nil {
+					dc.Subscribed = map[string]DebugSubscription{}
+				}
+				dc.Subscribed[typeLabel(t)] = DebugSubscription{Wildcard: sub.Wildcard, Names: sub.SortedNames()}
+			}
 			state.Clients = append(state.Clients, dc)
+		}
+		if maps != nil {
+			state.Maps = maps(clients)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
@@ -66,6 +67,13 @@ func NewServer(cfg ServerConfig) *Server {
 	s.metrics = newMetrics(s, cfg.Registerer)
 	s.tracker.observe = s.metrics.observe
 	s.cache = newNackGuard(s.tracker, log)
+	s.tracker.served = func(node *corev3.Node, typeURL string) cachev3.ResourceSnapshot {
+		snap, err := s.cache.byType[classifyType(typeURL)].GetSnapshot(NodeHash{}.ID(node))
+		if err != nil {
+			return nil
+		}
+		return snap
+	}
 	opts := []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),

@@ -1,23 +1,76 @@
 package xds
 
 import (
+	"cmp"
 	"context"
+	"maps"
 	"slices"
+	"strconv"
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc/peer"
 )
 
-// ClientState is what one connected client (node) has done with each resource type.
+// ClientState is what one connected client has done with each resource type. Every xDS
+// stream is its own client: pods started from one bootstrap share a node id, and their
+// streams are never merged. A per-type (non-ADS) client has one ClientState per stream.
 type ClientState struct {
 	NodeID  string
 	Flavour Flavour
+	// Stream names the stream, "sotw-<id>" or "delta-<id>" (go-control-plane numbers each
+	// kind on its own).
+	Stream string
+	// Peer is the stream's remote address, "" when unknown.
+	Peer string
+	// TypeURL is the stream's one resource type for per-type xDS, "" for ADS.
+	TypeURL string
 	// Acked is the last version the client ACKed, per type URL.
 	Acked map[string]string
 	// Nacked is the last NACK per type URL, cleared by a later ACK of that type.
 	Nacked map[string]Nack
+	// Subscribed is what the stream subscribed to, per type URL; a type absent here has no
+	// subscription.
+	Subscribed map[string]Subscription
+}
+
+// ID names the client uniquely among the connected ones: its node id and stream.
+func (c ClientState) ID() string { return c.NodeID + "/" + c.Stream }
+
+// Subscription is what one stream subscribed to of one resource type, as go-control-plane
+// reads it: a first state-of-the-world request (or delta subscription) without names is a
+// wildcard for listeners and clusters (legacy wildcard) until the stream names resources,
+// and "*" is an explicit wildcard for every type.
+type Subscription struct {
+	// Wildcard subscribes to every resource of the type.
+	Wildcard bool
+	// Names are the resources subscribed to by name. The map is shared and never modified.
+	Names map[string]struct{}
+}
+
+// IncludesAny reports whether the subscription includes any of names.
+func (s Subscription) IncludesAny(names []string) bool {
+	if len(names) == 0 {
+		return false
+	}
+	if s.Wildcard {
+		return true
+	}
+	for _, n := range names {
+		if _, ok := s.Names[n]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// SortedNames returns the names subscribed to by name, sorted.
+func (s Subscription) SortedNames() []string {
+	return slices.Sorted(maps.Keys(s.Names))
 }
 
 // Nack is a client's rejection of one version.
@@ -26,15 +79,21 @@ type Nack struct {
 	Message string
 }
 
-// Tracker records, from the xDS server's callbacks, which version each client ACKed or
-// NACKed per type URL. ACK and NACK are read from the protocol: a request that answers the
-// latest nonce sent on its stream, with error_detail for a NACK. Safe for concurrent use.
+// Tracker records, from the xDS server's callbacks, which version each stream ACKed or
+// NACKed per type URL and what it subscribed to. ACK and NACK are read from the protocol: a
+// request that answers the latest nonce sent on its stream, with error_detail for a NACK;
+// a delta stream that opens declaring, in initial_resource_versions, the current version of
+// everything it subscribes to has ACKed the current version (the server sends it nothing).
+// Safe for concurrent use.
 type Tracker struct {
 	mu       sync.Mutex
 	streams  map[streamKey]*stream
 	onChange func()
 	observe  func(typeURL string, nack bool) // metrics hook; nil means none
 	members  uint64                          // see Membership
+	// served returns the snapshot served to a node's flavour for a type; nil means none
+	// is known (the delta reconnect rule then never applies).
+	served func(node *corev3.Node, typeURL string) cachev3.ResourceSnapshot
 }
 
 // streamKey names a stream: go-control-plane numbers state-of-the-world and delta streams
@@ -44,13 +103,23 @@ type streamKey struct {
 	id    int64
 }
 
+func (k streamKey) String() string {
+	if k.delta {
+		return "delta-" + strconv.FormatInt(k.id, 10)
+	}
+	return "sotw-" + strconv.FormatInt(k.id, 10)
+}
+
 type stream struct {
 	node    *corev3.Node
+	peer    string
 	typeURL string            // the stream's type, for non-ADS streams
 	sent    map[string]string // type URL -> latest nonce sent
 	version map[string]string // nonce -> version sent with it
 	acked   map[string]string
 	nacked  map[string]Nack
+	subs    map[string]Subscription // replaced, never modified, on every change
+	named   map[string]bool         // types the stream has named resources of (legacy wildcard over)
 }
 
 // NewTracker returns a Tracker that calls onChange (if not nil) after every ACK, NACK,
@@ -62,18 +131,19 @@ func NewTracker(onChange func()) *Tracker {
 // Callbacks returns the server callbacks that feed the tracker, for SotW and delta.
 func (t *Tracker) Callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
-		StreamOpenFunc: func(_ context.Context, id int64, typeURL string) error {
-			t.open(streamKey{id: id}, typeURL)
+		StreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
+			t.open(streamKey{id: id}, peerOf(ctx), typeURL)
 			return nil
 		},
-		DeltaStreamOpenFunc: func(_ context.Context, id int64, typeURL string) error {
-			t.open(streamKey{delta: true, id: id}, typeURL)
+		DeltaStreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
+			t.open(streamKey{delta: true, id: id}, peerOf(ctx), typeURL)
 			return nil
 		},
 		StreamClosedFunc:      func(id int64, _ *corev3.Node) { t.close(streamKey{id: id}) },
 		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) { t.close(streamKey{delta: true, id: id}) },
 		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
-			t.request(streamKey{id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetVersionInfo(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
+			t.request(streamKey{id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetVersionInfo(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil,
+				func(s *stream, typeURL string) { s.subscribeSotW(typeURL, req.GetResourceNames()) })
 			return nil
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, req *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
@@ -82,7 +152,13 @@ func (t *Tracker) Callbacks() serverv3.Callbacks {
 		// The delta request callback runs before the server fills in node and type URL: the
 		// tracker remembers the node from the stream's first request and the type from open.
 		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
-			t.request(streamKey{delta: true, id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), "", req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
+			t.request(streamKey{delta: true, id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), "", req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil,
+				func(s *stream, typeURL string) {
+					s.subscribeDelta(typeURL, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
+					if len(req.GetInitialResourceVersions()) > 0 && req.GetResponseNonce() == "" {
+						t.declared(s, typeURL, req.GetInitialResourceVersions())
+					}
+				})
 			return nil
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
@@ -91,10 +167,17 @@ func (t *Tracker) Callbacks() serverv3.Callbacks {
 	}
 }
 
-func (t *Tracker) open(key streamKey, typeURL string) {
+func peerOf(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
+
+func (t *Tracker) open(key streamKey, peer, typeURL string) {
 	t.mu.Lock()
-	t.streams[key] = &stream{typeURL: typeURL, sent: map[string]string{}, version: map[string]string{},
-		acked: map[string]string{}, nacked: map[string]Nack{}}
+	t.streams[key] = &stream{peer: peer, typeURL: typeURL, sent: map[string]string{}, version: map[string]string{},
+		acked: map[string]string{}, nacked: map[string]Nack{}, subs: map[string]Subscription{}, named: map[string]bool{}}
 	t.mu.Unlock()
 	t.changed()
 }
@@ -126,7 +209,113 @@ func (t *Tracker) response(key streamKey, typeURL, nonce, version string) {
 	s.version[nonce] = version
 }
 
-func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, version, message string, nack bool) {
+// legacyWildcard reports whether an empty first subscription of typeURL is a wildcard.
+func legacyWildcard(typeURL string) bool {
+	return typeURL == resource.ListenerType || typeURL == resource.ClusterType
+}
+
+// subscribeSotW records a state-of-the-world request's resource names: they replace the
+// subscription of the type.
+func (s *stream) subscribeSotW(typeURL string, names []string) {
+	if len(names) == 0 && !s.named[typeURL] {
+		if _, seen := s.subs[typeURL]; !seen || s.subs[typeURL].Wildcard {
+			s.setSub(typeURL, Subscription{Wildcard: legacyWildcard(typeURL)})
+			return
+		}
+	}
+	s.named[typeURL] = true
+	sub := Subscription{Names: make(map[string]struct{}, len(names))}
+	for _, n := range names {
+		if n == "*" {
+			sub.Wildcard = true
+			continue
+		}
+		sub.Names[n] = struct{}{}
+	}
+	s.setSub(typeURL, sub)
+}
+
+// subscribeDelta applies a delta request's subscribe and unsubscribe lists.
+func (s *stream) subscribeDelta(typeURL string, subscribe, unsubscribe []string) {
+	old, seen := s.subs[typeURL]
+	if len(subscribe) == 0 && !s.named[typeURL] {
+		if !seen {
+			old = Subscription{Wildcard: legacyWildcard(typeURL)}
+		}
+		if len(unsubscribe) == 0 {
+			s.setSub(typeURL, old)
+			return
+		}
+	} else if !s.named[typeURL] {
+		s.named[typeURL] = true
+		old.Wildcard = false // the legacy wildcard ends when the stream names resources
+	}
+	sub := Subscription{Wildcard: old.Wildcard, Names: maps.Clone(old.Names)}
+	if sub.Names == nil {
+		sub.Names = map[string]struct{}{}
+	}
+	for _, n := range subscribe {
+		if n == "*" {
+			sub.Wildcard = true
+			continue
+		}
+		sub.Names[n] = struct{}{}
+	}
+	for _, n := range unsubscribe {
+		if n == "*" {
+			sub.Wildcard = false
+			continue
+		}
+		delete(sub.Names, n)
+	}
+	s.setSub(typeURL, sub)
+}
+
+func (s *stream) setSub(typeURL string, sub Subscription) {
+	subs := maps.Clone(s.subs)
+	subs[typeURL] = sub
+	s.subs = subs
+}
+
+// declared handles a delta stream's initial_resource_versions: when every resource of
+// typeURL that the stream subscribes to and the flavour's snapshot holds is declared at its
+// current version, the server sends nothing and the stream holds the current version, as
+// if it had ACKed it. Called with t.mu held, after the subscription was recorded.
+func (t *Tracker) declared(s *stream, typeURL string, versions map[string]string) {
+	if t.served == nil || s.node == nil {
+		return
+	}
+	snap := t.served(s.node, typeURL)
+	if snap == nil {
+		return
+	}
+	sub := s.subs[typeURL]
+	resources := snap.GetResources(typeURL)
+	for name, r := range resources {
+		if !sub.Wildcard {
+			if _, ok := sub.Names[name]; !ok {
+				continue
+			}
+		}
+		declared, ok := versions[name]
+		if !ok {
+			return // the server sends it: its ACK will count
+		}
+		marshaled, err := cachev3.MarshalResource(r)
+		if err != nil || cachev3.HashResource(marshaled) != declared {
+			return
+		}
+	}
+	for name := range versions {
+		if _, ok := resources[name]; !ok {
+			return // the server sends its removal: its ACK will count
+		}
+	}
+	s.acked[typeURL] = snap.GetVersion(typeURL)
+	delete(s.nacked, typeURL)
+}
+
+func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, version, message string, nack bool, subscribe func(*stream, string)) {
 	t.mu.Lock()
 	s := t.streams[key]
 	if s == nil {
@@ -140,13 +329,20 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 	if typeURL == "" {
 		typeURL = s.typeURL
 	}
-	changed := false
+	changed, answered := false, false
+	if subscribe != nil && typeURL != "" {
+		before, had := s.subs[typeURL]
+		beforeAcked := s.acked[typeURL]
+		subscribe(s, typeURL)
+		after := s.subs[typeURL]
+		changed = !had || before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names) || beforeAcked != s.acked[typeURL]
+	}
 	switch {
 	case nonce == "" && version != "" && !nack:
 		// A stream's first request carries the version the client last accepted (for
 		// example from a publisher process before a restart): it holds that version.
 		s.acked[typeURL] = version
-		changed = true
+		changed, answered = true, true
 	case nonce != "" && s.sent[typeURL] == nonce:
 		// Only an answer to the latest nonce sent counts; the server drops stale ones.
 		sentVersion := s.version[nonce]
@@ -159,10 +355,10 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 			s.acked[typeURL] = version
 			delete(s.nacked, typeURL)
 		}
-		changed = true
+		changed, answered = true, true
 	}
 	t.mu.Unlock()
-	if changed && t.observe != nil {
+	if answered && t.observe != nil {
 		t.observe(typeURL, nack)
 	}
 	if changed {
@@ -201,40 +397,34 @@ func (t *Tracker) LastSent(nodeID, typeURL string) (string, bool) {
 	return "", false
 }
 
-// Clients returns the state of every connected client that has identified itself, sorted
-// by node id. A node with several streams (per-type xDS) is merged into one entry.
+// Clients returns the state of every connected stream whose client has identified
+// itself, sorted by node id, then by stream kind and id.
 func (t *Tracker) Clients() []ClientState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	byNode := map[string]*ClientState{}
-	for _, s := range t.streams {
-		if s.node == nil {
-			continue
-		}
-		c := byNode[s.node.GetId()]
-		if c == nil {
-			c = &ClientState{NodeID: s.node.GetId(), Flavour: FlavourOf(s.node), Acked: map[string]string{}, Nacked: map[string]Nack{}}
-			byNode[c.NodeID] = c
-		}
-		for k, v := range s.acked {
-			c.Acked[k] = v
-		}
-		for k, v := range s.nacked {
-			c.Nacked[k] = v
+	keys := make([]streamKey, 0, len(t.streams))
+	for k, s := range t.streams {
+		if s.node != nil {
+			keys = append(keys, k)
 		}
 	}
-	out := make([]ClientState, 0, len(byNode))
-	for _, c := range byNode {
-		out = append(out, *c)
-	}
-	slices.SortFunc(out, func(a, b ClientState) int {
-		if a.NodeID < b.NodeID {
+	slices.SortFunc(keys, func(a, b streamKey) int {
+		if c := cmp.Compare(t.streams[a].node.GetId(), t.streams[b].node.GetId()); c != 0 {
+			return c
+		}
+		if a.delta != b.delta {
+			if a.delta {
+				return 1
+			}
 			return -1
 		}
-		if a.NodeID > b.NodeID {
-			return 1
-		}
-		return 0
+		return cmp.Compare(a.id, b.id)
 	})
+	out := make([]ClientState, 0, len(keys))
+	for _, k := range keys {
+		s := t.streams[k]
+		out = append(out, ClientState{NodeID: s.node.GetId(), Flavour: FlavourOf(s.node), Stream: k.String(), Peer: s.peer,
+			TypeURL: s.typeURL, Acked: maps.Clone(s.acked), Nacked: maps.Clone(s.nacked), Subscribed: s.subs})
+	}
 	return out
 }

@@ -3,6 +3,7 @@ package xds_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/trafficmap/publisher/xds"
+	"github.com/trafficmap/publisher/xds/xdstest"
 )
 
 // go-control-plane numbers state-of-the-world and delta streams with separate counters, so a
@@ -58,4 +60,140 @@ func TestTrackerMembership(t *testing.T) {
 
 	cb.OnDeltaStreamClosed(1, nil)
 	assert.NotEqual(t, m1, tr.Membership(), "a known stream closed")
+}
+
+// The tracker reads subscriptions as go-control-plane does: a first request without names
+// is a wildcard for listeners and clusters until the stream names resources, names replace
+// the state-of-the-world subscription, delta subscribes and unsubscribes, "*" is explicit.
+func TestTrackerRecordsSubscriptions(t *testing.T) {
+	tr := xds.NewTracker(nil)
+	cb := tr.Callbacks()
+	ctx := context.Background()
+	node := &corev3.Node{Id: "n"}
+	sub := func(typ string) xds.Subscription {
+		t.Helper()
+		clients := tr.Clients()
+		require.Len(t, clients, 2)
+		for _, c := range clients {
+			if c.Stream == "sotw-1" && typ != resource.RouteType || c.Stream == "delta-1" && typ == resource.RouteType {
+				return c.Subscribed[typ]
+			}
+		}
+		return xds.Subscription{}
+	}
+	require.NoError(t, cb.OnStreamOpen(ctx, 1, resource.AnyType))
+	require.NoError(t, cb.OnDeltaStreamOpen(ctx, 1, resource.AnyType))
+	require.NoError(t, cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ListenerType}))
+	require.NoError(t, cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType, ResourceNames: []string{"c1", "c2"}}))
+	require.NoError(t, cb.OnStreamDeltaRequest(1, &discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.RouteType, ResourceNamesSubscribe: []string{"r1", "r2"}}))
+	assert.True(t, sub(resource.ListenerType).Wildcard, "legacy wildcard")
+	assert.Equal(t, []string{"c1", "c2"}, sub(resource.ClusterType).SortedNames())
+	assert.False(t, sub(resource.ClusterType).Wildcard)
+	assert.Equal(t, []string{"r1", "r2"}, sub(resource.RouteType).SortedNames())
+
+	require.NoError(t, cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{TypeUrl: resource.ListenerType}))
+	assert.True(t, sub(resource.ListenerType).Wildcard, "still the legacy wildcard")
+	require.NoError(t, cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{TypeUrl: resource.ListenerType, ResourceNames: []string{"l1"}}))
+	assert.False(t, sub(resource.ListenerType).Wildcard, "naming a resource ends the legacy wildcard")
+	require.NoError(t, cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{TypeUrl: resource.ListenerType}))
+	assert.Empty(t, sub(resource.ListenerType).SortedNames(), "then no names means none")
+	assert.False(t, sub(resource.ListenerType).Wildcard)
+	require.NoError(t, cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNames: []string{"*", "c3"}}))
+	assert.True(t, sub(resource.ClusterType).Wildcard, "explicit wildcard")
+	assert.Equal(t, []string{"c3"}, sub(resource.ClusterType).SortedNames())
+
+	held := sub(resource.RouteType)
+	require.NoError(t, cb.OnStreamDeltaRequest(1, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.RouteType,
+		ResourceNamesSubscribe: []string{"r3"}, ResourceNamesUnsubscribe: []string{"r1"}}))
+	assert.Equal(t, []string{"r2", "r3"}, sub(resource.RouteType).SortedNames())
+	assert.Equal(t, []string{"r1", "r2"}, held.SortedNames(), "a subscription handed out never changes")
+	assert.True(t, sub(resource.RouteType).IncludesAny([]string{"x", "r3"}))
+	assert.False(t, sub(resource.RouteType).IncludesAny([]string{"r1"}))
+}
+
+// Every stream is its own client, with its peer address, even when node ids are equal.
+func TestTrackerKeepsStreamsOfOneNodeApart(t *testing.T) {
+	srv, ads := startServer(t)
+	_, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
+	require.NoError(t, err)
+	for range 2 {
+		stream, err := ads.StreamAggregatedResources(context.Background())
+		require.NoError(t, err)
+		require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType}))
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		clients := srv.Tracker().Clients()
+		require.Len(c, clients, 2)
+		assert.NotEqual(c, clients[0].ID(), clients[1].ID())
+		for _, cl := range clients {
+			assert.Equal(c, "envoy-1", cl.NodeID)
+			assert.Contains(c, cl.Peer, "127.0.0.1:")
+			assert.True(c, cl.Subscribed[resource.ClusterType].Wildcard)
+		}
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// A delta client that reconnects declaring the current version of everything it subscribes
+// to gets nothing from the server, and holds the current version as if it had ACKed it; a
+// stale declaration waits for the real ACK.
+func TestDeltaReconnectWithCurrentVersionsCounts(t *testing.T) {
+	srv, ads := startServer(t)
+	vs, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
+	require.NoError(t, err)
+
+	stream, err := ads.DeltaAggregatedResources(context.Background())
+	require.NoError(t, err)
+	responses := xdstest.Stream(stream.Recv)
+	// By name, as Envoy subscribes to route configurations (go-control-plane answers a
+	// wildcard stream's first request even when nothing changed).
+	names := []string{"prod/chat/worker-a", "prod/chat/worker-b"}
+	require.NoError(t, stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: names}))
+	first := recv(t, responses, 10*time.Second)
+	require.NotNil(t, first)
+	held := map[string]string{}
+	for _, r := range (*first).GetResources() {
+		held[r.GetName()] = r.GetVersion()
+	}
+	require.Len(t, held, 2)
+	require.NoError(t, stream.CloseSend())
+
+	reconnect := func(declared map[string]string) (<-chan *discoveryv3.DeltaDiscoveryResponse, string) {
+		t.Helper()
+		s, err := ads.DeltaAggregatedResources(context.Background())
+		require.NoError(t, err)
+		ch := xdstest.Stream(s.Recv)
+		require.NoError(t, s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType,
+			ResourceNamesSubscribe: names, InitialResourceVersions: declared}))
+		known := map[string]bool{}
+		for _, cl := range srv.Tracker().Clients() {
+			known[cl.Stream] = true
+		}
+		var stream string
+		require.EventuallyWithT(t, func(c *assert.CollectT) { // the request is recorded, declarations with it
+			for _, cl := range srv.Tracker().Clients() {
+				if _, ok := cl.Subscribed[resource.ClusterType]; ok && !known[cl.Stream] {
+					stream = cl.Stream
+				}
+			}
+			assert.NotEmpty(c, stream)
+		}, 10*time.Second, 10*time.Millisecond)
+		return ch, stream
+	}
+
+	ch, current := reconnect(held)
+	assert.Nil(t, recv(t, ch, 300*time.Millisecond), "current declarations: the server sends nothing")
+	acked := func(stream string) string {
+		for _, cl := range srv.Tracker().Clients() {
+			if cl.Stream == stream {
+				return cl.Acked[resource.ClusterType]
+			}
+		}
+		return ""
+	}
+	assert.Equal(t, vs[resource.ClusterType], acked(current), "yet the stream holds the current version")
+
+	stale := map[string]string{"prod/chat/worker-a": "old", "prod/chat/worker-b": held["prod/chat/worker-b"]}
+	ch, waiting := reconnect(stale)
+	assert.Empty(t, acked(waiting), "a stale declaration is no ACK")
+	require.NotNil(t, recv(t, ch, 10*time.Second), "the server sends the stale resource")
 }

@@ -25,11 +25,11 @@ func NewTranslator(opts EnvoyOptions) *Translator {
 	return &Translator{opts: opts, cache: map[string]*translated{}, seen: map[string]bool{}}
 }
 
-// contentKey is everything about s that its resources are built from: the content digest,
-// spec.service (the gRPC listener name) and, with no positive weight, the fixed response
-// body.
+// contentKey is everything about s that its resources are built from: the content digest
+// (which covers spec.service, the gRPC listener name) and, with no positive weight, the
+// fixed response body.
 func contentKey(s Service) string {
-	k := s.Digest() + "\x00" + s.Service
+	k := s.Digest()
 	if s.Result.TotalEffective() <= 0 {
 		k += "\x00" + noRouteReason(s.Result)
 	}

@@ -86,6 +86,7 @@ type Sink struct {
 	server   *xds.Server
 	listener net.Listener
 	history  *xds.History
+	envoy    xds.EnvoyOptions // the Envoy flavour's shape, for the names Confirm matches
 	queue    workqueue.TypedRateLimitingInterface[string]
 	// translator and pacer are used by the rebuild loop alone.
 	translator *xds.Translator
@@ -128,7 +129,7 @@ func New(cfg Config, log *zap.Logger) (*Sink, error) {
 		return nil, fmt.Errorf("listen on --xds-address %s: %w", cfg.Address, err)
 	}
 	s := &Sink{
-		cfg: cfg, log: log, listener: lis, translator: xds.NewTranslator(envoy),
+		cfg: cfg, log: log, listener: lis, translator: xds.NewTranslator(envoy), envoy: envoy,
 		history:  xds.NewHistory(64),
 		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "xds-snapshot"}),
 		dirty:    map[string]bool{},
@@ -163,9 +164,22 @@ func (s *Sink) Addr() net.Addr { return s.listener.Addr() }
 // Clients returns what each connected client has ACKed and NACKed.
 func (s *Sink) Clients() []xds.ClientState { return s.server.Tracker().Clients() }
 
-// DebugHandlers implements sink.Debugger: /debug/xds lists the clients and versions.
+// DebugHandlers implements sink.Debugger: /debug/xds lists the clients and versions, and
+// per served map the clients relevant to it and those that ACKed its served content.
 func (s *Sink) DebugHandlers() map[string]http.Handler {
-	return map[string]http.Handler{"/debug/xds": s.server.DebugHandler()}
+	return map[string]http.Handler{"/debug/xds": s.server.DebugHandlerWith(s.debugMaps)}
+}
+
+// debugMaps judges every served map's content against clients, sorted by key.
+func (s *Sink) debugMaps(clients []xds.ClientState) []xds.DebugMap {
+	s.mu.Lock()
+	served := s.lastGood // replaced, never modified, by remember
+	s.mu.Unlock()
+	out := make([]xds.DebugMap, 0, len(served))
+	for _, key := range slices.Sorted(maps.Keys(served)) {
+		out = append(out, xds.DebugMapOf(clients, s.history, key, xds.ServedBy(s.envoy, served[key])))
+	}
+	return out
 }
 
 // Start implements sink.Starter: it builds the first snapshot from the synced caches
@@ -233,7 +247,8 @@ func (s *Sink) Carries(p *sink.Plan) bool {
 }
 
 // Apply implements sink.Sink. Serving is the rebuild loop's work; Apply reports whether
-// the plan is served and ACKed by the relevant clients.
+// the plan is served and ACKed by the relevant clients: the streams subscribed to one of
+// the map's resources (see xds.Judge), each stream a client of its own.
 func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error) {
 	svc := view(p)
 	key := svc.Key()
@@ -244,7 +259,7 @@ func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error)
 		return sink.Confirmation{Sink: Name, State: sink.Refused, Reason: ReasonInvalid,
 			Message: fmt.Sprintf("xds sink cannot serve trafficmap %s: %s; its last good resources stay served", key, joinLines(invalid))}, nil
 	}
-	c := xds.Confirm(s.server.Tracker().Clients(), s.history, key, digestsOf(svc), s.cfg.MinClients)
+	c := xds.Confirm(s.server.Tracker().Clients(), s.history, key, xds.ServedBy(s.envoy, svc), s.cfg.MinClients)
 	s.mu.Lock()
 	if c.Done || c.Nack != nil {
 		delete(s.pending, key)
@@ -515,7 +530,7 @@ func (s *Sink) onClientChange() {
 	if !known { // a client may have joined or left: compare the sets
 		var ids []string
 		for _, c := range tracker.Clients() {
-			ids = append(ids, c.NodeID)
+			ids = append(ids, c.ID())
 		}
 		set := strings.Join(ids, "\x00")
 		s.mu.Lock()
