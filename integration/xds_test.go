@@ -27,6 +27,13 @@ import (
 // server with grpc-go's xDS resolver.
 func xdsClient(t *testing.T, server net.Addr, nodeID, target string) testgrpc.TestServiceClient {
 	t.Helper()
+	return testgrpc.NewTestServiceClient(xdsConn(t, server, nodeID, target))
+}
+
+// xdsConn is xdsClient's channel, with its own xDS client (and so its own ADS stream); it
+// subscribes once it connects (on the first RPC or Connect).
+func xdsConn(t *testing.T, server net.Addr, nodeID, target string) *grpc.ClientConn {
+	t.Helper()
 	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":%q,"channel_creds":[{"type":"insecure"}],"server_features":["xds_v3"]}],"node":{"id":%q}}`,
 		server.String(), nodeID)
 	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
@@ -34,7 +41,7 @@ func xdsClient(t *testing.T, server net.Addr, nodeID, target string) testgrpc.Te
 	conn, err := grpc.NewClient("xds:///"+target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return testgrpc.NewTestServiceClient(conn)
+	return conn
 }
 
 func call(client testgrpc.TestServiceClient) (string, error) {

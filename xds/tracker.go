@@ -11,7 +11,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc/peer"
 )
@@ -43,8 +42,8 @@ func (c ClientState) ID() string { return c.NodeID + "/" + c.Stream }
 
 // Subscription is what one stream subscribed to of one resource type, as go-control-plane
 // reads it: a first state-of-the-world request (or delta subscription) without names is a
-// wildcard for listeners and clusters (legacy wildcard) until the stream names resources,
-// and "*" is an explicit wildcard for every type.
+// wildcard (legacy wildcard) until the stream names resources, and "*" is an explicit
+// wildcard.
 type Subscription struct {
 	// Wildcard subscribes to every resource of the type.
 	Wildcard bool
@@ -209,17 +208,14 @@ func (t *Tracker) response(key streamKey, typeURL, nonce, version string) {
 	s.version[nonce] = version
 }
 
-// legacyWildcard reports whether an empty first subscription of typeURL is a wildcard.
-func legacyWildcard(typeURL string) bool {
-	return typeURL == resource.ListenerType || typeURL == resource.ClusterType
-}
-
 // subscribeSotW records a state-of-the-world request's resource names: they replace the
-// subscription of the type.
+// subscription of the type. A first request without names is a wildcard for every type, as
+// the server is configured (go-control-plane's default answers it with every resource of
+// the type; Envoy sends it for listeners and clusters), until the stream names resources.
 func (s *stream) subscribeSotW(typeURL string, names []string) {
 	if len(names) == 0 && !s.named[typeURL] {
 		if _, seen := s.subs[typeURL]; !seen || s.subs[typeURL].Wildcard {
-			s.setSub(typeURL, Subscription{Wildcard: legacyWildcard(typeURL)})
+			s.setSub(typeURL, Subscription{Wildcard: true})
 			return
 		}
 	}
@@ -240,7 +236,7 @@ func (s *stream) subscribeDelta(typeURL string, subscribe, unsubscribe []string)
 	old, seen := s.subs[typeURL]
 	if len(subscribe) == 0 && !s.named[typeURL] {
 		if !seen {
-			old = Subscription{Wildcard: legacyWildcard(typeURL)}
+			old = Subscription{Wildcard: true}
 		}
 		if len(unsubscribe) == 0 {
 			s.setSub(typeURL, old)
