@@ -33,7 +33,7 @@ type ClientState struct {
 	// Nacked is the last NACK per type URL, cleared by a later ACK of that type.
 	Nacked map[string]Nack
 	// Subscribed is what the stream subscribed to, per type URL; a type absent here has no
-	// subscription.
+	// subscription. The map is shared with the tracker: read it, never modify it.
 	Subscribed map[string]Subscription
 }
 
