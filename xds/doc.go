@@ -3,6 +3,7 @@
 // proxyless gRPC client (api_listeners, route configurations, clusters) needs, validates
 // them before anything is served, and derives a version from their content.
 //
-// Translate and Validate are pure and deterministic. The server that serves the result and
-// tracks ACKs is not part of this package yet.
+// Translate and Validate are pure and deterministic. Server serves the result; its Tracker
+// records, per stream, what each client subscribed to, ACKed and NACKed, and Confirm (pure)
+// decides from that which streams are relevant to a map and whether they confirmed it.
 package xds

@@ -1,6 +1,6 @@
 // Package xdssink is the xDS sink: it serves every TrafficMap's plan from a go-control-plane
-// server (package xds) and confirms a plan once the connected clients have ACKed a version
-// carrying it. Translation is asynchronous: event handlers mark maps dirty (Changed), one
+// server (package xds) and confirms a plan once the clients relevant to it (the xDS streams
+// subscribed to its resources, each stream on its own) have ACKed a version carrying it. Translation is asynchronous: event handlers mark maps dirty (Changed), one
 // loop rebuilds the snapshot from the maps' current plans, paced in storms, and requeues
 // the maps whose served content changed so their Published condition follows.
 //
