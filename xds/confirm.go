@@ -295,6 +295,9 @@ func Confirm(clients []ClientState, h *History, key string, served map[Flavour]S
 		c.Message = fmt.Sprintf("none of the %d connected xds clients subscribes to its resources", c.Connected)
 	case c.Acked < c.Total:
 		c.Message = fmt.Sprintf(waitingPrefix+"%d/%d ACKed a version with these weights", c.Acked, c.Total)
+	case len(versions) == 0: // per-type streams without route configurations
+		c.Done = true
+		c.Message = fmt.Sprintf("xds content ACKed by %d/%d clients", c.Acked, c.Total)
 	default:
 		c.Done = true
 		c.Message = fmt.Sprintf("xds version %s ACKed by %d/%d clients", strings.Join(versions, ","), c.Acked, c.Total)
