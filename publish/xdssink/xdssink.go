@@ -254,19 +254,22 @@ func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error)
 	key := svc.Key()
 	s.mu.Lock()
 	invalid := s.invalid[key]
+	if invalid == nil {
+		// Marked before the clients are read: a client change from now on requeues the
+		// map, so an ACK or NACK that lands while it is judged is never missed.
+		s.pending[key] = true
+	}
 	s.mu.Unlock()
 	if invalid != nil {
 		return sink.Confirmation{Sink: Name, State: sink.Refused, Reason: ReasonInvalid,
 			Message: fmt.Sprintf("xds sink cannot serve trafficmap %s: %s; its last good resources stay served", key, joinLines(invalid))}, nil
 	}
 	c := xds.Confirm(s.server.Tracker().Clients(), s.history, key, xds.ServedBy(s.envoy, svc), s.cfg.MinClients)
-	s.mu.Lock()
 	if c.Done || c.Nack != nil {
+		s.mu.Lock()
 		delete(s.pending, key)
-	} else {
-		s.pending[key] = true
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
 	conf := sink.Confirmation{Sink: Name, Message: c.Message,
 		Progress: &sink.Progress{Confirmed: c.Acked, Total: c.Total, Required: s.cfg.MinClients}}
 	switch {
