@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -242,9 +243,12 @@ func inNamespace(namespace string) string {
 	return "in namespace " + namespace
 }
 
+// ErrForbidden is wrapped by the Reader's errors for a request RBAC refused.
+var ErrForbidden = errors.New("forbidden")
+
 func apiError(verb, resource, where string, err error) error {
 	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("forbidden: cannot %s %s %s; %s", verb, resource, where, Needs)
+		return fmt.Errorf("%w: cannot %s %s %s; %s", ErrForbidden, verb, resource, where, Needs)
 	}
 	return fmt.Errorf("%s %s %s: %w", verb, resource, where, err)
 }
