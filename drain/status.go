@@ -41,7 +41,7 @@ type Flip struct {
 	// Map is the TrafficMap as stored after the write; as read when the write failed; nil
 	// when it could not be read.
 	Map *v1beta1.TrafficMap
-	// Condition is the Published condition written; zero when none was.
+	// Condition is the Published condition as stored; zero when none was written.
 	Condition metav1.Condition
 }
 
@@ -99,6 +99,9 @@ func (c MapClient) MarkPublishing(ctx context.Context, p *Plan, dry DryRun, now 
 		stored, err = c.Maps.OmeV1beta1().TrafficMaps(ns).ApplyStatus(ctx, FlipConfiguration(tm, cond), opts)
 		switch {
 		case err == nil:
+			if c := meta.FindStatusCondition(stored.Status.Conditions, v1beta1.ConditionPublished); c != nil {
+				cond = *c // as stored
+			}
 			return Flip{Map: stored, Condition: cond}, nil
 		case apierrors.IsConflict(err):
 			continue // the status changed since the read: read it again
@@ -112,12 +115,12 @@ func (c MapClient) MarkPublishing(ctx context.Context, p *Plan, dry DryRun, now 
 }
 
 // publishingCondition is the Published=False condition for p on tm, with the time rule of
-// meta.SetStatusCondition.
+// meta.SetStatusCondition; times are whole seconds, as the API stores them.
 func publishingCondition(tm *v1beta1.TrafficMap, p *Plan, now time.Time) metav1.Condition {
 	conds := slices.Clone(tm.Status.Conditions)
 	meta.SetStatusCondition(&conds, metav1.Condition{
 		Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse, Reason: publish.ReasonPublishing,
-		Message: PublishingMessage(p), ObservedGeneration: tm.Generation, LastTransitionTime: metav1.NewTime(now),
+		Message: PublishingMessage(p), ObservedGeneration: tm.Generation, LastTransitionTime: metav1.NewTime(now.Truncate(time.Second)),
 	})
 	return *meta.FindStatusCondition(conds, v1beta1.ConditionPublished)
 }

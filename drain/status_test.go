@@ -28,7 +28,7 @@ func publishedMap(status metav1.ConditionStatus, since time.Time) *v1beta1.Traff
 // observedTrafficMapGeneration and gatewayRef as they are, at the read resourceVersion.
 func TestFlipConfiguration(t *testing.T) {
 	since := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	now := since.Add(time.Hour)
+	now := since.Add(time.Hour + 300*time.Millisecond) // stored in whole seconds
 	tg := TargetOf(seedObject())
 	p, err := Prepare(seedDrain, tg)
 	require.NoError(t, err)
@@ -37,7 +37,7 @@ func TestFlipConfiguration(t *testing.T) {
 	cond := publishingCondition(tm, p, now)
 	assert.Equal(t, metav1.Condition{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse, Reason: publish.ReasonPublishing,
 		Message: "publisher drain of maintenance-a on worker-a requested; not yet published", ObservedGeneration: 3,
-		LastTransitionTime: metav1.NewTime(now)}, cond)
+		LastTransitionTime: metav1.NewTime(since.Add(time.Hour))}, cond)
 	b, err := json.Marshal(FlipConfiguration(tm, cond))
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"kind":"TrafficMap","apiVersion":"ome.io/v1beta1","metadata":{"name":"chat","namespace":"prod","resourceVersion":"41"},

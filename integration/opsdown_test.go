@@ -99,6 +99,15 @@ func TestOpsPublisherDown(t *testing.T) {
 	got = check()
 	assert.Equal(t, 0, got.code, got.stderr)
 
+	// With the publisher running, --wait returns once the undrain is published.
+	got = op.run(t, undrainArgs(f.ns, "--yes", "--wait=1m")...)
+	require.Equal(t, 0, got.code, got.stderr)
+	assert.Equal(t, map[string]int32{"worker-a": 1, "worker-b": 1}, f.routeWeights("worker-a", "worker-b"), "traffic moved back when --wait returned")
+	assert.Equal(t, metav1.ConditionTrue, published(f.getMap()).Status)
+	got = op.run(t, seedDrainArgs(f.ns, "--yes", "--wait=1m")...)
+	require.Equal(t, 0, got.code, got.stderr)
+	assert.Equal(t, map[string]int32{"worker-a": 0, "worker-b": 1}, f.routeWeights("worker-a", "worker-b"))
+
 	// A hand edit of the annotation while no publisher runs: PUBLISHED stays True (the
 	// generation did not move), and status --check tells the route holds other weights.
 	f.pub.stop(t)

@@ -41,6 +41,9 @@ type Reader struct {
 	// Status reads its /debug/xds with HTTP (http.DefaultClient when nil).
 	PublisherURL string
 	HTTP         *http.Client
+	// NoHostnames skips reading the other TrafficMaps' claims (a list across namespaces):
+	// Status.Hostnames is then omitted, as when they cannot be read.
+	NoHostnames bool
 }
 
 // Status reads the TrafficMap named service in namespace and its objects.
@@ -163,6 +166,9 @@ func (r Reader) objects(ctx context.Context, tm *v1beta1.TrafficMap) (Objects, e
 	o.Clusters, err = r.taints(ctx, tm)
 	if err != nil {
 		return o, err
+	}
+	if r.NoHostnames {
+		return o, nil
 	}
 	o.Claims, o.ClaimsRead, err = r.claims(ctx, tm)
 	return o, err

@@ -30,8 +30,12 @@ const exitWaitTimeout = 4
 // defaultWait is how long a bare --wait waits.
 const defaultWait = 5 * time.Minute
 
-// waitPoll is how often --wait reads the TrafficMap and its objects.
-const waitPoll = 500 * time.Millisecond
+// waitPoll is how often --wait reads the TrafficMap and its objects, and waitQPS the
+// request rate its client may use.
+const (
+	waitPoll = 500 * time.Millisecond
+	waitQPS  = 20
+)
 
 // actionTimeout bounds a drain or undrain, prompt included.
 const actionTimeout = 45 * time.Second

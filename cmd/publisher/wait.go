@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/drain"
@@ -24,17 +25,20 @@ var errWaitTimeout = errors.New("timed out waiting for the publisher")
 func waitPublished(ctx context.Context, kc kube, plan *drain.Plan, flip drain.Flip, d time.Duration, stderr io.Writer) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	r, err := newReader(kc, report.Reader{})
+	rc := rest.CopyConfig(kc.rest)
+	rc.QPS, rc.Burst = waitQPS, 2*waitQPS // one poll makes 4 + 2 per entry requests
+	r, err := newReader(kube{rest: rc}, report.Reader{NoHostnames: true})
 	if err != nil {
 		return 0, err
 	}
 	ns, name := plan.Target.Namespace, plan.Target.Name
 	tick := time.NewTicker(waitPoll)
 	defer tick.Stop()
-	reason := "nothing read yet"
+	reason := "nothing read yet" // why the change is not published, as last decided
+	var lastErr error            // the last read's error, when it failed
 	for {
+		lastErr = nil
 		tm, err := r.Maps.OmeV1beta1().TrafficMaps(ns).Get(ctx, name, metav1.GetOptions{})
-		var done bool
 		switch {
 		case ctx.Err() != nil:
 		case apierrors.IsNotFound(err):
@@ -42,17 +46,17 @@ func waitPublished(ctx context.Context, kc kube, plan *drain.Plan, flip drain.Fl
 		case apierrors.IsForbidden(err):
 			return 0, fmt.Errorf("forbidden: cannot get trafficmaps.ome.io in namespace %s; --wait needs what status needs: %s", ns, report.Needs)
 		case err != nil:
-			reason = err.Error()
+			lastErr = err
 		default:
-			var st report.Status
-			st, err = r.StatusOf(ctx, tm)
+			st, err := r.StatusOf(ctx, tm)
 			switch {
 			case ctx.Err() != nil:
 			case errors.Is(err, report.ErrForbidden):
 				return 0, err
 			case err != nil:
-				reason = err.Error()
+				lastErr = err
 			default:
+				var done bool
 				if reason, done = published(tm, st, plan, flip); done {
 					fmt.Fprintf(stderr, "Published: %s\n", reason)
 					return exitOK, nil
@@ -61,10 +65,13 @@ func waitPublished(ctx context.Context, kc kube, plan *drain.Plan, flip drain.Fl
 		}
 		select {
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return 0, fmt.Errorf("%w after %s: %s", errWaitTimeout, d, reason)
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return 0, ctx.Err()
 			}
-			return 0, ctx.Err()
+			if lastErr != nil {
+				reason += fmt.Sprintf(" (the last read failed: %v)", lastErr)
+			}
+			return 0, fmt.Errorf("%w after %s: %s", errWaitTimeout, d, reason)
 		case <-tick.C:
 		}
 	}
