@@ -78,11 +78,14 @@ func waitPublished(ctx context.Context, kc kube, plan *drain.Plan, flip drain.Fl
 }
 
 // published decides from typed data whether the plan's change is published: the Published
-// condition is True at the map's generation and was written after the flip (a later
-// lastTransitionTime, and a resourceVersion other than the flip's or, without a flip, the
-// one read before the patch); the drain set in effect has (drain) or lacks (undrain) the
-// plan's drain; and report.Check finds the route's weights equal to the effective weights
-// publish.Compute gives. It returns the condition's message when done, else what is missing.
+// condition is True at the map's generation and was written after the flip: the map's
+// resourceVersion is no longer the flip's (without a flip, the one read before the patch),
+// and as the flip stored False, a True there is a transition made after it. Its
+// lastTransitionTime is set by the publisher's clock and is not compared with the flip's,
+// set by this machine's, so clock skew cannot hold the wait. Then the drain set in effect
+// has (drain) or lacks (undrain) the plan's drain, and report.Check finds the route's
+// weights equal to the effective weights publish.Compute gives. It returns the condition's
+// message when done, else what is missing.
 func published(tm *v1beta1.TrafficMap, st report.Status, plan *drain.Plan, flip drain.Flip) (string, bool) {
 	inEffect := false
 	for _, d := range st.Drains.InEffect {
@@ -101,8 +104,6 @@ func published(tm *v1beta1.TrafficMap, st report.Status, plan *drain.Plan, flip 
 		return fmt.Sprintf("published at generation %d, the trafficmap is at generation %d", c.ObservedGeneration, tm.Generation), false
 	case flip.Map != nil && tm.ResourceVersion == flip.Map.ResourceVersion:
 		return "the publisher has not written the status since the change", false
-	case flip.Written() && c.LastTransitionTime.Before(&flip.Condition.LastTransitionTime):
-		return "the Published condition predates the change", false
 	}
 	if err := report.Check(st); err != nil {
 		return err.Error(), false

@@ -33,6 +33,9 @@ func TestWaitPublishedDecision(t *testing.T) {
 	tm, st := done()
 	msg, ok := published(tm, st, plan, flip)
 	assert.True(t, ok, msg)
+	tm.Status.Conditions[0].LastTransitionTime = metav1.NewTime(flipped.Add(-2 * time.Second))
+	_, ok = published(tm, st, plan, flip)
+	assert.True(t, ok, "a publisher clock behind this machine's does not hold the wait")
 	assert.Equal(t, "weights worker-a=0 (drained by maintenance-a), worker-b=1", msg)
 
 	for _, tc := range []struct {
@@ -46,9 +49,6 @@ func TestWaitPublishedDecision(t *testing.T) {
 			"the publisher has not written the status since the change"},
 		{"older generation", func(tm *v1beta1.TrafficMap, _ *report.Status) { tm.Generation = 3 },
 			"published at generation 2, the trafficmap is at generation 3"},
-		{"transition before the flip", func(tm *v1beta1.TrafficMap, _ *report.Status) {
-			tm.Status.Conditions[0].LastTransitionTime = metav1.NewTime(flipped.Add(-time.Second))
-		}, "the Published condition predates the change"},
 		{"route differs", func(_ *v1beta1.TrafficMap, s *report.Status) { s.Sinks.HTTPRoute.MatchesComputed = false },
 			"not published: route  holds , the inputs give "},
 		{"not true", func(tm *v1beta1.TrafficMap, _ *report.Status) {
