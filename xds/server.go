@@ -250,8 +250,16 @@ type nackGuard struct {
 	tracker       *Tracker
 	log           *zap.Logger
 
+	// mu guards parked, and is held from a NACKed request's version check until its watch
+	// is parked, so a snapshot set meanwhile releases it (release takes mu after the set).
 	mu     sync.Mutex
 	parked map[*parkedWatch]struct{}
+
+	// Test hooks, when set: checked runs after a NACKed request's version check (mu held);
+	// releasing runs after a snapshot is set, before its release takes mu; released after
+	// the release has looked at the parked watches.
+	checked             func()
+	releasing, released func(typeURL string)
 }
 
 // otherTypes classifies requests for types the publisher does not serve: their watches
@@ -319,14 +327,8 @@ func (g *nackGuard) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, 
 	if req.GetErrorDetail() != nil {
 		hash := NodeHash{}.ID(req.GetNode())
 		rejected, sent := g.tracker.LastSent(req.GetNode().GetId(), req.GetTypeUrl())
-		if sent && g.version(hash, req.GetTypeUrl()) == rejected {
-			w := &parkedWatch{hash: hash, rejected: rejected, req: req, sub: sub, value: value}
-			g.mu.Lock()
-			if g.parked == nil {
-				g.parked = map[*parkedWatch]struct{}{}
-			}
-			g.parked[w] = struct{}{}
-			g.mu.Unlock()
+		w := &parkedWatch{hash: hash, rejected: rejected, req: req, sub: sub, value: value}
+		if sent && g.park(w) {
 			g.log.Info("client rejected the current version; not resending it until the content changes",
 				zap.String("node", req.GetNode().GetId()), zap.String("type", req.GetTypeUrl()),
 				zap.String("version", rejected), zap.String("error", req.GetErrorDetail().GetMessage()))
@@ -334,6 +336,25 @@ func (g *nackGuard) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, 
 		}
 	}
 	return g.Cache.CreateWatch(req, sub, value)
+}
+
+// park parks w when its type is still served at the rejected version, and reports whether
+// it did. The check and the parking are one step under mu: a snapshot set after the check
+// releases w, and one set before it is seen by the check.
+func (g *nackGuard) park(w *parkedWatch) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.version(w.hash, w.req.GetTypeUrl()) != w.rejected {
+		return false
+	}
+	if g.checked != nil {
+		g.checked()
+	}
+	if g.parked == nil {
+		g.parked = map[*parkedWatch]struct{}{}
+	}
+	g.parked[w] = struct{}{}
+	return true
 }
 
 func (g *nackGuard) drop(w *parkedWatch) {
@@ -350,6 +371,9 @@ func (g *nackGuard) drop(w *parkedWatch) {
 
 // release re-issues parked watches of hash and typeURL now that it is served at version.
 func (g *nackGuard) release(hash, typeURL, version string) {
+	if g.releasing != nil {
+		g.releasing(typeURL)
+	}
 	g.mu.Lock()
 	var ready []*parkedWatch
 	for w := range g.parked {
@@ -359,6 +383,9 @@ func (g *nackGuard) release(hash, typeURL, version string) {
 		}
 	}
 	g.mu.Unlock()
+	if g.released != nil {
+		g.released(typeURL)
+	}
 	for _, w := range ready {
 		w.mu.Lock()
 		if !w.done {
