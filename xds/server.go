@@ -17,6 +17,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	sotw "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -78,7 +79,9 @@ func NewServer(cfg ServerConfig) *Server {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS.config(log))))
 	}
 	s.grpc = grpc.NewServer(opts...)
-	xds := serverv3.NewServer(context.Background(), s.cache, s.tracker.Callbacks())
+	// Ordered ADS: a state-of-the-world ADS stream is sent responses in the order the
+	// snapshots are set (delta streams always are), which make-before-break relies on.
+	xds := serverv3.NewServer(context.Background(), s.cache, s.tracker.Callbacks(), sotw.WithOrderedADS())
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(s.grpc, xds)
 	listenerservice.RegisterListenerDiscoveryServiceServer(s.grpc, xds)
 	routeservice.RegisterRouteDiscoveryServiceServer(s.grpc, xds)
