@@ -83,6 +83,32 @@ func (u opsUser) run(t *testing.T, args ...string) ran {
 	return ran{stdout: stdout.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode()}
 }
 
+// start runs the publisher in the background, stdin not a terminal; the returned function
+// waits for it to end and returns what it did.
+func (u opsUser) start(t *testing.T, args ...string) func() ran {
+	t.Helper()
+	cmd := exec.CommandContext(ctxFor(t), publisherBinary(t), append(args, "--kubeconfig", u.kubeconfig)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Start())
+	var once sync.Once
+	var r ran
+	wait := func() ran {
+		t.Helper()
+		once.Do(func() {
+			err := cmd.Wait()
+			var exit *exec.ExitError
+			if err != nil && !errors.As(err, &exit) {
+				require.NoError(t, err)
+			}
+			r = ran{stdout: stdout.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode()}
+		})
+		return r
+	}
+	t.Cleanup(func() { wait() })
+	return wait
+}
+
 // isvc reads an InferenceService.
 func (f *fixture) isvc(name string) *unstructured.Unstructured {
 	f.t.Helper()

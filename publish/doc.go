@@ -8,8 +8,9 @@
 // inputs from the caches, plan (pure: effective weights from package weights and a
 // sink-neutral sink.Plan, carrying only the names the map holds: hosts.go decides hostname
 // ownership, oldest TrafficMap first, from the claims ownership.go looks up in the caches'
-// name indexes), apply the plan to every enabled sink through the sink.Sink
-// contract (publish/routesink, publish/xdssink), decide the Published condition from the
+// name indexes), check the plan with every enabled sink (a plan one sink refuses goes to
+// none, and the xDS sink's rebuild loop reads plans through the same check), apply it to
+// every enabled sink through the sink.Sink contract (publish/routesink, publish/xdssink), decide the Published condition from the
 // sinks' typed confirmations (pure), and write the status with server-side apply under the
 // publisher's field manager, only when it differs. Published is True only when every
 // enabled sink confirms the plan is in place.

@@ -152,7 +152,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 			Address: cfg.XDSAddress, ListenerAddress: cfg.XDSListenerAddress,
 			TLSCert: cfg.XDSTLSCert, TLSKey: cfg.XDSTLSKey, ClientCA: cfg.XDSClientCA,
 			RequireAck: cfg.RequireXDSAck, MinClients: cfg.XDSMinClients, Registerer: p.cfg.Registerer,
-			Plans:   planSource{inputs: p.caches, hosts: route},
+			Plans:   planSource{inputs: p.caches, hosts: route, sinks: func() []sink.Sink { return p.sinks }, reader: xdssink.Name},
 			Requeue: func(ns, name string) { p.queue.Add(cache.NewObjectName(ns, name)) },
 		}, log.Named("xds"))
 		if errors.Is(err, xdssink.ErrInvalidConfig) {

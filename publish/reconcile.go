@@ -3,6 +3,7 @@ package publish
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -18,6 +19,8 @@ import (
 //
 //	gather (gather.go)  the map's inputs from the caches
 //	plan   (plan.go)    effective weights and the sink-neutral plan; pure
+//	check  (sinks)      every enabled sink says whether it can carry the plan; pure. A plan
+//	                    one sink refuses goes to no sink (each keeps its last good)
 //	apply  (sinks)      each enabled sink applies the plan and answers with a typed confirmation
 //	decide (decide.go)  the Published condition from the confirmations; pure
 //	write  (status.go)  the status, only when it differs
@@ -87,6 +90,11 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		return 0, err
 	}
 
+	if refused := refusal(r.sinks, &pl.plan); refused != nil {
+		_, hold, err = r.status.write(ctx, tm, decide(tm, pl, []sink.Confirmation{*refused}), log)
+		return hold, err
+	}
+
 	carried := true
 	for _, s := range r.sinks {
 		carried = carried && s.Carries(&pl.plan)
@@ -119,6 +127,27 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	return hold, err
 }
 
+// refusal is the first refusal, in sink order, of plan by sinks (sink.Sink.Check), its
+// message saying that no sink publishes the plan; nil when every sink can carry it.
+func refusal(sinks []sink.Sink, plan *sink.Plan) *sink.Confirmation {
+	for _, s := range sinks {
+		if c := s.Check(plan); c != nil {
+			refused := *c
+			refused.Sink, refused.State = s.Name(), sink.Refused
+			refused.Message += fmt.Sprintf("; the %s sink refuses these weights, so no sink publishes them and each keeps what it published before", s.Name())
+			return &refused
+		}
+	}
+	return nil
+}
+
+// refusedError is a plan an enabled sink refuses (sink.Sink.Check).
+type refusedError struct{ conf *sink.Confirmation }
+
+func (e *refusedError) Error() string {
+	return e.conf.Sink + " sink refuses the plan: " + e.conf.Message
+}
+
 // fail records a user error: Published False and an Event, no hot retry.
 func (r *reconciler) fail(ctx context.Context, tm *v1beta1.TrafficMap, ue *userError, log *zap.Logger) (time.Duration, error) {
 	_, _, err := r.status.write(ctx, tm, notPublished(tm, ue.reason, ue.message, nil), log)
@@ -141,10 +170,15 @@ func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.
 }
 
 // planSource gives the xDS sink the maps' current plans, from the same caches and planner
-// as the pipeline.
+// as the pipeline, and with the same decision: a plan another enabled sink refuses is an
+// error, so the xDS sink keeps serving that map's last good content.
 type planSource struct {
 	inputs *caches
 	hosts  hostnamer
+	// sinks returns the enabled sinks; reader names the sink reading the plans, which
+	// checks its plans on its own and is skipped.
+	sinks  func() []sink.Sink
+	reader string
 }
 
 // Keys implements xdssink.Plans.
@@ -166,6 +200,17 @@ func (s planSource) Plan(namespace, name string) (*sink.Plan, bool, error) {
 	pl, err := planMap(s.hosts, g)
 	if err != nil {
 		return nil, true, err
+	}
+	var others []sink.Sink
+	if s.sinks != nil {
+		for _, sk := range s.sinks() {
+			if sk.Name() != s.reader {
+				others = append(others, sk)
+			}
+		}
+	}
+	if refused := refusal(others, &pl.plan); refused != nil {
+		return nil, true, &refusedError{conf: refused}
 	}
 	return &pl.plan, true, nil
 }

@@ -26,12 +26,14 @@ import (
 	"github.com/trafficmap/publisher/weights"
 )
 
-// fakeSink answers every plan with conf (or err) and records what it was asked.
+// fakeSink answers every plan with conf (or err) and records what it was asked; refuses,
+// when set, is its Check.
 type fakeSink struct {
 	name    string
 	carries bool
 	conf    sink.Confirmation
 	err     error
+	refuses func(*sink.Plan) *sink.Confirmation
 
 	mu      sync.Mutex
 	applied []sink.Plan
@@ -39,6 +41,12 @@ type fakeSink struct {
 }
 
 func (f *fakeSink) Name() string { return f.name }
+func (f *fakeSink) Check(p *sink.Plan) *sink.Confirmation {
+	if f.refuses == nil {
+		return nil
+	}
+	return f.refuses(p)
+}
 func (f *fakeSink) Carries(*sink.Plan) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -392,4 +400,51 @@ func TestReconcileStatusConflict(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, apierrors.IsConflict(err))
 	assert.Equal(t, 1, f.api.applies, "one attempt, then the queue")
+}
+
+// A plan one sink refuses (Check) is applied by no sink: the other sink keeps what it
+// published, and Published False names the refusing sink with its reason. The refusal is
+// the plan's alone: another map's plan is applied and published as usual.
+func TestReconcileOneDecision(t *testing.T) {
+	refuseMap := func(key string) func(*sink.Plan) *sink.Confirmation {
+		return func(p *sink.Plan) *sink.Confirmation {
+			if p.Key() != key {
+				return nil
+			}
+			return &sink.Confirmation{State: sink.Refused, Reason: ReasonRouteRefused,
+				Message: "httproute sink cannot publish trafficmap " + key + ": 17 entries, more than 16"}
+		}
+	}
+
+	t.Run("refused by one sink: no sink applies", func(t *testing.T) {
+		route, xds := inPlace("route stored"), inPlace("xds version v1 ACKed by 2/2 clients")
+		route.name, xds.name = "httproute", "xds"
+		route.refuses = refuseMap("prod/chat")
+		f := newFixture(t, route, xds)
+		_, err := f.run(t)
+		require.NoError(t, err)
+		assert.Empty(t, route.applied, "the refusing sink writes nothing")
+		assert.Empty(t, xds.applied, "no other sink moves either")
+		c := f.published()
+		require.NotNil(t, c)
+		assert.Equal(t, metav1.ConditionFalse, c.Status)
+		assert.Equal(t, ReasonRouteRefused, c.Reason)
+		assert.Equal(t, "httproute sink cannot publish trafficmap prod/chat: 17 entries, more than 16; "+
+			"the httproute sink refuses these weights, so no sink publishes them and each keeps what it published before; "+
+			"weights worker-a=1, worker-b=1", c.Message)
+	})
+
+	t.Run("another map's refusal changes nothing", func(t *testing.T) {
+		route, xds := inPlace("route stored"), inPlace("xds version v1 ACKed by 2/2 clients")
+		route.name, xds.name = "httproute", "xds"
+		route.refuses = refuseMap("prod/other")
+		f := newFixture(t, route, xds)
+		_, err := f.run(t)
+		require.NoError(t, err)
+		assert.Len(t, route.applied, 1)
+		assert.Len(t, xds.applied, 1)
+		c := f.published()
+		require.NotNil(t, c)
+		assert.Equal(t, metav1.ConditionTrue, c.Status)
+	})
 }

@@ -5,4 +5,5 @@
 // publisher cannot disagree. It shows the Published condition field by field and its
 // message verbatim, never taking the message apart; the xDS client state comes from the
 // publisher's /debug/xds document (xds.DebugState) when Reader.PublisherURL is set.
+// [Check] tells whether what is published is what the inputs say.
 package report

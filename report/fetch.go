@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -40,6 +41,9 @@ type Reader struct {
 	// Status reads its /debug/xds with HTTP (http.DefaultClient when nil).
 	PublisherURL string
 	HTTP         *http.Client
+	// NoHostnames skips reading the other TrafficMaps' claims (a list across namespaces):
+	// Status.Hostnames is then omitted, as when they cannot be read.
+	NoHostnames bool
 }
 
 // Status reads the TrafficMap named service in namespace and its objects.
@@ -163,6 +167,9 @@ func (r Reader) objects(ctx context.Context, tm *v1beta1.TrafficMap) (Objects, e
 	if err != nil {
 		return o, err
 	}
+	if r.NoHostnames {
+		return o, nil
+	}
 	o.Claims, o.ClaimsRead, err = r.claims(ctx, tm)
 	return o, err
 }
@@ -242,9 +249,12 @@ func inNamespace(namespace string) string {
 	return "in namespace " + namespace
 }
 
+// ErrForbidden is wrapped by the Reader's errors for a request RBAC refused.
+var ErrForbidden = errors.New("forbidden")
+
 func apiError(verb, resource, where string, err error) error {
 	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("forbidden: cannot %s %s %s; %s", verb, resource, where, Needs)
+		return fmt.Errorf("%w: cannot %s %s %s; %s", ErrForbidden, verb, resource, where, Needs)
 	}
 	return fmt.Errorf("%s %s %s: %w", verb, resource, where, err)
 }

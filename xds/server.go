@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -16,6 +18,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	sotw "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -40,6 +43,8 @@ type Server struct {
 	versioners map[Flavour]*versioner
 	// validators validate each flavour's snapshots, re-checking only new resources.
 	validators map[Flavour]*validator
+	// onSet, when set (by tests), is called after each per-type snapshot is set.
+	onSet func(flavour Flavour, typeURL, version string, resources []types.Resource)
 }
 
 // ServerConfig configures a Server.
@@ -82,7 +87,9 @@ func NewServer(cfg ServerConfig) *Server {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS.config(log))))
 	}
 	s.grpc = grpc.NewServer(opts...)
-	xds := serverv3.NewServer(context.Background(), s.cache, s.tracker.Callbacks())
+	// Ordered ADS: a state-of-the-world ADS stream is sent responses in the order the
+	// snapshots are set (delta streams always are), which make-before-break relies on.
+	xds := serverv3.NewServer(context.Background(), s.cache, s.tracker.Callbacks(), sotw.WithOrderedADS())
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(s.grpc, xds)
 	listenerservice.RegisterListenerDiscoveryServiceServer(s.grpc, xds)
 	routeservice.RegisterRouteDiscoveryServiceServer(s.grpc, xds)
@@ -125,9 +132,15 @@ type Versions map[string]string
 
 // SetResources validates res and makes it flavour's snapshot, each type versioned by its
 // content. An invalid set is not served (the last good one stays) and the error says why.
-// Only the types whose content changed are set, clusters first, then listeners, then
-// routes, so setting the same content again changes nothing and sends nothing, and a drain
-// is answered only to route watches.
+// Only the types whose content changed are set, so setting the same content again changes
+// nothing and sends nothing, and a drain is answered only to route watches.
+//
+// Clusters are made before routes use them and broken after routes stop using them: new
+// clusters are set before the listeners and routes, and clusters that go are removed only
+// after the listeners and routes without them are set. When a set both adds and removes
+// clusters, the union of the old and the new clusters is set first (a version of its own)
+// and the new clusters last. A client that handles the updates in the order it is sent them
+// therefore never has a route naming a cluster it does not know.
 func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resources) (Versions, error) {
 	if err := s.validators[flavour].validate(res); err != nil {
 		s.metrics.invalid.Inc()
@@ -151,25 +164,80 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 			return nil, fmt.Errorf("%w: %s snapshot: %w", ErrInvalidResources, flavour, err)
 		}
 	}
-	changed := false
-	for _, typ := range []string{resource.ClusterType, resource.ListenerType, resource.RouteType} {
-		if s.cache.version(string(flavour), typ) == versions[typ] {
-			continue
-		}
-		snap, err := cachev3.NewSnapshot(versions[typ], map[resource.Type][]types.Resource{typ: byType[typ]})
-		if err != nil {
-			return nil, fmt.Errorf("build %s %s snapshot: %w", flavour, typeLabel(typ), err)
-		}
-		if err := s.cache.set(ctx, string(flavour), typ, snap); err != nil {
-			return nil, fmt.Errorf("set %s %s snapshot: %w", flavour, typeLabel(typ), err)
-		}
-		changed = true
+	type step struct {
+		typ, version string
+		resources    []types.Resource
 	}
-	if changed {
+	steps := make([]step, 0, 4)
+	var last *step // the clusters that go, after the routes stop using them
+	if s.cache.version(string(flavour), resource.ClusterType) != versions[resource.ClusterType] {
+		final := step{resource.ClusterType, versions[resource.ClusterType], byType[resource.ClusterType]}
+		union, added, removed := s.clusterUnion(flavour, res.Clusters)
+		switch {
+		case removed && added:
+			v, err := s.versioners[flavour].clusterVersion(union)
+			if err != nil {
+				return nil, err
+			}
+			steps = append(steps, step{resource.ClusterType, v, toResources(union)})
+			last = &final
+		case removed:
+			last = &final
+		default:
+			steps = append(steps, final)
+		}
+	}
+	for _, typ := range []string{resource.ListenerType, resource.RouteType} {
+		if s.cache.version(string(flavour), typ) != versions[typ] {
+			steps = append(steps, step{typ, versions[typ], byType[typ]})
+		}
+	}
+	if last != nil {
+		steps = append(steps, *last)
+	}
+	for _, st := range steps {
+		snap, err := cachev3.NewSnapshot(st.version, map[resource.Type][]types.Resource{st.typ: st.resources})
+		if err != nil {
+			return nil, fmt.Errorf("build %s %s snapshot: %w", flavour, typeLabel(st.typ), err)
+		}
+		if err := s.cache.set(ctx, string(flavour), st.typ, snap); err != nil {
+			return nil, fmt.Errorf("set %s %s snapshot: %w", flavour, typeLabel(st.typ), err)
+		}
+		if s.onSet != nil {
+			s.onSet(flavour, st.typ, st.version, st.resources)
+		}
+	}
+	if len(steps) > 0 {
 		s.log.Info("serving snapshot", zap.String("flavour", string(flavour)), zap.String("listeners", versions[resource.ListenerType]),
 			zap.String("routes", versions[resource.RouteType]), zap.String("clusters", versions[resource.ClusterType]))
 	}
 	return versions, nil
+}
+
+// clusterUnion compares next with the clusters flavour serves now: union is next followed
+// by the served clusters next drops, by name; added and removed say whether next has a
+// cluster name not served now and drops one served now.
+func (s *Server) clusterUnion(flavour Flavour, next []*clusterv3.Cluster) (union []*clusterv3.Cluster, added, removed bool) {
+	var served map[string]types.Resource
+	if snap, err := s.cache.byType[resource.ClusterType].GetSnapshot(string(flavour)); err == nil {
+		served = snap.GetResources(resource.ClusterType)
+	}
+	names := make(map[string]bool, len(next))
+	for _, c := range next {
+		names[c.GetName()] = true
+		if _, ok := served[c.GetName()]; !ok {
+			added = true
+		}
+	}
+	union = slices.Clone(next)
+	var gone []*clusterv3.Cluster
+	for name, r := range served {
+		if !names[name] {
+			gone = append(gone, r.(*clusterv3.Cluster))
+		}
+	}
+	slices.SortFunc(gone, func(a, b *clusterv3.Cluster) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return append(union, gone...), added, len(gone) > 0
 }
 
 func toResources[T types.Resource](in []T) []types.Resource {
@@ -193,8 +261,16 @@ type nackGuard struct {
 	tracker       *Tracker
 	log           *zap.Logger
 
+	// mu guards parked, and is held from a NACKed request's version check until its watch
+	// is parked, so a snapshot set meanwhile releases it (release takes mu after the set).
 	mu     sync.Mutex
 	parked map[*parkedWatch]struct{}
+
+	// Test hooks, when set: checked runs after a NACKed request's version check (mu held);
+	// releasing runs after a snapshot is set, before its release takes mu; released after
+	// the release has looked at the parked watches.
+	checked             func()
+	releasing, released func(typeURL string)
 }
 
 // otherTypes classifies requests for types the publisher does not serve: their watches
@@ -262,14 +338,8 @@ func (g *nackGuard) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, 
 	if req.GetErrorDetail() != nil {
 		hash := NodeHash{}.ID(req.GetNode())
 		rejected, sent := g.tracker.LastSent(req.GetNode().GetId(), req.GetTypeUrl())
-		if sent && g.version(hash, req.GetTypeUrl()) == rejected {
-			w := &parkedWatch{hash: hash, rejected: rejected, req: req, sub: sub, value: value}
-			g.mu.Lock()
-			if g.parked == nil {
-				g.parked = map[*parkedWatch]struct{}{}
-			}
-			g.parked[w] = struct{}{}
-			g.mu.Unlock()
+		w := &parkedWatch{hash: hash, rejected: rejected, req: req, sub: sub, value: value}
+		if sent && g.park(w) {
 			g.log.Info("client rejected the current version; not resending it until the content changes",
 				zap.String("node", req.GetNode().GetId()), zap.String("type", req.GetTypeUrl()),
 				zap.String("version", rejected), zap.String("error", req.GetErrorDetail().GetMessage()))
@@ -277,6 +347,25 @@ func (g *nackGuard) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, 
 		}
 	}
 	return g.Cache.CreateWatch(req, sub, value)
+}
+
+// park parks w when its type is still served at the rejected version, and reports whether
+// it did. The check and the parking are one step under mu: a snapshot set after the check
+// releases w, and one set before it is seen by the check.
+func (g *nackGuard) park(w *parkedWatch) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.version(w.hash, w.req.GetTypeUrl()) != w.rejected {
+		return false
+	}
+	if g.checked != nil {
+		g.checked()
+	}
+	if g.parked == nil {
+		g.parked = map[*parkedWatch]struct{}{}
+	}
+	g.parked[w] = struct{}{}
+	return true
 }
 
 func (g *nackGuard) drop(w *parkedWatch) {
@@ -293,6 +382,9 @@ func (g *nackGuard) drop(w *parkedWatch) {
 
 // release re-issues parked watches of hash and typeURL now that it is served at version.
 func (g *nackGuard) release(hash, typeURL, version string) {
+	if g.releasing != nil {
+		g.releasing(typeURL)
+	}
 	g.mu.Lock()
 	var ready []*parkedWatch
 	for w := range g.parked {
@@ -302,6 +394,9 @@ func (g *nackGuard) release(hash, typeURL, version string) {
 		}
 	}
 	g.mu.Unlock()
+	if g.released != nil {
+		g.released(typeURL)
+	}
 	for _, w := range ready {
 		w.mu.Lock()
 		if !w.done {

@@ -303,6 +303,15 @@ func (v *versioner) versions(res Resources) (Versions, error) {
 	return Versions{resource.ListenerType: listeners, resource.RouteType: routes, resource.ClusterType: clusters}, nil
 }
 
+// clusterVersion is the cluster version of a set of clusters served between two of the
+// versioner's calls (SetResources' union of old and new clusters); it remembers nothing.
+func (v *versioner) clusterVersion(clusters []*clusterv3.Cluster) (string, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	sm := &summer{prev: v.prev, next: make(map[proto.Message][sha256.Size]byte, len(clusters))}
+	return digest(clusters, sm.sum)
+}
+
 // digest hashes the sums of msgs, in order.
 func digest[T proto.Message](msgs []T, sum func(proto.Message) ([sha256.Size]byte, error)) (string, error) {
 	h := sha256.New()

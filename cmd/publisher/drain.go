@@ -16,11 +16,26 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/drain"
 )
 
 // exitConflict is the exit code of a rejected guarded patch (stale UID or resourceVersion).
 const exitConflict = 3
+
+// exitWaitTimeout is the exit code of a drain or undrain whose --wait ended before the
+// publisher published it; the annotation was changed.
+const exitWaitTimeout = 4
+
+// defaultWait is how long a bare --wait waits.
+const defaultWait = 5 * time.Minute
+
+// waitPoll is how often --wait reads the TrafficMap and its objects, and waitQPS the
+// request rate its client may use.
+const (
+	waitPoll = 500 * time.Millisecond
+	waitQPS  = 20
+)
 
 // actionTimeout bounds a drain or undrain, prompt included.
 const actionTimeout = 45 * time.Second
@@ -38,7 +53,14 @@ The request is validated, a preview is printed to stderr and, on a terminal, you
 with y. One JSON merge patch then carries the object's exact UID and resourceVersion, which
 the API server enforces, and changes only that annotation; other annotations and drain IDs
 are preserved; a change after the read makes it fail with exit 3. API acceptance is not
-TrafficMap convergence: run 'publisher status' to see what is published.
+TrafficMap convergence: run 'publisher status' to see what is published, or use --wait.
+
+Just before the patch, the TrafficMap named SERVICE gets Published=False (reason Publishing,
+its message naming the drain), written with server-side apply under the publisher's field
+manager, so PUBLISHED is never stale, also while no publisher runs; the publisher sets it True
+once it has published the new weights. When RBAC forbids that write (patch on
+trafficmaps.ome.io/status) the patch is still sent and a warning says so. A dry run writes
+nothing (server: both requests are sent with dryRun=All).
 
 The whole command has a 45-second deadline, prompt included; each API request 10 seconds.
 
@@ -49,13 +71,16 @@ Flags:
   --reason TEXT              drain only, required: why (at most 256 bytes, one line, no secrets)
   --yes                      skip the prompt (required when stdin is not a terminal)
   --dry-run MODE             none, client (no patch is sent) or server (dryRun=All); default none
+  --wait[=DURATION]          after the patch, wait until the TrafficMap is Published again with
+                             the new weights (default 5m); needs what 'publisher status' needs
   -o, --output FORMAT        table, wide, json or yaml; default table
   --kubeconfig PATH          kubeconfig file (default: $KUBECONFIG or ~/.kube/config)
   --context NAME             kubeconfig context
   --cluster NAME             kubeconfig cluster (the Kubernetes API); not the workload cluster
 
 Exit codes: 0 done, 1 refused or failed (nothing confirmed, or outcome unknown), 3 the
-guarded patch was rejected because the object changed since it was read.
+guarded patch was rejected because the object changed since it was read, 4 --wait timed
+out (the patch was applied; the publisher has not published it yet).
 `
 
 type actionFlags struct {
@@ -65,7 +90,42 @@ type actionFlags struct {
 	reason              string
 	yes                 bool
 	dryRun, output      string
+	wait                waitFlag
 }
+
+// waitFlag is --wait[=DURATION]: bare, it waits defaultWait.
+type waitFlag struct {
+	set bool
+	d   time.Duration
+}
+
+func (w *waitFlag) String() string {
+	if !w.set {
+		return ""
+	}
+	return w.d.String()
+}
+
+// Set implements flag.Value; "true" is a bare --wait and "false" no wait.
+func (w *waitFlag) Set(v string) error {
+	switch v {
+	case "true":
+		w.set, w.d = true, defaultWait
+		return nil
+	case "false":
+		w.set, w.d = false, 0
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("--wait %q: must be a positive duration", v)
+	}
+	w.set, w.d = true, d
+	return nil
+}
+
+// IsBoolFlag makes a bare --wait valid.
+func (w *waitFlag) IsBoolFlag() bool { return true }
 
 // kubeFlags select the Kubernetes API.
 type kubeFlags struct{ kubeconfig, context, cluster string }
@@ -107,6 +167,7 @@ func actionCommand(ctx context.Context, action drain.Action, args []string, stdo
 	fs.StringVar(&f.dryRun, "dry-run", string(drain.DryRunNone), "")
 	fs.StringVar(&f.output, "output", "table", "")
 	fs.StringVar(&f.output, "o", "table", "")
+	fs.Var(&f.wait, "wait", "")
 	positional, err := parseInterleaved(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, drainUsage)
@@ -124,8 +185,11 @@ func actionCommand(ctx context.Context, action drain.Action, args []string, stdo
 
 func fail(stderr io.Writer, err error) int {
 	fmt.Fprintf(stderr, "error: %v\n", err)
-	if errors.Is(err, drain.ErrConflict) {
+	switch {
+	case errors.Is(err, drain.ErrConflict):
 		return exitConflict
+	case errors.Is(err, errWaitTimeout):
+		return exitWaitTimeout
 	}
 	return exitFailure
 }
@@ -146,6 +210,9 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 	if !drain.ValidName(name) {
 		return 0, drain.ErrName
 	}
+	if f.wait.set && dry != drain.DryRunNone {
+		return 0, errors.New("--wait waits for an applied change; a dry run applies none")
+	}
 	if action == drain.ActionDrain && f.workloadCluster == "" {
 		return 0, drain.ErrWorkloadCluster
 	}
@@ -158,6 +225,7 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 		return 0, err
 	}
 
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, actionTimeout)
 	defer cancel()
 	dyn, err := dynamic.NewForConfig(kc.rest)
@@ -182,7 +250,21 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 		}
 	}
 	rv := target.ResourceVersion
+	var flip drain.Flip
 	if dry != drain.DryRunClient {
+		// Published=False first, so that the column is never stale for this change.
+		maps, err := omeclient.NewForConfig(kc.rest)
+		if err != nil {
+			return 0, drain.ErrContext
+		}
+		flip, err = drain.MapClient{Maps: maps}.MarkPublishing(ctx, plan, dry, time.Now())
+		switch {
+		case errors.Is(err, drain.ErrNoTrafficMap):
+			// Routing is off for the service: no TrafficMap, no condition to keep fresh.
+		case err != nil:
+			fmt.Fprintf(stderr, "warning: Published not set to False: %v; PUBLISHED may show the state before this %s until the publisher publishes it "+
+				"(setting it needs patch on trafficmaps.ome.io/status)\n", err, action)
+		}
 		if rv, err = client.Apply(ctx, plan, dry); err != nil {
 			return 0, err
 		}
@@ -191,7 +273,10 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 	if err := drain.WriteResult(stdout, res, f.output); err != nil {
 		return 0, err
 	}
-	return exitOK, nil
+	if !f.wait.set {
+		return exitOK, nil
+	}
+	return waitPublished(parent, kc, plan, flip, f.wait.d, stderr)
 }
 
 // confirm asks on the terminal; a stdin that is not a terminal never confirms.

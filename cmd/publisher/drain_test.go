@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Invalid input is refused in OME's order, before any API client exists, with exactly one
@@ -35,6 +38,9 @@ func TestActionRefusalsBeforeAnyAPIUse(t *testing.T) {
 			"traffic drain reason must be bounded, trimmed, printable, and non-secret"},
 		{"bad namespace", []string{"drain", "chat", "-n", "Prod", "--workload-cluster", "worker-a", "--id", "m", "--reason", "r"}, "resolved workload namespace is invalid"},
 		{"missing context", append([]string{"drain", "--context", "nope"}, seed...), "selected kubeconfig context is unavailable or unsafe"},
+		{"bad --wait", append([]string{"drain", "--wait=soon"}, seed...), "invalid traffic action flags; use --help"},
+		{"negative --wait", append([]string{"drain", "--wait=-1s"}, seed...), "invalid traffic action flags; use --help"},
+		{"--wait with a dry run", append([]string{"drain", "--wait", "--dry-run=client"}, seed...), "--wait waits for an applied change; a dry run applies none"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -72,10 +78,33 @@ func TestStatusUsageErrors(t *testing.T) {
 		{[]string{"status", "chat", "--gateway", "global"}, `--gateway "global": must be NAMESPACE/NAME`},
 		{[]string{"status", "--workload-cluster", "worker-a", "--publisher-url", "http://127.0.0.1:8080"},
 			"--publisher-url shows the xds clients of one service's status; it does not apply to --workload-cluster"},
+		{[]string{"status", "--workload-cluster", "worker-a", "--check"}, "--check checks one service's status; it does not apply to --workload-cluster"},
 		{[]string{"status", "chat", "--publisher-url", "127.0.0.1:8080"}, `--publisher-url "127.0.0.1:8080": must be http://HOST:PORT or https://HOST:PORT`},
 	} {
 		var stdout, stderr bytes.Buffer
 		assert.Equal(t, exitFailure, runMain(context.Background(), tc.args, &stdout, &stderr), tc.args)
 		assert.Equal(t, "error: "+tc.want+"\n", stderr.String())
+	}
+}
+
+func TestWaitFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want waitFlag
+	}{
+		{nil, waitFlag{}},
+		{[]string{"--wait"}, waitFlag{set: true, d: defaultWait}},
+		{[]string{"--wait=90s"}, waitFlag{set: true, d: 90 * time.Second}},
+		{[]string{"--wait=2m", "--wait=false"}, waitFlag{}},
+	} {
+		var w waitFlag
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.Var(&w, "wait", "")
+		require.NoError(t, fs.Parse(tc.args), tc.args)
+		assert.Equal(t, tc.want, w, tc.args)
+	}
+	var w waitFlag
+	for _, bad := range []string{"0s", "-1m", "soon", ""} {
+		assert.Error(t, w.Set(bad), bad)
 	}
 }

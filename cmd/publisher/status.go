@@ -22,8 +22,11 @@ import (
 
 // statusTimeout bounds the status command; debugXDSTimeout the read of /debug/xds.
 const (
-	statusTimeout   = 45 * time.Second
-	debugXDSTimeout = 10 * time.Second
+	statusTimeout = 45 * time.Second
+	// exitNotPublished is the exit code of status --check when what is published is not
+	// what the inputs say.
+	exitNotPublished = 5
+	debugXDSTimeout  = 10 * time.Second
 )
 
 const statusUsage = `Usage:
@@ -49,10 +52,14 @@ Flags:
   --gateway-section NAME     its listener (parentRef sectionName)
   --publisher-url URL        the publisher's --http-address, http://HOST:PORT: read its
                              /debug/xds for the xDS client state (first form only)
+  --check                    first form: exit 5 unless what is published is what the inputs
+                             say: Published True at the map's generation, and the route's
+                             weights the computed effective weights (when the route exists)
   -o, --output FORMAT        table, json or yaml; default table
   --kubeconfig PATH, --context NAME, --cluster NAME   the Kubernetes API to read
 
-Exit codes: 0 shown, 1 error.
+Exit codes: 0 shown (with --check: and published), 1 error, 5 (--check) shown, and what is
+published differs from what the inputs say; stderr says how.
 `
 
 type statusFlags struct {
@@ -63,6 +70,7 @@ type statusFlags struct {
 	gateway, section string
 	publisherURL     string
 	output           string
+	check            bool
 }
 
 func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -78,6 +86,7 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.StringVar(&f.gateway, "gateway", "", "")
 	fs.StringVar(&f.section, "gateway-section", "", "")
 	fs.StringVar(&f.publisherURL, "publisher-url", "", "")
+	fs.BoolVar(&f.check, "check", false, "")
 	fs.StringVar(&f.output, "output", "table", "")
 	fs.StringVar(&f.output, "o", "table", "")
 	positional, err := parseInterleaved(fs, args)
@@ -91,6 +100,9 @@ func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if err := runStatus(ctx, f, positional, stdout); err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
+		if errors.Is(err, report.ErrNotPublished) {
+			return exitNotPublished
+		}
 		return exitFailure
 	}
 	return exitOK
@@ -106,6 +118,8 @@ func runStatus(ctx context.Context, f statusFlags, positional []string, stdout i
 		return errors.New("-A needs --workload-cluster")
 	case f.all && f.namespace != "":
 		return errors.New("-A and -n exclude each other")
+	case f.workloadCluster != "" && f.check:
+		return errors.New("--check checks one service's status; it does not apply to --workload-cluster")
 	case f.workloadCluster != "" && f.publisherURL != "":
 		return errors.New("--publisher-url shows the xds clients of one service's status; it does not apply to --workload-cluster")
 	case !slices.Contains(report.Outputs, f.output):
@@ -130,20 +144,12 @@ func runStatus(ctx context.Context, f statusFlags, positional []string, stdout i
 	}
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
-	r := report.Reader{GatewayRef: gw, GatewaySection: f.section, PublisherURL: f.publisherURL, HTTP: &http.Client{Timeout: debugXDSTimeout}}
-	if r.Maps, err = omeclient.NewForConfig(kc.rest); err != nil {
-		return fmt.Errorf("build trafficmap client: %w", err)
-	}
-	if r.Metadata, err = metadata.NewForConfig(kc.rest); err != nil {
-		return fmt.Errorf("build metadata client: %w", err)
-	}
-	if r.Dynamic, err = dynamic.NewForConfig(kc.rest); err != nil {
-		return fmt.Errorf("build dynamic client: %w", err)
-	}
-	if r.Gateway, err = gwclient.NewForConfig(kc.rest); err != nil {
-		return fmt.Errorf("build gateway api client: %w", err)
+	r, err := newReader(kc, report.Reader{GatewayRef: gw, GatewaySection: f.section, PublisherURL: f.publisherURL, HTTP: &http.Client{Timeout: debugXDSTimeout}})
+	if err != nil {
+		return err
 	}
 	var out any
+	var checkErr error
 	if f.workloadCluster != "" {
 		ns := kc.namespace
 		if f.all {
@@ -152,8 +158,36 @@ func runStatus(ctx context.Context, f statusFlags, positional []string, stdout i
 		if out, err = r.Cluster(ctx, ns, f.workloadCluster); err != nil {
 			return err
 		}
-	} else if out, err = r.Status(ctx, kc.namespace, positional[0]); err != nil {
+	} else {
+		st, err := r.Status(ctx, kc.namespace, positional[0])
+		if err != nil {
+			return err
+		}
+		out = st
+		if f.check {
+			checkErr = report.Check(st)
+		}
+	}
+	if err := report.Write(stdout, out, f.output); err != nil {
 		return err
 	}
-	return report.Write(stdout, out, f.output)
+	return checkErr
+}
+
+// newReader returns r with the clients of kc.
+func newReader(kc kube, r report.Reader) (report.Reader, error) {
+	var err error
+	if r.Maps, err = omeclient.NewForConfig(kc.rest); err != nil {
+		return r, fmt.Errorf("build trafficmap client: %w", err)
+	}
+	if r.Metadata, err = metadata.NewForConfig(kc.rest); err != nil {
+		return r, fmt.Errorf("build metadata client: %w", err)
+	}
+	if r.Dynamic, err = dynamic.NewForConfig(kc.rest); err != nil {
+		return r, fmt.Errorf("build dynamic client: %w", err)
+	}
+	if r.Gateway, err = gwclient.NewForConfig(kc.rest); err != nil {
+		return r, fmt.Errorf("build gateway api client: %w", err)
+	}
+	return r, nil
 }

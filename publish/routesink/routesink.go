@@ -131,6 +131,23 @@ func (s *Sink) Carries(p *sink.Plan) bool {
 	return route != nil && httproute.Matches(desired.Route, route)
 }
 
+// Check implements sink.Sink: a plan that cannot be built as a route (for example more
+// entries than httproute.MaxBackends) is Refused with ReasonRefused. A plan whose hostname
+// is contested passes: Apply handles it without writing its content.
+func (s *Sink) Check(p *sink.Plan) *sink.Confirmation {
+	if _, ok := s.contested(p); ok {
+		return nil
+	}
+	if _, err := s.build(p); err != nil {
+		return &sink.Confirmation{Sink: Name, State: sink.Refused, Reason: ReasonRefused, Message: refusedMessage(p, err)}
+	}
+	return nil
+}
+
+func refusedMessage(p *sink.Plan, err error) string {
+	return fmt.Sprintf("httproute sink cannot publish trafficmap %s: %s", p.Key(), err)
+}
+
 // Apply implements sink.Sink: it stores the route and its Services (only what differs)
 // and reads the gateway's verdict. When the route's hostname is held by another claim the
 // route is neither written nor updated (Refused, sink.ReasonHostnameConflict); a stored
@@ -144,7 +161,7 @@ func (s *Sink) Apply(ctx context.Context, p *sink.Plan) (sink.Confirmation, erro
 	desired, err := s.build(p)
 	if err != nil {
 		c.State, c.Reason = sink.Refused, ReasonRefused
-		c.Message = fmt.Sprintf("httproute sink cannot publish trafficmap %s: %s", p.Key(), err)
+		c.Message = refusedMessage(p, err)
 		return c, nil
 	}
 	route, err := s.stored(p)

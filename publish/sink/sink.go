@@ -4,6 +4,10 @@
 // (an HTTPRoute, xDS resources, ...) and answers with a typed Confirmation. The pipeline
 // sets Published True only when every enabled sink answers InPlace.
 //
+// One decision for all sinks: before any sink applies a plan, the pipeline asks every
+// enabled sink whether it can carry it at all (Check). A plan one sink refuses is applied
+// by none, so no sink moves while another keeps the old weights.
+//
 // A new sink is one new package that implements Sink; it never needs to change the
 // pipeline. Optional capabilities (a server of its own, debug endpoints, asynchronous
 // rebuilds) are the small interfaces Starter, Debugger and Notified.
@@ -151,6 +155,13 @@ type Confirmation struct {
 type Sink interface {
 	// Name is the sink's name, as in --sinks ("httproute", "xds").
 	Name() string
+	// Check reports, without changing or reading anything published, whether the sink can
+	// carry plan's content at all: nil when it can, else a Refused confirmation whose
+	// Reason and Message (naming the sink) say why, e.g. content it cannot represent. The
+	// pipeline checks a plan with every enabled sink before any sink applies it, and a plan
+	// one sink refuses is applied by none (each keeps what it published before). It
+	// depends on plan alone and is safe for concurrent use.
+	Check(plan *Plan) *Confirmation
 	// Carries reports whether consumers already see exactly plan's content, so that Apply
 	// would change nothing they see. Before applying a plan some sink does not carry, the
 	// pipeline sets Published False (Publishing), so the column is never stale.

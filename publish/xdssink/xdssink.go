@@ -51,7 +51,8 @@ type Plans interface {
 	// Keys lists the namespace/name of every cached TrafficMap.
 	Keys() []string
 	// Plan returns the map's current plan; exists is false for a deleted map; a non-nil
-	// error means the plan cannot be computed now (the last good content stays served).
+	// error means the plan cannot be computed now or another enabled sink refuses it
+	// (sink.Sink.Check): the map's last good content stays served.
 	Plan(namespace, name string) (plan *sink.Plan, exists bool, err error)
 }
 
@@ -86,21 +87,28 @@ type Sink struct {
 	server   *xds.Server
 	listener net.Listener
 	history  *xds.History
-	envoy    xds.EnvoyOptions // the Envoy flavour's shape, for the names Confirm matches
 	queue    workqueue.TypedRateLimitingInterface[string]
 	// translator and pacer are used by the rebuild loop alone.
 	translator *xds.Translator
 	pacer      pacer
+	envoy      xds.EnvoyOptions
 
 	mu       sync.Mutex
 	dirty    map[string]bool        // maps whose plan may have changed since the last rebuild
 	full     bool                   // the next rebuild rereads every map
 	lastGood map[string]xds.Service // what is served, by map key
 	digests  map[string]map[xds.Flavour]string
-	pending  map[string]bool  // maps whose last confirmation waited for clients
-	invalid  map[string]error // maps whose resources failed validation
-	members  uint64           // the Tracker's Membership when the client set was last compared
-	clients  string           // the client set then
+	pending  map[string]bool    // maps whose last confirmation waited for clients
+	invalid  map[string]error   // maps whose resources failed validation
+	members  uint64             // the Tracker's Membership when the client set was last compared
+	clients  string             // the client set then
+	checked  map[string]checked // Check's last verdict, by map key
+}
+
+// checked is Check's verdict on one map's content.
+type checked struct {
+	content string
+	err     error
 }
 
 var (
@@ -138,6 +146,7 @@ func New(cfg Config, log *zap.Logger) (*Sink, error) {
 		digests:  map[string]map[xds.Flavour]string{},
 		pending:  map[string]bool{},
 		invalid:  map[string]error{},
+		checked:  map[string]checked{},
 	}
 	s.server = xds.NewServer(xds.ServerConfig{Log: log, TLS: tlsCfg, OnClientChange: s.onClientChange, Registerer: cfg.Registerer})
 	return s, nil
@@ -246,6 +255,32 @@ func (s *Sink) Carries(p *sink.Plan) bool {
 	return maps.Equal(s.digests[p.Key()], want)
 }
 
+// Check implements sink.Sink: a plan whose resources fail validation on their own is
+// Refused with ReasonInvalid. The verdict is kept per map while its content is unchanged,
+// so a plan checked again costs no translation.
+func (s *Sink) Check(p *sink.Plan) *sink.Confirmation {
+	svc := view(p)
+	key, content := svc.Key(), svc.Digest()+"\x00"+svc.Service
+	s.mu.Lock()
+	c, ok := s.checked[key]
+	s.mu.Unlock()
+	if !ok || c.content != content {
+		_, invalid := xds.Partition(s.envoy, []xds.Service{svc})
+		c = checked{content: content, err: invalid[key]}
+		s.mu.Lock()
+		s.checked[key] = c
+		s.mu.Unlock()
+	}
+	if c.err == nil {
+		return nil
+	}
+	return &sink.Confirmation{Sink: Name, State: sink.Refused, Reason: ReasonInvalid, Message: invalidMessage(key, c.err)}
+}
+
+func invalidMessage(key string, err error) string {
+	return fmt.Sprintf("xds sink cannot serve trafficmap %s: %s; its last good resources stay served", key, joinLines(err))
+}
+
 // Apply implements sink.Sink. Serving is the rebuild loop's work; Apply reports whether
 // the plan is served and ACKed by the relevant clients: the streams subscribed to one of
 // the map's resources (see xds.Judge), each stream a client of its own.
@@ -261,8 +296,7 @@ func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error)
 	}
 	s.mu.Unlock()
 	if invalid != nil {
-		return sink.Confirmation{Sink: Name, State: sink.Refused, Reason: ReasonInvalid,
-			Message: fmt.Sprintf("xds sink cannot serve trafficmap %s: %s; its last good resources stay served", key, joinLines(invalid))}, nil
+		return sink.Confirmation{Sink: Name, State: sink.Refused, Reason: ReasonInvalid, Message: invalidMessage(key, invalid)}, nil
 	}
 	c := xds.Confirm(s.server.Tracker().Clients(), s.history, key, xds.ServedBy(s.envoy, svc), s.cfg.MinClients)
 	if c.Done || c.Nack != nil {
@@ -288,6 +322,7 @@ func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error)
 func (s *Sink) Delete(_ context.Context, namespace, name string) (int, error) {
 	s.mu.Lock()
 	delete(s.pending, namespace+"/"+name)
+	delete(s.checked, namespace+"/"+name)
 	s.mu.Unlock()
 	return 0, nil
 }

@@ -139,3 +139,25 @@ func TestExclusive(t *testing.T) {
 	served = map[string]xds.Service{"prod/chat": svc("prod", "chat.example.com"), "staging/chat": svc("staging", "chat.staging.example.com")}
 	assert.Empty(t, exclusive(map[string]bool{"staging/chat": true}, prev, served, map[string]error{}))
 }
+
+// Check refuses a plan whose resources fail validation on their own, naming the sink, and
+// passes a valid one; it changes nothing served.
+func TestCheck(t *testing.T) {
+	s, err := New(Config{Address: "127.0.0.1:0", Plans: noPlans{}, Requeue: func(string, string) {}}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.listener.Close() })
+	plan := &sink.Plan{Namespace: "prod", Name: "chat", Service: "chat", Hostnames: []string{"chat.example.com"}, Result: weights.Result{
+		Entries: []weights.EffectiveEntry{{Cluster: "a", Endpoint: weights.Endpoint{URL: "https://chat.a.example.com", Scheme: "https", Host: "chat.a.example.com", Port: 443}, Weight: 1, Effective: 1}}}}
+	assert.Nil(t, s.Check(plan))
+
+	bad := *plan
+	bad.Result.Entries = []weights.EffectiveEntry{{Cluster: "a", Endpoint: weights.Endpoint{URL: "https://:443", Scheme: "https", Port: 443}, Weight: 1, Effective: 1}}
+	c := s.Check(&bad)
+	require.NotNil(t, c)
+	assert.Equal(t, sink.Refused, c.State)
+	assert.Equal(t, ReasonInvalid, c.Reason)
+	assert.Contains(t, c.Message, "xds sink cannot serve trafficmap prod/chat")
+	assert.Equal(t, c, s.Check(&bad), "the verdict is kept while the content is unchanged")
+	assert.Nil(t, s.Check(plan), "a valid plan passes again")
+	assert.Empty(t, s.lastGood, "checking serves nothing")
+}

@@ -1,0 +1,153 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+
+	omeac "github.com/trafficmap/publisher/api/client/applyconfiguration/api/v1beta1"
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/publish"
+)
+
+// FieldManager is the field manager the Published flip is applied under: the publisher's
+// own (publish.DefaultFieldManager), so that the publisher's next status write replaces it.
+const FieldManager = publish.DefaultFieldManager
+
+// flipAttempts bounds the retries of a flip whose read went stale (the publisher wrote the
+// status in between).
+const flipAttempts = 3
+
+// Errors of the Published flip. Neither stops the action: the annotation patch is still
+// sent and the command warns.
+var (
+	// ErrNoTrafficMap: no TrafficMap named as the service publishes it (routing is off for
+	// the service); there is no Published condition to flip.
+	ErrNoTrafficMap = errors.New("no trafficmap publishes the service")
+	// ErrFlipForbidden: RBAC refused the read of the TrafficMap or the write of its status.
+	ErrFlipForbidden = errors.New("forbidden")
+)
+
+// Flip is the Published=False a drain or undrain wrote before its annotation patch.
+type Flip struct {
+	// Map is the TrafficMap as stored after the write; as read when the write failed; nil
+	// when it could not be read.
+	Map *v1beta1.TrafficMap
+	// Condition is the Published condition as stored; zero when none was written.
+	Condition metav1.Condition
+}
+
+// Written reports whether the flip was written.
+func (f Flip) Written() bool { return f.Condition.Type != "" }
+
+// MapClient flips the Published condition of the TrafficMap that publishes a plan's target.
+type MapClient struct {
+	Maps omeclient.Interface
+}
+
+// PublishingMessage is the Published condition's message for a plan: it names the action,
+// the drain ID and the cluster.
+func PublishingMessage(p *Plan) string {
+	return fmt.Sprintf("publisher %s of %s on %s requested; not yet published",
+		p.Request.Action, p.Request.ID, p.Cluster)
+}
+
+// MarkPublishing sets Published=False (reason publish.ReasonPublishing, message
+// PublishingMessage, observedGeneration the map's generation) on the TrafficMap named as the
+// plan's target, whose spec.service must name it. It server-side applies the status under
+// FieldManager with force, exactly the fields the publisher owns: published false and the
+// one condition, with observedTrafficMapGeneration and gatewayRef as they are, at the read
+// resourceVersion (re-read and retried when the publisher wrote in between). The condition's
+// lastTransitionTime moves only when its status does (meta.SetStatusCondition's rule).
+// DryRunServer sends the apply with dryRun=All; DryRunClient must not call it.
+//
+// A missing map is ErrNoTrafficMap; a refused read or write wraps ErrFlipForbidden. When
+// the write fails, the returned Flip holds the map as last read.
+func (c MapClient) MarkPublishing(ctx context.Context, p *Plan, dry DryRun, now time.Time) (Flip, error) {
+	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	defer cancel()
+	ns, name := p.Target.Namespace, p.Target.Name
+	var err error
+	var tm *v1beta1.TrafficMap
+	for range flipAttempts {
+		tm, err = c.Maps.OmeV1beta1().TrafficMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return Flip{}, ErrNoTrafficMap
+		case apierrors.IsForbidden(err):
+			return Flip{}, fmt.Errorf("%w: cannot get trafficmaps.ome.io in namespace %s", ErrFlipForbidden, ns)
+		case err != nil:
+			return Flip{}, fmt.Errorf("get trafficmap %s/%s: %w", ns, name, err)
+		}
+		if tm.Spec.Service != name {
+			return Flip{}, ErrNoTrafficMap
+		}
+		cond := publishingCondition(tm, p, now)
+		opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
+		if dry == DryRunServer {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		var stored *v1beta1.TrafficMap
+		stored, err = c.Maps.OmeV1beta1().TrafficMaps(ns).ApplyStatus(ctx, FlipConfiguration(tm, cond), opts)
+		switch {
+		case err == nil:
+			if c := meta.FindStatusCondition(stored.Status.Conditions, v1beta1.ConditionPublished); c != nil {
+				cond = *c // as stored
+			}
+			return Flip{Map: stored, Condition: cond}, nil
+		case apierrors.IsConflict(err):
+			continue // the status changed since the read: read it again
+		case apierrors.IsForbidden(err):
+			return Flip{Map: tm}, fmt.Errorf("%w: cannot patch trafficmaps.ome.io/status in namespace %s", ErrFlipForbidden, ns)
+		default:
+			return Flip{Map: tm}, fmt.Errorf("apply trafficmap %s/%s status: %w", ns, name, err)
+		}
+	}
+	return Flip{Map: tm}, fmt.Errorf("apply trafficmap %s/%s status: %w", ns, name, err)
+}
+
+// publishingCondition is the Published=False condition for p on tm, with the time rule of
+// meta.SetStatusCondition; times are whole seconds, as the API stores them.
+func publishingCondition(tm *v1beta1.TrafficMap, p *Plan, now time.Time) metav1.Condition {
+	conds := slices.Clone(tm.Status.Conditions)
+	meta.SetStatusCondition(&conds, metav1.Condition{
+		Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse, Reason: publish.ReasonPublishing,
+		Message: PublishingMessage(p), ObservedGeneration: tm.Generation, LastTransitionTime: metav1.NewTime(now.Truncate(time.Second)),
+	})
+	return *meta.FindStatusCondition(conds, v1beta1.ConditionPublished)
+}
+
+// FlipConfiguration is the server-side apply request of a flip: the publisher-owned status
+// fields as publish writes them (published, the Published condition, and
+// observedTrafficMapGeneration and gatewayRef as tm has them), at tm's resourceVersion.
+func FlipConfiguration(tm *v1beta1.TrafficMap, cond metav1.Condition) *omeac.TrafficMapApplyConfiguration {
+	st := omeac.TrafficMapStatus().WithPublished(false).WithConditions(metav1ac.Condition().
+		WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).WithMessage(cond.Message).
+		WithObservedGeneration(cond.ObservedGeneration).WithLastTransitionTime(cond.LastTransitionTime))
+	if g := tm.Status.ObservedTrafficMapGeneration; g != 0 {
+		st.WithObservedTrafficMapGeneration(g)
+	}
+	if r := tm.Status.GatewayRef; r != nil {
+		ref := omeac.TrafficMapGatewayRef().WithKind(r.Kind).WithName(r.Name)
+		if r.Group != "" {
+			ref.WithGroup(r.Group)
+		}
+		if r.Namespace != "" {
+			ref.WithNamespace(r.Namespace)
+		}
+		st.WithGatewayRef(ref)
+	}
+	ac := omeac.TrafficMap(tm.Name, tm.Namespace).WithStatus(st)
+	if tm.ResourceVersion != "" {
+		ac.WithResourceVersion(tm.ResourceVersion)
+	}
+	return ac
+}
