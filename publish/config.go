@@ -64,8 +64,8 @@ type Config struct {
 	// XDSTLSCert, XDSTLSKey and XDSClientCA secure the xDS port (all optional; the CA turns
 	// on mutual TLS).
 	XDSTLSCert, XDSTLSKey, XDSClientCA string
-	// RequireXDSAck makes Published wait until every connected xDS client has ACKed a
-	// version carrying the map's current weights.
+	// RequireXDSAck makes Published wait until every relevant xDS client (a stream subscribed to the
+	// map's resources) has ACKed a version carrying the map's current weights.
 	RequireXDSAck bool
 	// XDSMinClients makes Published wait until at least this many xDS clients are connected.
 	XDSMinClients int

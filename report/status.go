@@ -445,7 +445,7 @@ func xdsSink(d *xds.DebugState, source string) XDSSink {
 		}
 		x.Clients = append(x.Clients, xc)
 	}
-	sort.Slice(x.Clients, func(i, j int) bool { return x.Clients[i].NodeID < x.Clients[j].NodeID })
+	sort.SliceStable(x.Clients, func(i, j int) bool { return x.Clients[i].NodeID < x.Clients[j].NodeID })
 	return x
 }
 

@@ -125,7 +125,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, *flag.FlagSet, er
 	fs.StringVar(&f.xdsTLSCert, "xds-tls-cert", "", "PEM certificate for TLS on the xDS port (with --xds-tls-key)")
 	fs.StringVar(&f.xdsTLSKey, "xds-tls-key", "", "PEM key for TLS on the xDS port")
 	fs.StringVar(&f.xdsClientCA, "xds-client-ca", "", "PEM CA bundle: require xDS clients to present a certificate it signed (mutual TLS)")
-	fs.BoolVar(&f.requireXDSAck, "require-xds-ack", true, "Published waits until every connected xDS client has ACKed a version with the map's current weights")
+	fs.BoolVar(&f.requireXDSAck, "require-xds-ack", true, "Published waits until every relevant xDS client (one subscribed to the map's resources) has ACKed a version with the map's current weights")
 	fs.IntVar(&f.xdsMinClients, "xds-min-clients", 0, "Published waits until at least this many xDS clients are connected")
 	fs.StringVar(&f.httpAddress, "http-address", ":8080", "address serving /metrics, /healthz, /readyz and /debug/xds; empty turns it off")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "let several replicas run: only the holder of a Lease writes routes, Services and status; every replica serves xDS")
