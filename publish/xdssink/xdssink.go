@@ -4,6 +4,11 @@
 // loop rebuilds the snapshot from the maps' current plans, paced in storms, and requeues
 // the maps whose served content changed so their Published condition follows.
 //
+// Reconnect grace: for Config.ReconnectGrace after Start and after Leading, a plan that was
+// not published before (sink.Plan.PublishedBefore) is Pending whatever its clients say, so
+// clients of the previous publisher still reconnecting with backoff ACK it before it is
+// confirmed; the maps it held are requeued when the window ends.
+//
 // State: the rebuild loop alone uses the translator and the pacer; everything else that
 // changes (dirty set, served content, invalid maps, client membership) is guarded by mu.
 package xdssink
