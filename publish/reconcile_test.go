@@ -476,6 +476,7 @@ func TestReconcilePublishedBefore(t *testing.T) {
 		{"published at an older generation", true, true, metav1.ConditionTrue, 2, false},
 		{"not published", true, true, metav1.ConditionFalse, 3, false},
 		{"no durable sink", false, true, metav1.ConditionTrue, 3, false},
+		{"no condition yet: a new map claims nothing", false, false, "", 3, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -486,7 +487,9 @@ func TestReconcilePublishedBefore(t *testing.T) {
 			if tt.durable {
 				f.rec.sinks[0] = durableSink{route}
 			}
-			published(f, tt.status, tt.generation)
+			if tt.status != "" {
+				published(f, tt.status, tt.generation)
+			}
 			_, err := f.run(t)
 			require.NoError(t, err)
 			require.Len(t, xds.applied, 1)

@@ -53,11 +53,13 @@ type Plan struct {
 	Taints map[string][]weights.Taint
 	// Tolerations are the service's tolerations Result was computed with.
 	Tolerations []weights.Toleration
-	// PublishedBefore reports that this content was confirmed before: the map's Published
-	// condition is True at Generation and every enabled Durable sink already carries the
-	// plan. The pipeline sets it before Apply (false when no enabled sink is Durable, as
-	// nothing then records what was published before a restart); plans read outside the
-	// pipeline leave it false. The xDS sink uses it to keep unchanged maps confirmed while
+	// PublishedBefore reports that the map's PUBLISHED column claims nothing this plan
+	// could contradict: either the map has no Published condition yet (a new map: no
+	// client was told anything about it, and no operator waits on it), or its condition is
+	// True at Generation and every enabled Durable sink already carries the plan (the same
+	// content was confirmed before). The pipeline sets it before Apply (with a condition but
+	// no enabled Durable sink it is false, as nothing then records what was published before
+	// a restart); plans read outside the pipeline leave it false. The xDS sink uses it to keep unchanged maps confirmed while
 	// clients reconnect after a start.
 	PublishedBefore bool
 }
