@@ -51,6 +51,9 @@ type SyncResult struct {
 	Route *gwapiv1.HTTPRoute
 	// Writes counts the API writes Sync made (0 when everything already matched).
 	Writes int
+	// RouteWritten reports whether Sync applied the route (Route is then the API server's
+	// answer to that apply).
+	RouteWritten bool
 }
 
 // Sync makes the stored objects for src hold desired in the fields the publisher owns:
@@ -58,8 +61,11 @@ type SyncResult struct {
 // the route never points at a missing Service. It applies only objects whose cached copy
 // differs in those fields (see Matches) and refuses (ErrConflict) any object at a needed
 // name that src does not own; a name with no cached copy is applied without force, so an
-// object someone else holds there conflicts instead of being taken over (see applyRoute). On error, objects already written
-// stay written and a retry converges.
+// object someone else holds there conflicts instead of being taken over (see applyRoute).
+// The route is compared with what store returns, so store must return a route at least as
+// new as the caller's last write of it (package routesink keeps that promise with
+// per-map expectations). On error, objects already written stay written and a retry
+// converges.
 func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store Store) (SyncResult, error) {
 	var res SyncResult
 	current, err := store.Route(desired.Route.Namespace, desired.Route.Name)
@@ -103,7 +109,7 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 		if err != nil {
 			return res, err
 		}
-		res.Route, res.Writes = applied, res.Writes+1
+		res.Route, res.Writes, res.RouteWritten = applied, res.Writes+1, true
 	}
 
 	for _, stale := range sortedServices(byName) {
@@ -140,6 +146,19 @@ func (w *Writer) Delete(ctx context.Context, src Source, store Store) (deleted i
 		deleted++
 	}
 	return deleted, nil
+}
+
+// Route reads the HTTPRoute at namespace/name through the API (not a cache); nil when
+// there is none.
+func (w *Writer) Route(ctx context.Context, namespace, name string) (*gwapiv1.HTTPRoute, error) {
+	route, err := w.gateway.GatewayV1().HTTPRoutes(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read httproute %s/%s: %w", namespace, name, err)
+	}
+	return route, nil
 }
 
 // applyRoute applies want. With a cached copy (ours) the apply forces ownership and names

@@ -70,7 +70,8 @@ func (f *fakeSink) Delete(_ context.Context, namespace, name string) (int, error
 	return 1, nil
 }
 
-// fakeStatusAPI keeps one map; ApplyStatus applies the publisher's status body to it.
+// fakeStatusAPI keeps one map; ApplyStatus applies the publisher's status body to it, and
+// conflicts, as the API server does, when the body names another resourceVersion.
 type fakeStatusAPI struct {
 	tm        *v1beta1.TrafficMap
 	conflicts int // the next ApplyStatus calls that conflict
@@ -83,8 +84,8 @@ func (f *fakeStatusAPI) Get(context.Context, string, string) (*v1beta1.TrafficMa
 
 func (f *fakeStatusAPI) ApplyStatus(_ context.Context, ac *omeac.TrafficMapApplyConfiguration) (*v1beta1.TrafficMap, error) {
 	f.applies++
-	if f.conflicts > 0 {
-		f.conflicts--
+	if f.conflicts > 0 || (ac.ResourceVersion != nil && *ac.ResourceVersion != f.tm.ResourceVersion) {
+		f.conflicts = max(f.conflicts-1, 0)
 		return nil, apierrors.NewConflict(schema.GroupResource{Group: "ome.io", Resource: "trafficmaps"}, f.tm.Name, errors.New("stale"))
 	}
 	tm := f.tm.DeepCopy()
@@ -400,6 +401,36 @@ func TestReconcileStatusConflict(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, apierrors.IsConflict(err))
 	assert.Equal(t, 1, f.api.applies, "one attempt, then the queue")
+}
+
+// A→B→A faster than the TrafficMap informer: the cache still shows status A when the
+// sink is back at A, but the live status says B. The writer does not skip the write on the
+// strength of that cache, older than its own last status write: the live status ends at A.
+// With a cache that caught up, an unchanged status costs no write.
+func TestReconcileStatusStaleCache(t *testing.T) {
+	s := inPlace("route stored")
+	f := newFixture(t, s)
+	_, err := f.run(t) // A: Published True, the cache is current
+	require.NoError(t, err)
+	require.Equal(t, metav1.ConditionTrue, f.published().Status)
+	stale := f.inputs.tm.DeepCopy()
+
+	s.conf = sink.Confirmation{State: sink.Pending, Message: "waiting for gateway prod/g"}
+	_, err = f.run(t) // B: Published False
+	require.NoError(t, err)
+	require.Equal(t, metav1.ConditionFalse, f.published().Status)
+
+	f.inputs.tm = stale // the informer has not delivered B yet
+	s.conf = sink.Confirmation{State: sink.InPlace, Message: "route stored"}
+	_, err = f.rec.reconcile(t.Context(), f.key, zaptest.NewLogger(t)) // A again
+	require.NoError(t, err)
+	assert.Equal(t, metav1.ConditionTrue, f.published().Status, "the live status is A again, not left at B")
+
+	f.inputs.tm = f.api.tm.DeepCopy() // the cache caught up
+	applies := f.api.applies
+	_, err = f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, applies, f.api.applies, "a current cache that matches: no write")
 }
 
 // A plan one sink refuses (Check) is applied by no sink: the other sink keeps what it

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -55,7 +56,10 @@ func (c clientStatusAPI) ApplyStatus(ctx context.Context, tm *omeac.TrafficMapAp
 
 // statusWriter writes the publisher-owned part of TrafficMap status with server-side apply,
 // only when it differs from the cached status, and records an Event when the condition's
-// reason or status changes. Its progress table is guarded by mu and forgets deleted maps.
+// reason or status changes. A cached map older than the writer's own last status write of
+// it (by resourceVersion) is never taken as proof that the status already matches: the
+// write is made anyway, with that older resourceVersion, so the API server refuses it and
+// write judges again on the live map. Its tables are guarded by mu and forget deleted maps.
 type statusWriter struct {
 	api      statusAPI
 	recorder record.EventRecorder
@@ -64,10 +68,12 @@ type statusWriter struct {
 
 	mu       sync.Mutex
 	progress map[cache.ObjectName]time.Time // when a map's last progress message was written
+	written  map[cache.ObjectName]string    // the resourceVersion of a map's last status write, until the cache holds it
 }
 
 func newStatusWriter(api statusAPI, recorder record.EventRecorder, m *metrics) *statusWriter {
-	return &statusWriter{api: api, recorder: recorder, metrics: m, now: time.Now, progress: map[cache.ObjectName]time.Time{}}
+	return &statusWriter{api: api, recorder: recorder, metrics: m, now: time.Now, progress: map[cache.ObjectName]time.Time{},
+		written: map[cache.ObjectName]string{}}
 }
 
 // write applies want to tm's status. It returns a positive hold instead of writing when
@@ -75,7 +81,9 @@ func newStatusWriter(api statusAPI, recorder record.EventRecorder, m *metrics) *
 // progressInterval ago (the caller requeues the map after hold). A write based on a stale
 // cache conflicts; when the live map still has the generation want was decided for, the
 // write is made once more on the live object, otherwise the conflict is returned and the
-// newer map is reconciled next.
+// newer map is reconciled next. A tm older than the writer's last status write of the map
+// is written to even when its status already is want (see statusWriter), so an A→B→A
+// flip never stays at B because the cache still shows A.
 //
 // It returns the map as stored after the write (tm itself when nothing was written), for
 // a second write in the same reconcile.
@@ -125,6 +133,34 @@ func (w *statusWriter) hold(tm *v1beta1.TrafficMap, want publisherStatus) time.D
 func (w *statusWriter) forget(key cache.ObjectName) {
 	w.mu.Lock()
 	delete(w.progress, key)
+	delete(w.written, key)
+	w.mu.Unlock()
+}
+
+// behind reports whether tm is older than the writer's last status write of it, or cannot
+// be compared with it. A tm at least as new meets the expectation, which is dropped.
+func (w *statusWriter) behind(tm *v1beta1.TrafficMap) bool {
+	key := cache.NewObjectName(tm.Namespace, tm.Name)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last, ok := w.written[key]
+	if !ok {
+		return false
+	}
+	if cmp, err := resourceversion.CompareResourceVersion(tm.ResourceVersion, last); err != nil || cmp < 0 {
+		return true
+	}
+	delete(w.written, key)
+	return false
+}
+
+// wrote records updated as the writer's last status write of its map.
+func (w *statusWriter) wrote(updated *v1beta1.TrafficMap) {
+	if updated == nil || updated.ResourceVersion == "" {
+		return
+	}
+	w.mu.Lock()
+	w.written[cache.NewObjectName(updated.Namespace, updated.Name)] = updated.ResourceVersion
 	w.mu.Unlock()
 }
 
@@ -138,7 +174,7 @@ func same(tm *v1beta1.TrafficMap, want publisherStatus) bool {
 }
 
 func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want publisherStatus, log *zap.Logger) (*v1beta1.TrafficMap, error) {
-	if same(tm, want) {
+	if same(tm, want) && !w.behind(tm) {
 		return tm, nil
 	}
 	prev := findPublished(tm)
@@ -151,6 +187,7 @@ func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want p
 	if err != nil {
 		return tm, fmt.Errorf("apply trafficmap %s/%s status: %w", tm.Namespace, tm.Name, err)
 	}
+	w.wrote(updated)
 	w.metrics.condition(cache.NewObjectName(tm.Namespace, tm.Name), string(cond.Status), cond.Reason)
 	log.Info("published condition", zap.String("status", string(cond.Status)),
 		zap.String("reason", cond.Reason), zap.Int64("generation", tm.Generation), zap.String("message", cond.Message))
