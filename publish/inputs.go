@@ -7,7 +7,6 @@ import (
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
-	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -23,6 +22,9 @@ type Inputs struct {
 	// stands in for a malformed drain annotation, its recorded taints and tolerations for
 	// malformed ones.
 	Route *gwapiv1.HTTPRoute
+	// Recorded, when set, is the fallback state instead of Route's record: the publisher's
+	// record ConfigMap when the HTTPRoute sink is off (RecordedFromData).
+	Recorded *Recorded
 	// Clusters are the taint sources' views of the workload clusters (InferenceClusterTaints,
 	// WorkloadClusterTaints), in any order; those naming no entry cluster are ignored. The
 	// service's tolerations are read from SourceAnnotations (weights.TolerationsAnnotation).
@@ -65,7 +67,8 @@ func Compute(in Inputs) (Computed, error) {
 	var c Computed
 	drains, err := parseDrainAnnotation(in.SourceAnnotations)
 	if err != nil {
-		recorded, ok := httproute.RecordedDrains(in.Route)
+		fb := in.fallback()
+		recorded, ok := fb.Drains, fb.HasDrains
 		if !ok {
 			return c, fmt.Errorf("annotation %s: %w; %w", weights.DrainAnnotation, err, ErrNoDrainFallback)
 		}
@@ -80,6 +83,14 @@ func Compute(in Inputs) (Computed, error) {
 		return Computed{}, err
 	}
 	return c, nil
+}
+
+// fallback is the last valid state Compute falls back to: Recorded, else Route's record.
+func (in Inputs) fallback() Recorded {
+	if in.Recorded != nil {
+		return *in.Recorded
+	}
+	return RecordedFromRoute(in.Route)
 }
 
 func parseDrainAnnotation(annotations map[string]string) ([]weights.Drain, error) {
