@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -57,4 +58,25 @@ func TestXDSOnlyFallbackSurvivesRestart(t *testing.T) {
 		_, err := cms.Get(context.Background(), publish.RecordName(service), metav1.GetOptions{})
 		assert.True(c, apierrors.IsNotFound(err), "record deleted with the map: %v", err)
 	}, waitTimeout, tick)
+}
+
+// A ConfigMap at the record's name that is not the publisher's is neither overwritten nor
+// trusted: a malformed drain then has no fallback and nothing is published.
+func TestXDSOnlyForeignRecordIgnored(t *testing.T) {
+	f := newFixture(t)
+	f.createMap(seedEntries())
+	cms := kube.CoreV1().ConfigMaps(f.ns)
+	foreign, err := cms.Create(context.Background(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: publish.RecordName(service)},
+		Data:       map[string]string{publish.RecordKeyDrains: seedDrain, "team": "someone-else"},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	f.startPublisher(func(c *publish.Config) { c.Sinks, c.XDSAddress = []string{publish.SinkXDS}, "127.0.0.1:0" })
+	f.drain(seedDrain)
+	f.waitPublishedWith("worker-a=0 (drained by maintenance-a)")
+	f.drain(`{"x":{}}`)
+	f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidDrainAnnotation, "nothing is published")
+	got, err := cms.Get(context.Background(), publish.RecordName(service), metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, foreign.ResourceVersion, got.ResourceVersion, "never written")
 }

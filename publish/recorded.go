@@ -108,8 +108,10 @@ type recordStore struct {
 	cached  func(namespace, name string) (*corev1.ConfigMap, error)
 }
 
-// write records what plan pl was computed with, when the record differs. The ConfigMap is
-// owned by the TrafficMap (garbage collected with it) and labelled as the route would be.
+// write records what plan pl was computed with, when the record differs, and says whether it
+// wrote. The ConfigMap is owned by the TrafficMap (garbage collected with it) and labelled as
+// the route would be; a ConfigMap at its name without the map's ownership labels is left
+// alone.
 func (s *recordStore) write(ctx context.Context, tm *v1beta1.TrafficMap, pl *planned) (bool, error) {
 	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service}
 	name := RecordName(tm.Name)
@@ -119,13 +121,26 @@ func (s *recordStore) write(ctx context.Context, tm *v1beta1.TrafficMap, pl *pla
 	if err != nil {
 		return false, err
 	}
+	if cur == nil { // not cached: free, just created by us, or someone else's (unlabelled)
+		live, err := s.kube.CoreV1().ConfigMaps(tm.Namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return false, fmt.Errorf("read configmap %s/%s: %w", tm.Namespace, name, err)
+		default:
+			cur = live
+		}
+	}
+	if cur != nil && !httproute.Owned(cur.Labels, src) {
+		return false, nil // someone else's object: never overwritten, and no fallback is kept
+	}
 	if cur != nil && maps.Equal(cur.Data, data) && maps.Equal(cur.Labels, labels) && ownedBy(cur.OwnerReferences, tm.UID) {
 		return false, nil
 	}
 	ac := corev1ac.ConfigMap(name, tm.Namespace).WithLabels(labels).WithData(data).
 		WithOwnerReferences(metav1ac.OwnerReference().WithAPIVersion(v1beta1.SchemeGroupVersion.String()).
 			WithKind("TrafficMap").WithName(tm.Name).WithUID(tm.UID))
-	if _, err := s.kube.CoreV1().ConfigMaps(tm.Namespace).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: s.manager, Force: true}); err != nil {
+	if _, err := s.kube.CoreV1().ConfigMaps(tm.Namespace).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: s.manager, Force: cur != nil}); err != nil {
 		return false, fmt.Errorf("apply configmap %s/%s recording the last valid drains: %w", tm.Namespace, name, err)
 	}
 	return true, nil
