@@ -56,8 +56,8 @@ type Computed struct {
 	TolerationErr error
 }
 
-// ErrNoDrainFallback means the drain annotation is malformed and no route records a last
-// valid drain set, so no weights can be computed: a malformed drain is never "no drains".
+// ErrNoDrainFallback means the drain annotation is malformed and nothing records a last
+// valid drain set (Inputs.Route, or Inputs.Recorded when set), so no weights can be computed: a malformed drain is never "no drains".
 var ErrNoDrainFallback = errors.New("no route was published before, so there is no last valid drain set to keep and nothing is published")
 
 // Compute returns the effective weights for in. It is pure. Errors: ErrNoDrainFallback,
