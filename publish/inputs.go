@@ -18,9 +18,9 @@ type Inputs struct {
 	TrafficMap *v1beta1.TrafficMap
 	// SourceAnnotations are the annotations of the InferenceService spec.service names.
 	SourceAnnotations map[string]string
-	// Route is the publisher's stored HTTPRoute for the map, or nil. Its recorded drain set
-	// stands in for a malformed drain annotation, its recorded taints and tolerations for
-	// malformed ones.
+	// Route is the publisher's stored HTTPRoute for the map, or nil. Unless Recorded is set,
+	// its recorded drain set stands in for a malformed drain annotation, its recorded taints
+	// and tolerations for malformed ones.
 	Route *gwapiv1.HTTPRoute
 	// Recorded, when set, is the fallback state instead of Route's record: the publisher's
 	// record ConfigMap when the HTTPRoute sink is off (RecordedFromData).
@@ -57,7 +57,8 @@ type Computed struct {
 }
 
 // ErrNoDrainFallback means the drain annotation is malformed and nothing records a last
-// valid drain set (Inputs.Route, or Inputs.Recorded when set), so no weights can be computed: a malformed drain is never "no drains".
+// valid drain set (Inputs.Route, or Inputs.Recorded when set), so no weights can be
+// computed: a malformed drain is never "no drains".
 var ErrNoDrainFallback = errors.New("no route was published before, so there is no last valid drain set to keep and nothing is published")
 
 // Compute returns the effective weights for in. It is pure. Errors: ErrNoDrainFallback,
