@@ -25,6 +25,13 @@ const (
 // DefaultFieldManager is the field manager of every write the publisher makes.
 const DefaultFieldManager = "trafficmap-publisher"
 
+// DefaultXDSReconnectGrace is the CLI's --xds-reconnect-grace. gRPC clients reconnect with
+// exponential backoff (initial 1s, multiplier 1.6, jitter 20%, at most 120s; gRPC's
+// connection-backoff spec); after a publisher outage of up to about 20s a client's next
+// attempt comes within about 13s (10.5s·1.2), and 20s also covers one more step for a slow
+// dial. Outages longer than that push clients further out: raise the flag to match.
+const DefaultXDSReconnectGrace = 20 * time.Second
+
 // Config is the publisher's configuration. The zero value of an optional field selects its
 // documented default; Validate reports what is wrong with the rest.
 type Config struct {
@@ -69,6 +76,12 @@ type Config struct {
 	RequireXDSAck bool
 	// XDSMinClients makes Published wait until at least this many xDS clients are connected.
 	XDSMinClients int
+	// XDSReconnectGrace is how long after the xDS server starts, and after this replica
+	// becomes leader, a map whose content was not published before (see
+	// sink.Plan.PublishedBefore) stays Published False, so clients of the previous publisher
+	// that are still reconnecting ACK it first. 0: no grace (the CLI default is
+	// DefaultXDSReconnectGrace).
+	XDSReconnectGrace time.Duration
 	// Registerer, when set, receives the publisher's metrics (HTTPAddress serves its own
 	// registry otherwise).
 	Registerer prometheus.Registerer
@@ -166,6 +179,9 @@ func (c Config) Validate() error {
 		if le.LeaseDuration != 0 && le.RenewDeadline != 0 && le.LeaseDuration <= le.RenewDeadline {
 			errs = append(errs, fmt.Errorf("%w: --leader-election-lease-duration must be longer than --leader-election-renew-deadline", ErrInvalidConfig))
 		}
+	}
+	if c.XDSReconnectGrace < 0 {
+		errs = append(errs, fmt.Errorf("%w: --xds-reconnect-grace %s: must not be negative", ErrInvalidConfig, c.XDSReconnectGrace))
 	}
 	if c.XDSMinClients < 0 {
 		errs = append(errs, fmt.Errorf("%w: --xds-min-clients %d: must not be negative", ErrInvalidConfig, c.XDSMinClients))

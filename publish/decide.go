@@ -136,6 +136,13 @@ func needsAnnounce(tm *v1beta1.TrafficMap, carried bool) bool {
 	return c.Status == metav1.ConditionTrue && !carried
 }
 
+// publishedTrue reports whether the map's Published condition is True at its current
+// generation.
+func publishedTrue(tm *v1beta1.TrafficMap) bool {
+	c := findPublished(tm)
+	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == tm.Generation
+}
+
 func findPublished(tm *v1beta1.TrafficMap) *metav1.Condition {
 	return meta.FindStatusCondition(tm.Status.Conditions, v1beta1.ConditionPublished)
 }

@@ -152,8 +152,9 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 			Address: cfg.XDSAddress, ListenerAddress: cfg.XDSListenerAddress,
 			TLSCert: cfg.XDSTLSCert, TLSKey: cfg.XDSTLSKey, ClientCA: cfg.XDSClientCA,
 			RequireAck: cfg.RequireXDSAck, MinClients: cfg.XDSMinClients, Registerer: p.cfg.Registerer,
-			Plans:   planSource{inputs: p.caches, hosts: route, sinks: func() []sink.Sink { return p.sinks }, reader: xdssink.Name},
-			Requeue: func(ns, name string) { p.queue.Add(cache.NewObjectName(ns, name)) },
+			ReconnectGrace: cfg.XDSReconnectGrace,
+			Plans:          planSource{inputs: p.caches, hosts: route, sinks: func() []sink.Sink { return p.sinks }, reader: xdssink.Name},
+			Requeue:        func(ns, name string) { p.queue.Add(cache.NewObjectName(ns, name)) },
 		}, log.Named("xds"))
 		if errors.Is(err, xdssink.ErrInvalidConfig) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -279,6 +280,11 @@ func (p *Publisher) Run(ctx context.Context) error {
 		p.http.ready.Store(true)
 	}
 	err = p.elector.run(ctx, func(ctx context.Context) {
+		for _, s := range p.sinks {
+			if l, ok := s.(sink.Leading); ok {
+				l.Leading() // clients of the previous leader may be reconnecting here
+			}
+		}
 		p.enqueueAll() // the previous leader may have left work undone
 		p.workers(ctx)
 	})

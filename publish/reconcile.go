@@ -100,10 +100,15 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		return hold, err
 	}
 
-	carried := true
+	carried, durable, kept := true, false, true
 	for _, s := range r.sinks {
-		carried = carried && s.Carries(&pl.plan)
+		c := s.Carries(&pl.plan)
+		carried = carried && c
+		if _, ok := s.(sink.Durable); ok {
+			durable, kept = true, kept && c
+		}
 	}
+	pl.plan.PublishedBefore = durable && kept && publishedTrue(tm)
 	switch {
 	case needsAnnounce(tm, carried):
 		if tm, _, err = r.status.write(ctx, tm, notPublished(tm, ReasonPublishing, "publishing weights "+describeWeights(pl.plan.Result), nil), log); err != nil {

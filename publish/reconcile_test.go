@@ -448,3 +448,49 @@ func TestReconcileOneDecision(t *testing.T) {
 		assert.Equal(t, metav1.ConditionTrue, c.Status)
 	})
 }
+
+// durableSink is a fakeSink whose state outlives the publisher (sink.Durable).
+type durableSink struct{ *fakeSink }
+
+func (durableSink) Durable() {}
+
+// The plan says PublishedBefore only when Published is True at the map's generation and
+// every durable sink already carries the plan; with no durable sink nothing records what
+// was published before, so it is false.
+func TestReconcilePublishedBefore(t *testing.T) {
+	published := func(f *fixture, status metav1.ConditionStatus, generation int64) {
+		f.inputs.tm.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionPublished, Status: status,
+			Reason: ReasonPublished, ObservedGeneration: generation}}
+		f.api.tm = f.inputs.tm.DeepCopy()
+	}
+	tests := []struct {
+		name       string
+		durable    bool
+		carries    bool
+		status     metav1.ConditionStatus
+		generation int64
+		want       bool
+	}{
+		{"true and the route carries it", true, true, metav1.ConditionTrue, 3, true},
+		{"the route holds other weights (drained while down)", true, false, metav1.ConditionTrue, 3, false},
+		{"published at an older generation", true, true, metav1.ConditionTrue, 2, false},
+		{"not published", true, true, metav1.ConditionFalse, 3, false},
+		{"no durable sink", false, true, metav1.ConditionTrue, 3, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			route := &fakeSink{name: "httproute", carries: tt.carries, conf: sink.Confirmation{State: sink.InPlace, Message: "route stored"}}
+			xds := &fakeSink{name: "xds", carries: true, conf: sink.Confirmation{State: sink.InPlace, Message: "xds ACKed"}}
+			f := newFixture(t, route, xds)
+			f.rec.sinks[0] = route
+			if tt.durable {
+				f.rec.sinks[0] = durableSink{route}
+			}
+			published(f, tt.status, tt.generation)
+			_, err := f.run(t)
+			require.NoError(t, err)
+			require.Len(t, xds.applied, 1)
+			assert.Equal(t, tt.want, xds.applied[0].PublishedBefore)
+		})
+	}
+}

@@ -90,6 +90,7 @@ type runFlags struct {
 	xdsTLSCert, xdsTLSKey, xdsClientCA string
 	requireXDSAck                      bool
 	xdsMinClients                      int
+	xdsReconnectGrace                  time.Duration
 	httpAddress                        string
 	leaderElect                        bool
 	leaseNamespace                     string
@@ -127,6 +128,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, *flag.FlagSet, er
 	fs.StringVar(&f.xdsClientCA, "xds-client-ca", "", "PEM CA bundle: require xDS clients to present a certificate it signed (mutual TLS)")
 	fs.BoolVar(&f.requireXDSAck, "require-xds-ack", true, "Published waits until every relevant xDS client (one subscribed to the map's resources) has ACKed a version with the map's current weights")
 	fs.IntVar(&f.xdsMinClients, "xds-min-clients", 0, "Published waits until at least this many xDS clients are connected")
+	fs.DurationVar(&f.xdsReconnectGrace, "xds-reconnect-grace", publish.DefaultXDSReconnectGrace, "after the xDS server starts and after becoming leader, a map whose weights were not published before waits this long (and for every relevant client's ACK) before Published is True, so clients still reconnecting with gRPC's backoff count; 0 turns it off")
 	fs.StringVar(&f.httpAddress, "http-address", ":8080", "address serving /metrics, /healthz, /readyz and /debug/xds; empty turns it off")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "let several replicas run: only the holder of a Lease writes routes, Services and status; every replica serves xDS")
 	fs.StringVar(&f.leaseNamespace, "leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the Lease (default $POD_NAMESPACE)")
@@ -163,6 +165,7 @@ func (f runFlags) config() publish.Config {
 		XDSClientCA:          f.xdsClientCA,
 		RequireXDSAck:        f.requireXDSAck,
 		XDSMinClients:        f.xdsMinClients,
+		XDSReconnectGrace:    f.xdsReconnectGrace,
 		HTTPAddress:          f.httpAddress,
 		EnablePprof:          f.pprof,
 		LeaderElection: publish.LeaderElection{

@@ -56,7 +56,14 @@ type Sink struct {
 	store  httproute.Store
 }
 
-var _ sink.Sink = (*Sink)(nil)
+var (
+	_ sink.Sink    = (*Sink)(nil)
+	_ sink.Durable = (*Sink)(nil)
+)
+
+// Durable implements sink.Durable: the route outlives the publisher, so its Carries right
+// after a start tells what was published before.
+func (s *Sink) Durable() {}
 
 // New returns the sink writing with writer and reading stored objects from store.
 func New(cfg Config, writer *httproute.Writer, store httproute.Store) *Sink {

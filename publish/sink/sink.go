@@ -53,6 +53,13 @@ type Plan struct {
 	Taints map[string][]weights.Taint
 	// Tolerations are the service's tolerations Result was computed with.
 	Tolerations []weights.Toleration
+	// PublishedBefore reports that this content was confirmed before: the map's Published
+	// condition is True at Generation and every enabled Durable sink already carries the
+	// plan. The pipeline sets it before Apply (false when no enabled sink is Durable, as
+	// nothing then records what was published before a restart); plans read outside the
+	// pipeline leave it false. The xDS sink uses it to keep unchanged maps confirmed while
+	// clients reconnect after a start.
+	PublishedBefore bool
 }
 
 // ReasonHostnameConflict is the Published reason while one of a map's names is held by
@@ -185,6 +192,19 @@ type Starter interface {
 // have changed (called from event handlers; it must only record and return).
 type Notified interface {
 	Changed(namespace, name string)
+}
+
+// Durable is a sink whose published state outlives the publisher (an object in the API
+// server, such as the HTTPRoute): right after a start its Carries tells whether a plan is
+// what was published before the start. Durable itself does nothing.
+type Durable interface {
+	Durable()
+}
+
+// Leading is a sink told that this replica has just become the leader, so its pipeline
+// starts deciding Published conditions (called before the first reconcile as leader).
+type Leading interface {
+	Leading()
 }
 
 // Debugger is a sink that serves debug endpoints, by path, on the publisher's HTTP server.

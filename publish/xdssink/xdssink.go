@@ -4,6 +4,11 @@
 // loop rebuilds the snapshot from the maps' current plans, paced in storms, and requeues
 // the maps whose served content changed so their Published condition follows.
 //
+// Reconnect grace: for Config.ReconnectGrace after Start and after Leading, a plan that was
+// not published before (sink.Plan.PublishedBefore) is Pending whatever its clients say, so
+// clients of the previous publisher still reconnecting with backoff ACK it before it is
+// confirmed; the maps it held are requeued when the window ends.
+//
 // State: the rebuild loop alone uses the translator and the pacer; everything else that
 // changes (dirty set, served content, invalid maps, client membership) is guarded by mu.
 package xdssink
@@ -68,6 +73,12 @@ type Config struct {
 	RequireAck bool
 	// MinClients makes a plan Pending until at least this many clients are connected.
 	MinClients int
+	// ReconnectGrace is how long after Start (and after Leading) a plan that was not
+	// published before (sink.Plan.PublishedBefore false) stays Pending, so clients of the
+	// previous publisher that are still reconnecting count before it is confirmed; 0: none.
+	ReconnectGrace time.Duration
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
 	// Registerer receives the server's metrics (nil: none).
 	Registerer prometheus.Registerer
 	// Plans is where plans are read from.
@@ -103,6 +114,15 @@ type Sink struct {
 	members  uint64             // the Tracker's Membership when the client set was last compared
 	clients  string             // the client set then
 	checked  map[string]checked // Check's last verdict, by map key
+	grace    grace              // the reconnect grace window
+}
+
+// grace is the window after a start or a leadership change in which only plans published
+// before are confirmed.
+type grace struct {
+	start, end time.Time
+	held       map[string]bool // maps held Pending by it, requeued when it ends
+	timer      *time.Timer
 }
 
 // checked is Check's verdict on one map's content.
@@ -116,6 +136,7 @@ var (
 	_ sink.Starter  = (*Sink)(nil)
 	_ sink.Notified = (*Sink)(nil)
 	_ sink.Debugger = (*Sink)(nil)
+	_ sink.Leading  = (*Sink)(nil)
 )
 
 // New validates cfg, loads TLS and listens on cfg.Address; nothing is served before Start.
@@ -147,6 +168,9 @@ func New(cfg Config, log *zap.Logger) (*Sink, error) {
 		pending:  map[string]bool{},
 		invalid:  map[string]error{},
 		checked:  map[string]checked{},
+	}
+	if s.cfg.Now == nil {
+		s.cfg.Now = time.Now
 	}
 	s.server = xds.NewServer(xds.ServerConfig{Log: log, TLS: tlsCfg, OnClientChange: s.onClientChange, Registerer: cfg.Registerer})
 	return s, nil
@@ -212,12 +236,70 @@ func (s *Sink) Start(ctx context.Context) (func(), error) {
 		for s.processNext(ctx) {
 		}
 	}()
+	s.beginGrace()
 	go func() {
 		<-ctx.Done()
 		s.queue.ShutDown()
+		s.mu.Lock()
+		if s.grace.timer != nil {
+			s.grace.timer.Stop()
+		}
+		s.mu.Unlock()
 	}()
 	s.log.Info("serving xds", zap.String("address", s.Addr().String()))
 	return wg.Wait, nil
+}
+
+// Leading implements sink.Leading: the reconnect grace starts again, since clients of the
+// previous leader may be reconnecting to this replica.
+func (s *Sink) Leading() { s.beginGrace() }
+
+// beginGrace opens the reconnect grace window (Config.ReconnectGrace) from now; when it
+// ends, the maps it held are requeued.
+func (s *Sink) beginGrace() {
+	d := s.cfg.ReconnectGrace
+	if d <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.Now()
+	if s.grace.timer != nil {
+		s.grace.timer.Stop()
+	}
+	s.grace.start, s.grace.end = now, now.Add(d)
+	if s.grace.held == nil {
+		s.grace.held = map[string]bool{}
+	}
+	s.grace.timer = time.AfterFunc(d, s.endGrace)
+}
+
+// endGrace requeues the maps the grace held, so their condition follows.
+func (s *Sink) endGrace() {
+	s.mu.Lock()
+	held := s.grace.held
+	s.grace.held = map[string]bool{}
+	s.mu.Unlock()
+	for _, key := range slices.Sorted(maps.Keys(held)) {
+		ns, name, _ := strings.Cut(key, "/")
+		s.cfg.Requeue(ns, name)
+	}
+}
+
+// graceHolds reports whether the reconnect grace holds the map's plan Pending (it was not
+// published before and the window is open), and if so marks it held and says why.
+func (s *Sink) graceHolds(p *sink.Plan) (string, bool) {
+	if p.PublishedBefore {
+		return "", false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.cfg.Now().Before(s.grace.end) {
+		return "", false
+	}
+	s.grace.held[p.Key()] = true
+	return fmt.Sprintf("waiting for xds clients to reconnect: serving (or leading) since %s, the xds sink confirms content not published before that only from %s on (--xds-reconnect-grace %s), once every relevant client has ACKed it",
+		s.grace.start.UTC().Format(time.RFC3339), s.grace.end.UTC().Format(time.RFC3339), s.cfg.ReconnectGrace), true
 }
 
 // Changed implements sink.Notified: the map's plan may have changed.
@@ -313,6 +395,9 @@ func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error)
 		conf.State = sink.Pending
 	default:
 		conf.State = sink.InPlace
+		if why, held := s.graceHolds(p); held {
+			conf.State, conf.Message = sink.Pending, why+"; "+c.Message
+		}
 	}
 	return conf, nil
 }
@@ -323,6 +408,7 @@ func (s *Sink) Delete(_ context.Context, namespace, name string) (int, error) {
 	s.mu.Lock()
 	delete(s.pending, namespace+"/"+name)
 	delete(s.checked, namespace+"/"+name)
+	delete(s.grace.held, namespace+"/"+name)
 	s.mu.Unlock()
 	return 0, nil
 }

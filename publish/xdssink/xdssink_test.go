@@ -161,3 +161,62 @@ func TestCheck(t *testing.T) {
 	assert.Nil(t, s.Check(plan), "a valid plan passes again")
 	assert.Empty(t, s.lastGood, "checking serves nothing")
 }
+
+// In the reconnect grace after a start (and after becoming leader), a plan that was not
+// published before is Pending even with no client connected, and is requeued when the
+// window ends; a plan published before keeps being confirmed; after the window the usual
+// rules apply.
+func TestReconnectGrace(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	var requeued []string
+	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, ReconnectGrace: 20 * time.Second, Plans: noPlans{},
+		Now: func() time.Time { return now }, Requeue: func(ns, name string) { requeued = append(requeued, ns+"/"+name) }}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.listener.Close() })
+	plan := func(before bool) *sink.Plan {
+		return &sink.Plan{Namespace: "prod", Name: "chat", Service: "chat", PublishedBefore: before, Result: weights.Result{
+			Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 0}, {Cluster: "b", Weight: 1, Effective: 1}}}}
+	}
+	apply := func(p *sink.Plan) sink.Confirmation {
+		t.Helper()
+		c, err := s.Apply(t.Context(), p)
+		require.NoError(t, err)
+		return c
+	}
+
+	assert.Equal(t, sink.InPlace, apply(plan(false)).State, "no grace before the start")
+
+	s.beginGrace()
+	t.Cleanup(func() { s.grace.timer.Stop() })
+	c := apply(plan(false))
+	assert.Equal(t, sink.Pending, c.State, "changed content waits for clients to reconnect")
+	assert.Contains(t, c.Message, "waiting for xds clients to reconnect")
+	assert.Contains(t, c.Message, "from 2026-12-03T12:00:20Z on (--xds-reconnect-grace 20s)")
+	assert.Equal(t, sink.InPlace, apply(plan(true)).State, "content published before keeps its condition")
+
+	now = now.Add(19 * time.Second)
+	assert.Equal(t, sink.Pending, apply(plan(false)).State)
+	s.endGrace()
+	assert.Equal(t, []string{"prod/chat"}, requeued, "the held map is reconciled when the window ends")
+	now = now.Add(time.Second)
+	assert.Equal(t, sink.InPlace, apply(plan(false)).State, "the window is over")
+
+	s.Leading()
+	assert.Equal(t, sink.Pending, apply(plan(false)).State, "a new leader waits again")
+	_, err = s.Delete(t.Context(), "prod", "chat")
+	require.NoError(t, err)
+	s.endGrace()
+	assert.Equal(t, []string{"prod/chat"}, requeued, "a deleted map is not requeued")
+}
+
+// With no grace configured, Leading opens no window.
+func TestReconnectGraceOff(t *testing.T) {
+	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, Plans: noPlans{}, Requeue: func(string, string) {}}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.listener.Close() })
+	s.Leading()
+	c, err := s.Apply(t.Context(), &sink.Plan{Namespace: "prod", Name: "chat", Service: "chat", Result: weights.Result{
+		Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 1}}}})
+	require.NoError(t, err)
+	assert.Equal(t, sink.InPlace, c.State)
+}

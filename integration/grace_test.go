@@ -1,0 +1,77 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/publish"
+)
+
+// A drain applied while the publisher is down: after the restart the map's xDS content
+// changed since before the start, so with no client connected yet it is not Published
+// ("no xds client is connected" would be a lie: the old client still routes by its last
+// configuration while it reconnects). Published turns True only once the reconnect grace
+// has passed and the reconnected real gRPC client has ACKed the drained weights, and the
+// RPCs taken right after that go to the drained cluster not at all.
+func TestXDSReconnectGraceAfterRestart(t *testing.T) {
+	const grace = 8 * time.Second
+	f := newFixture(t)
+	f.createMap([]v1beta1.TrafficMapEntry{
+		{Cluster: "worker-a", Endpoint: localBackend(t, "worker-a"), Weight: 70, Healthy: true},
+		{Cluster: "worker-b", Endpoint: localBackend(t, "worker-b"), Weight: 30, Healthy: true},
+	})
+	bothSinks := func(c *publish.Config) {
+		c.Sinks, c.XDSAddress, c.RequireXDSAck = []string{publish.SinkHTTPRoute, publish.SinkXDS}, "127.0.0.1:0", true
+		c.XDSReconnectGrace = grace
+	}
+	pub := f.startPublisher(bothSinks)
+	client := xdsClient(t, pub.xdsAddr, "grpc-client-1", "chat."+f.ns)
+	_, err := call(client)
+	require.NoError(t, err)
+	f.waitPublishedWith("ACKed by 1/1 clients; weights worker-a=70, worker-b=30")
+	got := spread(t, client, 200)
+	require.Positive(t, got["worker-a"], "worker-a takes traffic before the drain: %v", got)
+
+	addr := pub.xdsAddr.String()
+	pub.stop(t)
+	f.drain(seedDrain)
+	stale := published(f.getMap())
+	require.Equal(t, metav1.ConditionTrue, stale.Status, "nothing updates the condition while the publisher is down")
+	require.Contains(t, stale.Message, "worker-a=70")
+
+	w := f.watchPublished()
+	started := time.Now()
+	f.startPublisher(bothSinks, func(c *publish.Config) { c.XDSAddress = addr })
+	tm := f.waitPublishedWith("ACKed by 1/1 clients; weights worker-a=0 (drained by maintenance-a), worker-b=30")
+	assert.Equal(t, map[string]int{"worker-b": 100}, spread(t, client, 100), "right after Published=True")
+	assert.GreaterOrEqual(t, time.Since(started), grace, "not Published before the grace ended")
+
+	requireFalseBeforeTrue(t, w, tm.Generation)
+	var waited bool
+	for _, tr := range w.transitions() {
+		if tr.Status == metav1.ConditionTrue {
+			assert.Contains(t, tr.Message, "ACKed by 1/1 clients; weights worker-a=0 (drained by maintenance-a)", "every True after the restart: %v", tr)
+		}
+		reconnect := containsAll(tr.Message, "waiting for xds clients to reconnect", "--xds-reconnect-grace 8s")
+		if strings.Contains(tr.Message, "no xds client is connected") {
+			assert.True(t, reconnect, "no client connected right after the restart is a wait, not a confirmation: %v", tr)
+		}
+		waited = waited || reconnect
+	}
+	assert.True(t, waited, "the condition said it waits for clients to reconnect")
+}
+
+func containsAll(s string, parts ...string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
