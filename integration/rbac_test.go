@@ -239,3 +239,66 @@ func TestHelmInstallBothModes(t *testing.T) {
 	assert.Contains(t, out, `CustomResourceDefinition "trafficmaps.ome.io"`)
 	assert.Contains(t, out, "exists and cannot be imported into the current release")
 }
+
+// With publisher.sinks={xds} the chart grants configmaps, where the publisher records the
+// last valid drains (no route carries them): with that rule the record is written, without it
+// the publisher logs a permission error naming configmaps. With the default sinks the rule is
+// not rendered (TestChartRBACEveryRuleIsNeeded counts the default rules).
+func TestChartRBACXDSOnlyRecord(t *testing.T) {
+	run := func(t *testing.T, dropConfigMaps bool) (*fixture, *observer.ObservedLogs) {
+		f := newFixture(t)
+		release := "xds-" + f.ns
+		objs := chartRBAC(t, release, f.ns, "publisher.sinks={xds}")
+		found := false
+		for _, o := range objs {
+			if o.GetKind() != "Role" {
+				continue
+			}
+			list, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			kept := list[:0:0]
+			for _, r := range list {
+				res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+				if strings.Join(res, ",") == "configmaps" {
+					found = true
+					if dropConfigMaps {
+						continue
+					}
+				}
+				kept = append(kept, r)
+			}
+			require.NoError(t, unstructured.SetNestedSlice(o.Object, kept, "rules"))
+		}
+		require.True(t, found, "the xds-only chart grants configmaps")
+		apply(t, objs)
+		f.createMap(seedEntries())
+		core, logs := observer.New(zapcore.ErrorLevel)
+		log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
+		cfg := f.publisherConfig(func(c *publish.Config) { c.Sinks, c.XDSAddress = []string{publish.SinkXDS}, "127.0.0.1:0" })
+		f.pub = startPublisherWith(t, cfg, asServiceAccount(f.ns, release+"-trafficmap-publisher"), log)
+		return f, logs
+	}
+	t.Run("granted", func(t *testing.T) {
+		f, _ := run(t, false)
+		f.drain(seedDrain)
+		f.waitPublishedWith("worker-a=0 (drained by maintenance-a), worker-b=1")
+		rec, err := kube.CoreV1().ConfigMaps(f.ns).Get(ctxFor(t), publish.RecordName(service), metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.JSONEq(t, seedDrain, rec.Data[publish.RecordKeyDrains])
+	})
+	t.Run("dropped", func(t *testing.T) {
+		_, logs := run(t, true)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			found := false
+			for _, e := range logs.All() {
+				text := e.Message
+				for _, fld := range e.Context {
+					if fld.Type == zapcore.ErrorType {
+						text += " " + fld.Interface.(error).Error()
+					}
+				}
+				found = found || strings.Contains(text, "forbidden") && strings.Contains(text, "configmaps")
+			}
+			assert.True(c, found, "an error log names the missing permission on configmaps")
+		}, waitTimeout, tick)
+	})
+}

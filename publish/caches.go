@@ -47,6 +47,9 @@ type caches struct {
 	isvcs    []cache.SharedIndexInformer
 	routes   []cache.SharedIndexInformer // empty when the HTTPRoute sink is off
 	services []cache.SharedIndexInformer // empty when the HTTPRoute sink is off
+	// records are the owned record ConfigMaps (recorded.go); empty when the HTTPRoute sink
+	// is on, whose routes record the fallback state instead.
+	records []cache.SharedIndexInformer
 
 	inferenceClusters cache.SharedIndexInformer // nil while the API is not served
 	workloadClusters  cache.SharedIndexInformer // nil while the API is not served
@@ -77,6 +80,11 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 		cs.maps = append(cs.maps, maps)
 		cs.isvcs = append(cs.isvcs, isvcs)
 		if !cfg.sinkOn(SinkHTTPRoute) {
+			records := kubeinformers.NewSharedInformerFactoryWithOptions(c.kube, resync, kubeinformers.WithNamespace(ns),
+				kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })).
+				Core().V1().ConfigMaps().Informer()
+			_ = records.SetTransform(dropManagedFields) // cannot fail before the informer runs
+			cs.records = append(cs.records, records)
 			continue
 		}
 		routes := gwinformers.NewSharedInformerFactoryWithOptions(c.gateway, resync, gwinformers.WithNamespace(ns)).
@@ -182,6 +190,11 @@ func (c *caches) mapsIndexed(index, namespace, value string) []*v1beta1.TrafficM
 // Route implements httproute.Store.
 func (c *caches) Route(namespace, name string) (*gwapiv1.HTTPRoute, error) {
 	return cached[*gwapiv1.HTTPRoute](c, c.routes, namespace, name)
+}
+
+// record returns the cached record ConfigMap at namespace/name, or nil.
+func (c *caches) record(namespace, name string) (*corev1.ConfigMap, error) {
+	return cached[*corev1.ConfigMap](c, c.records, namespace, name)
 }
 
 // Services implements httproute.Store.

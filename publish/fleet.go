@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
-	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -110,11 +109,12 @@ func WorkloadClusterTaints(name string, annotations map[string]string) ClusterTa
 }
 
 // fleetInputs resolves the taints and tolerations for Compute: the valid ones as given, the
-// malformed ones replaced by the last valid state recorded on route.
+// malformed ones replaced by the last valid state recorded (Inputs.fallback).
 func fleetInputs(in Inputs, c *Computed) error {
 	tols, err := parseTolerationAnnotation(in.SourceAnnotations)
 	if err != nil {
-		recorded, ok := httproute.RecordedTolerations(in.Route)
+		fb := in.fallback()
+		recorded, ok := fb.Tolerations, fb.HasTolerations
 		if !ok {
 			return fmt.Errorf("annotation %s: %w; %w", weights.TolerationsAnnotation, err, ErrNoTolerationFallback)
 		}
@@ -143,12 +143,11 @@ func fleetInputs(in Inputs, c *Computed) error {
 		c.Taints[ct.Cluster] = append(c.Taints[ct.Cluster], ct.Taints...)
 	}
 	var recorded map[string][]weights.Taint
-	var haveRecord bool
+	if len(bad) > 0 {
+		recorded = in.fallback().Taints
+	}
 	var errs []error
 	for _, cluster := range slices.Sorted(maps.Keys(bad)) {
-		if recorded == nil && !haveRecord {
-			recorded, haveRecord = httproute.RecordedTaints(in.Route)
-		}
 		kept, ok := recorded[cluster]
 		cause := errors.Join(bad[cluster]...)
 		if !ok {

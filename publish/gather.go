@@ -25,7 +25,8 @@ type gathered struct {
 }
 
 // gather reads the map's inputs from the caches. A foreign route at the map's route name
-// is not trusted: Inputs.Route is then nil. A missing or replaced InferenceService is a
+// is not trusted: Inputs.Route is then nil. With the HTTPRoute sink off, Inputs.Recorded is
+// the map's owned record ConfigMap (empty when there is none). A missing or replaced InferenceService is a
 // *userError (ReasonSourceNotFound); any other error is transient.
 func (c *caches) gather(tm *v1beta1.TrafficMap) (gathered, error) {
 	isvc, err := c.inferenceService(tm.Namespace, tm.Spec.Service)
@@ -50,15 +51,28 @@ func (c *caches) gather(tm *v1beta1.TrafficMap) (gathered, error) {
 	if route != nil && !httproute.Owned(route.Labels, src) {
 		route = nil
 	}
+	in := Inputs{TrafficMap: tm, SourceAnnotations: isvc.Annotations, Route: route}
+	if len(c.records) > 0 {
+		rec, err := c.record(tm.Namespace, RecordName(tm.Name))
+		if err != nil {
+			return gathered{}, err
+		}
+		fb := Recorded{}
+		if rec != nil && httproute.Owned(rec.Labels, src) {
+			fb = RecordedFromData(rec.Data)
+		}
+		in.Recorded = &fb
+	}
 	clusters, err := c.clusterTaints(tm)
 	if err != nil {
 		return gathered{}, err
 	}
+	in.Clusters = clusters
 	self := c.mapClaim(tm, isvc)
 	return gathered{
 		isvc:       isvc,
 		globalHost: strings.TrimSpace(isvc.Annotations[v1beta1.AnnotationGlobalHost]),
-		inputs:     Inputs{TrafficMap: tm, SourceAnnotations: isvc.Annotations, Route: route, Clusters: clusters},
+		inputs:     in,
 		claims:     c.claims(self),
 		foreign:    c.foreignClaims(tm.Namespace, self.Names),
 	}, nil

@@ -45,6 +45,9 @@ func (p *Publisher) registerHandlers() {
 	for _, inf := range p.caches.services {
 		p.handle(inf, p.onOwnedObject)
 	}
+	for _, inf := range p.caches.records {
+		p.handle(inf, p.onOwnedObject)
+	}
 }
 
 // enqueue queues the map and tells the sinks that rebuild asynchronously that its plan may

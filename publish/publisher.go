@@ -171,6 +171,9 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		status:  newStatusWriter(clientStatusAPI{maps: c.maps, manager: cfg.FieldManager}, p.recorder, p.metrics),
 		metrics: p.metrics,
 	}
+	if !cfg.sinkOn(SinkHTTPRoute) {
+		p.rec.record = &recordStore{kube: c.kube, manager: cfg.FieldManager, cached: p.caches.record}
+	}
 	p.registerHandlers()
 	return p, nil
 }
@@ -239,6 +242,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	}{
 		{"trafficmaps.ome.io", p.caches.maps}, {"inferenceservices.ome.io", p.caches.isvcs},
 		{"httproutes.gateway.networking.k8s.io", p.caches.routes}, {"services", p.caches.services},
+		{"configmaps", p.caches.records},
 	} {
 		for _, inf := range group.infs {
 			_ = inf.SetWatchErrorHandlerWithContext(p.health.handler(group.resource)) // cannot fail before it runs

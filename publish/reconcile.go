@@ -22,6 +22,8 @@ import (
 //	check  (sinks)      every enabled sink says whether it can carry the plan; pure. A plan
 //	                    one sink refuses goes to no sink (each keeps its last good)
 //	apply  (sinks)      each enabled sink applies the plan and answers with a typed confirmation
+//	record (recorded.go) with the HTTPRoute sink off, the last valid drains, taints and
+//	                    tolerations, in an owned ConfigMap, once every sink applied the plan
 //	decide (decide.go)  the Published condition from the confirmations; pure
 //	write  (status.go)  the status, only when it differs
 //
@@ -60,6 +62,9 @@ type reconciler struct {
 	sinks   []sink.Sink
 	status  *statusWriter
 	metrics *metrics
+	// record keeps the fallback state when no sink records it (the HTTPRoute sink is off);
+	// nil otherwise.
+	record *recordStore
 }
 
 // reconcile converges one TrafficMap. It returns an error only for transient failures,
@@ -130,6 +135,18 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		}
 		confs = append(confs, c)
 	}
+	// record: every enabled sink took the plan without error, so its drains, taints and
+	// tolerations are the last valid state. A fallback plan records what it fell back to:
+	// no change.
+	if r.record != nil {
+		wrote, err := r.record.write(ctx, tm, pl)
+		if err != nil {
+			return 0, err
+		}
+		if wrote {
+			log.Info("recorded the last valid drains, taints and tolerations", zap.String("configmap", RecordName(tm.Name)))
+		}
+	}
 	_, hold, err = r.status.write(ctx, tm, decide(tm, pl, confs), log)
 	return hold, err
 }
@@ -172,6 +189,11 @@ func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.
 			log.Info("removed published objects of deleted trafficmap", zap.String("sink", s.Name()), zap.Int("objects", n))
 		}
 		errs = append(errs, err)
+	}
+	if r.record != nil {
+		if _, err := r.record.delete(ctx, key.Namespace, key.Name); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

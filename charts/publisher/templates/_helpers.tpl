@@ -133,6 +133,11 @@ volumeMounts:
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
+{{- if not (has "httproute" .Values.publisher.sinks) }}
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch, delete]
+{{- end }}
 {{- end }}
 
 {{/* The cluster-scoped RBAC rules (the optional fleet-drain taint sources). */}}
