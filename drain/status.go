@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	omeac "github.com/trafficmap/publisher/api/client/applyconfiguration/api/v1beta1"
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
@@ -129,25 +128,5 @@ func publishingCondition(tm *v1beta1.TrafficMap, p *Plan, now time.Time) metav1.
 // fields as publish writes them (published, the Published condition, and
 // observedTrafficMapGeneration and gatewayRef as tm has them), at tm's resourceVersion.
 func FlipConfiguration(tm *v1beta1.TrafficMap, cond metav1.Condition) *omeac.TrafficMapApplyConfiguration {
-	st := omeac.TrafficMapStatus().WithPublished(false).WithConditions(metav1ac.Condition().
-		WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).WithMessage(cond.Message).
-		WithObservedGeneration(cond.ObservedGeneration).WithLastTransitionTime(cond.LastTransitionTime))
-	if g := tm.Status.ObservedTrafficMapGeneration; g != 0 {
-		st.WithObservedTrafficMapGeneration(g)
-	}
-	if r := tm.Status.GatewayRef; r != nil {
-		ref := omeac.TrafficMapGatewayRef().WithKind(r.Kind).WithName(r.Name)
-		if r.Group != "" {
-			ref.WithGroup(r.Group)
-		}
-		if r.Namespace != "" {
-			ref.WithNamespace(r.Namespace)
-		}
-		st.WithGatewayRef(ref)
-	}
-	ac := omeac.TrafficMap(tm.Name, tm.Namespace).WithStatus(st)
-	if tm.ResourceVersion != "" {
-		ac.WithResourceVersion(tm.ResourceVersion)
-	}
-	return ac
+	return publish.StatusApplyConfiguration(tm, false, tm.Status.ObservedTrafficMapGeneration, tm.Status.GatewayRef, cond)
 }

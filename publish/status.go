@@ -205,13 +205,24 @@ func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want p
 // status fields, at the resourceVersion the decision was made for (so a decision based on
 // a stale read conflicts).
 func applyConfiguration(tm *v1beta1.TrafficMap, want publisherStatus, cond metav1.Condition) *omeac.TrafficMapApplyConfiguration {
-	st := omeac.TrafficMapStatus().WithPublished(want.published).WithConditions(metav1ac.Condition().
+	return StatusApplyConfiguration(tm, want.published, want.observed, want.gatewayRef, cond)
+}
+
+// StatusApplyConfiguration is the server-side apply request for the publisher-owned part
+// of tm's status: status.published, the Published condition cond, and
+// observedTrafficMapGeneration and gatewayRef (omitted when zero), at tm's resourceVersion
+// so that a request decided from a stale read conflicts. Everything that writes these
+// fields under the publisher's field manager (the publisher, `publisher drain`) builds its
+// request here, so they never disagree on which fields they own.
+func StatusApplyConfiguration(tm *v1beta1.TrafficMap, published bool, observed int64, gatewayRef *v1beta1.TrafficMapGatewayRef,
+	cond metav1.Condition) *omeac.TrafficMapApplyConfiguration {
+	st := omeac.TrafficMapStatus().WithPublished(published).WithConditions(metav1ac.Condition().
 		WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).WithMessage(cond.Message).
 		WithObservedGeneration(cond.ObservedGeneration).WithLastTransitionTime(cond.LastTransitionTime))
-	if want.observed != 0 {
-		st.WithObservedTrafficMapGeneration(want.observed)
+	if observed != 0 {
+		st.WithObservedTrafficMapGeneration(observed)
 	}
-	if r := want.gatewayRef; r != nil {
+	if r := gatewayRef; r != nil {
 		ref := omeac.TrafficMapGatewayRef().WithKind(r.Kind).WithName(r.Name)
 		if r.Group != "" {
 			ref.WithGroup(r.Group)
