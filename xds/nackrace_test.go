@@ -17,19 +17,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
 
 func envoyClusters(t *testing.T, clusters ...string) Resources {
 	t.Helper()
-	var entries []weights.Entry
-	for _, c := range clusters {
-		entries = append(entries, weights.Entry{Cluster: c, Endpoint: "https://chat." + c + ".example.com", Weight: 1})
-	}
-	res, err := weights.Compute(weights.Input{Entries: entries})
-	require.NoError(t, err)
-	r, err := TranslateEnvoy(DefaultEnvoyOptions, []Service{{Namespace: "prod", Name: "chat", Service: "chat", Hostnames: []string{"chat.example.com"}, Result: res}})
+	r, err := TranslateEnvoy(DefaultEnvoyOptions, []Service{chatService(t, []string{"chat.example.com"}, clusters...)})
 	require.NoError(t, err)
 	return r
 }

@@ -28,7 +28,8 @@ type set struct {
 	names []string
 }
 
-func grpcResources(t *testing.T, clusters ...string) Resources {
+// chatService is prod/chat with one equally weighted https entry per cluster.
+func chatService(t *testing.T, hostnames []string, clusters ...string) Service {
 	t.Helper()
 	var entries []weights.Entry
 	for _, c := range clusters {
@@ -36,7 +37,12 @@ func grpcResources(t *testing.T, clusters ...string) Resources {
 	}
 	res, err := weights.Compute(weights.Input{Entries: entries})
 	require.NoError(t, err)
-	r, err := TranslateGRPC([]Service{{Namespace: "prod", Name: "chat", Service: "chat", Result: res}})
+	return Service{Namespace: "prod", Name: "chat", Service: "chat", Hostnames: hostnames, Result: res}
+}
+
+func grpcResources(t *testing.T, clusters ...string) Resources {
+	t.Helper()
+	r, err := TranslateGRPC([]Service{chatService(t, nil, clusters...)})
 	require.NoError(t, err)
 	return r
 }
