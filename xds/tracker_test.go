@@ -159,15 +159,15 @@ func TestDeltaReconnectWithCurrentVersionsCounts(t *testing.T) {
 
 	reconnect := func(declared map[string]string) (<-chan *discoveryv3.DeltaDiscoveryResponse, string) {
 		t.Helper()
+		known := map[string]bool{} // the streams before this one opens
+		for _, cl := range srv.Tracker().Clients() {
+			known[cl.Stream] = true
+		}
 		s, err := ads.DeltaAggregatedResources(context.Background())
 		require.NoError(t, err)
 		ch := xdstest.Stream(s.Recv)
 		require.NoError(t, s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType,
 			ResourceNamesSubscribe: names, InitialResourceVersions: declared}))
-		known := map[string]bool{}
-		for _, cl := range srv.Tracker().Clients() {
-			known[cl.Stream] = true
-		}
 		var stream string
 		require.EventuallyWithT(t, func(c *assert.CollectT) { // the request is recorded, declarations with it
 			for _, cl := range srv.Tracker().Clients() {
