@@ -71,6 +71,24 @@ func PublishingMessage(p *Plan) string {
 // A missing map is ErrNoTrafficMap; a refused read or write wraps ErrFlipForbidden. When
 // the write fails, the returned Flip holds the map as last read.
 func (c MapClient) MarkPublishing(ctx context.Context, p *Plan, dry DryRun, now time.Time) (Flip, error) {
+	return c.mark(ctx, p, dry, now, PublishingMessage(p))
+}
+
+// PatchedMessage is the Published condition's message once the plan's patch is stored.
+func PatchedMessage(p *Plan) string {
+	return fmt.Sprintf("publisher %s of %s on %s stored; not yet published", p.Request.Action, p.Request.ID, p.Cluster)
+}
+
+// MarkPatched flips Published to False again, with PatchedMessage, once the plan's patch is
+// stored, exactly as MarkPublishing does. A True condition written after it is one the
+// publisher decided after the patch (it decides from a map at least as new as its read and
+// from an InferenceService it checked live), so `--wait` takes this flip as its baseline: a
+// True written between the first flip and the patch was about the weights before it.
+func (c MapClient) MarkPatched(ctx context.Context, p *Plan, now time.Time) (Flip, error) {
+	return c.mark(ctx, p, DryRunNone, now, PatchedMessage(p))
+}
+
+func (c MapClient) mark(ctx context.Context, p *Plan, dry DryRun, now time.Time, message string) (Flip, error) {
 	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
 	ns, name := p.Target.Namespace, p.Target.Name
@@ -89,7 +107,7 @@ func (c MapClient) MarkPublishing(ctx context.Context, p *Plan, dry DryRun, now 
 		if tm.Spec.Service != name {
 			return Flip{}, ErrNoTrafficMap
 		}
-		cond := publishingCondition(tm, p, now)
+		cond := publishingCondition(tm, message, now)
 		opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
 		if dry == DryRunServer {
 			opts.DryRun = []string{metav1.DryRunAll}
@@ -115,11 +133,11 @@ func (c MapClient) MarkPublishing(ctx context.Context, p *Plan, dry DryRun, now 
 
 // publishingCondition is the Published=False condition for p on tm, with the time rule of
 // meta.SetStatusCondition; times are whole seconds, as the API stores them.
-func publishingCondition(tm *v1beta1.TrafficMap, p *Plan, now time.Time) metav1.Condition {
+func publishingCondition(tm *v1beta1.TrafficMap, message string, now time.Time) metav1.Condition {
 	conds := slices.Clone(tm.Status.Conditions)
 	meta.SetStatusCondition(&conds, metav1.Condition{
 		Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse, Reason: publish.ReasonPublishing,
-		Message: PublishingMessage(p), ObservedGeneration: tm.Generation, LastTransitionTime: metav1.NewTime(now.Truncate(time.Second)),
+		Message: message, ObservedGeneration: tm.Generation, LastTransitionTime: metav1.NewTime(now.Truncate(time.Second)),
 	})
 	return *meta.FindStatusCondition(conds, v1beta1.ConditionPublished)
 }

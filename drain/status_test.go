@@ -34,7 +34,7 @@ func TestFlipConfiguration(t *testing.T) {
 	require.NoError(t, err)
 
 	tm := publishedMap(metav1.ConditionTrue, since)
-	cond := publishingCondition(tm, p, now)
+	cond := publishingCondition(tm, PublishingMessage(p), now)
 	assert.Equal(t, metav1.Condition{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse, Reason: publish.ReasonPublishing,
 		Message: "publisher drain of maintenance-a on worker-a requested; not yet published", ObservedGeneration: 3,
 		LastTransitionTime: metav1.NewTime(since.Add(time.Hour))}, cond)
@@ -46,7 +46,7 @@ func TestFlipConfiguration(t *testing.T) {
 		"lastTransitionTime":"2026-12-03T11:00:00Z","reason":"Publishing","message":"publisher drain of maintenance-a on worker-a requested; not yet published"}]}}`, string(b))
 
 	// Already False: the transition time stays (meta.SetStatusCondition's rule).
-	cond = publishingCondition(publishedMap(metav1.ConditionFalse, since), p, now)
+	cond = publishingCondition(publishedMap(metav1.ConditionFalse, since), PublishingMessage(p), now)
 	assert.Equal(t, metav1.NewTime(since), cond.LastTransitionTime)
 	assert.True(t, Flip{Condition: cond}.Written())
 	assert.False(t, Flip{}.Written())

@@ -1,14 +1,17 @@
 package publish
 
 import (
+	"context"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -53,10 +56,13 @@ type caches struct {
 
 	inferenceClusters cache.SharedIndexInformer // nil while the API is not served
 	workloadClusters  cache.SharedIndexInformer // nil while the API is not served
+
+	// meta reads an InferenceService past the cache (sourceVersion).
+	meta metadata.Interface
 }
 
 func newCaches(c clients, cfg Config, route httproute.Config) *caches {
-	cs := &caches{scopes: cfg.Namespaces, route: route,
+	cs := &caches{scopes: cfg.Namespaces, route: route, meta: c.meta,
 		scoped: !cfg.sinkOn(SinkXDS) && route.Gateway.Namespace == ""}
 	if len(cs.scopes) == 0 {
 		cs.scopes = []string{corev1.NamespaceAll}
@@ -150,6 +156,19 @@ func (c *caches) trafficMap(namespace, name string) (*v1beta1.TrafficMap, error)
 
 func (c *caches) inferenceService(namespace, name string) (*metav1.PartialObjectMetadata, error) {
 	return cached[*metav1.PartialObjectMetadata](c, c.isvcs, namespace, name)
+}
+
+// sourceVersion reads the InferenceService namespace/name from the API server, not the
+// cache, and returns its resourceVersion ("" when it does not exist).
+func (c *caches) sourceVersion(ctx context.Context, namespace, name string) (string, error) {
+	m, err := c.meta.Resource(v1beta1.InferenceServicesResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read inferenceservice %s/%s: %w", namespace, name, err)
+	}
+	return m.ResourceVersion, nil
 }
 
 // keys lists the namespace/name of every cached TrafficMap.

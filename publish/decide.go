@@ -29,6 +29,13 @@ type publisherStatus struct {
 	// progress marks a Pending answer whose news may be only a consumer count; the status
 	// writer rewrites such a message at most once per progressInterval.
 	progress bool
+	// tail, on a True status, is the end of its message that says what is published (the
+	// weights and what they were computed with), after the sinks' confirmations. A True
+	// condition at the same generation whose message ends with the same tail is kept as it
+	// is (see statusWriter): the consumer counts in a True message are those of the moment
+	// it turned True, so clients that come and go (or reconnect after a restart) cost no
+	// status write per map.
+	tail string
 }
 
 func condition(tm *v1beta1.TrafficMap, status metav1.ConditionStatus, reason, message string) metav1.Condition {
@@ -103,8 +110,12 @@ func decide(tm *v1beta1.TrafficMap, pl *planned, confs []sink.Confirmation) publ
 	if pl.inputErr != nil {
 		return notPublished(tm, pl.inputReason, msg+"; but "+pl.inputErr.Error(), ref)
 	}
-	return publisherStatus{published: true, observed: tm.Generation, gatewayRef: ref,
+	st := publisherStatus{published: true, observed: tm.Generation, gatewayRef: ref,
 		condition: condition(tm, metav1.ConditionTrue, ReasonPublished, msg)}
+	if st.condition.Message == msg { // not truncated
+		st.tail = strings.Join(parts[len(confs):], "; ")
+	}
+	return st
 }
 
 // describeConflicts names each contested name and its owner, e.g. `hostname

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
@@ -52,6 +53,9 @@ const (
 type mapInputs interface {
 	trafficMap(namespace, name string) (*v1beta1.TrafficMap, error)
 	gather(tm *v1beta1.TrafficMap) (gathered, error)
+	// sourceVersion is the live resourceVersion of the InferenceService namespace/name,
+	// read from the API server ("" when it does not exist).
+	sourceVersion(ctx context.Context, namespace, name string) (string, error)
 }
 
 // reconciler runs the pipeline for one key. It keeps no per-map state of its own; the
@@ -77,6 +81,15 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	}
 	if tm == nil || tm.DeletionTimestamp != nil {
 		return 0, r.delete(ctx, key, log)
+	}
+	if r.status.behind(tm) {
+		// The cache has not seen the publisher's own last status write: whether to announce
+		// and what was published before are decided from the live map instead.
+		if tm, err = r.status.api.Get(ctx, key.Namespace, key.Name); apierrors.IsNotFound(err) {
+			return 0, nil // deleted: the informer's delete event follows
+		} else if err != nil {
+			return 0, fmt.Errorf("read trafficmap %s newer than the cache: %w", key, err)
+		}
 	}
 
 	g, err := r.inputs.gather(tm)
@@ -107,6 +120,16 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		if _, ok := s.(sink.Durable); ok {
 			durable, kept = true, kept && c
 		}
+	}
+	if r.record != nil {
+		// With no Durable sink the record stands in for one: it is written for a content
+		// only after that content was announced (below), so together with a True
+		// condition it proves the condition was about this content (recordStore.carries).
+		c, err := r.record.carries(tm, &pl.plan)
+		if err != nil {
+			return 0, err
+		}
+		carried, durable, kept = carried && c, true, kept && c
 	}
 	// A map with no Published condition claims nothing yet, so it has nothing to protect
 	// while clients reconnect (and a cold start of N new maps is not held by the grace).
@@ -147,9 +170,29 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 			log.Info("recorded the last valid drains, taints and tolerations", zap.String("configmap", RecordName(tm.Name)))
 		}
 	}
-	_, hold, err = r.status.write(ctx, tm, decide(tm, pl, confs), log)
+	want := decide(tm, pl, confs)
+	if want.published && !publishedTrue(tm) && findPublished(tm) != nil {
+		// Turning True: the decision must not be older than the InferenceService it was
+		// made from. A drain patched after the cache was read (`publisher drain` flips
+		// Published False, then patches) would otherwise be reported as published by a
+		// decision about the weights before it; the informer's event reconciles it next.
+		live, err := r.inputs.sourceVersion(ctx, tm.Namespace, tm.Spec.Service)
+		if err != nil {
+			return 0, err
+		}
+		if live != g.isvc.ResourceVersion {
+			log.Debug("inferenceservice changed since the cache was read; deciding again",
+				zap.String("cached", g.isvc.ResourceVersion), zap.String("live", live))
+			return sourceRetry, nil
+		}
+	}
+	_, hold, err = r.status.write(ctx, tm, want, log)
 	return hold, err
 }
+
+// sourceRetry is how soon a map is reconciled again when its InferenceService changed
+// after the cache was read (the informer's event normally comes first).
+const sourceRetry = time.Second
 
 // refusal is the first refusal, in sink order, of plan by sinks (sink.Sink.Check), its
 // message saying that no sink publishes the plan; nil when every sink can carry it.

@@ -112,14 +112,20 @@ type fakeInputs struct {
 	noSource    bool
 	err         error
 	claims      []Claim // other maps' claims on names
+	// cachedRV and liveRV are the InferenceService's resourceVersion in the cache and on
+	// the API server; they differ while the cache is behind.
+	cachedRV, liveRV string
 }
+
+func (f *fakeInputs) sourceVersion(context.Context, string, string) (string, error) { return f.liveRV, nil }
 
 func (f *fakeInputs) trafficMap(string, string) (*v1beta1.TrafficMap, error) { return f.tm, f.err }
 func (f *fakeInputs) gather(tm *v1beta1.TrafficMap) (gathered, error) {
 	if f.noSource {
 		return gathered{}, &userError{reason: ReasonSourceNotFound, message: "inferenceservice prod/chat does not exist"}
 	}
-	isvc := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: tm.Namespace, Name: tm.Spec.Service, Annotations: f.annotations}}
+	isvc := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: tm.Namespace, Name: tm.Spec.Service, Annotations: f.annotations,
+		ResourceVersion: f.cachedRV}}
 	return gathered{isvc: isvc, globalHost: "chat.example.com", inputs: Inputs{TrafficMap: tm, SourceAnnotations: f.annotations}, claims: f.claims}, nil
 }
 
@@ -401,6 +407,16 @@ func TestReconcileStatusConflict(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, apierrors.IsConflict(err))
 	assert.Equal(t, 1, f.api.applies, "one attempt, then the queue")
+
+	f = newFixture(t, inPlace("route stored"))
+	f.api.conflicts = 5
+	f.api.tm = f.api.tm.DeepCopy()
+	f.api.tm.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse,
+		Reason: ReasonPublishing, Message: "publisher drain of m-a on worker-a requested; not yet published", ObservedGeneration: 3}}
+	_, err = f.rec.reconcile(t.Context(), f.key, zaptest.NewLogger(t))
+	require.Error(t, err)
+	assert.True(t, apierrors.IsConflict(err))
+	assert.Equal(t, 1, f.api.applies, "a condition someone else wrote since the read is not overwritten by the old decision")
 }
 
 // A→B→A faster than the TrafficMap informer: the cache still shows status A when the
@@ -527,4 +543,48 @@ func TestReconcilePublishedBefore(t *testing.T) {
 			assert.Equal(t, tt.want, xds.applied[0].PublishedBefore)
 		})
 	}
+}
+
+// A True condition is kept while only the consumer counts in its message change (clients
+// that come and go cost no status write); other news in a True message is written.
+func TestReconcileKeepsTrueCounts(t *testing.T) {
+	s := &fakeSink{name: "xds", conf: sink.Confirmation{State: sink.InPlace, Message: "xds version v1 ACKed by 1/1 clients",
+		Progress: &sink.Progress{Confirmed: 1, Total: 1}}}
+	f := newFixture(t, s)
+	_, err := f.run(t)
+	require.NoError(t, err)
+	require.Equal(t, 1, f.api.applies)
+	before := *f.published()
+
+	s.conf.Message, s.conf.Progress = "xds version v1 ACKed by 7/7 clients", &sink.Progress{Confirmed: 7, Total: 7}
+	_, err = f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, 1, f.api.applies, "only the count changed")
+	assert.Equal(t, before, *f.published())
+
+	f.inputs.annotations = map[string]string{"ome.io/traffic-drain": `{"m-a":{"cluster":"worker-a","reason":"r"}}`}
+	_, err = f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, 2, f.api.applies, "other weights are news")
+	assert.Contains(t, f.published().Message, "worker-a=0 (drained by m-a)")
+}
+
+// Turning True is decided again when the InferenceService changed after the cache was read
+// (a drain patched just after a flip to False): no True about the weights before it.
+func TestReconcileSourceNewerThanCache(t *testing.T) {
+	f := newFixture(t, inPlace("route stored"))
+	f.inputs.tm.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse,
+		Reason: ReasonPublishing, Message: "publisher drain of m-a on worker-a requested; not yet published", ObservedGeneration: 3}}
+	f.api.tm = f.inputs.tm.DeepCopy()
+	f.inputs.cachedRV, f.inputs.liveRV = "10", "11"
+	hold, err := f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, sourceRetry, hold)
+	assert.Equal(t, metav1.ConditionFalse, f.published().Status, "no True from a cache older than the source")
+	assert.Zero(t, f.api.applies)
+
+	f.inputs.cachedRV = "11" // the informer caught up
+	_, err = f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, metav1.ConditionTrue, f.published().Status)
 }

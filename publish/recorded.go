@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/publish/sink"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -31,6 +33,10 @@ const (
 	RecordKeyDrains      = "drains"
 	RecordKeyTaints      = "cluster-taints"
 	RecordKeyTolerations = "service-tolerations"
+	// RecordKeyContent holds sink.Plan.Digest of the plan the record was written for: with
+	// the map's Published condition True at its generation, it proves after a restart that
+	// the condition is about the content the plan publishes (see recordStore.carries).
+	RecordKeyContent = "content"
 )
 
 // Recorded is the last valid fleet-drain state of one map, the fallback Compute uses for a
@@ -101,11 +107,52 @@ func EncodeRecorded(drains []weights.Drain, taints map[string][]weights.Taint, t
 func RecordName(mapName string) string { return httproute.RouteName(mapName) }
 
 // recordStore writes and deletes the record ConfigMaps, by server-side apply under the
-// publisher's field manager, reading the current ones from the caches.
+// publisher's field manager, reading the current ones from the caches. Its own writes are
+// remembered (content, guarded by mu) until the map is deleted, so a cache that has not yet
+// seen a write is never taken for the record.
 type recordStore struct {
 	kube    kubernetes.Interface
 	manager string
 	cached  func(namespace, name string) (*corev1.ConfigMap, error)
+
+	mu      sync.Mutex
+	content map[string]string // namespace/name of a map -> RecordKeyContent it last wrote
+}
+
+// carries reports whether the map's record was written for plan's content (its
+// RecordKeyContent is plan.Digest()). A record is written only after every sink took the
+// plan and after the pipeline announced the change (Published False) whenever the record
+// did not carry it yet, so a Published condition True at the map's generation together
+// with a record that carries the plan means that content was confirmed before: the proof
+// the reconnect grace needs after a restart when no Durable sink is enabled.
+func (s *recordStore) carries(tm *v1beta1.TrafficMap, plan *sink.Plan) (bool, error) {
+	want := plan.Digest()
+	s.mu.Lock()
+	got, ok := s.content[plan.Key()]
+	s.mu.Unlock()
+	if ok {
+		return got == want, nil
+	}
+	cur, err := s.cached(tm.Namespace, RecordName(tm.Name))
+	if err != nil || cur == nil {
+		return false, err
+	}
+	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service}
+	return httproute.Owned(cur.Labels, src) && ownedBy(cur.OwnerReferences, tm.UID) && cur.Data[RecordKeyContent] == want, nil
+}
+
+// remember records that the map's record now holds content.
+func (s *recordStore) remember(key, content string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.content == nil {
+		s.content = map[string]string{}
+	}
+	if content == "" {
+		delete(s.content, key)
+		return
+	}
+	s.content[key] = content
 }
 
 // write records what plan pl was computed with, when the record differs, and says whether it
@@ -116,6 +163,7 @@ func (s *recordStore) write(ctx context.Context, tm *v1beta1.TrafficMap, pl *pla
 	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service}
 	name := RecordName(tm.Name)
 	data := EncodeRecorded(pl.computed.Drains, pl.plan.Taints, pl.computed.Tolerations)
+	data[RecordKeyContent] = pl.plan.Digest()
 	labels := httproute.OwnerLabels(src)
 	cur, err := s.cached(tm.Namespace, name)
 	if err != nil {
@@ -135,6 +183,7 @@ func (s *recordStore) write(ctx context.Context, tm *v1beta1.TrafficMap, pl *pla
 		return false, nil // someone else's object: never overwritten, and no fallback is kept
 	}
 	if cur != nil && maps.Equal(cur.Data, data) && maps.Equal(cur.Labels, labels) && ownedBy(cur.OwnerReferences, tm.UID) {
+		s.remember(pl.plan.Key(), data[RecordKeyContent])
 		return false, nil
 	}
 	ac := corev1ac.ConfigMap(name, tm.Namespace).WithLabels(labels).WithData(data).
@@ -143,11 +192,13 @@ func (s *recordStore) write(ctx context.Context, tm *v1beta1.TrafficMap, pl *pla
 	if _, err := s.kube.CoreV1().ConfigMaps(tm.Namespace).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: s.manager, Force: cur != nil}); err != nil {
 		return false, fmt.Errorf("apply configmap %s/%s recording the last valid drains: %w", tm.Namespace, name, err)
 	}
+	s.remember(pl.plan.Key(), data[RecordKeyContent])
 	return true, nil
 }
 
 // delete removes the record of the deleted map namespace/name, when it is the publisher's.
 func (s *recordStore) delete(ctx context.Context, namespace, mapName string) (int, error) {
+	s.remember(namespace+"/"+mapName, "")
 	name := RecordName(mapName)
 	cur, err := s.cached(namespace, name)
 	if err != nil || cur == nil {

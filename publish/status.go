@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,8 +100,11 @@ func (w *statusWriter) write(ctx context.Context, tm *v1beta1.TrafficMap, want p
 	if getErr != nil {
 		return tm, 0, fmt.Errorf("re-read trafficmap after conflict: %w", getErr)
 	}
-	if live.UID != tm.UID || live.Generation != tm.Generation {
-		return tm, 0, err // the map changed under us: reconcile it afresh, with backoff
+	if live.UID != tm.UID || live.Generation != tm.Generation ||
+		!equality.Semantic.DeepEqual(findPublished(live), findPublished(tm)) {
+		// The map changed under us, or someone else (`publisher drain`) wrote the
+		// condition since the read: reconcile it afresh, with backoff.
+		return tm, 0, err
 	}
 	updated, err = w.apply(ctx, live, want, log)
 	return updated, 0, err
@@ -164,13 +168,21 @@ func (w *statusWriter) wrote(updated *v1beta1.TrafficMap) {
 	w.mu.Unlock()
 }
 
-// same reports whether tm's status already is want.
+// same reports whether tm's status already is want, or is a True condition want keeps:
+// True at the same generation with a message that ends with want's tail (the same weights;
+// only the sinks' consumer counts may differ, see publisherStatus.tail).
 func same(tm *v1beta1.TrafficMap, want publisherStatus) bool {
 	prev := findPublished(tm)
-	return prev != nil && prev.Status == want.condition.Status && prev.Reason == want.condition.Reason &&
-		prev.Message == want.condition.Message && prev.ObservedGeneration == want.condition.ObservedGeneration &&
-		tm.Status.Published == want.published && tm.Status.ObservedTrafficMapGeneration == want.observed &&
-		equality.Semantic.DeepEqual(tm.Status.GatewayRef, want.gatewayRef)
+	if prev == nil || prev.Status != want.condition.Status || prev.Reason != want.condition.Reason ||
+		prev.ObservedGeneration != want.condition.ObservedGeneration ||
+		tm.Status.Published != want.published || tm.Status.ObservedTrafficMapGeneration != want.observed ||
+		!equality.Semantic.DeepEqual(tm.Status.GatewayRef, want.gatewayRef) {
+		return false
+	}
+	if prev.Message == want.condition.Message {
+		return true
+	}
+	return want.published && want.tail != "" && strings.HasSuffix(prev.Message, "; "+want.tail)
 }
 
 func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want publisherStatus, log *zap.Logger) (*v1beta1.TrafficMap, error) {

@@ -208,7 +208,23 @@ func xdsLine(x XDSSink) string {
 			current++
 		}
 	}
-	return fmt.Sprintf("publisher %s serves %s; %d/%d connected clients ACKed the versions served", x.Source, strings.Join(served, "; "), current, len(x.Clients))
+	line := fmt.Sprintf("publisher %s serves %s; %d/%d connected clients ACKed the versions served", x.Source, strings.Join(served, "; "), current, len(x.Clients))
+	switch m := x.Map; {
+	case m == nil:
+		line += "; the publisher reports no xds relevance for this map"
+	case len(m.Relevant) == 0:
+		line += "; no connected client is subscribed to this map's resources"
+	default:
+		line += fmt.Sprintf("; this map: %d/%d relevant clients ACKed its content", len(m.Acked), len(m.Relevant))
+		if len(m.Waiting) > 0 {
+			waiting := make([]string, 0, len(m.Waiting))
+			for _, id := range m.Waiting {
+				waiting = append(waiting, plain(id))
+			}
+			line += ", waiting for " + strings.Join(waiting, ", ")
+		}
+	}
+	return line
 }
 
 // typeVersions formats versions per resource type, sorted by type.

@@ -3,6 +3,7 @@ package report
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -193,6 +194,19 @@ type XDSSink struct {
 	Served map[xds.Flavour]map[string]string `json:"served,omitempty"`
 	// Clients are the connected clients, sorted by node id.
 	Clients []XDSClient `json:"clients"`
+	// Map is this map's relevance as the publisher judges it (xds.DebugMap): nil when the
+	// publisher did not report it (it does not serve the map, or an older publisher).
+	Map *XDSMap `json:"map,omitempty"`
+}
+
+// XDSMap is who counts for one map's xDS confirmation: the client streams subscribed to
+// one of its resources (a stream subscribed to nothing of it neither blocks nor counts),
+// and of those, which ACKed its current content and which it still waits for. Streams are
+// named as /debug/xds names them (node id, stream, peer).
+type XDSMap struct {
+	Relevant []string `json:"relevant"`
+	Acked    []string `json:"acked"`
+	Waiting  []string `json:"waiting"`
 }
 
 // XDSClient is one connected xDS client.
@@ -249,7 +263,7 @@ func Build(o Objects) Status {
 		Namespace: tm.Namespace, TrafficMap: tm.Name, Service: tm.Spec.Service, Generation: tm.Generation,
 		Clusters: []Cluster{}, Pending: []Drain{},
 		Drains: DrainState{State: AnnotationAbsent, InEffect: []Drain{}},
-		Sinks:  Sinks{XDS: xdsSink(o.XDS, o.XDSSource)},
+		Sinks:  Sinks{XDS: xdsSink(o.XDS, o.XDSSource, tm.Namespace+"/"+tm.Name)},
 	}
 	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name}
 	route := o.Route
@@ -412,12 +426,24 @@ func published(tm *v1beta1.TrafficMap) Published {
 }
 
 // xdsSink reduces the /debug/xds document; d nil means it was not read.
-func xdsSink(d *xds.DebugState, source string) XDSSink {
+func xdsSink(d *xds.DebugState, source, key string) XDSSink {
 	x := XDSSink{Clients: []XDSClient{}}
 	if d == nil {
 		return x
 	}
 	x.Reported, x.Source = true, source
+	for _, m := range d.Maps {
+		if m.Key != key {
+			continue
+		}
+		xm := &XDSMap{Relevant: slices.Clone(m.Relevant), Acked: slices.Clone(m.Acked), Waiting: []string{}}
+		for _, id := range m.Relevant {
+			if !slices.Contains(m.Acked, id) {
+				xm.Waiting = append(xm.Waiting, id)
+			}
+		}
+		x.Map = xm
+	}
 	for f, vs := range d.Snapshots {
 		if x.Served == nil {
 			x.Served = map[xds.Flavour]map[string]string{}

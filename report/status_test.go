@@ -251,6 +251,10 @@ func TestBuildPublishedAndXDSClients(t *testing.T) {
 			{NodeID: "grpc-a", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
 			{NodeID: "odd node\x1b[2J", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
 		},
+		Maps: []xds.DebugMap{
+			{Key: "prod/other", Relevant: []string{"grpc-a/sotw-3"}, Acked: []string{}},
+			{Key: "prod/chat", Relevant: []string{"envoy-a/delta-1", "envoy-b/delta-2", "odd node\x1b[2J/sotw-4"}, Acked: []string{"envoy-a/delta-1"}},
+		},
 	}
 	s := Build(Objects{TrafficMap: tm, Source: source(nil), XDS: state, XDSSource: "http://127.0.0.1:8080/debug/xds"})
 
@@ -266,6 +270,8 @@ func TestBuildPublishedAndXDSClients(t *testing.T) {
 			{NodeID: "grpc-a", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
 			{NodeID: "odd node\x1b[2J", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
 		},
+		Map: &XDSMap{Relevant: []string{"envoy-a/delta-1", "envoy-b/delta-2", "odd node\x1b[2J/sotw-4"}, Acked: []string{"envoy-a/delta-1"},
+			Waiting: []string{"envoy-b/delta-2", "odd node\x1b[2J/sotw-4"}},
 	}, s.Sinks.XDS, "the document's state, sorted; the message's \"7/7\" is not read")
 	state.Snapshots[xds.FlavourEnvoy]["Cluster"] = "changed"
 	assert.Equal(t, "v2", s.Sinks.XDS.Served[xds.FlavourEnvoy]["Cluster"], "Build copies its input")
@@ -277,7 +283,8 @@ func TestBuildPublishedAndXDSClients(t *testing.T) {
 		"Published          False (XDSRejected), Current: observedGeneration 3 is the generation\n",
 		"Last transition    2026-12-03T09:30:00Z\n",
 		"Message            " + tm.Status.Conditions[0].Message + "\n",
-		"xDS sink           publisher http://127.0.0.1:8080/debug/xds serves envoy: Cluster=v2, Listener=v1, RouteConfiguration=v3; 1/4 connected clients ACKed the versions served\n",
+		"xDS sink           publisher http://127.0.0.1:8080/debug/xds serves envoy: Cluster=v2, Listener=v1, RouteConfiguration=v3; 1/4 connected clients ACKed the versions served; " +
+			`this map: 1/3 relevant clients ACKed its content, waiting for envoy-b/delta-2, "odd node\x1b[2J/sotw-4"` + "\n",
 		"\nXDS CLIENT          FLAVOUR   STATE     ACKED                                            NACKED\n" +
 			"envoy-a             envoy     Current   Cluster=v2, Listener=v1, RouteConfiguration=v3   -\n" +
 			"envoy-b             envoy     Behind    Cluster=v1, Listener=v1, RouteConfiguration=v3   Cluster=v2 \"tls context unsupported\"\n" +

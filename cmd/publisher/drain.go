@@ -268,6 +268,14 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 		if rv, err = client.Apply(ctx, plan, dry); err != nil {
 			return 0, err
 		}
+		if f.wait.set && flip.Written() && dry == drain.DryRunNone {
+			// The wait's baseline: a True from before the patch is not this change's.
+			if again, err := (drain.MapClient{Maps: maps}).MarkPatched(ctx, plan, time.Now()); err == nil {
+				flip = again
+			} else {
+				fmt.Fprintf(stderr, "warning: Published not set to False after the patch: %v; --wait may take a True about the weights before this %s\n", err, action)
+			}
+		}
 	}
 	res := drain.NewResult(plan, dry, rv, kc.context, time.Now())
 	if err := drain.WriteResult(stdout, res, f.output); err != nil {

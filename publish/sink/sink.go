@@ -15,7 +15,11 @@ package sink
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
@@ -212,4 +216,41 @@ type Leading interface {
 // Debugger is a sink that serves debug endpoints, by path, on the publisher's HTTP server.
 type Debugger interface {
 	DebugHandlers() map[string]http.Handler
+}
+
+// Digest is a short, deterministic digest of everything a sink publishes for the plan: the
+// service, the names it serves and withholds, and per entry the cluster, endpoint and
+// effective weight. Two plans that publish the same thing have the same digest, whatever
+// the inputs they were computed from. The publisher records it (with the HTTPRoute sink
+// off) to prove after a restart that a map's Published condition was about this content.
+func (p *Plan) Digest() string {
+	h := sha256.New()
+	var buf []byte
+	field := func(v string) { // length-prefixed, so no two field lists encode the same
+		buf = strconv.AppendInt(buf[:0], int64(len(v)), 10)
+		buf = append(buf, ':')
+		buf = append(buf, v...)
+		h.Write(buf)
+	}
+	field(p.Service)
+	field(strconv.Itoa(len(p.Hostnames)))
+	for _, n := range slices.Sorted(slices.Values(p.Hostnames)) {
+		field(n)
+	}
+	withheld := make([]string, 0, len(p.Conflicts))
+	for _, c := range p.Conflicts {
+		withheld = append(withheld, c.Hostname)
+	}
+	slices.Sort(withheld)
+	field(strconv.Itoa(len(withheld)))
+	for _, n := range withheld {
+		field(n)
+	}
+	for _, e := range p.Result.Entries {
+		field(e.Cluster)
+		field(e.Endpoint.URL)
+		field(strconv.FormatInt(int64(e.Effective), 10))
+	}
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:12])
 }
