@@ -117,7 +117,9 @@ type fakeInputs struct {
 	cachedRV, liveRV string
 }
 
-func (f *fakeInputs) sourceVersion(context.Context, string, string) (string, error) { return f.liveRV, nil }
+func (f *fakeInputs) sourceVersion(context.Context, string, string) (string, error) {
+	return f.liveRV, nil
+}
 
 func (f *fakeInputs) trafficMap(string, string) (*v1beta1.TrafficMap, error) { return f.tm, f.err }
 func (f *fakeInputs) gather(tm *v1beta1.TrafficMap) (gathered, error) {
