@@ -104,10 +104,12 @@ func TestXDSOnlyRestartKeepsUnchangedMaps(t *testing.T) {
 		{Cluster: "worker-b", Endpoint: localBackend(t, "worker-b"), Weight: 30, Healthy: true},
 	})
 	xdsOnly := func(c *publish.Config) {
-		c.Sinks, c.XDSAddress, c.RequireXDSAck = []string{publish.SinkXDS}, "127.0.0.1:0", true
+		c.Sinks, c.XDSAddress, c.RequireXDSAck, c.XDSMinClients = []string{publish.SinkXDS}, "127.0.0.1:0", true, 1
 		c.XDSReconnectGrace = 10 * time.Minute // longer than the test: any hold shows
 	}
-	pub := f.startPublisher(xdsOnly)
+	// The first start has no window: the new map waits for its first client (min-clients
+	// 1), which would make it a map with a condition that the window holds.
+	pub := f.startPublisher(xdsOnly, func(c *publish.Config) { c.XDSReconnectGrace = 0 })
 	client := xdsClient(t, pub.xdsAddr, "grpc-client-1", "chat."+f.ns)
 	_, err := call(client)
 	require.NoError(t, err)
@@ -128,5 +130,7 @@ func TestXDSOnlyRestartKeepsUnchangedMaps(t *testing.T) {
 	restarted.stop(t)
 	f.drain(seedDrain)
 	f.startPublisher(xdsOnly, func(c *publish.Config) { c.XDSAddress = addr })
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "waiting for xds clients to reconnect", "--xds-reconnect-grace 10m0s")
+	// Not True: it waits for the client to reconnect (--xds-min-clients) and then for the
+	// window (--xds-reconnect-grace), whichever the reconcile meets first.
+	f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "waiting for xds clients")
 }

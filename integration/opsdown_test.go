@@ -83,7 +83,8 @@ func TestOpsPublisherDown(t *testing.T) {
 	assert.Equal(t, exitWaitTimeout, got.code, got.stderr)
 	assert.Contains(t, got.stderr, "\nerror: timed out waiting for the publisher after 1s: ")
 	assert.NotContains(t, f.isvc(service).GetAnnotations(), drainKey, "the undrain applied")
-	assert.Equal(t, "publisher undrain of maintenance-a on worker-a requested; not yet published", published(f.getMap()).Message)
+	assert.Equal(t, "publisher undrain of maintenance-a on worker-a stored; not yet published", published(f.getMap()).Message,
+		"--wait flips Published again once the patch is stored: its baseline")
 
 	// --wait while a publisher starts: it returns 0 once the route holds the drained weights.
 	wait := op.start(t, seedDrainArgs(f.ns, "--yes", "--wait=1m")...)

@@ -105,7 +105,7 @@ func TestOpsStatusShowsXDSClients(t *testing.T) {
 	table := op.run(t, "status", "chat", "-n", f.ns, "--publisher-url", url)
 	require.Equal(t, 0, table.code, table.stderr)
 	for _, want := range []string{
-		"1/2 connected clients ACKed the versions served\n",
+		"1/2 connected clients ACKed the versions served; this map: 1/2 relevant clients ACKed its content, waiting for envoy-nacks/sotw-",
 		"XDS CLIENT    FLAVOUR   STATE     ACKED",
 		"envoy-acks    envoy     Current   Cluster=" + served["Cluster"],
 		"envoy-nacks   envoy     Behind",

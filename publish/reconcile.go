@@ -133,7 +133,8 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	}
 	// A map with no Published condition claims nothing yet, so it has nothing to protect
 	// while clients reconnect (and a cold start of N new maps is not held by the grace).
-	pl.plan.PublishedBefore = findPublished(tm) == nil || (durable && kept && publishedTrue(tm))
+	pl.plan.Confirmed = durable && kept && publishedTrue(tm)
+	pl.plan.PublishedBefore = findPublished(tm) == nil || pl.plan.Confirmed
 	switch {
 	case needsAnnounce(tm, carried):
 		if tm, _, err = r.status.write(ctx, tm, notPublished(tm, ReasonPublishing, "publishing weights "+describeWeights(pl.plan.Result), nil), log); err != nil {

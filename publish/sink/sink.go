@@ -66,6 +66,10 @@ type Plan struct {
 	// a restart); plans read outside the pipeline leave it false. The xDS sink uses it to keep unchanged maps confirmed while
 	// clients reconnect after a start.
 	PublishedBefore bool
+	// Confirmed is the second half of PublishedBefore alone: the map's condition is True at
+	// Generation and every enabled Durable sink (or the publisher's record) carries the
+	// plan, so this very content was confirmed before. A new map is not Confirmed.
+	Confirmed bool
 }
 
 // ReasonHostnameConflict is the Published reason while one of a map's names is held by

@@ -286,6 +286,13 @@ func (s *Sink) endGrace() {
 	}
 }
 
+// inGrace reports whether the reconnect grace window is open.
+func (s *Sink) inGrace() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Now().Before(s.grace.end)
+}
+
 // graceHolds reports whether the reconnect grace holds the map's plan Pending (it was not
 // published before and the window is open), and if so marks it held and says why.
 func (s *Sink) graceHolds(p *sink.Plan) (string, bool) {
@@ -381,6 +388,12 @@ func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error)
 		return sink.Confirmation{Sink: Name, State: sink.Refused, Reason: ReasonInvalid, Message: invalidMessage(key, invalid)}, nil
 	}
 	c := xds.Confirm(s.server.Tracker().Clients(), s.history, key, xds.ServedBy(s.envoy, svc), s.cfg.MinClients)
+	if !c.Done && c.Nack == nil && c.Acked == c.Total && c.Connected < s.cfg.MinClients && p.Confirmed && s.inGrace() {
+		// Too few clients only because those of the previous publisher are still
+		// reconnecting: content confirmed before keeps its condition through the window.
+		c.Done = true
+		c.Message = fmt.Sprintf("content confirmed before the start; %d of --xds-min-clients %d reconnected so far", c.Connected, s.cfg.MinClients)
+	}
 	if c.Done || c.Nack != nil {
 		s.mu.Lock()
 		delete(s.pending, key)

@@ -209,6 +209,40 @@ func TestReconnectGrace(t *testing.T) {
 	assert.Equal(t, []string{"prod/chat"}, requeued, "a deleted map is not requeued")
 }
 
+// With --xds-min-clients, too few clients right after a start (they are reconnecting)
+// keep content confirmed before in place for the window, not content that changed.
+func TestReconnectGraceMinClients(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, MinClients: 2, ReconnectGrace: 20 * time.Second, Plans: noPlans{},
+		Now: func() time.Time { return now }, Requeue: func(string, string) {}}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.listener.Close() })
+	plan := &sink.Plan{Namespace: "prod", Name: "chat", Service: "chat", PublishedBefore: true, Confirmed: true, Result: weights.Result{
+		Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 1}}}}
+	c, err := s.Apply(t.Context(), plan)
+	require.NoError(t, err)
+	assert.Equal(t, sink.Pending, c.State, "outside the window too few clients wait")
+	assert.Contains(t, c.Message, "--xds-min-clients is 2")
+
+	s.beginGrace()
+	t.Cleanup(func() { s.grace.timer.Stop() })
+	c, err = s.Apply(t.Context(), plan)
+	require.NoError(t, err)
+	assert.Equal(t, sink.InPlace, c.State)
+	assert.Equal(t, "content confirmed before the start; 0 of --xds-min-clients 2 reconnected so far", c.Message)
+
+	changed := *plan
+	changed.PublishedBefore, changed.Confirmed = false, false
+	c, err = s.Apply(t.Context(), &changed)
+	require.NoError(t, err)
+	assert.Equal(t, sink.Pending, c.State, "changed content is not waived")
+	fresh := *plan
+	fresh.Confirmed = false // a new map: published before in the sense of the hold, but never confirmed
+	c, err = s.Apply(t.Context(), &fresh)
+	require.NoError(t, err)
+	assert.Equal(t, sink.Pending, c.State, "a new map is not waived")
+}
+
 // With no grace configured, Leading opens no window.
 func TestReconnectGraceOff(t *testing.T) {
 	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, Plans: noPlans{}, Requeue: func(string, string) {}}, zaptest.NewLogger(t))
