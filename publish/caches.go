@@ -171,6 +171,20 @@ func (c *caches) sourceVersion(ctx context.Context, namespace, name string) (str
 	return m.ResourceVersion, nil
 }
 
+// unconfirmed lists the namespace/name of every cached TrafficMap whose Published
+// condition is not True at its generation (what this replica reports on).
+func (c *caches) unconfirmed() []string {
+	var out []string
+	for _, inf := range c.maps {
+		for _, obj := range inf.GetStore().List() {
+			if tm, ok := obj.(*v1beta1.TrafficMap); ok && !publishedTrue(tm) {
+				out = append(out, tm.Namespace+"/"+tm.Name)
+			}
+		}
+	}
+	return out
+}
+
 // keys lists the namespace/name of every cached TrafficMap.
 func (c *caches) keys() []string {
 	var out []string

@@ -2,10 +2,12 @@ package publish
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +29,7 @@ import (
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/publish/replicas"
 	"github.com/trafficmap/publisher/publish/routesink"
 	"github.com/trafficmap/publisher/publish/sink"
 	"github.com/trafficmap/publisher/publish/xdssink"
@@ -57,6 +60,10 @@ type Publisher struct {
 	http *httpServer
 	// metrics records the publisher's own metrics; nil without a registry.
 	metrics *metrics
+	// board and report exchange the replicas' xDS confirmations (package replicas); nil
+	// without leader election or without the xDS sink.
+	board  *replicas.Board
+	report *replicas.Writer
 }
 
 type clients struct {
@@ -147,6 +154,16 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 			RetainLastPositive: cfg.NoPositivePolicy == RetainLastPositive},
 			httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager), p.caches))
 	}
+	var peers func() []replicas.Report
+	if le := p.elector.cfg; le.Enabled && cfg.sinkOn(SinkXDS) {
+		p.board = replicas.NewBoard(c.kube, le.Namespace, le.Name, le.Identity, func(keys []string) {
+			for _, k := range keys {
+				ns, name, _ := strings.Cut(k, "/")
+				p.queue.Add(cache.NewObjectName(ns, name))
+			}
+		}, log.Named("replicas"))
+		peers = p.board.Peers
+	}
 	if cfg.sinkOn(SinkXDS) {
 		xs, err := xdssink.New(xdssink.Config{
 			Address: cfg.XDSAddress, ListenerAddress: cfg.XDSListenerAddress,
@@ -155,6 +172,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 			ReconnectGrace: cfg.XDSReconnectGrace,
 			Plans:          planSource{inputs: p.caches, hosts: route, sinks: func() []sink.Sink { return p.sinks }, reader: xdssink.Name},
 			Requeue:        func(ns, name string) { p.queue.Add(cache.NewObjectName(ns, name)) },
+			Peers:          peers,
 		}, log.Named("xds"))
 		if errors.Is(err, xdssink.ErrInvalidConfig) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -163,6 +181,12 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 			return nil, err
 		}
 		p.sinks = append(p.sinks, xs)
+		if p.board != nil {
+			le := p.elector.cfg
+			p.report = &replicas.Writer{Kube: c.kube, Namespace: le.Namespace, Election: le.Name, Identity: le.Identity,
+				Duration: le.LeaseDuration, FieldManager: cfg.FieldManager, Log: log.Named("replicas"),
+				Build: func() replicas.Report { return xs.Report(p.caches.unconfirmed()) }}
+		}
 	}
 	p.rec = &reconciler{
 		inputs:  p.caches,
@@ -257,6 +281,14 @@ func (p *Publisher) Run(ctx context.Context) error {
 		return err
 	}
 	synced = append(synced, fleet...)
+	if p.board != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.board.Run(ctx)
+		}()
+		synced = append(synced, p.board.HasSynced)
+	}
 	p.log.Info("waiting for informer caches", zap.Strings("namespaces", p.cfg.Namespaces))
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // stopped before the caches synced: a normal stop
@@ -275,6 +307,13 @@ func (p *Publisher) Run(ctx context.Context) error {
 				wait()
 			}()
 		}
+	}
+	if p.report != nil { // after the first snapshot: the report judges what is served
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.report.Run(ctx)
+		}()
 	}
 	if p.http != nil {
 		p.http.ready.Store(true)
@@ -344,6 +383,12 @@ func (p *Publisher) processNext(ctx context.Context) bool {
 // debugHandlers are the sinks' debug endpoints.
 func (p *Publisher) debugHandlers() map[string]http.Handler {
 	out := map[string]http.Handler{}
+	if p.board != nil {
+		out["/debug/replicas"] = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(p.board.Replicas())
+		})
+	}
 	for _, s := range p.sinks {
 		if d, ok := s.(sink.Debugger); ok {
 			for path, h := range d.DebugHandlers() {

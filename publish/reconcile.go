@@ -144,6 +144,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		r.metrics.started(key) // no condition yet: the latency clock starts without a write
 	}
 
+	pl.plan.Published = publishedTrue(tm)
 	confs := make([]sink.Confirmation, 0, len(r.sinks))
 	for _, s := range r.sinks {
 		c, err := s.Apply(ctx, &pl.plan)

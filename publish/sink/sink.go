@@ -70,6 +70,9 @@ type Plan struct {
 	// Generation and every enabled Durable sink (or the publisher's record) carries the
 	// plan, so this very content was confirmed before. A new map is not Confirmed.
 	Confirmed bool
+	// Published: the map's Published condition is True at Generation as the pipeline
+	// applies the plan (after it announced a change, which sets it False).
+	Published bool
 }
 
 // ReasonHostnameConflict is the Published reason while one of a map's names is held by

@@ -31,6 +31,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/trafficmap/publisher/publish/replicas"
 	"github.com/trafficmap/publisher/publish/sink"
 	"github.com/trafficmap/publisher/xds"
 )
@@ -86,6 +87,10 @@ type Config struct {
 	// Requeue asks the pipeline to reconcile a map again (its served content or its
 	// clients changed).
 	Requeue func(namespace, name string)
+	// Peers returns the live reports of the other replicas (replicas.Board.Peers); nil
+	// without leader election. With RequireAck, a plan is InPlace only when the relevant
+	// clients of every live replica ACKed its content too (replicas.Judge).
+	Peers func() []replicas.Report
 }
 
 // ErrInvalidConfig marks a configuration the sink cannot start with.
@@ -309,6 +314,48 @@ func (s *Sink) graceHolds(p *sink.Plan) (string, bool) {
 		s.grace.start.UTC().Format(time.RFC3339), s.grace.end.UTC().Format(time.RFC3339), s.cfg.ReconnectGrace), true
 }
 
+// Report is this replica's report on the maps keys (those whose Published condition it
+// sees not True), sorted by key and bounded by replicas.MaxMaps: per map, the content it
+// serves and what its relevant client streams did with it.
+func (s *Sink) Report(keys []string) replicas.Report {
+	s.mu.Lock()
+	served := s.lastGood // replaced, never modified, by remember
+	s.mu.Unlock()
+	clients := s.server.Tracker().Clients()
+	r := replicas.Report{Clients: len(clients)}
+	keys = slices.Sorted(slices.Values(keys))
+	if len(keys) > replicas.MaxMaps {
+		keys, r.Overflow = keys[:replicas.MaxMaps], true
+	}
+	for _, key := range keys {
+		svc, ok := served[key]
+		if !ok {
+			r.Maps = append(r.Maps, replicas.Map{Key: key})
+			continue
+		}
+		m := replicas.Map{Key: key, Digest: svc.Digest()}
+		by := xds.ServedBy(s.envoy, svc)
+		for _, cl := range clients {
+			v := xds.Judge(cl, s.history, key, by)
+			if !v.Relevant {
+				continue
+			}
+			m.Relevant++
+			switch {
+			case v.Acked:
+				m.Acked++
+			case len(m.Waiting) < replicas.MaxWaiting:
+				m.Waiting = append(m.Waiting, cl.ID())
+			}
+			if v.Nack != nil && m.Nack == nil {
+				m.Nack = &replicas.Nack{Client: cl.ID(), Version: v.Nack.Version, Type: v.Nack.TypeURL, Message: v.Nack.Message}
+			}
+		}
+		r.Maps = append(r.Maps, m)
+	}
+	return r
+}
+
 // Changed implements sink.Notified: the map's plan may have changed.
 func (s *Sink) Changed(namespace, name string) {
 	s.mu.Lock()
@@ -401,9 +448,24 @@ func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error)
 	}
 	conf := sink.Confirmation{Sink: Name, Message: c.Message,
 		Progress: &sink.Progress{Confirmed: c.Acked, Total: c.Total, Required: s.cfg.MinClients}}
+	var fleet replicas.Verdict
+	if s.cfg.Peers != nil && s.cfg.RequireAck {
+		fleet = replicas.Judge(s.cfg.Peers(), key, svc.Digest(), p.Published)
+		conf.Progress.Confirmed += fleet.Acked
+		conf.Progress.Total += fleet.Total
+		if fleet.Message != "" {
+			conf.Message += "; " + fleet.Message
+		}
+	} else {
+		fleet.Done = true
+	}
 	switch {
 	case c.Nack != nil:
 		conf.State, conf.Reason = sink.Rejected, ReasonRejected
+	case fleet.Nack != nil:
+		conf.State, conf.Reason, conf.Message = sink.Rejected, ReasonRejected, fleet.Message
+	case !fleet.Done:
+		conf.State = sink.Pending
 	case !c.Done && s.cfg.RequireAck:
 		conf.State = sink.Pending
 	default:

@@ -1,0 +1,335 @@
+package replicas
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+)
+
+// Interval is the shortest time between two writes of one replica's report: changes within
+// it are batched into the next write.
+const Interval = 250 * time.Millisecond
+
+// Writer keeps this replica's report Lease: it builds the report every Interval, writes it
+// when it changed, renews it every Duration/3 otherwise, and deletes it when it stops. It
+// is the Lease's only writer.
+type Writer struct {
+	Kube kubernetes.Interface
+	// Namespace and Election locate the election Lease; the report Lease lives beside it.
+	Namespace, Election string
+	// Identity is the replica's leader-election identity.
+	Identity string
+	// Duration is how long the report counts after its last renewal (the Lease's
+	// leaseDurationSeconds, at least one second).
+	Duration time.Duration
+	// Build returns the current report; it is called from Run's goroutine only.
+	Build func() Report
+	// FieldManager names the writer.
+	FieldManager string
+	Log          *zap.Logger
+}
+
+// Run writes the report until ctx is done, then deletes it (a replica that stops cleanly
+// stops counting at once; one that dies stops once the report expires).
+func (w *Writer) Run(ctx context.Context) {
+	name := LeaseName(w.Election, w.Identity)
+	tick := time.NewTicker(Interval)
+	defer tick.Stop()
+	var last string
+	var renewed time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if err := w.Kube.CoordinationV1().Leases(w.Namespace).Delete(dctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				w.Log.Info("report lease not deleted; it expires", zap.String("lease", name), zap.Error(err))
+			}
+			return
+		case <-tick.C:
+		}
+		r := w.Build()
+		r.Identity = w.Identity
+		value, err := Encode(r)
+		if err != nil {
+			w.Log.Error("report not encoded", zap.Error(err))
+			continue
+		}
+		if value == last && time.Since(renewed) < w.Duration/3 {
+			continue
+		}
+		if err := w.write(ctx, name, value); err != nil {
+			if ctx.Err() == nil {
+				w.Log.Info("report lease not written; retrying", zap.String("lease", name), zap.Error(err))
+			}
+			continue
+		}
+		last, renewed = value, time.Now()
+	}
+}
+
+// write stores value as the report, renewing the Lease.
+func (w *Writer) write(ctx context.Context, name, value string) error {
+	leases := w.Kube.CoordinationV1().Leases(w.Namespace)
+	now := metav1.NewMicroTime(time.Now())
+	seconds := int32(max(w.Duration/time.Second, 1))
+	cur, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		l := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.Namespace,
+				Labels:      map[string]string{LabelFor: w.Election, "app.kubernetes.io/managed-by": "trafficmap-publisher"},
+				Annotations: map[string]string{Annotation: value}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(w.Identity), LeaseDurationSeconds: ptr.To(seconds),
+				AcquireTime: &now, RenewTime: &now},
+		}
+		_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: w.FieldManager})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	l := cur.DeepCopy()
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[Annotation] = value
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[LabelFor] = w.Election
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = ptr.To(w.Identity), ptr.To(seconds), &now
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: w.FieldManager})
+	return err
+}
+
+// Board is the leader's view of every replica's report, from an informer on the report
+// Leases of one election. A report counts while it is live: less than its
+// leaseDurationSeconds after this process last saw it change (by resourceVersion), so
+// clocks that differ between replicas do not matter, as in client-go's leader election.
+// Its table is guarded by mu.
+type Board struct {
+	self     string
+	informer cache.SharedIndexInformer
+	now      func() time.Time
+	onChange func(keys []string)
+	log      *zap.Logger
+
+	mu      sync.Mutex
+	reports map[string]*seen // by Lease name
+}
+
+type seen struct {
+	version  string
+	observed time.Time
+	duration time.Duration
+	report   Report
+	expired  bool
+}
+
+// NewBoard watches the reports of the election Lease namespace/election. self (this
+// replica's identity) is left out of Peers. onChange is called with the keys of the maps
+// whose standing may have changed: those listed in a report that changed, appeared,
+// expired or went away.
+func NewBoard(kube kubernetes.Interface, namespace, election, self string, onChange func(keys []string), log *zap.Logger) *Board {
+	sel := labels.SelectorFromSet(labels.Set{LabelFor: election}).String()
+	inf := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel })).Coordination().V1().Leases().Informer()
+	b := &Board{self: self, informer: inf, now: time.Now, onChange: onChange, log: log, reports: map[string]*seen{}}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{ // cannot fail before it runs
+		AddFunc:    func(obj any) { b.observe(obj) },
+		UpdateFunc: func(_, obj any) { b.observe(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if l, ok := obj.(*coordinationv1.Lease); ok {
+				b.forget(l.Name)
+			}
+		},
+	})
+	return b
+}
+
+// Run runs the informer and expires reports until ctx is done.
+func (b *Board) Run(ctx context.Context) {
+	go b.informer.RunWithContext(ctx)
+	tick := time.NewTicker(time.Second / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			b.expire()
+		}
+	}
+}
+
+// HasSynced reports whether the informer has listed the reports.
+func (b *Board) HasSynced() bool { return b.informer.HasSynced() }
+
+// Peers returns the live reports of the other replicas.
+func (b *Board) Peers() []Report {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	out := make([]Report, 0, len(b.reports))
+	for _, name := range slices.Sorted(maps.Keys(b.reports)) {
+		s := b.reports[name]
+		if s.report.Identity == b.self || !now.Before(s.observed.Add(s.duration)) {
+			continue
+		}
+		out = append(out, s.report)
+	}
+	return out
+}
+
+// Replica is one replica as the Board sees it.
+type Replica struct {
+	Identity string `json:"identity"`
+	// Self marks this replica.
+	Self bool `json:"self,omitempty"`
+	// Live: the report was renewed within its duration.
+	Live bool `json:"live"`
+	// Clients is how many client streams are connected to it.
+	Clients int `json:"clients"`
+	// Unconfirmed counts the maps its report lists (Overflow: more than that).
+	Unconfirmed int  `json:"unconfirmed"`
+	Overflow    bool `json:"overflow,omitempty"`
+	// Renewed is when this process last saw the report change.
+	Renewed time.Time `json:"renewed"`
+}
+
+// Replicas lists every report, live or not, sorted by identity.
+func (b *Board) Replicas() []Replica {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	out := make([]Replica, 0, len(b.reports))
+	for _, s := range b.reports {
+		out = append(out, Replica{Identity: s.report.Identity, Self: s.report.Identity == b.self,
+			Live: now.Before(s.observed.Add(s.duration)), Clients: s.report.Clients,
+			Unconfirmed: len(s.report.Maps), Overflow: s.report.Overflow, Renewed: s.observed})
+	}
+	slices.SortFunc(out, func(a, c Replica) int {
+		if a.Identity < c.Identity {
+			return -1
+		}
+		if a.Identity > c.Identity {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (b *Board) observe(obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	r, err := Decode(l.Annotations[Annotation])
+	if err != nil {
+		b.log.Info("ignoring a report lease that does not parse", zap.String("lease", l.Namespace+"/"+l.Name), zap.Error(err))
+		return
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != r.Identity {
+		b.log.Info("ignoring a report lease whose holder is not its reporter", zap.String("lease", l.Namespace+"/"+l.Name))
+		return
+	}
+	d := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second
+	b.mu.Lock()
+	prev := b.reports[l.Name]
+	if prev != nil && prev.version == l.ResourceVersion {
+		b.mu.Unlock()
+		return
+	}
+	b.reports[l.Name] = &seen{version: l.ResourceVersion, observed: b.now(), duration: d, report: r}
+	b.mu.Unlock()
+	var keys []string
+	switch {
+	case r.Identity == b.self:
+	case prev == nil || prev.expired:
+		keys = listed(r) // a replica (back) in the count: its unconfirmed maps now wait on it
+	default:
+		keys = changed(prev.report, r)
+	}
+	if len(keys) > 0 || (prev == nil && r.Overflow) {
+		b.onChange(keys)
+	}
+}
+
+func (b *Board) forget(name string) {
+	b.mu.Lock()
+	prev := b.reports[name]
+	delete(b.reports, name)
+	b.mu.Unlock()
+	if prev != nil && prev.report.Identity != b.self {
+		b.onChange(listed(prev.report))
+	}
+}
+
+// expire notes the reports that stopped being renewed and requeues what they listed.
+func (b *Board) expire() {
+	now := b.now()
+	var keys []string
+	b.mu.Lock()
+	for _, s := range b.reports {
+		if !s.expired && !now.Before(s.observed.Add(s.duration)) {
+			s.expired = true
+			if s.report.Identity != b.self {
+				b.log.Info("replica report expired: it no longer counts", zap.String("replica", s.report.Identity))
+				keys = append(keys, listed(s.report)...)
+			}
+		}
+	}
+	b.mu.Unlock()
+	if len(keys) > 0 {
+		b.onChange(keys)
+	}
+}
+
+func listed(r Report) []string {
+	keys := make([]string, 0, len(r.Maps))
+	for _, m := range r.Maps {
+		keys = append(keys, m.Key)
+	}
+	return keys
+}
+
+// changed lists the keys whose entries differ between two reports of one replica.
+func changed(a, b Report) []string {
+	old := make(map[string]Map, len(a.Maps))
+	for _, m := range a.Maps {
+		old[m.Key] = m
+	}
+	var keys []string
+	for _, m := range b.Maps {
+		if o, ok := old[m.Key]; !ok || !reflect.DeepEqual(o, m) {
+			keys = append(keys, m.Key)
+		}
+		delete(old, m.Key)
+	}
+	for k := range old {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// String describes a replica for logs.
+func (r Replica) String() string { return fmt.Sprintf("%s (live %t, %d clients)", r.Identity, r.Live, r.Clients) }
