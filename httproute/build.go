@@ -159,7 +159,7 @@ func Build(cfg Config, src Source, res weights.Result, in Inputs) (*Desired, err
 	route := &gwapiv1.HTTPRoute{
 		TypeMeta: metav1.TypeMeta{APIVersion: gwapiv1.GroupVersion.String(), Kind: "HTTPRoute"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      RouteName(src.Name),
+			Name:            RouteName(src.Name),
 			Namespace:       src.Namespace,
 			Labels:          ownerLabels(src),
 			OwnerReferences: ownerReferences(src),
@@ -225,7 +225,7 @@ func buildService(src Source, e weights.EffectiveEntry) *corev1.Service {
 	return &corev1.Service{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      ServiceName(src.Namespace, src.Name, e.Cluster),
+			Name:            ServiceName(src.Namespace, src.Name, e.Cluster),
 			Namespace:       src.Namespace,
 			Labels:          labels,
 			OwnerReferences: ownerReferences(src),
