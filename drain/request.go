@@ -35,7 +35,6 @@ const (
 // Refusals and failures, with OME's messages. Each is returned as is (never wrapped with more
 // text), so the command prints exactly "error: <message>".
 var (
-	ErrFlags            = errors.New("invalid traffic action flags; use --help")
 	ErrArgs             = errors.New("exactly one inference service is required")
 	ErrOutput           = errors.New("output must be table, wide, json or yaml")
 	ErrDryRun           = errors.New("dry-run must be none, client or server")
