@@ -148,7 +148,9 @@ func chartMonitoringExprs(t *testing.T) []string {
 			Kind string
 			Data map[string]string
 			Spec struct {
-				Groups []struct{ Rules []struct{ Alert, Expr string } }
+				Groups []struct {
+					Rules []struct{ Alert, Expr string }
+				}
 			}
 		}
 		require.NoError(t, yaml.Unmarshal([]byte(doc), &obj))
