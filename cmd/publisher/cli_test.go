@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 )
 
 func TestExitCodes(t *testing.T) {
@@ -161,4 +162,34 @@ current-context: x
 	assert.Equal(t, []string{"ops"}, kc.rest.Impersonate.Groups)
 	assert.Equal(t, "prod", kc.namespace, "the context's namespace")
 	assert.Equal(t, "x", kc.context)
+}
+
+// plugins/trafficmap.yaml is a krew manifest for this binary: the plugin name kubectl runs
+// it under, and for every platform the archive 'make plugin-archives' builds, with the
+// publisher binary in it.
+func TestKrewManifest(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "plugins", "trafficmap.yaml"))
+	require.NoError(t, err)
+	var m struct {
+		APIVersion, Kind string
+		Metadata         struct{ Name string }
+		Spec             struct {
+			Version, Homepage, ShortDescription, Description, Caveats string
+			Platforms                                                 []struct {
+				Selector         struct{ MatchLabels map[string]string } `json:"selector"`
+				URI, Sha256, Bin string
+			}
+		}
+	}
+	require.NoError(t, yaml.UnmarshalStrict(raw, &m))
+	assert.Equal(t, "krew.googlecontainertools.github.com/v1alpha2", m.APIVersion)
+	assert.Equal(t, "Plugin", m.Kind)
+	assert.Equal(t, strings.TrimPrefix(pluginProgram, "kubectl-"), m.Metadata.Name)
+	require.Len(t, m.Spec.Platforms, 4)
+	for _, p := range m.Spec.Platforms {
+		goos, arch := p.Selector.MatchLabels["os"], p.Selector.MatchLabels["arch"]
+		assert.True(t, strings.HasSuffix(p.URI, "/publisher_"+goos+"_"+arch+".tar.gz"), p.URI)
+		assert.Equal(t, programName, p.Bin)
+		assert.Len(t, p.Sha256, 64)
+	}
 }
