@@ -15,7 +15,8 @@ import (
 
 // The publisher binary linked as kubectl-trafficmap on PATH is a kubectl plugin: the real
 // kubectl runs 'kubectl trafficmap status ...' through it, with the same output as
-// 'publisher status ...', its exit codes, and its help naming 'kubectl trafficmap'.
+// 'publisher status ...', its exit codes, and its help naming 'kubectl trafficmap'; drain
+// works the same way, and kubectl completes the plugin's flags and SERVICE.
 func TestKubectlPluginStatus(t *testing.T) {
 	kubectl, err := exec.LookPath("kubectl")
 	require.NoError(t, err, "kubectl (Debian package kubectl) must be on PATH")
@@ -26,10 +27,12 @@ func TestKubectlPluginStatus(t *testing.T) {
 	op := admin(t)
 
 	dir := t.TempDir()
-	require.NoError(t, os.Symlink(publisherBinary(t), filepath.Join(dir, "kubectl-trafficmap")))
-	plugin := func(args ...string) ran {
+	for _, name := range []string{"kubectl-trafficmap", "kubectl_complete-trafficmap"} { // as make install-plugin links it
+		require.NoError(t, os.Symlink(publisherBinary(t), filepath.Join(dir, name)))
+	}
+	kubectlRun := func(args ...string) ran {
 		t.Helper()
-		cmd := exec.CommandContext(ctxFor(t), kubectl, append([]string{"trafficmap"}, args...)...)
+		cmd := exec.CommandContext(ctxFor(t), kubectl, args...)
 		cmd.Env = append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+op.kubeconfig)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -40,6 +43,7 @@ func TestKubectlPluginStatus(t *testing.T) {
 		}
 		return ran{stdout: stdout.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode()}
 	}
+	plugin := func(args ...string) ran { t.Helper(); return kubectlRun(append([]string{"trafficmap"}, args...)...) }
 
 	got := plugin("status", "chat", "-n", f.ns)
 	require.Equal(t, 0, got.code, got.stderr)
@@ -62,4 +66,20 @@ func TestKubectlPluginStatus(t *testing.T) {
 	got = plugin("status", "--help")
 	require.Equal(t, 0, got.code, got.stderr)
 	assert.Contains(t, got.stdout, "Usage:\n  kubectl trafficmap status")
+
+	// drain through the plugin (a client dry run: validated, previewed, nothing sent).
+	got = plugin("drain", "chat", "-n", f.ns, "--workload-cluster", "worker-a", "--id", "maintenance-a", "--reason", "planned maintenance",
+		"--yes", "--dry-run=client")
+	require.Equal(t, 0, got.code, got.stderr)
+	assert.Contains(t, got.stdout, "traffic drain")
+	assert.NotContains(t, f.isvc(service).GetAnnotations(), drainKey)
+
+	// kubectl's completion of the plugin runs kubectl_complete-trafficmap: flags, and the
+	// TrafficMaps of the namespace read from the API.
+	got = kubectlRun("__complete", "trafficmap", "status", "--outp")
+	require.Equal(t, 0, got.code, got.stderr)
+	assert.Contains(t, got.stdout, "--output")
+	got = kubectlRun("__complete", "trafficmap", "status", "-n", f.ns, "")
+	require.Equal(t, 0, got.code, got.stderr)
+	assert.Equal(t, []string{"chat", ":4"}, strings.Fields(got.stdout))
 }
