@@ -5,7 +5,7 @@
 GO ?= go
 FUZZTIME ?= 30s
 
-.PHONY: test demo bench unit fuzz generate build image controlplane
+.PHONY: test demo bench unit fuzz generate build image controlplane install-plugin plugin-archives
 
 ## test: go vet, then every test with the race detector, the integration tests on a real
 ## kube-apiserver and etcd; then the same for the separate test modules (TEST_MODULES)
@@ -51,6 +51,29 @@ generate:
 ## build: the publisher binary at bin/publisher
 build:
 	$(GO) build -o bin/publisher ./cmd/publisher
+
+## install-plugin: build the publisher, install it as BINDIR/publisher and link it there as
+## kubectl-trafficmap (the kubectl plugin: 'kubectl trafficmap status ...') and
+## kubectl_complete-trafficmap (kubectl's completion of the plugin). BINDIR must be on PATH.
+PREFIX ?= $(HOME)/.local
+BINDIR ?= $(PREFIX)/bin
+install-plugin: build
+	mkdir -p "$(BINDIR)"
+	cp bin/publisher "$(BINDIR)/publisher.tmp" && chmod 0755 "$(BINDIR)/publisher.tmp" && mv "$(BINDIR)/publisher.tmp" "$(BINDIR)/publisher"
+	ln -sf publisher "$(BINDIR)/kubectl-trafficmap"
+	ln -sf publisher "$(BINDIR)/kubectl_complete-trafficmap"
+
+## plugin-archives: the krew archives plugins/trafficmap.yaml names, bin/publisher_OS_ARCH.tar.gz,
+## and their bin/SHA256SUMS
+PLUGIN_PLATFORMS = linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+plugin-archives:
+	for p in $(PLUGIN_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; dir="bin/plugin_$${os}_$${arch}"; \
+		mkdir -p "$$dir" && \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w" -o "$$dir/publisher" ./cmd/publisher && \
+		tar -C "$$dir" -czf "bin/publisher_$${os}_$${arch}.tar.gz" publisher || exit 1; \
+	done
+	cd bin && sha256sum publisher_*.tar.gz > SHA256SUMS
 
 ## image: the OCI image as a tarball at bin/publisher-image.tar (no container engine needed)
 image:

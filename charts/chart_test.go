@@ -4,6 +4,7 @@ package charts
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"os"
 	"os/exec"
@@ -49,6 +50,13 @@ var cases = map[string][]string{
 		"--set", "leaderElection.enabled=true"},
 	"sidecar":  {"--set", "mode=sidecar", "--set", "publisher.gateway=prod/global", "--set", "xds.bindAddress=127.0.0.1"},
 	"xds-only": {"--set", "publisher.sinks={xds}"},
+	// Dashboards and alerts on: the Grafana dashboard ConfigMap and the PrometheusRule.
+	"monitoring": {"--set", "publisher.gateway=prod/global", "--set", "serviceMonitor.enabled=true",
+		"--set", "grafanaDashboard.enabled=true", "--set", "grafanaDashboard.annotations.grafana_folder=Networking",
+		"--set", "prometheusRule.enabled=true", "--set", "prometheusRule.minXDSClients=2", "--set", "prometheusRule.labels.release=prometheus"},
+	// In sidecar mode the alerts select no job unless told to.
+	"sidecar-monitoring": {"--set", "mode=sidecar", "--set", "publisher.gateway=prod/global",
+		"--set", "grafanaDashboard.enabled=true", "--set", "prometheusRule.enabled=true"},
 }
 
 // installCRDs renders the standalone case with the TrafficMap CRD. It has no golden file:
@@ -261,4 +269,79 @@ func TestTrafficMapCRDMatchesGenerated(t *testing.T) {
 	var generated map[string]any
 	require.NoError(t, yaml.Unmarshal(data, &generated))
 	assert.Equal(t, generated, rendered, "the chart's template is out of date: run make generate")
+}
+
+// With grafanaDashboard and prometheusRule on, the chart renders the dashboard file as is
+// in a ConfigMap the Grafana sidecar picks up (grafana_dashboard: "1"), with the panels the
+// operator needs, and a PrometheusRule with every alert; minXDSClients 0 leaves out the xDS
+// client alert. TestMonitoringMetricsAreExported (integration) checks the metric names.
+func TestDashboardAndAlerts(t *testing.T) {
+	out, err := runHelm(t, "template", "tm", "publisher", "--namespace", "publisher", "--set", "publisher.gateway=prod/global",
+		"--set", "grafanaDashboard.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.minXDSClients=3",
+		"--show-only", "templates/grafana-dashboard.yaml", "--show-only", "templates/prometheusrule.yaml")
+	require.NoError(t, err, out)
+	byKind := map[string]string{}
+	for _, doc := range strings.Split(out, "\n---\n") {
+		var meta struct{ Kind string }
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &meta))
+		byKind[meta.Kind] = doc
+	}
+	require.Len(t, byKind, 2)
+
+	var cm struct {
+		Metadata struct{ Labels map[string]string }
+		Data     map[string]string
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(byKind["ConfigMap"]), &cm))
+	assert.Equal(t, "1", cm.Metadata.Labels["grafana_dashboard"])
+	file, err := os.ReadFile(filepath.Join("publisher", "dashboards", "trafficmap-publisher.json"))
+	require.NoError(t, err)
+	assert.Equal(t, strings.TrimSpace(string(file)), cm.Data["trafficmap-publisher.json"], "the file, not templated")
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	require.NoError(t, json.Unmarshal(file, &dash))
+	var titles []string
+	for _, p := range dash.Panels {
+		titles = append(titles, p.Title)
+		assert.NotEmpty(t, p.Targets, p.Title)
+	}
+	assert.Equal(t, []string{"Published conditions by reason", "Input to Published latency per sink", "xDS clients",
+		"xDS ACKs and NACKs", "Reconciles and reconcile errors", "Route writes"}, titles)
+
+	var rule struct {
+		Spec struct {
+			Groups []struct {
+				Rules []struct {
+					Alert, Expr string
+				}
+			}
+		}
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(byKind["PrometheusRule"]), &rule))
+	require.Len(t, rule.Spec.Groups, 1)
+	alerts := map[string]string{}
+	for _, r := range rule.Spec.Groups[0].Rules {
+		alerts[r.Alert] = r.Expr
+	}
+	assert.ElementsMatch(t, []string{"TrafficMapNotPublished", "TrafficMapPublisherXDSNacks", "TrafficMapPublisherInvalidSnapshots",
+		"TrafficMapPublisherTooFewXDSClients", "TrafficMapPublisherReconcileErrors", "TrafficMapPublisherNoLeader"}, keys(alerts))
+	assert.Equal(t, `(sum(trafficmap_publisher_xds_clients{job="tm-trafficmap-publisher"}) or vector(0)) < 3`, alerts["TrafficMapPublisherTooFewXDSClients"])
+
+	out, err = runHelm(t, "template", "tm", "publisher", "--namespace", "publisher", "--set", "publisher.gateway=prod/global",
+		"--set", "prometheusRule.enabled=true", "--set", "prometheusRule.noLeaderFor=", "--show-only", "templates/prometheusrule.yaml")
+	require.NoError(t, err, out)
+	assert.NotContains(t, out, "TrafficMapPublisherTooFewXDSClients", "minXDSClients 0: no such alert")
+	assert.NotContains(t, out, "TrafficMapPublisherNoLeader", `noLeaderFor "": no such alert`)
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }

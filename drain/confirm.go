@@ -11,7 +11,7 @@ const maxAnswer = 16
 
 // Confirm reads an answer from a terminal in raw mode, byte by byte, echoing it to echo.
 // "y" or "yes" in any case, ended by Enter, proceeds. Anything else, more than 16
-// characters, Ctrl-D, end of input or a non-printable byte is ErrNotConfirmed; Ctrl-C is
+// characters, Ctrl-D, end of input or a non-printable byte is ErrDeclined; Ctrl-C is
 // context.Canceled. The context's end (the command's deadline) ends the wait.
 func Confirm(ctx context.Context, in io.Reader, echo io.Writer) error {
 	type answer struct{ err error }
@@ -23,7 +23,7 @@ func Confirm(ctx context.Context, in io.Reader, echo io.Writer) error {
 			n, err := in.Read(buf)
 			if n == 0 {
 				if err != nil {
-					done <- answer{ErrNotConfirmed}
+					done <- answer{ErrDeclined}
 					return
 				}
 				continue
@@ -34,7 +34,7 @@ func Confirm(ctx context.Context, in io.Reader, echo io.Writer) error {
 				if a := strings.ToLower(string(got)); a == "y" || a == "yes" {
 					done <- answer{nil}
 				} else {
-					done <- answer{ErrNotConfirmed}
+					done <- answer{ErrDeclined}
 				}
 				return
 			case c == 0x03: // Ctrl-C
@@ -43,7 +43,7 @@ func Confirm(ctx context.Context, in io.Reader, echo io.Writer) error {
 				return
 			case c < 0x20 || c >= 0x7f || len(got) == maxAnswer: // Ctrl-D, other controls, non-ASCII, too long
 				_, _ = io.WriteString(echo, "\r\n")
-				done <- answer{ErrNotConfirmed}
+				done <- answer{ErrDeclined}
 				return
 			default:
 				got = append(got, c)

@@ -139,14 +139,14 @@ func TestConfirm(t *testing.T) {
 		{"Y\n", nil},
 		{"yes\r", nil},
 		{"YeS\r", nil},
-		{"n\r", ErrNotConfirmed},
-		{"\r", ErrNotConfirmed},
-		{"yess\r", ErrNotConfirmed},
-		{"y", ErrNotConfirmed}, // end of input before Enter
-		{"\x04", ErrNotConfirmed},
-		{"y\x7f\r", ErrNotConfirmed},
+		{"n\r", ErrDeclined},
+		{"\r", ErrDeclined},
+		{"yess\r", ErrDeclined},
+		{"y", ErrDeclined}, // end of input before Enter
+		{"\x04", ErrDeclined},
+		{"y\x7f\r", ErrDeclined},
 		{"\x03", context.Canceled},
-		{strings.Repeat("y", 17) + "\r", ErrNotConfirmed},
+		{strings.Repeat("y", 17) + "\r", ErrDeclined},
 	} {
 		var echo bytes.Buffer
 		err := Confirm(context.Background(), strings.NewReader(tc.input), &echo)

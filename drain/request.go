@@ -35,7 +35,6 @@ const (
 // Refusals and failures, with OME's messages. Each is returned as is (never wrapped with more
 // text), so the command prints exactly "error: <message>".
 var (
-	ErrFlags            = errors.New("invalid traffic action flags; use --help")
 	ErrArgs             = errors.New("exactly one inference service is required")
 	ErrOutput           = errors.New("output must be table, wide, json or yaml")
 	ErrDryRun           = errors.New("dry-run must be none, client or server")
@@ -57,6 +56,7 @@ var (
 	ErrIDExists         = errors.New("traffic drain refused: override ID already exists")
 	ErrIDMissing        = errors.New("traffic undrain refused: override ID does not exist")
 	ErrNotConfirmed     = errors.New("action not confirmed; noninteractive input requires --yes")
+	ErrDeclined         = errors.New("action declined at the prompt; nothing was changed")
 	ErrAPI              = errors.New("required Kubernetes API request failed; check access and connectivity")
 	ErrTargetMismatch   = errors.New("action target response does not match exact request")
 	ErrConflict         = errors.New("guarded annotation patch rejected; refresh traffic status and retry explicitly")
@@ -81,16 +81,48 @@ const (
 	MaxPayloadBytes     = 1 << 20 // the object as read, and the patch response
 )
 
-var (
-	safeScalarChars = regexp.MustCompile(`^[A-Za-z0-9_.:/@+-]+$`)
-	credential      = regexp.MustCompile(`(?:^|[^A-Za-z0-9])sk-[A-Za-z0-9_-]{20,}|^[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}$`)
-)
+var safeScalarChars = regexp.MustCompile(`^[A-Za-z0-9_.:/@+-]+$`)
+
+// credentials are the shapes of secret that a drain reason and every echoed scalar must
+// not contain, by name. The first two are OME's pattern (the floor); the others are common
+// token shapes. Each matches anywhere in the value unless anchored.
+var credentials = []struct {
+	name    string
+	pattern *regexp.Regexp
+}{
+	// An OpenAI-style key: sk- and at least 20 of [A-Za-z0-9_-], not preceded by a letter or digit.
+	{"sk- key", regexp.MustCompile(`(?:^|[^A-Za-z0-9])sk-[A-Za-z0-9_-]{20,}`)},
+	// A JWT-like value: the whole value is three dot-separated parts of at least 16 of [A-Za-z0-9_-].
+	{"jwt", regexp.MustCompile(`^[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}$`)},
+	// A GitHub token: ghp_, gho_, ghu_, ghs_ or ghr_ and at least 20 letters or digits, or
+	// github_pat_ and at least 20 of [A-Za-z0-9_].
+	{"github token", regexp.MustCompile(`(?:^|[^A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})`)},
+	// An AWS access key ID: AKIA or ASIA and exactly 16 uppercase letters or digits, as a word.
+	{"aws access key id", regexp.MustCompile(`(?:^|[^A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?:[^A-Za-z0-9]|$)`)},
+	// A Slack token: xoxa-, xoxb-, xoxp-, xoxr- or xoxs- and at least 10 of [A-Za-z0-9-].
+	{"slack token", regexp.MustCompile(`(?:^|[^A-Za-z0-9])xox[abprs]-[A-Za-z0-9-]{10,}`)},
+	// An assignment of a secret, in any case: password, passwd, pwd, secret, token, api_key,
+	// api-key or apikey (also as the end of a longer name: access_token, client_secret),
+	// then = or :, optional spaces, and a value.
+	{"secret assignment", regexp.MustCompile(`(?i)(?:password|passwd|pwd|secret|token|api[_-]?key)\s*[=:]\s*[^\s]`)},
+}
+
+// looksLikeCredential reports whether v matches one of the credential shapes.
+func looksLikeCredential(v string) bool {
+	for _, c := range credentials {
+		if c.pattern.MatchString(v) {
+			return true
+		}
+	}
+	return false
+}
 
 // SafeScalar reports whether v may be echoed and stored: 1 to 256 bytes of
-// [A-Za-z0-9_.:/@+-], nothing that looks like a credential (an sk- key, a JWT) and no
-// password in a userinfo part.
+// [A-Za-z0-9_.:/@+-], nothing that looks like a credential (see credentials: OME's sk- key
+// and JWT shapes, GitHub, AWS access key, Slack tokens, password=/token=/secret=
+// assignments) and no password in a userinfo part.
 func SafeScalar(v string) bool {
-	if len(v) == 0 || len(v) > MaxScalarBytes || !safeScalarChars.MatchString(v) || credential.MatchString(v) {
+	if len(v) == 0 || len(v) > MaxScalarBytes || !safeScalarChars.MatchString(v) || looksLikeCredential(v) {
 		return false
 	}
 	if at := strings.LastIndex(v, "@"); at >= 0 {
@@ -106,10 +138,11 @@ func SafeScalar(v string) bool {
 }
 
 // SafeReason reports whether a drain reason is non-empty, at most 256 bytes of valid UTF-8,
-// trimmed, free of control, format and line or paragraph separator runes, and not a
-// credential. Other Unicode, quotes, backslashes and <> are allowed.
+// trimmed, free of control, format and line or paragraph separator runes, and free of
+// anything that looks like a credential (see credentials). Other Unicode, quotes,
+// backslashes and <> are allowed.
 func SafeReason(v string) bool {
-	if v == "" || len(v) > MaxReasonBytes || !utf8.ValidString(v) || strings.TrimSpace(v) != v || credential.MatchString(v) {
+	if v == "" || len(v) > MaxReasonBytes || !utf8.ValidString(v) || strings.TrimSpace(v) != v || looksLikeCredential(v) {
 		return false
 	}
 	for _, r := range v {

@@ -79,3 +79,61 @@ func TestSafeScalar(t *testing.T) {
 		assert.Equal(t, want, SafeScalar(v), "%q", v)
 	}
 }
+
+// TestReasonCredentialFilter: every credential shape is refused, wherever it sits in the
+// reason, and ordinary reasons pass.
+func TestReasonCredentialFilter(t *testing.T) {
+	refused := map[string]string{
+		"sk- key (OME)":           "rotate sk-abcdefghijklmnopqrstuvwx now",
+		"jwt (OME)":               "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+		"github ghp_":             "leaked ghp_" + strings.Repeat("A1b2", 9),
+		"github gho_":             "gho_" + strings.Repeat("x", 36),
+		"github ghu_":             "ghu_" + strings.Repeat("x", 36),
+		"github ghs_":             "(ghs_" + strings.Repeat("x", 36) + ")",
+		"github ghr_":             "ghr_" + strings.Repeat("x", 36),
+		"github fine-grained pat": "github_pat_11ABCDEFG0" + strings.Repeat("a_b", 20),
+		"aws AKIA":                "key AKIAIOSFODNN7EXAMPLE in the logs",
+		"aws ASIA":                "ASIAIOSFODNN7EXAMPLE",
+		"aws at the end":          "saw AKIAIOSFODNN7EXAMPLE",
+		"slack xoxb":              "xoxb-123456789012-1234567890123-abcdefghijklmnop",
+		"slack xoxp":              "bot xoxp-1234567890-abc",
+		"slack xoxa":              "xoxa-2-abcdefghij",
+		"slack xoxr":              "xoxr-abcdefghij",
+		"slack xoxs":              "xoxs-abcdefghij",
+		"password=":               "db password=hunter2",
+		"PASSWORD: (case, colon)": "PASSWORD: hunter2",
+		"Password = (spaces)":     "Password = hunter2",
+		"token=":                  "token=abc",
+		"access_token=":           "retry with access_token=abc123",
+		"secret:":                 "secret:abc",
+		"client_secret=":          "client_secret=abc",
+		"api_key=":                "api_key=abc",
+		"apikey:":                 "apikey: abc",
+		"pwd=":                    "pwd=x",
+	}
+	for name, reason := range refused {
+		t.Run("refused/"+name, func(t *testing.T) {
+			assert.False(t, SafeReason(reason), "%q", reason)
+			err := Request{Action: ActionDrain, ID: "m", Cluster: "worker-a", Reason: reason}.Validate()
+			assert.ErrorIs(t, err, ErrReason)
+		})
+	}
+	for _, reason := range []string{
+		"planned maintenance — rack 7",
+		"planned maintenance",
+		"kernel upgrade, see OPS-1234",
+		"token bucket tuning",             // token, but no assignment
+		"password rotation window",        // password, but no assignment
+		"secret santa party: rack 7 down", // "party:" is not a secret name
+		"ghp_short",                       // too short to be a token
+		"AKIA is a prefix; AKIAIOSFODNN7EXAMPLEX is 21 chars",
+		"xox-nothing",
+		"ask-" + strings.Repeat("x", 20), // not a word boundary before sk-
+		"scale down: 50% (ratio 1:2)",
+		"ticket=OPS-7",
+	} {
+		t.Run("allowed/"+reason, func(t *testing.T) {
+			assert.True(t, SafeReason(reason), "%q", reason)
+		})
+	}
+}

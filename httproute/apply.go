@@ -2,8 +2,10 @@ package httproute
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwapplyv1 "sigs.k8s.io/gateway-api/applyconfiguration/apis/v1"
 )
@@ -25,6 +27,7 @@ func routeApply(route *gwapiv1.HTTPRoute, uid types.UID) *gwapplyv1.HTTPRouteApp
 	ac := gwapplyv1.HTTPRoute(route.Name, route.Namespace).
 		WithLabels(route.Labels).
 		WithAnnotations(route.Annotations).
+		WithOwnerReferences(ownerReferencesApply(route.OwnerReferences)...).
 		WithSpec(spec)
 	if uid != "" {
 		ac.WithUID(uid)
@@ -108,9 +111,27 @@ func serviceApply(svc *corev1.Service, uid types.UID) *corev1ac.ServiceApplyConf
 	}
 	ac := corev1ac.Service(svc.Name, svc.Namespace).
 		WithLabels(svc.Labels).
+		WithOwnerReferences(ownerReferencesApply(svc.OwnerReferences)...).
 		WithSpec(spec)
 	if uid != "" {
 		ac.WithUID(uid)
 	}
 	return ac
+}
+
+// ownerReferencesApply returns the apply configurations of refs, with exactly the fields
+// they set (controller and blockOwnerDeletion only when set).
+func ownerReferencesApply(refs []metav1.OwnerReference) []*metav1ac.OwnerReferenceApplyConfiguration {
+	out := make([]*metav1ac.OwnerReferenceApplyConfiguration, 0, len(refs))
+	for _, r := range refs {
+		ac := metav1ac.OwnerReference().WithAPIVersion(r.APIVersion).WithKind(r.Kind).WithName(r.Name).WithUID(r.UID)
+		if r.Controller != nil {
+			ac.WithController(*r.Controller)
+		}
+		if r.BlockOwnerDeletion != nil {
+			ac.WithBlockOwnerDeletion(*r.BlockOwnerDeletion)
+		}
+		out = append(out, ac)
+	}
+	return out
 }

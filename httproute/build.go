@@ -51,6 +51,35 @@ type Source struct {
 	Service   string // spec.service, the InferenceService name
 	// GlobalHost is the source's ome.io/global-host annotation, "" when absent.
 	GlobalHost string
+	// UID is the TrafficMap's metadata.uid. When set, the route and every Service carry an
+	// ownerReference to the TrafficMap (see OwnerReference), so Kubernetes' garbage
+	// collector deletes them with the map; "" writes none.
+	UID types.UID
+}
+
+// OwnerReference returns the reference to src's TrafficMap that the route and Services
+// carry: apiVersion ome.io/v1beta1, kind TrafficMap, its name and UID. It is not a
+// controller reference and does not block the owner's deletion: the publisher, not the
+// TrafficMap's controller, writes these objects, and blockOwnerDeletion would need update
+// on trafficmaps/finalizers. ok is false when src has no UID.
+func OwnerReference(src Source) (ref metav1.OwnerReference, ok bool) {
+	if src.UID == "" {
+		return metav1.OwnerReference{}, false
+	}
+	return metav1.OwnerReference{APIVersion: OwnerAPIVersion, Kind: OwnerKind, Name: src.Name, UID: src.UID}, true
+}
+
+// The TrafficMap's group version and kind, as its ownerReferences name them.
+const (
+	OwnerAPIVersion = "ome.io/v1beta1"
+	OwnerKind       = "TrafficMap"
+)
+
+func ownerReferences(src Source) []metav1.OwnerReference {
+	if ref, ok := OwnerReference(src); ok {
+		return []metav1.OwnerReference{ref}
+	}
+	return nil
 }
 
 // Key returns the source's namespace/name.
@@ -130,9 +159,10 @@ func Build(cfg Config, src Source, res weights.Result, in Inputs) (*Desired, err
 	route := &gwapiv1.HTTPRoute{
 		TypeMeta: metav1.TypeMeta{APIVersion: gwapiv1.GroupVersion.String(), Kind: "HTTPRoute"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      RouteName(src.Name),
-			Namespace: src.Namespace,
-			Labels:    ownerLabels(src),
+			Name:            RouteName(src.Name),
+			Namespace:       src.Namespace,
+			Labels:          ownerLabels(src),
+			OwnerReferences: ownerReferences(src),
 			Annotations: map[string]string{
 				AnnotationDrains:               string(drains),
 				AnnotationTrafficMapGeneration: strconv.FormatInt(in.Generation, 10),
@@ -195,9 +225,10 @@ func buildService(src Source, e weights.EffectiveEntry) *corev1.Service {
 	return &corev1.Service{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      ServiceName(src.Namespace, src.Name, e.Cluster),
-			Namespace: src.Namespace,
-			Labels:    labels,
+			Name:            ServiceName(src.Namespace, src.Name, e.Cluster),
+			Namespace:       src.Namespace,
+			Labels:          labels,
+			OwnerReferences: ownerReferences(src),
 		},
 		Spec: corev1.ServiceSpec{
 			Type:         corev1.ServiceTypeExternalName,

@@ -35,7 +35,7 @@ func seed() []weights.Entry {
 }
 
 var (
-	prodSource = httproute.Source{Namespace: "prod", Name: "chat", Service: "chat", GlobalHost: "chat.example.com"}
+	prodSource = httproute.Source{Namespace: "prod", Name: "chat", Service: "chat", GlobalHost: "chat.example.com", UID: "6f1c2a4e-0000-4000-8000-000000000001"}
 	prodConfig = httproute.Config{Gateway: types.NamespacedName{Namespace: "prod", Name: "global"}}
 	drainA     = []weights.Drain{{ID: "maintenance-a", Cluster: "worker-a", Reason: "planned maintenance"}}
 )

@@ -263,22 +263,26 @@ func conflict(kind, namespace, name string) error {
 }
 
 // Matches reports whether cached holds exactly the desired content in the fields the
-// publisher owns: every label and annotation desired sets, with its value, and the
+// publisher owns: every label and annotation desired sets, with its value, every
+// ownerReference it sets (see hasOwnerReferences), and the
 // parentRefs, hostnames and rules (atomic lists in Gateway API, so an apply owns each one
 // whole). Labels, annotations, spec fields and status that other field managers set are
 // theirs and never count as a difference.
 func Matches(desired, cached *gwapiv1.HTTPRoute) bool {
 	return subset(desired.Labels, cached.Labels) &&
 		subset(desired.Annotations, cached.Annotations) &&
+		hasOwnerReferences(desired.OwnerReferences, cached.OwnerReferences) &&
 		equality.Semantic.DeepEqual(desired.Spec.ParentRefs, cached.Spec.ParentRefs) &&
 		equality.Semantic.DeepEqual(desired.Spec.Hostnames, cached.Spec.Hostnames) &&
 		equality.Semantic.DeepEqual(desired.Spec.Rules, cached.Spec.Rules)
 }
 
-// serviceMatches is Matches for a backend Service: the labels desired sets, the type, the
+// serviceMatches is Matches for a backend Service: the labels and ownerReferences desired
+// sets, the type, the
 // external name and the ports (name, port and protocol; the API server defaults the rest).
 func serviceMatches(desired, cached *corev1.Service) bool {
 	if !subset(desired.Labels, cached.Labels) ||
+		!hasOwnerReferences(desired.OwnerReferences, cached.OwnerReferences) ||
 		desired.Spec.Type != cached.Spec.Type ||
 		desired.Spec.ExternalName != cached.Spec.ExternalName ||
 		len(desired.Spec.Ports) != len(cached.Spec.Ports) {
@@ -287,6 +291,17 @@ func serviceMatches(desired, cached *corev1.Service) bool {
 	for i, p := range desired.Spec.Ports {
 		c := cached.Spec.Ports[i]
 		if p.Name != c.Name || p.Port != c.Port || p.Protocol != c.Protocol {
+			return false
+		}
+	}
+	return true
+}
+
+// hasOwnerReferences reports whether have holds every reference of want, equal in every
+// field (references other managers added are theirs).
+func hasOwnerReferences(want, have []metav1.OwnerReference) bool {
+	for _, w := range want {
+		if !slices.ContainsFunc(have, func(h metav1.OwnerReference) bool { return equality.Semantic.DeepEqual(w, h) }) {
 			return false
 		}
 	}

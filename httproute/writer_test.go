@@ -55,6 +55,11 @@ func TestMatches(t *testing.T) {
 		}, false},
 		{"owned annotation removed", func(r *gwapiv1.HTTPRoute) { delete(r.Annotations, httproute.AnnotationTrafficMapGeneration) }, false},
 		{"owned label changed", func(r *gwapiv1.HTTPRoute) { r.Labels[httproute.LabelSourceName] = "other" }, false},
+		{"foreign owner reference", func(r *gwapiv1.HTTPRoute) {
+			r.OwnerReferences = append(r.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "uid-x"})
+		}, true},
+		{"owner reference missing (written by an older publisher)", func(r *gwapiv1.HTTPRoute) { r.OwnerReferences = nil }, false},
+		{"owner reference to a recreated map", func(r *gwapiv1.HTTPRoute) { r.OwnerReferences[0].UID = "uid-old" }, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -78,6 +83,7 @@ func TestServiceMatches(t *testing.T) {
 		{"changed port", func(s *corev1.Service) { s.Spec.Ports[0].Port = 8443 }, false},
 		{"changed type", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }, false},
 		{"owned label changed", func(s *corev1.Service) { s.Labels[httproute.LabelCluster] = "worker-c" }, false},
+		{"owner reference missing (written by an older publisher)", func(s *corev1.Service) { s.OwnerReferences = nil }, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,6 +129,30 @@ func TestApplyConfigurationsCarryEveryBuiltField(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The route and every Service name their TrafficMap as owner: not as controller and not
+// blocking its deletion; a source without a UID (a map not yet stored) names no owner.
+func TestOwnerReferences(t *testing.T) {
+	d, err := httproute.Build(prodConfig, prodSource, compute(t, nil, seed()...), httproute.Inputs{})
+	require.NoError(t, err)
+	want := []metav1.OwnerReference{{APIVersion: "ome.io/v1beta1", Kind: "TrafficMap", Name: "chat", UID: prodSource.UID}}
+	assert.Equal(t, want, d.Route.OwnerReferences)
+	require.Len(t, d.Services, 2)
+	for _, svc := range d.Services {
+		assert.Equal(t, want, svc.OwnerReferences, svc.Name)
+	}
+	ac := httproute.RouteApply(d.Route, "")
+	require.Len(t, ac.OwnerReferences, 1)
+	assert.Nil(t, ac.OwnerReferences[0].Controller)
+	assert.Nil(t, ac.OwnerReferences[0].BlockOwnerDeletion)
+
+	noUID := prodSource
+	noUID.UID = ""
+	d, err = httproute.Build(prodConfig, noUID, compute(t, nil, seed()...), httproute.Inputs{})
+	require.NoError(t, err)
+	assert.Nil(t, d.Route.OwnerReferences)
+	assert.Nil(t, d.Services[0].OwnerReferences)
 }
 
 func TestApplyConfigurationsNameTheUID(t *testing.T) {

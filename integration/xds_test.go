@@ -2,8 +2,10 @@ package integration
 
 import (
 	"context"
-	"fmt"
+	"encoding/json"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -34,14 +36,29 @@ func xdsClient(t *testing.T, server net.Addr, nodeID, target string) testgrpc.Te
 // subscribes once it connects (on the first RPC or Connect).
 func xdsConn(t *testing.T, server net.Addr, nodeID, target string) *grpc.ClientConn {
 	t.Helper()
-	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":%q,"channel_creds":[{"type":"insecure"}],"server_features":["xds_v3"]}],"node":{"id":%q}}`,
-		server.String(), nodeID)
-	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting(grpcBootstrap(t, server, nodeID))
 	require.NoError(t, err)
 	conn, err := grpc.NewClient("xds:///"+target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
+}
+
+// grpcBootstrap is the repository's gRPC bootstrap, examples/bootstrap/grpc-bootstrap.json,
+// as a user would deploy it, with its server address and node id replaced.
+func grpcBootstrap(t *testing.T, server net.Addr, nodeID string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(), "examples", "bootstrap", "grpc-bootstrap.json"))
+	require.NoError(t, err)
+	var b map[string]any
+	require.NoError(t, json.Unmarshal(raw, &b))
+	servers, _ := b["xds_servers"].([]any)
+	require.Len(t, servers, 1)
+	servers[0].(map[string]any)["server_uri"] = server.String()
+	b["node"].(map[string]any)["id"] = nodeID
+	out, err := json.Marshal(b)
+	require.NoError(t, err)
+	return out
 }
 
 func call(client testgrpc.TestServiceClient) (string, error) {

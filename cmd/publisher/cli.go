@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,47 +28,97 @@ const (
 	exitUsage   = 2
 )
 
-const usage = `publisher publishes OME TrafficMaps as Gateway API HTTPRoute weights.
+// The names the binary answers to: as itself, as a kubectl plugin (kubectl finds
+// kubectl-trafficmap on PATH and runs it for 'kubectl trafficmap'), and as the plugin's
+// completion helper (kubectl runs kubectl_complete-trafficmap to complete 'kubectl
+// trafficmap ...').
+const (
+	programName           = "publisher"
+	pluginProgram         = "kubectl-trafficmap"
+	pluginCompleteProgram = "kubectl_complete-trafficmap"
+)
 
-Usage:
-  publisher run --gateway NAMESPACE/NAME [flags]
-  publisher drain SERVICE -n NAMESPACE --workload-cluster CLUSTER --id ID --reason REASON [flags]
-  publisher undrain SERVICE -n NAMESPACE --id ID [flags]
-  publisher status SERVICE -n NAMESPACE [flags]
-  publisher status --workload-cluster CLUSTER [-n NAMESPACE | -A] [flags]
+const rootLong = `publisher publishes OME TrafficMaps as Gateway API HTTPRoute weights and over xDS,
+and gives operators the guarded drain and undrain actions and a status view.
 
-Commands:
-  run      watch TrafficMaps and publish their drained weights until stopped
-  drain    add one drain to an InferenceService's ome.io/traffic-drain annotation (guarded)
-  undrain  remove one drain by its ID (guarded)
-  status   show a TrafficMap's drained, pending and effective weights and what is published,
-           or every service still sending traffic to a workload cluster
+The operator commands (drain, undrain, status) take kubectl's connection flags
+(--kubeconfig, --context, -n, --as, --as-group, --request-timeout, ...). Linked or installed
+as kubectl-trafficmap on PATH, the binary is a kubectl plugin: 'kubectl trafficmap status ...'.`
 
-Run 'publisher COMMAND -h' for the flags.
-`
+// exitError ends a command with an exit code; err, when set, is printed as "error: <err>".
+type exitError struct {
+	code int
+	err  error
+}
 
-// runMain dispatches a subcommand and returns the process exit code.
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// exit returns an exitError with code for err.
+func exit(code int, err error) error { return &exitError{code: code, err: err} }
+
+// runMain runs the command line args as the program "publisher" and returns the process
+// exit code.
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
+	return runProgram(ctx, programName, args, stdout, stderr)
+}
+
+// runProgram runs args as program (the base name of argv[0]): "kubectl-trafficmap" shows
+// itself as "kubectl trafficmap", "kubectl_complete-trafficmap" answers kubectl's
+// completion requests; any other name is the publisher.
+func runProgram(ctx context.Context, program string, args []string, stdout, stderr io.Writer) int {
+	if program == pluginCompleteProgram {
+		args = append([]string{cobra.ShellCompRequestCmd}, args...)
 	}
-	switch args[0] {
-	case "run":
-		return runCommand(ctx, args[1:], stderr)
-	case "drain":
-		return actionCommand(ctx, drain.ActionDrain, args[1:], stdout, stderr)
-	case "undrain":
-		return actionCommand(ctx, drain.ActionUndrain, args[1:], stdout, stderr)
-	case "status":
-		return statusCommand(ctx, args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
+	root := newRootCommand(program, stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
 		return exitOK
-	default:
-		fmt.Fprintf(stderr, "error: unknown command %q\n\n%s", args[0], usage)
-		return exitUsage
 	}
+	if ee, ok := errors.AsType[*exitError](err); ok {
+		if ee.err != nil {
+			fmt.Fprintf(stderr, "error: %v\n", ee.err)
+		}
+		return ee.code
+	}
+	// cobra's own refusals: an unknown command or a flag of the root.
+	fmt.Fprintf(stderr, "error: %v\nRun '%s --help' for usage.\n", err, root.DisplayName())
+	return exitUsage
+}
+
+// newRootCommand returns the command tree of program, writing to stdout and stderr.
+func newRootCommand(program string, stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           programName,
+		Short:         "Publish OME TrafficMaps as HTTPRoute and xDS weights; drain, undrain and inspect them",
+		Long:          rootLong,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprint(stderr, cmd.UsageString())
+			return exit(exitUsage, nil)
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exit(exitUsage, err) })
+	root.AddCommand(newRunCommand(stderr), newActionCommand(drain.ActionDrain, stdout, stderr),
+		newActionCommand(drain.ActionUndrain, stdout, stderr), newStatusCommand(stdout))
+	if program == pluginProgram || program == pluginCompleteProgram {
+		root.Use = pluginProgram
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl trafficmap"}
+		for _, c := range root.Commands() {
+			c.Example = strings.ReplaceAll(c.Example, programName+" ", "kubectl trafficmap ")
+		}
+	}
+	return root
 }
 
 // runFlags are the flags of 'publisher run'.
@@ -101,10 +152,8 @@ type runFlags struct {
 	pprof                              bool
 }
 
-func parseRunFlags(args []string, stderr io.Writer) (runFlags, *flag.FlagSet, error) {
-	var f runFlags
-	fs := flag.NewFlagSet("publisher run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// register adds the flags of 'publisher run' to fs.
+func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "path to a kubeconfig; default: in-cluster config, then $KUBECONFIG or ~/.kube/config")
 	fs.StringVar(&f.context, "context", "", "kubeconfig context to use")
 	fs.StringVar(&f.namespaces, "namespace", "", "comma-separated namespaces to watch; empty watches all namespaces")
@@ -137,13 +186,39 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, *flag.FlagSet, er
 	fs.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it gives up")
 	fs.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on --http-address")
-	if err := fs.Parse(args); err != nil {
-		return f, fs, err
+}
+
+// newRunCommand returns 'publisher run'; its usage and configuration errors exit 2.
+func newRunCommand(stderr io.Writer) *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run --gateway NAMESPACE/NAME [flags]",
+		Short: "Watch TrafficMaps and publish their drained weights until stopped",
+		Long: `run watches TrafficMaps and publishes their drained weights as HTTPRoute backend weights
+and over xDS until stopped (SIGINT or SIGTERM).
+
+Exit codes: 0 stopped, 1 failed at run time, 2 a usage or configuration error.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return exit(exitUsage, fmt.Errorf("unexpected arguments: %s", strings.Join(args, " ")))
+			}
+			return runCommand(cmd.Context(), f, stderr)
+		},
 	}
-	if fs.NArg() > 0 {
-		return f, fs, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
-	}
-	return f, fs, nil
+	f.register(cmd.Flags())
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return exit(exitUsage, fmt.Errorf("%w; see '%s --help'", err, c.CommandPath()))
+	})
+	completeValues(cmd, "log-format", "json", "console")
+	completeValues(cmd, "log-level", "debug", "info", "warn", "error")
+	completeValues(cmd, "no-positive-policy", string(publish.ApplyCurrent), string(publish.RetainLastPositive))
+	completeValues(cmd, "sinks", "httproute,xds", "httproute", "xds")
+	return cmd
+}
+
+// completeValues completes the flag name of cmd with values.
+func completeValues(cmd *cobra.Command, name string, values ...string) {
+	_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // config turns the flags into the publisher's configuration.
@@ -191,46 +266,34 @@ func (f runFlags) config() publish.Config {
 	return cfg
 }
 
-func runCommand(ctx context.Context, args []string, stderr io.Writer) int {
-	f, _, err := parseRunFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitUsage
-	}
+func runCommand(ctx context.Context, f runFlags, stderr io.Writer) error {
 	cfg := f.config()
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitUsage
+		return exit(exitUsage, err)
 	}
 	log, err := newLogger(f.logFormat, f.logLevel, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitUsage
+		return exit(exitUsage, err)
 	}
 	defer func() { _ = log.Sync() }()
 	defer routeLibraryLogs(log)()
 
 	rc, err := restConfig(f.kubeconfig, f.context)
 	if err != nil {
-		fmt.Fprintf(stderr, "error: load kubeconfig: %v\n", err)
-		return exitUsage
+		return exit(exitUsage, fmt.Errorf("load kubeconfig: %w", err))
 	}
 	p, err := publish.New(cfg, rc, log.Named("publish"))
 	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitUsage
+		return exit(exitUsage, err)
 	}
 	if err := p.Run(ctx); err != nil {
 		log.Error("publisher stopped", zap.Error(err))
 		if errors.Is(err, publish.ErrInvalidConfig) {
-			return exitUsage
+			return exit(exitUsage, nil)
 		}
-		return exitFailure
+		return exit(exitFailure, nil)
 	}
-	return exitOK
+	return nil
 }
 
 func restConfig(kubeconfig, kubeContext string) (*rest.Config, error) {

@@ -5,11 +5,15 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 )
 
 func TestExitCodes(t *testing.T) {
@@ -23,7 +27,8 @@ func TestExitCodes(t *testing.T) {
 		{"unknown command", []string{"publish"}, exitUsage, `error: unknown command "publish"`},
 		{"help", []string{"help"}, exitOK, ""},
 		{"run without gateway", []string{"run"}, exitUsage, "error: invalid configuration: --gateway is required"},
-		{"run with bad flag", []string{"run", "--gatewy", "x"}, exitUsage, "flag provided but not defined: -gatewy"},
+		{"run with bad flag", []string{"run", "--gatewy", "x"}, exitUsage, "error: unknown flag: --gatewy; see 'publisher run --help'"},
+		{"unknown root flag", []string{"--nope"}, exitUsage, "error: unknown flag: --nope"},
 		{"run with bad policy", []string{"run", "--gateway", "prod/global", "--no-positive-policy", "Keep"}, exitUsage, "must be ApplyCurrent or RetainLastPositive"},
 		{"run with bad log format", []string{"run", "--gateway", "prod/global", "--log-format", "xml"}, exitUsage, `--log-format "xml": must be json or console`},
 		{"run with stray argument", []string{"run", "--gateway", "g", "extra"}, exitUsage, "unexpected arguments: extra"},
@@ -39,18 +44,25 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
+func parseRunFlags(t *testing.T, args ...string) runFlags {
+	t.Helper()
+	var f runFlags
+	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+	f.register(fs)
+	require.NoError(t, fs.Parse(args))
+	return f
+}
+
 func TestFlagsToConfig(t *testing.T) {
-	var stderr bytes.Buffer
-	f, _, err := parseRunFlags([]string{"--gateway", "infra/edge", "--namespace", "prod, staging", "--require-route-accepted=false",
-		"--no-positive-policy", "RetainLastPositive", "--host-template", "{{.Service}}.example.com"}, &stderr)
-	assert.NoError(t, err)
+	f := parseRunFlags(t, "--gateway", "infra/edge", "--namespace", "prod, staging", "--require-route-accepted=false",
+		"--no-positive-policy", "RetainLastPositive", "--host-template", "{{.Service}}.example.com")
 	cfg := f.config()
 	assert.Equal(t, types.NamespacedName{Namespace: "infra", Name: "edge"}, cfg.Gateway)
 	assert.Equal(t, []string{"prod", "staging"}, cfg.Namespaces)
 	assert.False(t, cfg.RequireRouteAccepted)
 	assert.Equal(t, "RetainLastPositive", string(cfg.NoPositivePolicy))
 
-	f, _, _ = parseRunFlags([]string{"--gateway", "global"}, &stderr)
+	f = parseRunFlags(t, "--gateway", "global")
 	assert.Equal(t, types.NamespacedName{Name: "global"}, f.config().Gateway)
 	assert.True(t, f.config().RequireRouteAccepted, "acceptance is required by default")
 }
@@ -72,4 +84,112 @@ current-context: x
 		&stdout, &stderr)
 	assert.Equal(t, exitUsage, code, stderr.String())
 	assert.Contains(t, stderr.String(), "invalid configuration: leader election")
+}
+
+// publisher completion SHELL writes cobra's completion script for bash, zsh and fish.
+func TestCompletionScripts(t *testing.T) {
+	for shell, marker := range map[string]string{
+		"bash": "__start_publisher",
+		"zsh":  "#compdef publisher",
+		"fish": "complete -c publisher",
+	} {
+		t.Run(shell, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			require.Equal(t, exitOK, runMain(context.Background(), []string{"completion", shell}, &stdout, &stderr), stderr.String())
+			assert.Contains(t, stdout.String(), marker)
+			assert.Greater(t, strings.Count(stdout.String(), "\n"), 50, "a whole script")
+			assert.Empty(t, stderr.String())
+		})
+	}
+}
+
+// The completion engine completes flag values: the output formats of drain.
+func TestCompletionOfFlagValues(t *testing.T) {
+	var stdout bytes.Buffer
+	require.Equal(t, exitOK, runMain(context.Background(), []string{"__complete", "drain", "-o", ""}, &stdout, &bytes.Buffer{}))
+	assert.Equal(t, []string{"table", "wide", "json", "yaml", ":4"}, strings.Fields(stdout.String())[:5])
+}
+
+// Run as kubectl-trafficmap the binary calls itself 'kubectl trafficmap'; as
+// kubectl_complete-trafficmap it answers kubectl's completion requests.
+func TestKubectlPluginNames(t *testing.T) {
+	var stdout bytes.Buffer
+	require.Equal(t, exitOK, runProgram(context.Background(), "kubectl-trafficmap", []string{"status", "--help"}, &stdout, &bytes.Buffer{}))
+	assert.Contains(t, stdout.String(), "Usage:\n  kubectl trafficmap status (SERVICE | --workload-cluster CLUSTER)")
+	assert.Contains(t, stdout.String(), "  kubectl trafficmap status chat -n prod")
+	assert.NotContains(t, stdout.String(), "publisher status")
+
+	stdout.Reset()
+	require.Equal(t, exitOK, runProgram(context.Background(), "kubectl_complete-trafficmap", []string{"status", "--outp"}, &stdout, &bytes.Buffer{}))
+	assert.Contains(t, stdout.String(), "--output")
+
+	stdout.Reset()
+	require.Equal(t, exitOK, runProgram(context.Background(), "publisher", []string{"status", "--help"}, &stdout, &bytes.Buffer{}))
+	assert.Contains(t, stdout.String(), "Usage:\n  publisher status")
+}
+
+// The operator commands take kubectl's connection flags, and an unknown flag is named.
+func TestOperatorCommandsTakeKubectlFlags(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u, namespace: prod}}]
+current-context: x
+`), 0o600))
+	var stdout, stderr bytes.Buffer
+	// Every flag is accepted; the request then fails to connect (exit 1), after the flags.
+	code := runMain(context.Background(), []string{"status", "chat", "--kubeconfig", kubeconfig, "--context", "x", "-n", "prod",
+		"--as", "alice", "--as-group", "ops", "--as-group", "sre", "--request-timeout", "1s"}, &stdout, &stderr)
+	assert.Equal(t, exitFailure, code)
+	assert.NotContains(t, stderr.String(), "flag")
+
+	stderr.Reset()
+	code = runMain(context.Background(), []string{"status", "chat", "--kubeconfig", kubeconfig, "--namespcae", "prod"}, &stdout, &stderr)
+	assert.Equal(t, exitFailure, code)
+	assert.Equal(t, "error: unknown flag: --namespcae; use --help\n", stderr.String())
+
+	// --request-timeout reaches the client configuration.
+	f := newKubeFlags()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	f.AddFlags(fs)
+	require.NoError(t, fs.Parse([]string{"--kubeconfig", kubeconfig, "--request-timeout", "7s", "--as", "alice", "--as-group", "ops"}))
+	kc, err := loadKube(f)
+	require.NoError(t, err)
+	assert.Equal(t, 7*time.Second, kc.rest.Timeout)
+	assert.Equal(t, "alice", kc.rest.Impersonate.UserName)
+	assert.Equal(t, []string{"ops"}, kc.rest.Impersonate.Groups)
+	assert.Equal(t, "prod", kc.namespace, "the context's namespace")
+	assert.Equal(t, "x", kc.context)
+}
+
+// plugins/trafficmap.yaml is a krew manifest for this binary: the plugin name kubectl runs
+// it under, and for every platform the archive 'make plugin-archives' builds, with the
+// publisher binary in it.
+func TestKrewManifest(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "plugins", "trafficmap.yaml"))
+	require.NoError(t, err)
+	var m struct {
+		APIVersion, Kind string
+		Metadata         struct{ Name string }
+		Spec             struct {
+			Version, Homepage, ShortDescription, Description, Caveats string
+			Platforms                                                 []struct {
+				Selector         struct{ MatchLabels map[string]string } `json:"selector"`
+				URI, Sha256, Bin string
+			}
+		}
+	}
+	require.NoError(t, yaml.UnmarshalStrict(raw, &m))
+	assert.Equal(t, "krew.googlecontainertools.github.com/v1alpha2", m.APIVersion)
+	assert.Equal(t, "Plugin", m.Kind)
+	assert.Equal(t, strings.TrimPrefix(pluginProgram, "kubectl-"), m.Metadata.Name)
+	require.Len(t, m.Spec.Platforms, 4)
+	for _, p := range m.Spec.Platforms {
+		goos, arch := p.Selector.MatchLabels["os"], p.Selector.MatchLabels["arch"]
+		assert.True(t, strings.HasSuffix(p.URI, "/publisher_"+goos+"_"+arch+".tar.gz"), p.URI)
+		assert.Equal(t, programName, p.Bin)
+		assert.Len(t, p.Sha256, 64)
+	}
 }

@@ -3,18 +3,21 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"golang.org/x/term"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/drain"
@@ -43,17 +46,18 @@ const actionTimeout = 45 * time.Second
 // stdin is where the confirmation is read from; a var so that tests can replace it.
 var stdin = os.Stdin
 
-const drainUsage = `Usage:
-  publisher drain SERVICE -n NAMESPACE --workload-cluster CLUSTER --id ID --reason REASON [flags]
-  publisher undrain SERVICE -n NAMESPACE --id ID [flags]
-
-Add (drain) or remove (undrain) one entry of the ome.io/traffic-drain annotation on the
+// actionLong describes drain and undrain; cobra adds the usage and the flags.
+const actionLong = `Add (drain) or remove (undrain) one entry of the ome.io/traffic-drain annotation on the
 InferenceService SERVICE, the same guarded action as OME's 'kubectl ome traffic drain'.
 The request is validated, a preview is printed to stderr and, on a terminal, you confirm it
 with y. One JSON merge patch then carries the object's exact UID and resourceVersion, which
 the API server enforces, and changes only that annotation; other annotations and drain IDs
 are preserved; a change after the read makes it fail with exit 3. API acceptance is not
 TrafficMap convergence: run 'publisher status' to see what is published, or use --wait.
+
+The InferenceService must be eligible for cross-cluster traffic routing: it needs
+spec.placement (OME's placement of the service on workload clusters); without it the
+action is refused ("target is not eligible for cross-cluster traffic routing").
 
 Just before the patch, the TrafficMap named SERVICE gets Published=False (reason Publishing,
 its message naming the drain), written with server-side apply under the publisher's field
@@ -62,30 +66,16 @@ once it has published the new weights. When RBAC forbids that write (patch on
 trafficmaps.ome.io/status) the patch is still sent and a warning says so. A dry run writes
 nothing (server: both requests are sent with dryRun=All).
 
-The whole command has a 45-second deadline, prompt included; each API request 10 seconds.
-
-Flags:
-  -n, --namespace NS         namespace of the InferenceService (default: the context's, else default)
-  --workload-cluster NAME    drain only, required: the WorkloadCluster to drain (a DNS-1123 subdomain)
-  --id ID                    required: the drain ID (a DNS-1123 label)
-  --reason TEXT              drain only, required: why (at most 256 bytes, one line, no secrets)
-  --yes                      skip the prompt (required when stdin is not a terminal)
-  --dry-run MODE             none, client (no patch is sent) or server (dryRun=All); default none
-  --wait[=DURATION]          after the patch, wait until the TrafficMap is Published again with
-                             the new weights (default 5m); needs what 'publisher status' needs
-  -o, --output FORMAT        table, wide, json or yaml; default table
-  --kubeconfig PATH          kubeconfig file (default: $KUBECONFIG or ~/.kube/config)
-  --context NAME             kubeconfig context
-  --cluster NAME             kubeconfig cluster (the Kubernetes API); not the workload cluster
+The whole command has a 45-second deadline, prompt included; each API request 10 seconds
+(a shorter --request-timeout applies too). The reason is refused when it looks like a
+credential (see the README, "Drain reasons").
 
 Exit codes: 0 done, 1 refused or failed (nothing confirmed, or outcome unknown), 3 the
 guarded patch was rejected because the object changed since it was read, 4 --wait timed
-out (the patch was applied; the publisher has not published it yet).
-`
+out (the patch was applied; the publisher has not published it yet).`
 
 type actionFlags struct {
-	kube                kubeFlags
-	namespace           string
+	kube                *genericclioptions.ConfigFlags
 	workloadCluster, id string
 	reason              string
 	yes                 bool
@@ -106,7 +96,7 @@ func (w *waitFlag) String() string {
 	return w.d.String()
 }
 
-// Set implements flag.Value; "true" is a bare --wait and "false" no wait.
+// Set implements pflag.Value; "true" is a bare --wait and "false" no wait.
 func (w *waitFlag) Set(v string) error {
 	switch v {
 	case "true":
@@ -118,80 +108,74 @@ func (w *waitFlag) Set(v string) error {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		return fmt.Errorf("--wait %q: must be a positive duration", v)
+		return errors.New("must be a positive duration")
 	}
 	w.set, w.d = true, d
 	return nil
 }
 
-// IsBoolFlag makes a bare --wait valid.
-func (w *waitFlag) IsBoolFlag() bool { return true }
+// Type implements pflag.Value.
+func (w *waitFlag) Type() string { return "duration" }
 
-// kubeFlags select the Kubernetes API.
-type kubeFlags struct{ kubeconfig, context, cluster string }
-
-func (k *kubeFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "")
-	fs.StringVar(&k.context, "context", "", "")
-	fs.StringVar(&k.cluster, "cluster", "", "")
+// newKubeFlags returns kubectl's connection flags (k8s.io/cli-runtime): --kubeconfig,
+// --context, --cluster, --user, -n/--namespace, --as, --as-group, --as-uid,
+// --request-timeout, --server and the TLS and token flags; not --cache-dir, as no
+// discovery is done.
+func newKubeFlags() *genericclioptions.ConfigFlags {
+	f := genericclioptions.NewConfigFlags(false)
+	f.CacheDir = nil
+	return f
 }
 
-// parseInterleaved parses flags that may come before and after positional arguments.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return positional, nil
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
+// newActionCommand returns 'publisher drain' or 'publisher undrain'. Every error exits 1,
+// except a rejected guarded patch (3) and a --wait that timed out (4).
+func newActionCommand(action drain.Action, stdout, stderr io.Writer) *cobra.Command {
+	f := actionFlags{kube: newKubeFlags()}
+	cmd := &cobra.Command{
+		Use:   string(action) + " SERVICE -n NAMESPACE --workload-cluster CLUSTER --id ID --reason REASON [flags]",
+		Short: "Add one drain to an InferenceService's ome.io/traffic-drain annotation (guarded)",
+		Long:  actionLong,
+		Example: `  publisher drain chat -n prod --workload-cluster worker-a --id maintenance-a --reason "planned maintenance"
+  publisher undrain chat -n prod --id maintenance-a --wait`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			code, err := runAction(cmd.Context(), action, f, args, stdout, stderr)
+			switch {
+			case errors.Is(err, drain.ErrConflict):
+				return exit(exitConflict, err)
+			case errors.Is(err, errWaitTimeout):
+				return exit(exitWaitTimeout, err)
+			case err != nil:
+				return exit(exitFailure, err)
+			case code != exitOK:
+				return exit(code, nil)
+			}
+			return nil
+		},
+		ValidArgsFunction: completeTrafficMaps(f.kube),
 	}
-}
-
-func actionCommand(ctx context.Context, action drain.Action, args []string, stdout, stderr io.Writer) int {
-	var f actionFlags
-	fs := flag.NewFlagSet("publisher "+string(action), flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	f.kube.register(fs)
-	fs.StringVar(&f.namespace, "namespace", "", "")
-	fs.StringVar(&f.namespace, "n", "", "")
-	fs.StringVar(&f.id, "id", "", "")
+	if action == drain.ActionUndrain {
+		cmd.Use = "undrain SERVICE -n NAMESPACE --id ID [flags]"
+		cmd.Short = "Remove one drain by its ID (guarded)"
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
 	if action == drain.ActionDrain {
-		fs.StringVar(&f.workloadCluster, "workload-cluster", "", "")
-		fs.StringVar(&f.reason, "reason", "", "")
+		fs.StringVar(&f.workloadCluster, "workload-cluster", "", "required: the WorkloadCluster to drain (a DNS-1123 subdomain); not --cluster, which selects the Kubernetes API")
+		fs.StringVar(&f.reason, "reason", "", "required: why (at most 256 bytes, one line, nothing that looks like a credential)")
 	}
-	fs.BoolVar(&f.yes, "yes", false, "")
-	fs.StringVar(&f.dryRun, "dry-run", string(drain.DryRunNone), "")
-	fs.StringVar(&f.output, "output", "table", "")
-	fs.StringVar(&f.output, "o", "table", "")
-	fs.Var(&f.wait, "wait", "")
-	positional, err := parseInterleaved(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, drainUsage)
-		return exitOK
-	}
-	if err != nil {
-		return fail(stderr, drain.ErrFlags)
-	}
-	code, err := runAction(ctx, action, f, positional, stdout, stderr)
-	if err != nil {
-		return fail(stderr, err)
-	}
-	return code
-}
-
-func fail(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "error: %v\n", err)
-	switch {
-	case errors.Is(err, drain.ErrConflict):
-		return exitConflict
-	case errors.Is(err, errWaitTimeout):
-		return exitWaitTimeout
-	}
-	return exitFailure
+	fs.StringVar(&f.id, "id", "", "required: the drain ID (a DNS-1123 label)")
+	fs.BoolVar(&f.yes, "yes", false, "skip the prompt (required when stdin is not a terminal)")
+	fs.StringVar(&f.dryRun, "dry-run", string(drain.DryRunNone), "none, client (no patch is sent) or server (dryRun=All)")
+	fs.Var(&f.wait, "wait", "after the patch, wait until the TrafficMap is Published again with the new weights; bare: 5m; needs what 'status' needs")
+	fs.Lookup("wait").NoOptDefVal = "true"
+	fs.StringVarP(&f.output, "output", "o", "table", "table, wide, json or yaml")
+	f.kube.AddFlags(fs)
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return exit(exitFailure, fmt.Errorf("invalid traffic action flags: %w; use --help", err))
+	})
+	completeValues(cmd, "dry-run", string(drain.DryRunNone), string(drain.DryRunClient), string(drain.DryRunServer))
+	completeValues(cmd, "output", drain.Outputs...)
+	return cmd
 }
 
 func runAction(ctx context.Context, action drain.Action, f actionFlags, positional []string, stdout, stderr io.Writer) (int, error) {
@@ -220,7 +204,7 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 	if err := req.Validate(); err != nil {
 		return 0, err
 	}
-	kc, err := loadKube(f.kube, f.namespace)
+	kc, err := loadKube(f.kube)
 	if err != nil {
 		return 0, err
 	}
@@ -287,7 +271,8 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 	return waitPublished(parent, kc, plan, flip, f.wait.d, stderr)
 }
 
-// confirm asks on the terminal; a stdin that is not a terminal never confirms.
+// confirm asks on the terminal; a stdin that is not a terminal never confirms
+// (drain.ErrNotConfirmed), an answer other than y or yes declines (drain.ErrDeclined).
 func confirm(ctx context.Context, stderr io.Writer) error {
 	fd := int(stdin.Fd())
 	if !term.IsTerminal(fd) {
@@ -310,13 +295,10 @@ type kube struct {
 }
 
 // loadKube resolves the kubeconfig, the context and the namespace (-n, else the context's,
-// else default) without contacting the API server.
-func loadKube(k kubeFlags, namespace string) (kube, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = k.kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: k.context}
-	overrides.Context.Cluster = k.cluster
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+// else default) from kubectl's flags without contacting the API server.
+func loadKube(k *genericclioptions.ConfigFlags) (kube, error) {
+	cc := k.ToRawKubeConfigLoader()
+	namespace := *k.Namespace
 	if namespace == "" {
 		ns, _, err := cc.Namespace()
 		if err != nil {
@@ -331,7 +313,7 @@ func loadKube(k kubeFlags, namespace string) (kube, error) {
 	if err != nil {
 		return kube{}, drain.ErrContext
 	}
-	name := k.context
+	name := *k.Context
 	if name == "" {
 		name = raw.CurrentContext
 	}
@@ -343,4 +325,36 @@ func loadKube(k kubeFlags, namespace string) (kube, error) {
 		return kube{}, drain.ErrContext
 	}
 	return kube{rest: rc, namespace: namespace, context: name}, nil
+}
+
+// completeTrafficMaps completes SERVICE with the TrafficMaps of the namespace the flags
+// select (each TrafficMap is named as its InferenceService); nothing when they cannot be
+// listed.
+func completeTrafficMaps(k *genericclioptions.ConfigFlags) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		kc, err := loadKube(k)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		maps, err := omeclient.NewForConfig(kc.rest)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), drain.RequestTimeout)
+		defer cancel()
+		list, err := maps.OmeV1beta1().TrafficMaps(kc.namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var names []cobra.Completion
+		for _, tm := range list.Items {
+			if strings.HasPrefix(tm.Name, toComplete) {
+				names = append(names, tm.Name)
+			}
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
 }

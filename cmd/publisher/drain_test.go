@@ -3,10 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -21,10 +21,10 @@ func TestActionRefusalsBeforeAnyAPIUse(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown flag", []string{"drain", "chat", "--nope"}, "invalid traffic action flags; use --help"},
-		{"bad bool", []string{"drain", "chat", "--yes=maybe"}, "invalid traffic action flags; use --help"},
-		{"undrain has no --workload-cluster", []string{"undrain", "chat", "--id", "m", "--workload-cluster", "worker-a"}, "invalid traffic action flags; use --help"},
-		{"undrain has no --reason", []string{"undrain", "chat", "--id", "m", "--reason", "x"}, "invalid traffic action flags; use --help"},
+		{"unknown flag", []string{"drain", "chat", "--nope"}, "invalid traffic action flags: unknown flag: --nope; use --help"},
+		{"bad bool", []string{"drain", "chat", "--yes=maybe"}, `invalid traffic action flags: invalid argument "maybe" for "--yes" flag: strconv.ParseBool: parsing "maybe": invalid syntax; use --help`},
+		{"undrain has no --workload-cluster", []string{"undrain", "chat", "--id", "m", "--workload-cluster", "worker-a"}, "invalid traffic action flags: unknown flag: --workload-cluster; use --help"},
+		{"undrain has no --reason", []string{"undrain", "chat", "--id", "m", "--reason", "x"}, "invalid traffic action flags: unknown flag: --reason; use --help"},
 		{"no service", []string{"drain", "--id", "m"}, "exactly one inference service is required"},
 		{"two services", []string{"undrain", "a", "b", "--id", "m"}, "exactly one inference service is required"},
 		{"bad output", append([]string{"drain", "-o", "xml"}, seed...), "output must be table, wide, json or yaml"},
@@ -38,8 +38,8 @@ func TestActionRefusalsBeforeAnyAPIUse(t *testing.T) {
 			"traffic drain reason must be bounded, trimmed, printable, and non-secret"},
 		{"bad namespace", []string{"drain", "chat", "-n", "Prod", "--workload-cluster", "worker-a", "--id", "m", "--reason", "r"}, "resolved workload namespace is invalid"},
 		{"missing context", append([]string{"drain", "--context", "nope"}, seed...), "selected kubeconfig context is unavailable or unsafe"},
-		{"bad --wait", append([]string{"drain", "--wait=soon"}, seed...), "invalid traffic action flags; use --help"},
-		{"negative --wait", append([]string{"drain", "--wait=-1s"}, seed...), "invalid traffic action flags; use --help"},
+		{"bad --wait", append([]string{"drain", "--wait=soon"}, seed...), `invalid traffic action flags: invalid argument "soon" for "--wait" flag: must be a positive duration; use --help`},
+		{"negative --wait", append([]string{"drain", "--wait=-1s"}, seed...), `invalid traffic action flags: invalid argument "-1s" for "--wait" flag: must be a positive duration; use --help`},
 		{"--wait with a dry run", append([]string{"drain", "--wait", "--dry-run=client"}, seed...), "--wait waits for an applied change; a dry run applies none"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,8 +98,9 @@ func TestWaitFlag(t *testing.T) {
 		{[]string{"--wait=2m", "--wait=false"}, waitFlag{}},
 	} {
 		var w waitFlag
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 		fs.Var(&w, "wait", "")
+		fs.Lookup("wait").NoOptDefVal = "true"
 		require.NoError(t, fs.Parse(tc.args), tc.args)
 		assert.Equal(t, tc.want, w, tc.args)
 	}

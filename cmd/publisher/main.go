@@ -4,18 +4,22 @@
 // Exit codes: 0 on success, 1 when the publisher fails at run time, 2 on a usage or
 // configuration error of 'publisher run'. The operator commands (drain, undrain, status)
 // follow OME's kubectl plugin: 1 for any error, 3 for a rejected guarded patch.
+//
+// Run as kubectl-trafficmap (installed or linked under that name on PATH) it is a kubectl
+// plugin: 'kubectl trafficmap status ...'.
 package main
 
 import (
 	"context"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := runProgram(ctx, filepath.Base(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

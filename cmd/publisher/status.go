@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
@@ -29,11 +30,8 @@ const (
 	debugXDSTimeout  = 10 * time.Second
 )
 
-const statusUsage = `Usage:
-  publisher status SERVICE -n NAMESPACE [flags]
-  publisher status --workload-cluster CLUSTER [-n NAMESPACE | -A] [flags]
-
-The first form shows one TrafficMap: per cluster its TrafficMap weight, the effective weight
+// statusLong describes status; cobra adds the usage and the flags.
+const statusLong = `The first form shows one TrafficMap: per cluster its TrafficMap weight, the effective weight
 the publisher computes (the publisher's own computation) and the drains holding it; pending
 drains; the drain annotation (a malformed one with the parser's error and the last valid
 drains the publisher keeps); the Published condition, Current or Stale, with the publisher's
@@ -44,27 +42,11 @@ node id, flavour, ACKed versions, NACKs, and whether each ACKed the versions ser
 The second form lists every service whose effective weight on CLUSTER is above 0, or cannot be
 computed: when it lists nothing, the cluster receives no traffic through the publisher.
 
-Flags:
-  -n, --namespace NS         namespace (default: the context's, else default)
-  -A, --all-namespaces       with --workload-cluster: every namespace
-  --workload-cluster NAME    list the services sending traffic to this cluster
-  --gateway NS/NAME          the Gateway whose verdict is shown (default: the route's parentRef)
-  --gateway-section NAME     its listener (parentRef sectionName)
-  --publisher-url URL        the publisher's --http-address, http://HOST:PORT: read its
-                             /debug/xds for the xDS client state (first form only)
-  --check                    first form: exit 5 unless what is published is what the inputs
-                             say: Published True at the map's generation, and the route's
-                             weights the computed effective weights (when the route exists)
-  -o, --output FORMAT        table, json or yaml; default table
-  --kubeconfig PATH, --context NAME, --cluster NAME   the Kubernetes API to read
-
 Exit codes: 0 shown (with --check: and published), 1 error, 5 (--check) shown, and what is
-published differs from what the inputs say; stderr says how.
-`
+published differs from what the inputs say; stderr says how.`
 
 type statusFlags struct {
-	kube             kubeFlags
-	namespace        string
+	kube             *genericclioptions.ConfigFlags
 	all              bool
 	workloadCluster  string
 	gateway, section string
@@ -73,39 +55,44 @@ type statusFlags struct {
 	check            bool
 }
 
-func statusCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var f statusFlags
-	fs := flag.NewFlagSet("publisher status", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	f.kube.register(fs)
-	fs.StringVar(&f.namespace, "namespace", "", "")
-	fs.StringVar(&f.namespace, "n", "", "")
-	fs.BoolVar(&f.all, "all-namespaces", false, "")
-	fs.BoolVar(&f.all, "A", false, "")
-	fs.StringVar(&f.workloadCluster, "workload-cluster", "", "")
-	fs.StringVar(&f.gateway, "gateway", "", "")
-	fs.StringVar(&f.section, "gateway-section", "", "")
-	fs.StringVar(&f.publisherURL, "publisher-url", "", "")
-	fs.BoolVar(&f.check, "check", false, "")
-	fs.StringVar(&f.output, "output", "table", "")
-	fs.StringVar(&f.output, "o", "table", "")
-	positional, err := parseInterleaved(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, statusUsage)
-		return exitOK
+// newStatusCommand returns 'publisher status'. Every error exits 1, --check's finding 5.
+func newStatusCommand(stdout io.Writer) *cobra.Command {
+	f := statusFlags{kube: newKubeFlags()}
+	cmd := &cobra.Command{
+		Use:   "status (SERVICE | --workload-cluster CLUSTER) [-n NAMESPACE | -A] [flags]",
+		Short: "Show a TrafficMap's weights and what is published, or the services sending traffic to a workload cluster",
+		Example: `  # one TrafficMap: drained, pending and effective weights, and what is published
+  publisher status chat -n prod
+  # every service still sending traffic to worker-a, in every namespace
+  publisher status --workload-cluster worker-a -A`,
+		Long: statusLong,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			err := runStatus(cmd.Context(), f, args, stdout)
+			switch {
+			case errors.Is(err, report.ErrNotPublished):
+				return exit(exitNotPublished, err)
+			case err != nil:
+				return exit(exitFailure, err)
+			}
+			return nil
+		},
+		ValidArgsFunction: completeTrafficMaps(f.kube),
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v; use --help\n", err)
-		return exitFailure
-	}
-	if err := runStatus(ctx, f, positional, stdout); err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		if errors.Is(err, report.ErrNotPublished) {
-			return exitNotPublished
-		}
-		return exitFailure
-	}
-	return exitOK
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.BoolVarP(&f.all, "all-namespaces", "A", false, "with --workload-cluster: every namespace")
+	fs.StringVar(&f.workloadCluster, "workload-cluster", "", "list the services sending traffic to this cluster")
+	fs.StringVar(&f.gateway, "gateway", "", "the Gateway whose verdict is shown, NAMESPACE/NAME (default: the route's parentRef)")
+	fs.StringVar(&f.section, "gateway-section", "", "its listener (parentRef sectionName)")
+	fs.StringVar(&f.publisherURL, "publisher-url", "", "the publisher's --http-address, http://HOST:PORT: read its /debug/xds for the xDS client state (first form only)")
+	fs.BoolVar(&f.check, "check", false, "first form: exit 5 unless what is published is what the inputs say: Published True at the map's generation, and the route's weights the computed effective weights (when the route exists)")
+	fs.StringVarP(&f.output, "output", "o", "table", "table, json or yaml")
+	f.kube.AddFlags(fs)
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return exit(exitFailure, fmt.Errorf("%w; use --help", err))
+	})
+	completeValues(cmd, "output", report.Outputs...)
+	return cmd
 }
 
 func runStatus(ctx context.Context, f statusFlags, positional []string, stdout io.Writer) error {
@@ -116,7 +103,7 @@ func runStatus(ctx context.Context, f statusFlags, positional []string, stdout i
 		return errors.New("--workload-cluster lists services; do not name one")
 	case f.all && f.workloadCluster == "":
 		return errors.New("-A needs --workload-cluster")
-	case f.all && f.namespace != "":
+	case f.all && *f.kube.Namespace != "":
 		return errors.New("-A and -n exclude each other")
 	case f.workloadCluster != "" && f.check:
 		return errors.New("--check checks one service's status; it does not apply to --workload-cluster")
@@ -138,7 +125,7 @@ func runStatus(ctx context.Context, f statusFlags, positional []string, stdout i
 		}
 		gw = types.NamespacedName{Namespace: ns, Name: name}
 	}
-	kc, err := loadKube(f.kube, f.namespace)
+	kc, err := loadKube(f.kube)
 	if err != nil {
 		return err
 	}

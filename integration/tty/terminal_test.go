@@ -37,11 +37,11 @@ const (
 	drainKey        = "ome.io/traffic-drain"
 	seedDrain       = `{"maintenance-a":{"cluster":"worker-a","reason":"planned maintenance"}}`
 	confirmPrompt   = "Confirm this exact action? [y/N] "
-	notConfirmed    = "error: action not confirmed; noninteractive input requires --yes\n"
+	declined        = "error: action declined at the prompt; nothing was changed\n"
 	acceptedMessage = "API accepted traffic annotation request; not TrafficM..."
 )
 
-// Through a pseudo-terminal: n changes nothing and exits 1; Ctrl-C cancels; y drains; YES
+// Through a pseudo-terminal: n declines (the error says so), changes nothing and exits 1; Ctrl-C cancels; y drains; YES
 // undrains.
 func TestOpsDrainThroughTerminal(t *testing.T) {
 	f := newFixture(t)
@@ -50,7 +50,7 @@ func TestOpsDrainThroughTerminal(t *testing.T) {
 	rv := f.isvc().GetResourceVersion()
 	got := op.runTerminal(t, "n", nil, seedDrainArgs(f.ns)...)
 	assert.Equal(t, 1, got.code)
-	assert.Equal(t, f.wantPreview("drain", rv, "worker-a", `"planned maintenance"`, "0 -> 1")+confirmPrompt+"n\n"+notConfirmed, got.stderr)
+	assert.Equal(t, f.wantPreview("drain", rv, "worker-a", `"planned maintenance"`, "0 -> 1")+confirmPrompt+"n\n"+declined, got.stderr)
 	assert.Empty(t, got.stdout)
 	assert.Equal(t, rv, f.isvc().GetResourceVersion(), "nothing changed")
 

@@ -88,7 +88,7 @@ func New(cfg Config, writer *httproute.Writer, store httproute.Store) *Sink {
 func (s *Sink) Name() string { return Name }
 
 func source(p *sink.Plan) httproute.Source {
-	return httproute.Source{Namespace: p.Namespace, Name: p.Name, Service: p.Service, GlobalHost: p.GlobalHost}
+	return httproute.Source{Namespace: p.Namespace, Name: p.Name, Service: p.Service, GlobalHost: p.GlobalHost, UID: types.UID(p.UID)}
 }
 
 func mapKey(namespace, name string) types.NamespacedName {

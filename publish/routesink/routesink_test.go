@@ -27,7 +27,7 @@ import (
 )
 
 // routeAPI is the HTTPRoute part of an API server for one route: server-side apply (the
-// patch's labels, annotations and spec), get and delete, with a resourceVersion that grows
+// patch's labels, annotations, ownerReferences and spec), get and delete, with a resourceVersion that grows
 // on every write and a generation that grows when the spec changes.
 type routeAPI struct {
 	mu   sync.Mutex
@@ -51,7 +51,7 @@ func (a *routeAPI) install(c *gwfake.Clientset) {
 		if !equality.Semantic.DeepEqual(a.live.Spec, in.Spec) {
 			a.live.Generation++
 		}
-		a.live.Labels, a.live.Annotations, a.live.Spec = in.Labels, in.Annotations, in.Spec
+		a.live.Labels, a.live.Annotations, a.live.OwnerReferences, a.live.Spec = in.Labels, in.Annotations, in.OwnerReferences, in.Spec
 		a.bump()
 		return true, a.live.DeepCopy(), nil
 	})
@@ -213,4 +213,15 @@ func TestDeleteBeforeCache(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 	assert.Nil(t, api.get())
+}
+
+// The route the sink writes names the plan's TrafficMap as its owner (by UID), so the
+// garbage collector deletes it with the map.
+func TestApplyWritesOwnerReference(t *testing.T) {
+	s, api, _ := newSink(t, false)
+	p := plan(t)
+	_, err := s.Apply(t.Context(), p)
+	require.NoError(t, err)
+	assert.Equal(t, []metav1.OwnerReference{{APIVersion: "ome.io/v1beta1", Kind: "TrafficMap", Name: p.Name, UID: types.UID(p.UID)}},
+		api.get().OwnerReferences)
 }
