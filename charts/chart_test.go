@@ -136,7 +136,7 @@ func TestSecureDefaults(t *testing.T) {
 }
 
 func TestReplicasNeedLeaderElection(t *testing.T) {
-	out, err := runHelm(t, "template", "tm", "publisher", "--set", "publisher.gateway=g", "--set", "replicas=2")
+	out, err := runHelm(t, "template", "tm", "publisher", "--set", "publisher.gateway=g", "--set", "replicas=2", "--set", "leaderElection.enabled=false")
 	require.Error(t, err)
 	assert.Contains(t, out, "replicas > 1 needs leaderElection.enabled")
 }

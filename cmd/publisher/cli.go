@@ -146,6 +146,7 @@ type runFlags struct {
 	leaderElect                        bool
 	leaseNamespace                     string
 	leaseName                          string
+	leaseIdentity                      string
 	leaseDuration                      time.Duration
 	renewDeadline                      time.Duration
 	retryPeriod                        time.Duration
@@ -182,6 +183,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "let several replicas run: only the holder of a Lease writes routes, Services and status; every replica serves xDS")
 	fs.StringVar(&f.leaseNamespace, "leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the Lease (default $POD_NAMESPACE)")
 	fs.StringVar(&f.leaseName, "leader-election-id", "trafficmap-publisher", "name of the Lease")
+	fs.StringVar(&f.leaseIdentity, "leader-election-identity", os.Getenv("POD_NAME"), "this replica's identity in the election and in its xDS report (default $POD_NAME, else the hostname and a random suffix)")
 	fs.DurationVar(&f.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a Lease lasts without renewal")
 	fs.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it gives up")
 	fs.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
@@ -244,7 +246,7 @@ func (f runFlags) config() publish.Config {
 		HTTPAddress:          f.httpAddress,
 		EnablePprof:          f.pprof,
 		LeaderElection: publish.LeaderElection{
-			Enabled: f.leaderElect, Namespace: f.leaseNamespace, Name: f.leaseName,
+			Enabled: f.leaderElect, Namespace: f.leaseNamespace, Name: f.leaseName, Identity: f.leaseIdentity,
 			LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RetryPeriod: f.retryPeriod,
 		},
 	}

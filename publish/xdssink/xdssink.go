@@ -291,11 +291,16 @@ func (s *Sink) endGrace() {
 	}
 }
 
-// inGrace reports whether the reconnect grace window is open.
-func (s *Sink) inGrace() bool {
+// waive reports whether the reconnect grace window is open, and if so marks the map to be
+// requeued when it ends.
+func (s *Sink) waive(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cfg.Now().Before(s.grace.end)
+	if !s.cfg.Now().Before(s.grace.end) {
+		return false
+	}
+	s.grace.held[key] = true
+	return true
 }
 
 // graceHolds reports whether the reconnect grace holds the map's plan Pending (it was not
@@ -435,16 +440,18 @@ func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error)
 		return sink.Confirmation{Sink: Name, State: sink.Refused, Reason: ReasonInvalid, Message: invalidMessage(key, invalid)}, nil
 	}
 	c := xds.Confirm(s.server.Tracker().Clients(), s.history, key, xds.ServedBy(s.envoy, svc), s.cfg.MinClients)
-	if !c.Done && c.Nack == nil && c.Acked == c.Total && c.Connected < s.cfg.MinClients && p.Confirmed && s.inGrace() {
-		// Too few clients only because those of the previous publisher are still
-		// reconnecting: content confirmed before keeps its condition through the window.
-		c.Done = true
-		c.Message = fmt.Sprintf("content confirmed before the start; %d of --xds-min-clients %d reconnected so far", c.Connected, s.cfg.MinClients)
-	}
 	if c.Done || c.Nack != nil {
 		s.mu.Lock()
 		delete(s.pending, key)
 		s.mu.Unlock()
+	} else if p.Confirmed && s.waive(key) {
+		// Clients of the previous publisher are still reconnecting and resubscribing (too
+		// few connected, or a stream that has not ACKed yet): content confirmed before the
+		// start keeps its condition through the window. It stays pending, so ACKs and the
+		// window's end judge it again by the usual rules.
+		c.Done = true
+		c.Message = fmt.Sprintf("content confirmed before the start; within --xds-reconnect-grace %d/%d reconnected clients ACKed it so far (%d connected, --xds-min-clients %d)",
+			c.Acked, c.Total, c.Connected, s.cfg.MinClients)
 	}
 	conf := sink.Confirmation{Sink: Name, Message: c.Message,
 		Progress: &sink.Progress{Confirmed: c.Acked, Total: c.Total, Required: s.cfg.MinClients}}

@@ -229,7 +229,7 @@ func TestReconnectGraceMinClients(t *testing.T) {
 	c, err = s.Apply(t.Context(), plan)
 	require.NoError(t, err)
 	assert.Equal(t, sink.InPlace, c.State)
-	assert.Equal(t, "content confirmed before the start; 0 of --xds-min-clients 2 reconnected so far", c.Message)
+	assert.Equal(t, "content confirmed before the start; within --xds-reconnect-grace 0/0 reconnected clients ACKed it so far (0 connected, --xds-min-clients 2)", c.Message)
 
 	changed := *plan
 	changed.PublishedBefore, changed.Confirmed = false, false

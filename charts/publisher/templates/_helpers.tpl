@@ -78,6 +78,10 @@ env:
     valueFrom:
       fieldRef:
         fieldPath: metadata.namespace
+  - name: POD_NAME
+    valueFrom:
+      fieldRef:
+        fieldPath: metadata.name
   {{- if (.Values.resources.limits).memory }}
   # A soft memory limit for the Go runtime at the container's limit: the collector works
   # harder as the heap nears it instead of letting it double between collections.
