@@ -332,4 +332,6 @@ func changed(a, b Report) []string {
 }
 
 // String describes a replica for logs.
-func (r Replica) String() string { return fmt.Sprintf("%s (live %t, %d clients)", r.Identity, r.Live, r.Clients) }
+func (r Replica) String() string {
+	return fmt.Sprintf("%s (live %t, %d clients)", r.Identity, r.Live, r.Clients)
+}
