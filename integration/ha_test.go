@@ -1,0 +1,191 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/publish/replicas"
+)
+
+// haLease names the election Lease of the HA tests.
+const haLease = "publisher"
+
+// Election timings short enough for a test (the Lease and every report expire 3s after
+// their last renewal).
+const haLeaseDuration = 3 * time.Second
+
+// haReplica configures an in-process replica: the xDS sink alone, ACKs required, leader
+// election on the fixture's namespace with identity id.
+func haReplica(f *fixture, id string, reg prometheus.Registerer) func(*publish.Config) {
+	return func(c *publish.Config) {
+		c.Sinks, c.XDSAddress, c.HTTPAddress, c.RequireXDSAck = []string{publish.SinkXDS}, "127.0.0.1:0", "127.0.0.1:0", true
+		c.XDSReconnectGrace, c.Registerer = time.Second, reg
+		c.LeaderElection = publish.LeaderElection{Enabled: true, Namespace: f.ns, Name: haLease, Identity: id,
+			LeaseDuration: haLeaseDuration, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}
+	}
+}
+
+// processReplica is a replica run as its own process (`publisher run`), so that it can be
+// killed with SIGKILL: it then deletes nothing and its report Lease stays until it expires.
+type processReplica struct {
+	cmd  *exec.Cmd
+	addr net.Addr // its xDS server
+}
+
+// startProcessReplica runs `publisher run` with the settings of haReplica and waits until it
+// serves xDS; its address is read from its JSON log ("serving xds", field address).
+func startProcessReplica(t *testing.T, f *fixture, id string) *processReplica {
+	t.Helper()
+	cmd := exec.Command(publisherBinary(t), "run", "--kubeconfig", admin(t).kubeconfig, "--namespace", f.ns,
+		"--sinks", "xds", "--xds-address", "127.0.0.1:0", "--http-address", "", "--require-xds-ack",
+		"--xds-reconnect-grace", "1s", "--host-template", "{{.Service}}.{{.Namespace}}.example.com",
+		"--leader-elect", "--leader-election-namespace", f.ns, "--leader-election-id", haLease, "--leader-election-identity", id,
+		"--leader-election-lease-duration", haLeaseDuration.String(), "--leader-election-renew-deadline", "2s",
+		"--leader-election-retry-period", "250ms", "--log-format", "json")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var entry struct {
+				Msg     string `json:"msg"`
+				Address string `json:"address"`
+			}
+			if json.Unmarshal(sc.Bytes(), &entry) == nil && entry.Msg == "serving xds" {
+				addr <- entry.Address
+			}
+			t.Log(id + ": " + sc.Text())
+		}
+	}()
+	select {
+	case a := <-addr:
+		tcp, err := net.ResolveTCPAddr("tcp", a)
+		require.NoError(t, err)
+		return &processReplica{cmd: cmd, addr: tcp}
+	case <-time.After(waitTimeout):
+		require.FailNow(t, "replica process did not serve xds", id)
+		return nil
+	}
+}
+
+// leaseHolder is the identity holding the election Lease ("" when none).
+func leaseHolder(t *testing.T, ns string) string {
+	l, err := kube.CoordinationV1().Leases(ns).Get(context.Background(), haLease, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return ""
+	}
+	require.NoError(t, err)
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// Three replicas with leader election; real gRPC clients on two followers (one a process).
+// Published waits for every live replica's relevant clients, names the replica and the
+// client it waits for, and when Published turns True every client routes by the new
+// weights. A follower killed with SIGKILL while one of its clients is frozen stops counting
+// once its report expires, not before; the client counts on the replica it reconnects to.
+// When the leader goes, another takes over without changing an unchanged map's condition,
+// and the next drain publishes normally.
+func TestHAEveryReplicasClientsCount(t *testing.T) {
+	f := newFixture(t)
+	f.createMap([]v1beta1.TrafficMapEntry{
+		{Cluster: "worker-a", Endpoint: localBackend(t, "worker-a"), Weight: 1, Healthy: true},
+		{Cluster: "worker-b", Endpoint: localBackend(t, "worker-b"), Weight: 1, Healthy: true},
+	})
+	a := startPublisherWith(t, f.publisherConfig(haReplica(f, "a", prometheus.NewRegistry())), restCfg, zaptest.NewLogger(t).Named("a"))
+	f.waitPublished()
+	require.Equal(t, "a", leaseHolder(t, f.ns), "a was alone")
+	regB := prometheus.NewRegistry()
+	b := startPublisherWith(t, f.publisherConfig(haReplica(f, "b", regB)), restCfg, zaptest.NewLogger(t).Named("b"))
+	c := startProcessReplica(t, f, "c")
+	onC := &runningPublisher{xdsAddr: c.addr}
+
+	target := service + "." + f.ns
+	clientB, clientC := xdsClient(t, b.xdsAddr, "grpc-b", target), xdsClient(t, c.addr, "grpc-c", target)
+	_, err := call(clientB)
+	require.NoError(t, err)
+	_, err = call(clientC)
+	require.NoError(t, err)
+	frozen := startFrozenClient(t, onC, grpcNode("frozen-c"), mapNames(f.ns))
+	require.Eventually(t, func() bool { return frozen.responses() >= 3 }, waitTimeout, tick, "the frozen client got the map")
+
+	// A drain while a client of follower c does not ACK: Published waits and says where.
+	frozen.freeze()
+	w := f.watchPublished()
+	f.drain(seedDrain)
+	f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "replica c: 1/2 relevant clients ACKed, waiting for frozen-c/sotw-")
+	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, clientB, 20), "b's client has the drain")
+	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, clientC, 20), "c's real client has the drain")
+	for _, tr := range w.transitions() {
+		assert.NotEqual(t, metav1.ConditionTrue, tr.Status, "no True while c's client has not ACKed: %v", tr)
+	}
+	frozen.thaw(t)
+	f.waitPublishedWith("2 other replicas: 3/3 relevant clients ACKed; weights worker-a=0 (drained by maintenance-a), worker-b=1")
+	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, clientB, 20), "right after Published=True")
+	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, clientC, 20), "right after Published=True")
+	var reps []replicas.Replica
+	require.NoError(t, json.Unmarshal([]byte(get(t, a, "/debug/replicas")), &reps))
+	require.Len(t, reps, 3, "every replica reports: %v", reps)
+	for _, r := range reps {
+		assert.True(t, r.Live, "%v", r)
+	}
+
+	// c dies (SIGKILL) while its frozen client holds the undrain back.
+	frozen.freeze()
+	f.setAnnotation(service, "ome.io/traffic-drain", "", true)
+	f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "replica c: ", "waiting for frozen-c/sotw-")
+	killed := time.Now()
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
+	_, _ = c.cmd.Process.Wait()
+	_, err = kube.CoordinationV1().Leases(f.ns).Get(context.Background(), replicas.LeaseName(haLease, "c"), metav1.GetOptions{})
+	require.NoError(t, err, "a killed replica leaves its report behind")
+	assert.Equal(t, metav1.ConditionFalse, published(f.getMap()).Status, "c's report has not expired yet")
+	f.waitPublishedWith("weights worker-a=1, worker-b=1")
+	// c's last renewal was at most a third of the duration before the kill.
+	assert.GreaterOrEqual(t, time.Since(killed), haLeaseDuration-haLeaseDuration/3-500*time.Millisecond, "True only once c's report expired")
+	// The frozen client, resumed, reconnects to b and ACKs there.
+	moved := startFrozenClient(t, b, grpcNode("frozen-c"), mapNames(f.ns))
+	require.Eventually(t, func() bool { return moved.responses() >= 3 }, waitTimeout, tick)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		d := debugXDS(t, b)
+		require.Len(ct, d.Maps, 1)
+		acked := strings.Join(d.Maps[0].Acked, " ")
+		assert.Contains(ct, acked, "frozen-c/sotw-")
+		assert.Contains(ct, acked, "grpc-b/sotw-")
+	}, waitTimeout, tick)
+
+	// The leader goes; b takes over. The unchanged map keeps its condition.
+	before := *published(f.getMap())
+	reconciledB := reconciles(t, regB)
+	a.stop(t)
+	require.Eventually(t, func() bool { return leaseHolder(t, f.ns) == "b" }, waitTimeout, tick, "b leads")
+	require.Eventually(t, func() bool { return reconciles(t, regB) > reconciledB }, waitTimeout, tick, "b reconciled the map")
+	assert.Equal(t, before, *published(f.getMap()), "a new leader leaves an unchanged map's condition alone")
+	f.drain(seedDrain)
+	f.waitPublishedWith("weights worker-a=0 (drained by maintenance-a), worker-b=1")
+	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, clientB, 20))
+}
