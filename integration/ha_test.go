@@ -7,6 +7,7 @@ import (
 	"net"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -133,6 +135,18 @@ func TestHAEveryReplicasClientsCount(t *testing.T) {
 	frozen := startFrozenClient(t, onC, grpcNode("frozen-c"), mapNames(f.ns))
 	require.Eventually(t, func() bool { return frozen.responses() >= 3 }, waitTimeout, tick, "the frozen client got the map")
 
+	// What one drain and one undrain cost in report writes at three replicas (reported in
+	// BENCHMARKS.md; nothing is asserted about it).
+	for _, step := range []struct{ drain, weights string }{
+		{seedDrain, "worker-a=0 (drained by maintenance-a), worker-b=1"}, {"", "worker-a=1, worker-b=1"},
+	} {
+		changed, renewed := countReportWrites(t, f, func() {
+			f.setAnnotation(service, "ome.io/traffic-drain", step.drain, step.drain == "")
+			f.waitPublishedWith("3/3 relevant clients ACKed; weights " + step.weights)
+		})
+		t.Logf("report lease writes for one change (drain %t) at 3 replicas: %d with a changed report, %d renewals", step.drain != "", changed, renewed)
+	}
+
 	// A drain while a client of follower c does not ACK: Published waits and says where.
 	frozen.freeze()
 	w := f.watchPublished()
@@ -141,7 +155,7 @@ func TestHAEveryReplicasClientsCount(t *testing.T) {
 	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, clientB, 20), "b's client has the drain")
 	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, clientC, 20), "c's real client has the drain")
 	for _, tr := range w.transitions() {
-		assert.NotEqual(t, metav1.ConditionTrue, tr.Status, "no True while c's client has not ACKed: %v", tr)
+		assert.NotEqual(t, metav1.ConditionTrue, tr.Status, "no True while the client of c has not ACKed: %v %s", tr, tr.Message)
 	}
 	frozen.thaw(t)
 	f.waitPublishedWith("2 other replicas: 3/3 relevant clients ACKed; weights worker-a=0 (drained by maintenance-a), worker-b=1")
@@ -152,6 +166,12 @@ func TestHAEveryReplicasClientsCount(t *testing.T) {
 	require.Len(t, reps, 3, "every replica reports: %v", reps)
 	for _, r := range reps {
 		assert.True(t, r.Live, "%v", r)
+	}
+	st := admin(t).run(t, "status", service, "-n", f.ns, "--publisher-url", "http://"+a.pub.HTTPAddr().String())
+	require.Equal(t, 0, st.code, st.stderr)
+	assert.Contains(t, st.stdout, "REPLICA        LIVE   XDS CLIENTS   UNCONFIRMED MAPS   REPORTED\n")
+	for _, row := range []string{"a (this one)   true   0 ", "b              true   1 ", "c              true   2 "} {
+		assert.Contains(t, st.stdout, row, "publisher status lists every replica with its clients")
 	}
 
 	// c dies (SIGKILL) while its frozen client holds the undrain back.
@@ -188,4 +208,56 @@ func TestHAEveryReplicasClientsCount(t *testing.T) {
 	f.drain(seedDrain)
 	f.waitPublishedWith("weights worker-a=0 (drained by maintenance-a), worker-b=1")
 	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, clientB, 20))
+}
+
+// countReportWrites runs change and counts the writes of report Leases from its start until
+// every report lists nothing again: those that changed a report and those that only renewed
+// one.
+func countReportWrites(t *testing.T, f *fixture, change func()) (changed, renewed int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := kube.CoordinationV1().Leases(f.ns).Watch(ctx, metav1.ListOptions{LabelSelector: replicas.LabelFor + "=" + haLease})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	last := map[string]string{}
+	pending := map[string]bool{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			l, ok := ev.Object.(*coordinationv1.Lease)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			if prev, seen := last[l.Name]; seen {
+				if prev == l.Annotations[replicas.Annotation] {
+					renewed++
+				} else {
+					changed++
+				}
+			}
+			last[l.Name] = l.Annotations[replicas.Annotation]
+			r, err := replicas.Decode(l.Annotations[replicas.Annotation])
+			pending[l.Name] = err != nil || len(r.Maps) > 0
+			mu.Unlock()
+		}
+	}()
+	change()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range pending {
+			if p {
+				return false
+			}
+		}
+		return len(last) == 3
+	}, waitTimeout, tick, "every report empties once the change is published")
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	return changed, renewed
 }

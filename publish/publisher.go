@@ -295,6 +295,13 @@ func (p *Publisher) Run(ctx context.Context) error {
 	}
 	p.log.Info("caches synced; starting workers", zap.Int("workers", p.cfg.Workers))
 
+	if p.report != nil {
+		// Reported before any client is served: the leader counts this replica's clients
+		// from the first one on.
+		if err := p.report.First(ctx); err != nil {
+			p.log.Info("first xds report not written; retrying while serving", zap.Error(err))
+		}
+	}
 	for _, s := range p.sinks {
 		if st, ok := s.(sink.Starter); ok {
 			wait, err := st.Start(ctx)

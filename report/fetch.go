@@ -21,6 +21,7 @@ import (
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/publish/replicas"
 	"github.com/trafficmap/publisher/xds"
 )
 
@@ -66,8 +67,40 @@ func (r Reader) Status(ctx context.Context, namespace, service string) (Status, 
 		if o.XDS, err = ReadXDS(ctx, r.HTTP, o.XDSSource); err != nil {
 			return Status{}, err
 		}
+		if o.Replicas, err = ReadReplicas(ctx, r.HTTP, strings.TrimSuffix(o.XDSSource, "/xds")+"/replicas"); err != nil {
+			return Status{}, err
+		}
 	}
 	return Build(o), nil
+}
+
+// ReadReplicas reads the publisher's /debug/replicas document at url (the replicas whose
+// xDS reports it counts); nil without error when the publisher serves none (no leader
+// election).
+func ReadReplicas(ctx context.Context, client *http.Client, url string) ([]replicas.Replica, error) {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", url, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read the publisher's replicas: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, nil
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("read %s: %s", url, resp.Status)
+	}
+	var out []replicas.Replica
+	if err := json.NewDecoder(io.LimitReader(resp.Body, MaxDebugXDSBytes)).Decode(&out); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", url, err)
+	}
+	return out, nil
 }
 
 // MaxDebugXDSBytes bounds the /debug/xds document ReadXDS accepts.

@@ -155,6 +155,23 @@ func statusTable(s Status) string {
 		}
 		_ = tw.Flush()
 	}
+	if len(x.Replicas) > 0 {
+		b.WriteString("\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+		fmt.Fprint(tw, "REPLICA\tLIVE\tXDS CLIENTS\tUNCONFIRMED MAPS\tREPORTED\n")
+		for _, r := range x.Replicas {
+			unconfirmed := strconv.Itoa(r.Unconfirmed)
+			if r.Overflow {
+				unconfirmed += "+"
+			}
+			name := plain(r.Identity)
+			if r.Self {
+				name += " (this one)"
+			}
+			fmt.Fprintf(tw, "%s\t%t\t%d\t%s\t%s\n", name, r.Live, r.Clients, unconfirmed, r.Renewed.UTC().Format(time.RFC3339))
+		}
+		_ = tw.Flush()
+	}
 	return b.String()
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/publish/replicas"
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
 )
@@ -61,6 +62,9 @@ type Objects struct {
 	XDS *xds.DebugState
 	// XDSSource is where XDS was read from.
 	XDSSource string
+	// Replicas are the replicas whose xDS reports the publisher counts (its
+	// /debug/replicas); nil without leader election or when not read.
+	Replicas []replicas.Replica
 	// Claims are the other TrafficMaps' claims on names (their "<service>.<namespace>" and
 	// ome.io/global-host), as far as they were read; the map's hostname ownership is
 	// recomputed from them with the publisher's rule.
@@ -194,6 +198,9 @@ type XDSSink struct {
 	Served map[xds.Flavour]map[string]string `json:"served,omitempty"`
 	// Clients are the connected clients, sorted by node id.
 	Clients []XDSClient `json:"clients"`
+	// Replicas are the publisher's replicas with their xDS clients, when it runs several
+	// (every live replica's relevant clients count for Published).
+	Replicas []replicas.Replica `json:"replicas,omitempty"`
 	// Map is this map's relevance as the publisher judges it (xds.DebugMap): nil when the
 	// publisher did not report it (it does not serve the map, or an older publisher).
 	Map *XDSMap `json:"map,omitempty"`
@@ -263,7 +270,7 @@ func Build(o Objects) Status {
 		Namespace: tm.Namespace, TrafficMap: tm.Name, Service: tm.Spec.Service, Generation: tm.Generation,
 		Clusters: []Cluster{}, Pending: []Drain{},
 		Drains: DrainState{State: AnnotationAbsent, InEffect: []Drain{}},
-		Sinks:  Sinks{XDS: xdsSink(o.XDS, o.XDSSource, tm.Namespace+"/"+tm.Name)},
+		Sinks:  Sinks{XDS: xdsSink(o.XDS, o.XDSSource, tm.Namespace+"/"+tm.Name, o.Replicas)},
 	}
 	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name}
 	route := o.Route
@@ -426,11 +433,12 @@ func published(tm *v1beta1.TrafficMap) Published {
 }
 
 // xdsSink reduces the /debug/xds document; d nil means it was not read.
-func xdsSink(d *xds.DebugState, source, key string) XDSSink {
+func xdsSink(d *xds.DebugState, source, key string, reps []replicas.Replica) XDSSink {
 	x := XDSSink{Clients: []XDSClient{}}
 	if d == nil {
 		return x
 	}
+	x.Replicas = slices.Clone(reps)
 	x.Reported, x.Source = true, source
 	for _, m := range d.Maps {
 		if m.Key != key {

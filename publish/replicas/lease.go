@@ -26,7 +26,7 @@ const Interval = 250 * time.Millisecond
 
 // Writer keeps this replica's report Lease: it builds the report every Interval, writes it
 // when it changed, renews it every Duration/3 otherwise, and deletes it when it stops. It
-// is the Lease's only writer.
+// is the Lease's only writer; First and then Run are called from one goroutine.
 type Writer struct {
 	Kube kubernetes.Interface
 	// Namespace and Election locate the election Lease; the report Lease lives beside it.
@@ -41,6 +41,29 @@ type Writer struct {
 	// FieldManager names the writer.
 	FieldManager string
 	Log          *zap.Logger
+
+	last    string    // the report last written
+	renewed time.Time // when
+}
+
+// First writes the report once, before the replica serves any client, so the leader
+// counts the replica from its first client on. A failure is returned (and Run retries).
+func (w *Writer) First(ctx context.Context) error {
+	value, err := w.encode()
+	if err != nil {
+		return err
+	}
+	if err := w.write(ctx, LeaseName(w.Election, w.Identity), value); err != nil {
+		return fmt.Errorf("write report lease: %w", err)
+	}
+	w.last, w.renewed = value, time.Now()
+	return nil
+}
+
+func (w *Writer) encode() (string, error) {
+	r := w.Build()
+	r.Identity = w.Identity
+	return Encode(r)
 }
 
 // Run writes the report until ctx is done, then deletes it (a replica that stops cleanly
@@ -49,8 +72,6 @@ func (w *Writer) Run(ctx context.Context) {
 	name := LeaseName(w.Election, w.Identity)
 	tick := time.NewTicker(Interval)
 	defer tick.Stop()
-	var last string
-	var renewed time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -62,14 +83,12 @@ func (w *Writer) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		r := w.Build()
-		r.Identity = w.Identity
-		value, err := Encode(r)
+		value, err := w.encode()
 		if err != nil {
 			w.Log.Error("report not encoded", zap.Error(err))
 			continue
 		}
-		if value == last && time.Since(renewed) < w.Duration/3 {
+		if value == w.last && time.Since(w.renewed) < w.Duration/3 {
 			continue
 		}
 		if err := w.write(ctx, name, value); err != nil {
@@ -78,7 +97,7 @@ func (w *Writer) Run(ctx context.Context) {
 			}
 			continue
 		}
-		last, renewed = value, time.Now()
+		w.last, w.renewed = value, time.Now()
 	}
 }
 
