@@ -23,6 +23,7 @@ import (
 
 	"github.com/trafficmap/publisher/integration/testenv"
 	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/publish/replicas"
 )
 
 func helmBinary(t *testing.T) string {
@@ -99,12 +100,20 @@ func TestChartRBACIsEnough(t *testing.T) {
 	apply(t, chartRBAC(t, release, f.ns, "leaderElection.enabled=true"))
 	f.createMap(seedEntries())
 	cfg := f.publisherConfig(func(c *publish.Config) {
-		c.LeaderElection = publish.LeaderElection{Enabled: true, Namespace: f.ns, Name: "trafficmap-publisher"}
+		// Both sinks, as the chart's default: the replica also keeps its xDS report Lease.
+		c.Sinks, c.XDSAddress, c.RequireXDSAck = []string{publish.SinkHTTPRoute, publish.SinkXDS}, "127.0.0.1:0", true
+		c.LeaderElection = publish.LeaderElection{Enabled: true, Namespace: f.ns, Name: "trafficmap-publisher", Identity: "rbac-a"}
 	})
 	f.pub = startPublisherWith(t, cfg, asServiceAccount(f.ns, release+"-trafficmap-publisher"), zaptest.NewLogger(t))
 	f.waitPublished()
 	f.drain(seedDrain)
 	f.waitPublishedWith("worker-a=0 (drained by maintenance-a), worker-b=1")
+	report := replicas.LeaseName("trafficmap-publisher", "rbac-a")
+	_, err := kube.CoordinationV1().Leases(f.ns).Get(context.Background(), report, metav1.GetOptions{})
+	require.NoError(t, err, "the replica wrote its report Lease")
+	f.pub.stop(t)
+	_, err = kube.CoordinationV1().Leases(f.ns).Get(context.Background(), report, metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the replica deleted its report Lease when it stopped: %v", err)
 }
 
 // Removing any one rule of the chart's RBAC makes the publisher fail with a permission
