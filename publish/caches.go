@@ -3,6 +3,7 @@ package publish
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -183,6 +184,25 @@ func (c *caches) unconfirmed() []string {
 		}
 	}
 	return out
+}
+
+// unpublished counts the cached TrafficMaps whose Published condition is not True at their
+// generation, and how long ago the oldest False condition among them turned False.
+func (c *caches) unpublished(now time.Time) (int, time.Duration) {
+	n, oldest := 0, time.Duration(0)
+	for _, inf := range c.maps {
+		for _, obj := range inf.GetStore().List() {
+			tm, ok := obj.(*v1beta1.TrafficMap)
+			if !ok || publishedTrue(tm) {
+				continue
+			}
+			n++
+			if cond := findPublished(tm); cond != nil && !cond.LastTransitionTime.IsZero() {
+				oldest = max(oldest, now.Sub(cond.LastTransitionTime.Time))
+			}
+		}
+	}
+	return n, oldest
 }
 
 // keys lists the namespace/name of every cached TrafficMap.

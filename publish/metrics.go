@@ -45,6 +45,30 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
+// watchGauges registers the gauges read at scrape time: whether this replica leads, and how
+// many maps are not Published and for how long the oldest has not been.
+func watchGauges(reg prometheus.Registerer, leading func() bool, unpublished func() (int, time.Duration)) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trafficmap_publisher_leader",
+			Help: "1 while this replica holds the leader-election Lease (always 1 without leader election), else 0."},
+			func() float64 {
+				if leading() {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trafficmap_publisher_maps_not_published",
+			Help: "TrafficMaps whose Published condition is not True at their generation, as this replica's cache has them."},
+			func() float64 { n, _ := unpublished(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trafficmap_publisher_oldest_unpublished_seconds",
+			Help: "How long the TrafficMap Published False the longest has been (since its condition's lastTransitionTime); 0 when every map is Published."},
+			func() float64 { _, d := unpublished(); return d.Seconds() }),
+	)
+}
+
 func (m *metrics) reconciled(err error) {
 	if m == nil {
 		return
