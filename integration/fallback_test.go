@@ -49,6 +49,8 @@ func TestXDSOnlyFallbackSurvivesRestart(t *testing.T) {
 	f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidDrainAnnotation, "keeping the last valid drains (maintenance-a on worker-a)")
 	client := xdsClient(t, restarted.xdsAddr, "grpc-client-1", service+"."+f.ns)
 	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, client, 20), "the map stays on xDS with the last valid drains")
+	st := admin(t).run(t, "status", service, "-n", f.ns)
+	assert.Contains(t, st.stdout, "worker-a   1        0           maintenance-a", "status computes with the record's fallback, as the publisher: %s", st.stdout)
 	again, err := cms.Get(context.Background(), publish.RecordName(service), metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, rec.ResourceVersion, again.ResourceVersion, "a fallback plan rewrites nothing")

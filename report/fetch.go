@@ -10,8 +10,10 @@ import (
 	"net/url"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
@@ -27,7 +29,8 @@ import (
 
 // Needs is the permission the status view needs, for permission errors.
 const Needs = "status needs get and list on trafficmaps.ome.io, get on inferenceservices.ome.io and httproutes.gateway.networking.k8s.io, " +
-	"and get on the taint sources inferenceclusters.modelplane.ai and workloadclusters.ome.io where they are served"
+	"and get on the taint sources inferenceclusters.modelplane.ai and workloadclusters.ome.io where they are served " +
+	"(and, with --sinks xds alone, get on configmaps for the publisher's record; without it the weights are computed without that fallback)"
 
 // Reader reads the objects a status is computed from. It only reads.
 type Reader struct {
@@ -196,6 +199,9 @@ func (r Reader) objects(ctx context.Context, tm *v1beta1.TrafficMap) (Objects, e
 	default:
 		o.Route = route
 	}
+	if o.Route == nil {
+		o.Record = r.record(ctx, tm)
+	}
 	o.Clusters, err = r.taints(ctx, tm)
 	if err != nil {
 		return o, err
@@ -205,6 +211,27 @@ func (r Reader) objects(ctx context.Context, tm *v1beta1.TrafficMap) (Objects, e
 	}
 	o.Claims, o.ClaimsRead, err = r.claims(ctx, tm)
 	return o, err
+}
+
+// record reads the publisher's record ConfigMap of tm (kept with --sinks xds alone, where no
+// route carries the last valid drains, taints and tolerations); nil when there is none, it is
+// not the publisher's for this map, or it cannot be read (the weights are then computed
+// without that fallback, as without a route).
+func (r Reader) record(ctx context.Context, tm *v1beta1.TrafficMap) *publish.Recorded {
+	if r.Dynamic == nil {
+		return nil
+	}
+	u, err := r.Dynamic.Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).Namespace(tm.Namespace).
+		Get(ctx, publish.RecordName(tm.Name), metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	if !httproute.Owned(u.GetLabels(), httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service}) {
+		return nil
+	}
+	data, _, _ := unstructured.NestedStringMap(u.Object, "data")
+	rec := publish.RecordedFromData(data)
+	return &rec
 }
 
 // claims reads the other TrafficMaps' claims on names: every namespace's, or the map's own

@@ -60,6 +60,9 @@ type Objects struct {
 	Clusters []publish.ClusterTaints
 	// XDS is the publisher's /debug/xds document; nil when it was not read.
 	XDS *xds.DebugState
+	// Record is the fallback state of the publisher's record ConfigMap, read when there is
+	// no route (--sinks xds alone); nil otherwise.
+	Record *publish.Recorded
 	// XDSSource is where XDS was read from.
 	XDSSource string
 	// Replicas are the replicas whose xDS reports the publisher counts (its
@@ -363,7 +366,7 @@ func compute(o Objects, route *gwapiv1.HTTPRoute) (publish.Computed, error) {
 		return publish.Computed{}, fmt.Errorf("inferenceservice %s/%s has uid %s but status.sourceUID is %s",
 			tm.Namespace, tm.Spec.Service, o.Source.UID, tm.Status.SourceUID)
 	}
-	return publish.Compute(publish.Inputs{TrafficMap: tm, SourceAnnotations: o.Source.Annotations, Route: route, Clusters: o.Clusters})
+	return publish.Compute(publish.Inputs{TrafficMap: tm, SourceAnnotations: o.Source.Annotations, Route: route, Recorded: o.Record, Clusters: o.Clusters})
 }
 
 func clusters(tm *v1beta1.TrafficMap, c publish.Computed) []Cluster {
