@@ -183,6 +183,11 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		}
 		p.sinks = append(p.sinks, xs)
 		if p.board != nil {
+			p.board.OnExpire = func(string) {
+				if p.elector.leading.Load() {
+					xs.Leading() // the replica's clients reconnect to the others: the reconnect grace again
+				}
+			}
 			le := p.elector.cfg
 			p.report = &replicas.Writer{Kube: c.kube, Namespace: le.Namespace, Election: le.Name, Identity: le.Identity,
 				Duration: le.LeaseDuration, FieldManager: cfg.FieldManager, Log: log.Named("replicas"),

@@ -146,6 +146,9 @@ type Board struct {
 	now      func() time.Time
 	onChange func(keys []string)
 	log      *zap.Logger
+	// OnExpire, when set before Run, is called when another replica's report expires (its
+	// clients reconnect to the replicas left), before the requeue of what it listed.
+	OnExpire func(identity string)
 
 	mu      sync.Mutex
 	reports map[string]*seen // by Lease name
@@ -305,7 +308,7 @@ func (b *Board) forget(name string) {
 // expire notes the reports that stopped being renewed and requeues what they listed.
 func (b *Board) expire() {
 	now := b.now()
-	var keys []string
+	var keys, gone []string
 	b.mu.Lock()
 	for _, s := range b.reports {
 		if !s.expired && !now.Before(s.observed.Add(s.duration)) {
@@ -313,10 +316,16 @@ func (b *Board) expire() {
 			if s.report.Identity != b.self {
 				b.log.Info("replica report expired: it no longer counts", zap.String("replica", s.report.Identity))
 				keys = append(keys, listed(s.report)...)
+				gone = append(gone, s.report.Identity)
 			}
 		}
 	}
 	b.mu.Unlock()
+	for _, id := range gone {
+		if b.OnExpire != nil {
+			b.OnExpire(id)
+		}
+	}
 	if len(keys) > 0 {
 		b.onChange(keys)
 	}

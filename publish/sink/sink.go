@@ -215,7 +215,9 @@ type Durable interface {
 }
 
 // Leading is a sink told that this replica has just become the leader, so its pipeline
-// starts deciding Published conditions (called before the first reconcile as leader).
+// starts deciding Published conditions (called before the first reconcile as leader), and,
+// while it leads, that another replica stopped counting (its report expired): in both cases
+// clients that were connected elsewhere may now be reconnecting here.
 type Leading interface {
 	Leading()
 }
