@@ -195,8 +195,8 @@ func runTaint(ctx context.Context, action drain.Action, f taintFlags, positional
 			if len(unknown) > 0 {
 				why = append(why, "the effective weights of "+strings.Join(unknown, ", ")+" cannot be computed, so it cannot be shown that their traffic continues")
 			}
-			return 0, fmt.Errorf("%w: the %s of %s %s on %s: %s; pass --allow-no-traffic to proceed anyway",
-				drain.ErrNoTraffic, action, plan.Object.Source, plan.Object.Name, strings.Join(changedNames(plan), ","), strings.Join(why, "; "))
+			return 0, fmt.Errorf("%w: %s %s on %s %s: %s; pass --allow-no-traffic to proceed anyway",
+				drain.ErrNoTraffic, action, strings.Join(changedNames(plan), ","), plan.Object.Source, plan.Object.Name, strings.Join(why, "; "))
 		}
 		prompt = drain.NoTrafficPrompt(guarded)
 	}

@@ -166,7 +166,9 @@ func (f *fixture) setAnnotation(key, value string) {
 	require.NoError(f.t, err)
 }
 
-// wantPreview is the seed's preview for the fixture's chat as read (uid, resourceVersion).
+// wantPreview is the seed's preview for the fixture's chat as read (uid, resourceVersion),
+// with the effective weights of the drain (worker-a 1 -> 0) or the undrain (0 -> 1) of
+// worker-a.
 func (f *fixture) wantPreview(action, rv, cluster, reason, count string) string {
 	return fmt.Sprintf(`ALPHA guarded traffic action (not TrafficMap convergence)
 FIELD             VALUE
@@ -187,7 +189,11 @@ API acceptance is not TrafficMap convergence or data-plane realization.
 The exact InferenceService UID/resourceVersion is tested atomically.
 Other annotations and traffic-drain override IDs are preserved.
 Run the previewed traffic status command to observe controller evidence.
-`, action, f.ns, f.isvcUID, rv, cluster, reason, count, f.ns)
+Effective weights of InferenceService %s/chat (TrafficMap chat):
+  CLUSTER    WEIGHT   BEFORE   AFTER
+  worker-a   1        %s        %s
+  worker-b   1        1        1
+`, action, f.ns, f.isvcUID, rv, cluster, reason, count, f.ns, f.ns, map[string]string{"drain": "1", "undrain": "0"}[action], map[string]string{"drain": "0", "undrain": "1"}[action])
 }
 
 func (f *fixture) wantResult(action, count, dryRun, applied, message string) string {
