@@ -216,5 +216,7 @@ func (f *fixture) bindStatusReader(user string) {
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
 	}, metav1.CreateOptions{})
 	require.NoError(f.t, err)
-	f.t.Cleanup(func() { _ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	f.t.Cleanup(func() {
+		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }
