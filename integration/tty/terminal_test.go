@@ -72,6 +72,28 @@ func TestOpsDrainThroughTerminal(t *testing.T) {
 	assert.NotContains(t, f.isvc().GetAnnotations(), drainKey)
 }
 
+// The drain of the last serving cluster with --allow-no-traffic: the prompt says in words
+// that all traffic to the service stops; n declines and changes nothing, y drains.
+func TestOpsAllowNoTrafficPromptSaysTrafficStops(t *testing.T) {
+	f := newFixture(t)
+	op := admin(t)
+	f.setAnnotation(drainKey, `{"maintenance-b":{"cluster":"worker-b","reason":"first"}}`)
+	rv := f.isvc().GetResourceVersion()
+	args := append(seedDrainArgs(f.ns), "--allow-no-traffic")
+	stops := fmt.Sprintf("ALL TRAFFIC to %s/chat STOPS: no workload cluster keeps a positive effective weight. ", f.ns) + confirmPrompt
+
+	got := op.runTerminal(t, "n", nil, args...)
+	assert.Equal(t, 1, got.code)
+	assert.True(t, strings.HasSuffix(got.stderr, stops+"n\n"+declined), got.stderr)
+	assert.Contains(t, got.stderr, fmt.Sprintf("  NO TRAFFIC: all traffic to InferenceService %s/chat stops: no workload cluster keeps a positive effective weight.\n", f.ns))
+	assert.Equal(t, rv, f.isvc().GetResourceVersion(), "nothing changed")
+
+	got = op.runTerminal(t, "y", nil, args...)
+	require.Equal(t, 0, got.code, got.stderr)
+	assert.True(t, strings.HasSuffix(got.stderr, stops+"y\n"), got.stderr)
+	assert.Contains(t, f.isvc().GetAnnotations()[drainKey], "maintenance-a")
+}
+
 // An update between the read and the patch (made while the prompt waits) makes the guarded
 // patch fail: exit 3, the OME message, and neither the drain nor anything else is written.
 func TestOpsConcurrentUpdateIsRejected(t *testing.T) {
