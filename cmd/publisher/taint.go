@@ -84,6 +84,7 @@ func newTaintCommand(action drain.Action, stdout, stderr io.Writer) *cobra.Comma
 			}
 			return nil
 		},
+		ValidArgsFunction: completeClusters(f.kube),
 	}
 	if action == drain.ActionUntaint {
 		cmd.Use = "untaint CLUSTER KEY[:EFFECT] [flags]"
@@ -398,4 +399,40 @@ func describeWeights(w map[string]int32) string {
 		parts[i] = fmt.Sprintf("%s=%d", k, w[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// completeClusters completes CLUSTER with the names of the InferenceClusters and
+// WorkloadClusters the flags' API serves; nothing when they cannot be listed.
+func completeClusters(k *genericclioptions.ConfigFlags) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		kc, err := loadKube(k)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		dyn, err := dynamic.NewForConfig(kc.rest)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), drain.RequestTimeout)
+		defer cancel()
+		seen := map[string]bool{}
+		var names []cobra.Completion
+		for _, src := range []drain.Source{drain.SourceInferenceCluster, drain.SourceWorkloadCluster} {
+			list, err := dyn.Resource(src.Resource()).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				continue
+			}
+			for _, u := range list.Items {
+				if n := u.GetName(); strings.HasPrefix(n, toComplete) && !seen[n] {
+					seen[n] = true
+					names = append(names, n)
+				}
+			}
+		}
+		sort.Strings(names)
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
 }
