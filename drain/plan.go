@@ -256,6 +256,20 @@ func Encode(drains []weights.Drain) string {
 	return string(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 }
 
+// AnnotationsAfter returns the target's annotations as the patch leaves them (a copy).
+func (p *Plan) AnnotationsAfter() map[string]string {
+	out := make(map[string]string, len(p.Target.Annotations)+1)
+	for k, v := range p.Target.Annotations {
+		out[k] = v
+	}
+	if p.Op == OpRemove {
+		delete(out, Annotation)
+	} else {
+		out[Annotation] = p.Value
+	}
+	return out
+}
+
 // mergePatch is the patch's document; field order fixes its encoding.
 type mergePatch struct {
 	Metadata mergeMetadata `json:"metadata"`

@@ -89,9 +89,15 @@ func (c MapClient) MarkPatched(ctx context.Context, p *Plan, now time.Time) (Fli
 }
 
 func (c MapClient) mark(ctx context.Context, p *Plan, dry DryRun, now time.Time, message string) (Flip, error) {
+	return c.Mark(ctx, p.Target.Namespace, p.Target.Name, dry, now, message)
+}
+
+// Mark sets Published=False with message on the TrafficMap namespace/name, exactly as
+// MarkPublishing does for a plan's target (the same request, retries and errors). The
+// taint and untaint commands use it for every map whose traffic they move.
+func (c MapClient) Mark(ctx context.Context, ns, name string, dry DryRun, now time.Time, message string) (Flip, error) {
 	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
-	ns, name := p.Target.Namespace, p.Target.Name
 	var err error
 	var tm *v1beta1.TrafficMap
 	for range flipAttempts {

@@ -33,7 +33,9 @@ func undrainArgs(ns string, extra ...string) []string {
 	return append([]string{"undrain", "chat", "-n", ns, "--id", "maintenance-a"}, extra...)
 }
 
-// wantPreview is the seed's preview for the fixture's chat as read (uid, resourceVersion).
+// wantPreview is the seed's preview for the fixture's chat as read (uid, resourceVersion),
+// with the effective weights of the drain (worker-a 1 -> 0) or the undrain (0 -> 1) of
+// worker-a.
 func (f *fixture) wantPreview(action, rv, cluster, reason, count string) string {
 	return fmt.Sprintf(`ALPHA guarded traffic action (not TrafficMap convergence)
 FIELD             VALUE
@@ -54,7 +56,11 @@ API acceptance is not TrafficMap convergence or data-plane realization.
 The exact InferenceService UID/resourceVersion is tested atomically.
 Other annotations and traffic-drain override IDs are preserved.
 Run the previewed traffic status command to observe controller evidence.
-`, action, f.ns, f.isvcUID, rv, cluster, reason, count, f.ns)
+Effective weights of InferenceService %s/chat (TrafficMap chat):
+  CLUSTER    WEIGHT   BEFORE   AFTER
+  worker-a   1        %s        %s
+  worker-b   1        1        1
+`, action, f.ns, f.isvcUID, rv, cluster, reason, count, f.ns, f.ns, map[string]string{"drain": "1", "undrain": "0"}[action], map[string]string{"drain": "0", "undrain": "1"}[action])
 }
 
 func (f *fixture) wantResult(action, count, dryRun, applied, message string) string {
@@ -138,6 +144,10 @@ func TestOpsDryRun(t *testing.T) {
 
 	reader := newOpsUser(t, "dry-reader")
 	f.bindRole("dry-reader", rbacv1.PolicyRule{APIGroups: []string{"ome.io"}, Resources: []string{"inferenceservices", "trafficmaps"}, Verbs: []string{"get"}})
+	got = reader.run(t, seedDrainArgs(f.ns, "--yes", "--dry-run=client")...)
+	assert.Equal(t, 1, got.code, "the last-serving guard reads what status reads")
+	assert.Contains(t, got.stderr, "error: the last-serving guard cannot read the service's weights: forbidden: cannot get httproutes.gateway.networking.k8s.io")
+	f.bindStatusReader("dry-reader")
 	got = reader.run(t, seedDrainArgs(f.ns, "--yes", "--dry-run=client")...)
 	require.Equal(t, 0, got.code, "a client dry run needs no patch permission: %s", got.stderr)
 	got = reader.run(t, seedDrainArgs(f.ns, "--yes", "--dry-run=server")...)
@@ -278,6 +288,7 @@ func TestOpsPermissionErrors(t *testing.T) {
 	f.createMap(seedEntries())
 	viewer := newOpsUser(t, "viewer")
 	f.bindRole("viewer", rbacv1.PolicyRule{APIGroups: []string{"ome.io"}, Resources: []string{"inferenceservices", "trafficmaps"}, Verbs: []string{"get", "list"}})
+	f.bindStatusReader("viewer")
 	rv := f.isvc(service).GetResourceVersion()
 
 	got := viewer.run(t, seedDrainArgs(f.ns, "--yes")...)

@@ -131,6 +131,7 @@ func TestOpsDrainWithoutStatusPermission(t *testing.T) {
 	f.bindRole("drainer",
 		rbacv1.PolicyRule{APIGroups: []string{"ome.io"}, Resources: []string{"inferenceservices"}, Verbs: []string{"get", "patch"}},
 		rbacv1.PolicyRule{APIGroups: []string{"ome.io"}, Resources: []string{"trafficmaps"}, Verbs: []string{"get"}})
+	f.bindStatusReader("drainer") // what the last-serving guard reads
 
 	got := drainer.run(t, seedDrainArgs(f.ns, "--yes")...)
 	require.Equal(t, 0, got.code, got.stderr)

@@ -41,7 +41,7 @@ const (
 const rootLong = `publisher publishes OME TrafficMaps as Gateway API HTTPRoute weights and over xDS,
 and gives operators the guarded drain and undrain actions and a status view.
 
-The operator commands (drain, undrain, status) take kubectl's connection flags
+The operator commands (drain, undrain, taint, untaint, status) take kubectl's connection flags
 (--kubeconfig, --context, -n, --as, --as-group, --request-timeout, ...). Linked or installed
 as kubectl-trafficmap on PATH, the binary is a kubectl plugin: 'kubectl trafficmap status ...'.`
 
@@ -110,7 +110,8 @@ func newRootCommand(program string, stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exit(exitUsage, err) })
 	root.AddCommand(newRunCommand(stderr), newActionCommand(drain.ActionDrain, stdout, stderr),
-		newActionCommand(drain.ActionUndrain, stdout, stderr), newStatusCommand(stdout))
+		newActionCommand(drain.ActionUndrain, stdout, stderr), newTaintCommand(drain.ActionTaint, stdout, stderr),
+		newTaintCommand(drain.ActionUntaint, stdout, stderr), newStatusCommand(stdout))
 	if program == pluginProgram || program == pluginCompleteProgram {
 		root.Use = pluginProgram
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl trafficmap"}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"golang.org/x/term"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -21,6 +22,7 @@ import (
 
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/drain"
+	"github.com/trafficmap/publisher/report"
 )
 
 // exitConflict is the exit code of a rejected guarded patch (stale UID or resourceVersion).
@@ -29,6 +31,11 @@ const exitConflict = 3
 // exitWaitTimeout is the exit code of a drain or undrain whose --wait ended before the
 // publisher published it; the annotation was changed.
 const exitWaitTimeout = 4
+
+// exitNoTraffic is the exit code of the last-serving guard's refusal: the change would stop
+// all traffic to a service (or its weights cannot be computed) and --allow-no-traffic was
+// not given; nothing was changed.
+const exitNoTraffic = 6
 
 // defaultWait is how long a bare --wait waits.
 const defaultWait = 5 * time.Minute
@@ -70,15 +77,24 @@ The whole command has a 45-second deadline, prompt included; each API request 10
 (a shorter --request-timeout applies too). The reason is refused when it looks like a
 credential (see the README, "Drain reasons").
 
+Last-serving guard: the preview shows the service's effective weights per cluster before and
+after the change, computed with the publisher's own computation over every current drain,
+taint and toleration (reading what status reads). A drain that leaves the service with no
+positive effective weight, so that all traffic to it would stop, or whose weights cannot be
+computed or read, is refused with exit 6, also in dry runs, unless --allow-no-traffic is
+given; the prompt then says that all traffic to the service stops.
+
 Exit codes: 0 done, 1 refused or failed (nothing confirmed, or outcome unknown), 3 the
 guarded patch was rejected because the object changed since it was read, 4 --wait timed
-out (the patch was applied; the publisher has not published it yet).`
+out (the patch was applied; the publisher has not published it yet), 6 refused by the
+last-serving guard (nothing was changed).`
 
 type actionFlags struct {
 	kube                *genericclioptions.ConfigFlags
 	workloadCluster, id string
 	reason              string
 	yes                 bool
+	allowNoTraffic      bool
 	dryRun, output      string
 	wait                waitFlag
 }
@@ -144,6 +160,8 @@ func newActionCommand(action drain.Action, stdout, stderr io.Writer) *cobra.Comm
 				return exit(exitConflict, err)
 			case errors.Is(err, errWaitTimeout):
 				return exit(exitWaitTimeout, err)
+			case errors.Is(err, drain.ErrNoTraffic):
+				return exit(exitNoTraffic, err)
 			case err != nil:
 				return exit(exitFailure, err)
 			case code != exitOK:
@@ -165,6 +183,9 @@ func newActionCommand(action drain.Action, stdout, stderr io.Writer) *cobra.Comm
 	}
 	fs.StringVar(&f.id, "id", "", "required: the drain ID (a DNS-1123 label)")
 	fs.BoolVar(&f.yes, "yes", false, "skip the prompt (required when stdin is not a terminal)")
+	if action == drain.ActionDrain {
+		fs.BoolVar(&f.allowNoTraffic, "allow-no-traffic", false, "drain even when no cluster of the service keeps a positive effective weight (all traffic to it stops), or when that cannot be computed")
+	}
 	fs.StringVar(&f.dryRun, "dry-run", string(drain.DryRunNone), "none, client (no patch is sent) or server (dryRun=All)")
 	fs.Var(&f.wait, "wait", "after the patch, wait until the TrafficMap is Published again with the new weights; bare: 5m; needs what 'status' needs")
 	fs.Lookup("wait").NoOptDefVal = "true"
@@ -228,8 +249,12 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 	if err := drain.WritePreview(stderr, plan, drain.PreviewInput{Context: kc.context, DryRun: dry}); err != nil {
 		return 0, err
 	}
+	prompt, err := guardDrain(ctx, kc, plan, f.allowNoTraffic, stderr)
+	if err != nil {
+		return 0, err
+	}
 	if !f.yes {
-		if err := confirm(ctx, stderr); err != nil {
+		if err := confirm(ctx, stderr, prompt); err != nil {
 			return 0, err
 		}
 	}
@@ -271,14 +296,82 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 	return waitPublished(parent, kc, plan, flip, f.wait.d, stderr)
 }
 
-// confirm asks on the terminal; a stdin that is not a terminal never confirms
+// guardDrain is the last-serving guard of a drain or undrain: it computes the service's
+// effective weights before and after the plan with the publisher's computation
+// (publish.Compute over every current drain, taint and toleration, as status reads them),
+// writes them, and returns the confirmation prompt. A drain that leaves the service with no
+// positive effective weight, or whose weights cannot be computed or read, is refused
+// (drain.ErrNoTraffic; a refused read: the permission error) unless allow is set; then the
+// prompt says that all traffic stops. An undrain never stops traffic: its weights are shown
+// when they can be read. A service no TrafficMap publishes has none to guard.
+func guardDrain(ctx context.Context, kc kube, plan *drain.Plan, allow bool, stderr io.Writer) (string, error) {
+	imp, err := drainImpact(ctx, kc, plan)
+	isDrain := plan.Request.Action == drain.ActionDrain
+	switch {
+	case errors.Is(err, drain.ErrNoTrafficMap):
+		fmt.Fprintf(stderr, "No TrafficMap publishes InferenceService %s/%s (routing is off for it): no effective weights to show.\n", plan.Target.Namespace, plan.Target.Name)
+		return drain.ConfirmPrompt, nil
+	case err != nil && isDrain && !allow:
+		return "", fmt.Errorf("the last-serving guard cannot read the service's weights: %w; --allow-no-traffic drains without the check", err)
+	case err != nil:
+		fmt.Fprintf(stderr, "Effective weights not shown: %v\n", err)
+		if isDrain {
+			return drain.NoTrafficPrompt([]string{plan.Target.Namespace + "/" + plan.Target.Name}), nil
+		}
+		return drain.ConfirmPrompt, nil
+	}
+	if err := report.WriteImpacts(stderr, []report.Impact{imp}); err != nil {
+		return "", err
+	}
+	if !isDrain || !imp.Guarded() {
+		return drain.ConfirmPrompt, nil
+	}
+	if !allow {
+		why := fmt.Sprintf("draining %s leaves InferenceService %s with no positive effective weight: all traffic to the service would stop", plan.Cluster, imp.Ref())
+		if !imp.Computable() {
+			why = "draining " + plan.Cluster + ": " + report.UnknownMessage(imp)
+		}
+		return "", fmt.Errorf("%w: %s; pass --allow-no-traffic to drain anyway", drain.ErrNoTraffic, why)
+	}
+	return drain.NoTrafficPrompt([]string{imp.Ref()}), nil
+}
+
+// drainImpact reads the TrafficMap named as the plan's target and its inputs, and computes
+// its effective weights before and after the plan's annotation change;
+// drain.ErrNoTrafficMap when no map publishes the service.
+func drainImpact(ctx context.Context, kc kube, plan *drain.Plan) (report.Impact, error) {
+	r, err := newReader(kc, report.Reader{NoHostnames: true})
+	if err != nil {
+		return report.Impact{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, drain.RequestTimeout)
+	defer cancel()
+	tm, err := r.Maps.OmeV1beta1().TrafficMaps(plan.Target.Namespace).Get(ctx, plan.Target.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return report.Impact{}, drain.ErrNoTrafficMap
+	case apierrors.IsForbidden(err):
+		return report.Impact{}, fmt.Errorf("%w: cannot get trafficmaps.ome.io in namespace %s; %s", report.ErrForbidden, plan.Target.Namespace, report.Needs)
+	case err != nil:
+		return report.Impact{}, fmt.Errorf("get trafficmap %s/%s: %w", plan.Target.Namespace, plan.Target.Name, err)
+	case tm.Spec.Service != plan.Target.Name:
+		return report.Impact{}, drain.ErrNoTrafficMap
+	}
+	before, err := r.Objects(ctx, tm)
+	if err != nil {
+		return report.Impact{}, err
+	}
+	return report.NewImpact(before, before.WithAnnotations(plan.AnnotationsAfter())), nil
+}
+
+// confirm asks on the terminal with prompt; a stdin that is not a terminal never confirms
 // (drain.ErrNotConfirmed), an answer other than y or yes declines (drain.ErrDeclined).
-func confirm(ctx context.Context, stderr io.Writer) error {
+func confirm(ctx context.Context, stderr io.Writer, prompt string) error {
 	fd := int(stdin.Fd())
 	if !term.IsTerminal(fd) {
 		return drain.ErrNotConfirmed
 	}
-	fmt.Fprint(stderr, drain.ConfirmPrompt)
+	fmt.Fprint(stderr, prompt)
 	state, err := term.MakeRaw(fd)
 	if err != nil {
 		return drain.ErrNotConfirmed

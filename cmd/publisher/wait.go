@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,58 +24,97 @@ var errWaitTimeout = errors.New("timed out waiting for the publisher")
 // waitPublished polls the TrafficMap named as the plan's target and its objects until the
 // change is published (published), for at most d.
 func waitPublished(ctx context.Context, kc kube, plan *drain.Plan, flip drain.Flip, d time.Duration, stderr io.Writer) (int, error) {
+	return waitMaps(ctx, kc, []waitTarget{{
+		namespace: plan.Target.Namespace, name: plan.Target.Name,
+		done: func(tm *v1beta1.TrafficMap, st report.Status) (string, bool) { return published(tm, st, plan, flip) },
+	}}, d, stderr)
+}
+
+// waitTarget is one TrafficMap --wait waits for: done decides from the map and its status
+// whether the change is published there, and says what is missing when not.
+type waitTarget struct {
+	namespace, name string
+	done            func(tm *v1beta1.TrafficMap, st report.Status) (string, bool)
+}
+
+// waitMaps polls every target's TrafficMap and its objects until each is done, for at most
+// d in all; a map once done is not read again. Each published map is reported on stderr.
+func waitMaps(ctx context.Context, kc kube, targets []waitTarget, d time.Duration, stderr io.Writer) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	rc := rest.CopyConfig(kc.rest)
-	rc.QPS, rc.Burst = waitQPS, 2*waitQPS // one poll makes 4 + 2 per entry requests
+	rc.QPS, rc.Burst = waitQPS, 2*waitQPS // one poll makes 4 + 2 per entry requests per map
 	r, err := newReader(kube{rest: rc}, report.Reader{NoHostnames: true})
 	if err != nil {
 		return 0, err
 	}
-	ns, name := plan.Target.Namespace, plan.Target.Name
 	tick := time.NewTicker(waitPoll)
 	defer tick.Stop()
-	reason := "nothing read yet" // why the change is not published, as last decided
-	var lastErr error            // the last read's error, when it failed
+	pending := slices.Clone(targets)
+	reason := "nothing read yet" // why the first pending change is not published, as last decided
 	for {
-		lastErr = nil
-		tm, err := r.Maps.OmeV1beta1().TrafficMaps(ns).Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case ctx.Err() != nil:
-		case apierrors.IsNotFound(err):
-			return 0, fmt.Errorf("trafficmap %s/%s not found: no trafficmap publishes the service, there is nothing to wait for", ns, name)
-		case apierrors.IsForbidden(err):
-			return 0, fmt.Errorf("forbidden: cannot get trafficmaps.ome.io in namespace %s; --wait needs what status needs: %s", ns, report.Needs)
-		case err != nil:
-			lastErr = err
-		default:
-			st, err := r.StatusOf(ctx, tm)
+		var still []waitTarget
+		for _, w := range pending {
+			why, done, err := waitOnce(ctx, r, w)
 			switch {
-			case ctx.Err() != nil:
-			case errors.Is(err, report.ErrForbidden):
-				return 0, err
 			case err != nil:
-				lastErr = err
-			default:
-				var done bool
-				if reason, done = published(tm, st, plan, flip); done {
-					fmt.Fprintf(stderr, "Published: %s\n", reason)
-					return exitOK, nil
+				return 0, err
+			case done:
+				prefix := ""
+				if len(targets) > 1 {
+					prefix = w.namespace + "/" + w.name + " "
 				}
+				fmt.Fprintf(stderr, "%sPublished: %s\n", prefix, why)
+			default:
+				if len(still) == 0 && why != "" {
+					reason = why
+					if len(targets) > 1 {
+						reason = w.namespace + "/" + w.name + ": " + why
+					}
+				}
+				still = append(still, w)
 			}
+		}
+		if pending = still; len(pending) == 0 {
+			return exitOK, nil
 		}
 		select {
 		case <-ctx.Done():
 			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return 0, ctx.Err()
 			}
-			if lastErr != nil {
-				reason += fmt.Sprintf(" (the last read failed: %v)", lastErr)
-			}
 			return 0, fmt.Errorf("%w after %s: %s", errWaitTimeout, d, reason)
 		case <-tick.C:
 		}
 	}
+}
+
+// waitOnce reads w's map and status once: done and the condition's message when the change
+// is published there; else what is missing ("" when the context ended mid-read), a failed
+// read saying so. A missing map or a refused read is fatal.
+func waitOnce(ctx context.Context, r report.Reader, w waitTarget) (string, bool, error) {
+	tm, err := r.Maps.OmeV1beta1().TrafficMaps(w.namespace).Get(ctx, w.name, metav1.GetOptions{})
+	switch {
+	case ctx.Err() != nil:
+		return "", false, nil
+	case apierrors.IsNotFound(err):
+		return "", false, fmt.Errorf("trafficmap %s/%s not found: no trafficmap publishes the service, there is nothing to wait for", w.namespace, w.name)
+	case apierrors.IsForbidden(err):
+		return "", false, fmt.Errorf("forbidden: cannot get trafficmaps.ome.io in namespace %s; --wait needs what status needs: %s", w.namespace, report.Needs)
+	case err != nil:
+		return fmt.Sprintf("not published yet (the last read failed: %v)", err), false, nil
+	}
+	st, err := r.StatusOf(ctx, tm)
+	switch {
+	case ctx.Err() != nil:
+		return "", false, nil
+	case errors.Is(err, report.ErrForbidden):
+		return "", false, err
+	case err != nil:
+		return fmt.Sprintf("not published yet (the last read failed: %v)", err), false, nil
+	}
+	why, done := w.done(tm, st)
+	return why, done, nil
 }
 
 // published decides from typed data whether the plan's change is published: the Published
@@ -94,6 +134,13 @@ func published(tm *v1beta1.TrafficMap, st report.Status, plan *drain.Plan, flip 
 	if want := plan.Request.Action == drain.ActionDrain; inEffect != want {
 		return fmt.Sprintf("the drain set in effect does not match the %s of %s", plan.Request.Action, plan.Request.ID), false
 	}
+	return conditionPublished(tm, st, flip)
+}
+
+// conditionPublished decides whether tm's Published condition is True at its generation,
+// written after the flip, and report.Check finds the route's weights equal to the computed
+// effective weights: the condition's message when done, else what is missing.
+func conditionPublished(tm *v1beta1.TrafficMap, st report.Status, flip drain.Flip) (string, bool) {
 	c := meta.FindStatusCondition(tm.Status.Conditions, v1beta1.ConditionPublished)
 	switch {
 	case c == nil:

@@ -72,6 +72,28 @@ func TestOpsDrainThroughTerminal(t *testing.T) {
 	assert.NotContains(t, f.isvc().GetAnnotations(), drainKey)
 }
 
+// The drain of the last serving cluster with --allow-no-traffic: the prompt says in words
+// that all traffic to the service stops; n declines and changes nothing, y drains.
+func TestOpsAllowNoTrafficPromptSaysTrafficStops(t *testing.T) {
+	f := newFixture(t)
+	op := admin(t)
+	f.setAnnotation(drainKey, `{"maintenance-b":{"cluster":"worker-b","reason":"first"}}`)
+	rv := f.isvc().GetResourceVersion()
+	args := append(seedDrainArgs(f.ns), "--allow-no-traffic")
+	stops := fmt.Sprintf("ALL TRAFFIC to %s/chat STOPS: no workload cluster keeps a positive effective weight. ", f.ns) + confirmPrompt
+
+	got := op.runTerminal(t, "n", nil, args...)
+	assert.Equal(t, 1, got.code)
+	assert.True(t, strings.HasSuffix(got.stderr, stops+"n\n"+declined), got.stderr)
+	assert.Contains(t, got.stderr, fmt.Sprintf("  NO TRAFFIC: all traffic to InferenceService %s/chat stops: no workload cluster keeps a positive effective weight.\n", f.ns))
+	assert.Equal(t, rv, f.isvc().GetResourceVersion(), "nothing changed")
+
+	got = op.runTerminal(t, "y", nil, args...)
+	require.Equal(t, 0, got.code, got.stderr)
+	assert.True(t, strings.HasSuffix(got.stderr, stops+"y\n"), got.stderr)
+	assert.Contains(t, f.isvc().GetAnnotations()[drainKey], "maintenance-a")
+}
+
 // An update between the read and the patch (made while the prompt waits) makes the guarded
 // patch fail: exit 3, the OME message, and neither the drain nor anything else is written.
 func TestOpsConcurrentUpdateIsRejected(t *testing.T) {
@@ -166,7 +188,9 @@ func (f *fixture) setAnnotation(key, value string) {
 	require.NoError(f.t, err)
 }
 
-// wantPreview is the seed's preview for the fixture's chat as read (uid, resourceVersion).
+// wantPreview is the seed's preview for the fixture's chat as read (uid, resourceVersion),
+// with the effective weights of the drain (worker-a 1 -> 0) or the undrain (0 -> 1) of
+// worker-a.
 func (f *fixture) wantPreview(action, rv, cluster, reason, count string) string {
 	return fmt.Sprintf(`ALPHA guarded traffic action (not TrafficMap convergence)
 FIELD             VALUE
@@ -187,7 +211,11 @@ API acceptance is not TrafficMap convergence or data-plane realization.
 The exact InferenceService UID/resourceVersion is tested atomically.
 Other annotations and traffic-drain override IDs are preserved.
 Run the previewed traffic status command to observe controller evidence.
-`, action, f.ns, f.isvcUID, rv, cluster, reason, count, f.ns)
+Effective weights of InferenceService %s/chat (TrafficMap chat):
+  CLUSTER    WEIGHT   BEFORE   AFTER
+  worker-a   1        %s        %s
+  worker-b   1        1        1
+`, action, f.ns, f.isvcUID, rv, cluster, reason, count, f.ns, f.ns, map[string]string{"drain": "1", "undrain": "0"}[action], map[string]string{"drain": "0", "undrain": "1"}[action])
 }
 
 func (f *fixture) wantResult(action, count, dryRun, applied, message string) string {

@@ -1,0 +1,438 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/dynamic"
+
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/drain"
+	"github.com/trafficmap/publisher/report"
+	"github.com/trafficmap/publisher/weights"
+)
+
+// taintLong describes taint and untaint; cobra adds the usage and the flags.
+const taintLong = `Add (taint) or remove (untaint) a taint on a workload cluster: a fleet drain. An untolerated
+NoExecute taint drains the cluster for every service (TrafficMap) with an entry for it, unless
+the service tolerates it (annotation publisher.trafficmap.dev/tolerations); NoSchedule moves no
+traffic. The taint is written where the publisher reads taints: spec.taints of the Modelplane
+InferenceCluster named CLUSTER, or the publisher.trafficmap.dev/taints annotation of the OME
+WorkloadCluster named CLUSTER. --source=auto (the default) writes the InferenceCluster when it
+exists, else the WorkloadCluster; untaint writes the one that holds the taint.
+
+The taint is validated with the publisher's own parser. The preview, on stderr, lists every
+service in every namespace whose traffic moves, with its effective weights per cluster before
+and after (the publisher's computation over every drain, taint and toleration), and the
+services left with no traffic. A change that leaves a service with no positive effective
+weight (or whose weights cannot be computed) is refused with exit 6 unless --allow-no-traffic
+is given; then the prompt says that all traffic to them stops. On a terminal you confirm with
+y, else --yes is required. Every moved TrafficMap gets Published=False before the patch (and
+again after it with --wait); one JSON merge patch then carries the object's exact UID and
+resourceVersion, which the API server enforces (exit 3 when it changed after the read).
+--wait waits until every moved map is Published with the new weights. Afterwards,
+'publisher status --workload-cluster CLUSTER -A' lists the services still routed to CLUSTER.
+
+Exit codes: 0 done, 1 refused or failed, 3 the guarded patch was rejected because the object
+changed since it was read, 4 --wait timed out (the patch was applied), 6 refused by the
+last-serving guard (nothing was changed).`
+
+type taintFlags struct {
+	kube           *genericclioptions.ConfigFlags
+	source         string
+	yes            bool
+	allowNoTraffic bool
+	dryRun, output string
+	wait           waitFlag
+}
+
+// newTaintCommand returns 'publisher taint' or 'publisher untaint'; exit codes as for drain,
+// and 6 for the last-serving guard's refusal.
+func newTaintCommand(action drain.Action, stdout, stderr io.Writer) *cobra.Command {
+	f := taintFlags{kube: newKubeFlags()}
+	cmd := &cobra.Command{
+		Use:   "taint CLUSTER KEY[=VALUE]:EFFECT [flags]",
+		Short: "Taint a workload cluster (fleet drain), with a preview of every service whose traffic moves (guarded)",
+		Long:  taintLong,
+		Example: `  publisher taint worker-a maintenance=planned:NoExecute
+  publisher taint worker-a maintenance=planned:NoExecute --yes --wait
+  publisher untaint worker-a maintenance:NoExecute --yes --wait`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			code, err := runTaint(cmd.Context(), action, f, args, stdout, stderr)
+			switch {
+			case errors.Is(err, drain.ErrConflict):
+				return exit(exitConflict, err)
+			case errors.Is(err, errWaitTimeout):
+				return exit(exitWaitTimeout, err)
+			case errors.Is(err, drain.ErrNoTraffic):
+				return exit(exitNoTraffic, err)
+			case err != nil:
+				return exit(exitFailure, err)
+			case code != exitOK:
+				return exit(code, nil)
+			}
+			return nil
+		},
+		ValidArgsFunction: completeClusters(f.kube),
+	}
+	if action == drain.ActionUntaint {
+		cmd.Use = "untaint CLUSTER KEY[:EFFECT] [flags]"
+		cmd.Short = "Remove a workload cluster's taint, with a preview of every service whose traffic moves (guarded)"
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&f.source, "source", string(drain.SourceAuto), "where the taint is written: auto, InferenceCluster (modelplane.ai spec.taints) or WorkloadCluster (ome.io, annotation publisher.trafficmap.dev/taints)")
+	fs.BoolVar(&f.yes, "yes", false, "skip the prompt (required when stdin is not a terminal)")
+	fs.BoolVar(&f.allowNoTraffic, "allow-no-traffic", false, "proceed even when a service is left with no positive effective weight (all traffic to it stops), or its weights cannot be computed")
+	fs.StringVar(&f.dryRun, "dry-run", string(drain.DryRunNone), "none, client (no patch is sent) or server (dryRun=All)")
+	fs.Var(&f.wait, "wait", "after the patch, wait until every moved TrafficMap is Published again with the new weights; bare: 5m; needs what 'status' needs")
+	fs.Lookup("wait").NoOptDefVal = "true"
+	fs.StringVarP(&f.output, "output", "o", "table", "table, wide, json or yaml")
+	f.kube.AddFlags(fs)
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return exit(exitFailure, fmt.Errorf("invalid %s flags: %w; use --help", action, err))
+	})
+	completeValues(cmd, "source", drain.Sources...)
+	completeValues(cmd, "dry-run", string(drain.DryRunNone), string(drain.DryRunClient), string(drain.DryRunServer))
+	completeValues(cmd, "output", drain.Outputs...)
+	return cmd
+}
+
+// taintChange is a parsed taint or untaint argument.
+type taintChange struct {
+	taint  weights.Taint  // taint
+	key    string         // untaint
+	effect weights.Effect // untaint; empty: both effects
+}
+
+func runTaint(ctx context.Context, action drain.Action, f taintFlags, positional []string, stdout, stderr io.Writer) (int, error) {
+	if len(positional) != 2 {
+		return 0, fmt.Errorf("exactly a workload cluster and a taint are required: %s", map[drain.Action]string{
+			drain.ActionTaint: "taint CLUSTER KEY[=VALUE]:EFFECT", drain.ActionUntaint: "untaint CLUSTER KEY[:EFFECT]"}[action])
+	}
+	cluster := positional[0]
+	if !drain.ValidClusterName(cluster) {
+		return 0, fmt.Errorf("workload cluster %q must be a DNS-1123 subdomain", cluster)
+	}
+	if !slices.Contains(drain.Outputs, f.output) {
+		return 0, drain.ErrOutput
+	}
+	dry := drain.DryRun(f.dryRun)
+	if dry != drain.DryRunNone && dry != drain.DryRunClient && dry != drain.DryRunServer {
+		return 0, drain.ErrDryRun
+	}
+	src := drain.Source(f.source)
+	if !slices.Contains(drain.Sources, f.source) {
+		return 0, fmt.Errorf("--source must be one of %s", strings.Join(drain.Sources, ", "))
+	}
+	if f.wait.set && dry != drain.DryRunNone {
+		return 0, errors.New("--wait waits for an applied change; a dry run applies none")
+	}
+	var change taintChange
+	var err error
+	if action == drain.ActionTaint {
+		change.taint, err = drain.ParseTaintArg(positional[1])
+	} else {
+		change.key, change.effect, err = drain.ParseUntaintArg(positional[1])
+	}
+	if err != nil {
+		return 0, err
+	}
+	kc, err := loadKube(f.kube)
+	if err != nil {
+		return 0, err
+	}
+
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, actionTimeout)
+	defer cancel()
+	dyn, err := dynamic.NewForConfig(kc.rest)
+	if err != nil {
+		return 0, drain.ErrContext
+	}
+	client := drain.ClusterClient{Dynamic: dyn, Action: action}
+	plan, err := planTaint(ctx, client, action, src, cluster, change)
+	if err != nil {
+		return 0, err
+	}
+	r, err := newReader(kc, report.Reader{NoHostnames: true})
+	if err != nil {
+		return 0, err
+	}
+	moved, err := taintImpacts(ctx, r, plan)
+	if err != nil {
+		return 0, err
+	}
+	if err := drain.WriteTaintPreview(stderr, plan, drain.TaintPreviewInput{Context: kc.context, DryRun: dry}, moved); err != nil {
+		return 0, err
+	}
+	var stopped, unknown []string
+	for _, imp := range moved {
+		switch {
+		case !imp.Computable():
+			unknown = append(unknown, imp.Ref())
+		case imp.StopsTraffic():
+			stopped = append(stopped, imp.Ref())
+		}
+	}
+	prompt := drain.ConfirmPrompt
+	if guarded := append(slices.Clone(stopped), unknown...); len(guarded) > 0 {
+		if !f.allowNoTraffic {
+			var why []string
+			if len(stopped) > 0 {
+				why = append(why, "it leaves "+strings.Join(stopped, ", ")+" with no positive effective weight: all traffic to them would stop")
+			}
+			if len(unknown) > 0 {
+				why = append(why, "the effective weights of "+strings.Join(unknown, ", ")+" cannot be computed, so it cannot be shown that their traffic continues")
+			}
+			return 0, fmt.Errorf("%w: %s %s on %s %s: %s; pass --allow-no-traffic to proceed anyway",
+				drain.ErrNoTraffic, action, strings.Join(changedNames(plan), ","), plan.Object.Source, plan.Object.Name, strings.Join(why, "; "))
+		}
+		prompt = drain.NoTrafficPrompt(guarded)
+	}
+	if !f.yes {
+		if err := confirm(ctx, stderr, prompt); err != nil {
+			return 0, err
+		}
+	}
+
+	rv := plan.Object.ResourceVersion
+	flips := map[string]drain.Flip{}
+	if dry != drain.DryRunClient {
+		maps, err := omeclient.NewForConfig(kc.rest)
+		if err != nil {
+			return 0, drain.ErrContext
+		}
+		mc := drain.MapClient{Maps: maps}
+		for _, imp := range moved {
+			flip, err := mc.Mark(ctx, imp.Namespace, imp.TrafficMap, dry, time.Now(), drain.TaintedMessage(plan, false))
+			switch {
+			case errors.Is(err, drain.ErrNoTrafficMap):
+			case err != nil:
+				fmt.Fprintf(stderr, "warning: Published of %s/%s not set to False: %v; PUBLISHED may show the state before this %s until the publisher publishes it "+
+					"(setting it needs patch on trafficmaps.ome.io/status)\n", imp.Namespace, imp.TrafficMap, err, action)
+			default:
+				flips[imp.Namespace+"/"+imp.TrafficMap] = flip
+			}
+		}
+		if rv, err = client.Apply(ctx, plan, dry); err != nil {
+			return 0, err
+		}
+		if f.wait.set && dry == drain.DryRunNone {
+			for _, imp := range moved {
+				k := imp.Namespace + "/" + imp.TrafficMap
+				if !flips[k].Written() {
+					continue
+				}
+				// The wait's baseline: a True from before the patch is not this change's.
+				if again, err := mc.Mark(ctx, imp.Namespace, imp.TrafficMap, drain.DryRunNone, time.Now(), drain.TaintedMessage(plan, true)); err == nil {
+					flips[k] = again
+				} else {
+					fmt.Fprintf(stderr, "warning: Published of %s not set to False after the patch: %v; --wait may take a True about the weights before this %s\n", k, err, action)
+				}
+			}
+		}
+	}
+	res := drain.NewTaintResult(plan, dry, rv, moved, time.Now())
+	if err := drain.WriteTaintResult(stdout, res, f.output); err != nil {
+		return 0, err
+	}
+	if !f.wait.set {
+		return exitOK, nil
+	}
+	var targets []waitTarget
+	for _, imp := range moved {
+		if !imp.Computable() {
+			fmt.Fprintf(stderr, "Not waiting for %s: its effective weights cannot be computed.\n", imp.Ref())
+			continue
+		}
+		targets = append(targets, waitTarget{namespace: imp.Namespace, name: imp.TrafficMap, done: taintPublished(imp, flips[imp.Namespace+"/"+imp.TrafficMap])})
+	}
+	if len(targets) == 0 {
+		fmt.Fprintln(stderr, "No service's traffic moves: nothing to wait for.")
+		return exitOK, nil
+	}
+	return waitMaps(parent, kc, targets, f.wait.d, stderr)
+}
+
+func changedNames(p *drain.TaintPlan) []string {
+	out := make([]string, len(p.Changed))
+	for i, t := range p.Changed {
+		out[i] = t.String()
+	}
+	return out
+}
+
+// planTaint reads the source object the change writes and plans it. For --source=auto a
+// taint writes the InferenceCluster when it exists, else the WorkloadCluster; an untaint
+// writes the one holding a matching taint (both holding one is refused: name the source).
+func planTaint(ctx context.Context, c drain.ClusterClient, action drain.Action, src drain.Source, cluster string, ch taintChange) (*drain.TaintPlan, error) {
+	candidates := []drain.Source{src}
+	if src == drain.SourceAuto {
+		candidates = []drain.Source{drain.SourceInferenceCluster, drain.SourceWorkloadCluster}
+	}
+	var found []drain.ClusterObject
+	for _, s := range candidates {
+		obj, ok, err := c.Get(ctx, s, cluster)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			found = append(found, obj)
+		}
+	}
+	if len(found) == 0 {
+		names := make([]string, len(candidates))
+		for i, s := range candidates {
+			names[i] = string(s)
+		}
+		return nil, fmt.Errorf("%s refused: no %s named %s; the publisher reads a workload cluster's taints from one of them", action, strings.Join(names, " or "), cluster)
+	}
+	if action == drain.ActionTaint {
+		return drain.PlanTaint(found[0], ch.taint)
+	}
+	if len(found) == 1 {
+		return drain.PlanUntaint(found[0], ch.key, ch.effect)
+	}
+	var holding []drain.ClusterObject
+	for _, obj := range found {
+		if slices.ContainsFunc(obj.Taints, func(t weights.Taint) bool { return drain.Matches(t, ch.key, ch.effect) }) {
+			holding = append(holding, obj)
+		}
+	}
+	switch len(holding) {
+	case 0:
+		return drain.PlanUntaint(found[0], ch.key, ch.effect) // refused: names the first source
+	case 1:
+		return drain.PlanUntaint(holding[0], ch.key, ch.effect)
+	}
+	return nil, fmt.Errorf("untaint refused: both the InferenceCluster and the WorkloadCluster %s hold a taint %s; pass --source for each", cluster, ch.key)
+}
+
+// taintImpacts computes, for every TrafficMap in every namespace with an entry for the
+// plan's cluster, its effective weights before and after the plan (publish.Compute over
+// the map's current drains, taints and tolerations, the source's view replaced), and
+// returns those whose traffic moves, sorted by namespace and name.
+func taintImpacts(ctx context.Context, r report.Reader, p *drain.TaintPlan) ([]report.Impact, error) {
+	list, err := r.Maps.OmeV1beta1().TrafficMaps("").List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsForbidden(err):
+		return nil, fmt.Errorf("forbidden: cannot list trafficmaps.ome.io in all namespaces; the %s previews every service on the cluster: it needs that and what status needs: %s", p.Action, report.Needs)
+	case err != nil:
+		return nil, fmt.Errorf("list trafficmaps.ome.io in all namespaces: %w", err)
+	}
+	after := p.ClusterTaints()
+	moved := []report.Impact{}
+	for i := range list.Items {
+		tm := &list.Items[i]
+		if !slices.ContainsFunc(tm.Spec.Entries, func(e v1beta1.TrafficMapEntry) bool { return e.Cluster == after.Cluster }) {
+			continue
+		}
+		o, err := r.Objects(ctx, tm)
+		if err != nil {
+			return nil, err
+		}
+		if imp := report.NewImpact(o, o.WithClusterTaints(after)); imp.Moves() {
+			moved = append(moved, imp)
+		}
+	}
+	sort.Slice(moved, func(i, j int) bool {
+		a, b := moved[i], moved[j]
+		return a.Namespace < b.Namespace || a.Namespace == b.Namespace && a.TrafficMap < b.TrafficMap
+	})
+	return moved, nil
+}
+
+// taintPublished is --wait's decision for one map a taint or untaint moves: the status's
+// effective weights are the preview's after-weights (the change is in the inputs), and the
+// map is Published with them (conditionPublished).
+func taintPublished(imp report.Impact, flip drain.Flip) func(*v1beta1.TrafficMap, report.Status) (string, bool) {
+	return func(tm *v1beta1.TrafficMap, st report.Status) (string, bool) {
+		want := map[string]int32{}
+		for _, c := range imp.Clusters {
+			want[c.Cluster] = *c.After
+		}
+		got := map[string]int32{}
+		for _, c := range st.Clusters {
+			if c.Effective != nil {
+				got[c.Cluster] = *c.Effective
+			}
+		}
+		if st.Error != "" || !mapsEqual(want, got) {
+			return fmt.Sprintf("the effective weights are not yet the previewed ones (%s)", describeWeights(want)), false
+		}
+		return conditionPublished(tm, st, flip)
+	}
+}
+
+func mapsEqual(a, b map[string]int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func describeWeights(w map[string]int32) string {
+	keys := make([]string, 0, len(w))
+	for k := range w {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, w[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// completeClusters completes CLUSTER with the names of the InferenceClusters and
+// WorkloadClusters the flags' API serves; nothing when they cannot be listed.
+func completeClusters(k *genericclioptions.ConfigFlags) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		kc, err := loadKube(k)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		dyn, err := dynamic.NewForConfig(kc.rest)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), drain.RequestTimeout)
+		defer cancel()
+		seen := map[string]bool{}
+		var names []cobra.Completion
+		for _, src := range []drain.Source{drain.SourceInferenceCluster, drain.SourceWorkloadCluster} {
+			list, err := dyn.Resource(src.Resource()).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				continue
+			}
+			for _, u := range list.Items {
+				if n := u.GetName(); strings.HasPrefix(n, toComplete) && !seen[n] {
+					seen[n] = true
+					names = append(names, n)
+				}
+			}
+		}
+		sort.Strings(names)
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
+}
