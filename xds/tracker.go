@@ -10,7 +10,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc/peer"
 )
@@ -28,9 +27,13 @@ type ClientState struct {
 	Peer string
 	// TypeURL is the stream's one resource type for per-type xDS, "" for ADS.
 	TypeURL string
-	// Acked is the last version the client ACKed, per type URL.
+	// Acked is the last version the client ACKed, per type URL. A stream subscribed by name
+	// that an update of other names leaves alone holds the new version too (its resources
+	// are the same in both), so it is moved to it without a response. Shared with the
+	// tracker: read it, never modify it.
 	Acked map[string]string
-	// Nacked is the last NACK per type URL, cleared by a later ACK of that type.
+	// Nacked is the last NACK per type URL, cleared by a later ACK of that type. Shared with
+	// the tracker: read it, never modify it.
 	Nacked map[string]Nack
 	// Subscribed is what the stream subscribed to, per type URL; a type absent here has no
 	// subscription. The map is shared with the tracker: read it, never modify it.
@@ -90,9 +93,11 @@ type Tracker struct {
 	onChange func()
 	observe  func(typeURL string, nack bool) // metrics hook; nil means none
 	members  uint64                          // see Membership
-	// served returns the snapshot served to a node's flavour for a type; nil means none
-	// is known (the delta reconnect rule then never applies).
-	served func(node *corev3.Node, typeURL string) cachev3.ResourceSnapshot
+	// served returns the cache serving a node's flavour a type; nil means none is known
+	// (the delta reconnect rule then never applies).
+	served func(node *corev3.Node, typeURL string) *typeCache
+	// clients is what Clients returns until a stream changes (nil: build it again).
+	clients []ClientState
 }
 
 // streamKey names a stream: go-control-plane numbers state-of-the-world and delta streams
@@ -111,12 +116,13 @@ func (k streamKey) String() string {
 
 type stream struct {
 	node    *corev3.Node
+	flavour Flavour // of node
 	peer    string
-	typeURL string            // the stream's type, for non-ADS streams
-	sent    map[string]string // type URL -> latest nonce sent
-	version map[string]string // nonce -> version sent with it
-	acked   map[string]string
-	nacked  map[string]Nack
+	typeURL string                  // the stream's type, for non-ADS streams
+	sent    map[string]string       // type URL -> latest nonce sent
+	version map[string]string       // nonce -> version sent with it
+	acked   map[string]string       // replaced, never modified, on every change
+	nacked  map[string]Nack         // replaced, never modified, on every change
 	subs    map[string]Subscription // replaced, never modified, on every change
 	named   map[string]bool         // types the stream has named resources of (legacy wildcard over)
 }
@@ -175,6 +181,7 @@ func peerOf(ctx context.Context) string {
 
 func (t *Tracker) open(key streamKey, peer, typeURL string) {
 	t.mu.Lock()
+	t.clients = nil
 	t.streams[key] = &stream{peer: peer, typeURL: typeURL, sent: map[string]string{}, version: map[string]string{},
 		acked: map[string]string{}, nacked: map[string]Nack{}, subs: map[string]Subscription{}, named: map[string]bool{}}
 	t.mu.Unlock()
@@ -183,6 +190,7 @@ func (t *Tracker) open(key streamKey, peer, typeURL string) {
 
 func (t *Tracker) close(key streamKey) {
 	t.mu.Lock()
+	t.clients = nil
 	if s := t.streams[key]; s != nil && s.node != nil {
 		t.members++
 	}
@@ -281,34 +289,71 @@ func (t *Tracker) declared(s *stream, typeURL string, versions map[string]string
 	if t.served == nil || s.node == nil {
 		return
 	}
-	snap := t.served(s.node, typeURL)
-	if snap == nil {
+	c := t.served(s.node, typeURL)
+	if c == nil {
 		return
 	}
 	sub := s.subs[typeURL]
-	resources := snap.GetResources(typeURL)
-	for name, r := range resources {
-		if !sub.Wildcard {
-			if _, ok := sub.Names[name]; !ok {
-				continue
-			}
+	if version, ok := c.declaredCurrent(sub.Wildcard, sub.Names, versions); ok {
+		s.ack(typeURL, version)
+	}
+}
+
+// ack records an ACK of version for typeURL, which clears its NACK.
+func (s *stream) ack(typeURL, version string) {
+	acked := maps.Clone(s.acked)
+	acked[typeURL] = version
+	s.acked = acked
+	if _, ok := s.nacked[typeURL]; ok {
+		nacked := maps.Clone(s.nacked)
+		delete(nacked, typeURL)
+		s.nacked = nacked
+	}
+}
+
+// advance moves the streams of flavour subscribed to typeURL by name, none of them in
+// touched, from version from to version to: the update between them changed only touched
+// names, so such a stream holds the same resources in both and is sent nothing. Its
+// outstanding response at from, if any, is recorded as one at to, so its ACK counts for to.
+func (t *Tracker) advance(flavour Flavour, typeURL, from, to string, touched map[string]struct{}) {
+	if from == "" || from == to {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, s := range t.streams {
+		if s.node == nil || s.flavour != flavour || (s.typeURL != "" && s.typeURL != typeURL) {
+			continue
 		}
-		declared, ok := versions[name]
-		if !ok {
-			return // the server sends it: its ACK will count
+		sub, ok := s.subs[typeURL]
+		if !ok || sub.Wildcard || sub.includesAnyOf(touched) {
+			continue
 		}
-		marshaled, err := cachev3.MarshalResource(r)
-		if err != nil || cachev3.HashResource(marshaled) != declared {
-			return
+		if s.acked[typeURL] == from {
+			s.ack(typeURL, to)
+			t.clients = nil
+		}
+		if nonce, ok := s.sent[typeURL]; ok && s.version[nonce] == from {
+			s.version[nonce] = to
 		}
 	}
-	for name := range versions {
-		if _, ok := resources[name]; !ok {
-			return // the server sends its removal: its ACK will count
+}
+
+// includesAnyOf reports whether the subscription includes any of names.
+func (s Subscription) includesAnyOf(names map[string]struct{}) bool {
+	if s.Wildcard {
+		return len(names) > 0
+	}
+	small, large := s.Names, names
+	if len(small) > len(large) {
+		small, large = large, small
+	}
+	for n := range small {
+		if _, ok := large[n]; ok {
+			return true
 		}
 	}
-	s.acked[typeURL] = snap.GetVersion(typeURL)
-	delete(s.nacked, typeURL)
+	return false
 }
 
 func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, version, message string, nack bool, subscribe func(*stream, string)) {
@@ -319,7 +364,7 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 		return
 	}
 	if s.node == nil && node != nil {
-		s.node = node
+		s.node, s.flavour = node, FlavourOf(node)
 		t.members++
 	}
 	if typeURL == "" {
@@ -337,21 +382,25 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 	case nonce == "" && version != "" && !nack:
 		// A stream's first request carries the version the client last accepted (for
 		// example from a publisher process before a restart): it holds that version.
-		s.acked[typeURL] = version
+		s.ack(typeURL, version)
 		changed, answered = true, true
 	case nonce != "" && s.sent[typeURL] == nonce:
 		// Only an answer to the latest nonce sent counts; the server drops stale ones.
 		sentVersion := s.version[nonce]
 		if nack {
-			s.nacked[typeURL] = Nack{Version: sentVersion, Message: message}
+			nacked := maps.Clone(s.nacked)
+			nacked[typeURL] = Nack{Version: sentVersion, Message: message}
+			s.nacked = nacked
 		} else {
 			if version == "" { // delta requests carry no version: the ACK is of what was sent
 				version = sentVersion
 			}
-			s.acked[typeURL] = version
-			delete(s.nacked, typeURL)
+			s.ack(typeURL, version)
 		}
 		changed, answered = true, true
+	}
+	if changed {
+		t.clients = nil
 	}
 	t.mu.Unlock()
 	if answered && t.observe != nil {
@@ -394,10 +443,14 @@ func (t *Tracker) LastSent(nodeID, typeURL string) (string, bool) {
 }
 
 // Clients returns the state of every connected stream whose client has identified
-// itself, sorted by node id, then by stream kind and id.
+// itself, sorted by node id, then by stream kind and id. The slice is shared by every
+// call until a stream changes: read it, never modify it.
 func (t *Tracker) Clients() []ClientState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.clients != nil {
+		return t.clients
+	}
 	keys := make([]streamKey, 0, len(t.streams))
 	for k, s := range t.streams {
 		if s.node != nil {
@@ -419,8 +472,9 @@ func (t *Tracker) Clients() []ClientState {
 	out := make([]ClientState, 0, len(keys))
 	for _, k := range keys {
 		s := t.streams[k]
-		out = append(out, ClientState{NodeID: s.node.GetId(), Flavour: FlavourOf(s.node), Stream: k.String(), Peer: s.peer,
-			TypeURL: s.typeURL, Acked: maps.Clone(s.acked), Nacked: maps.Clone(s.nacked), Subscribed: s.subs})
+		out = append(out, ClientState{NodeID: s.node.GetId(), Flavour: s.flavour, Stream: k.String(), Peer: s.peer,
+			TypeURL: s.typeURL, Acked: s.acked, Nacked: s.nacked, Subscribed: s.subs})
 	}
+	t.clients = out
 	return out
 }

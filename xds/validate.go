@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"math"
 	"strings"
 	"sync"
@@ -301,6 +302,28 @@ func (v *versioner) versions(res Resources) (Versions, error) {
 	}
 	v.prev = sm.next
 	return Versions{resource.ListenerType: listeners, resource.RouteType: routes, resource.ClusterType: clusters}, nil
+}
+
+// summer returns a function that gives a resource's content digest (hex): the sum the last
+// versions call gave it, else its encoding's.
+func (v *versioner) summer() func(types.Resource) (string, error) {
+	v.mu.Lock()
+	prev := v.prev // replaced, never modified, by versions
+	v.mu.Unlock()
+	sm := &summer{prev: prev, next: map[proto.Message][sha256.Size]byte{}}
+	return func(r types.Resource) (string, error) {
+		var sum [sha256.Size]byte
+		var err error
+		if rc, ok := r.(*routev3.RouteConfiguration); ok {
+			sum, err = sm.route(rc)
+		} else {
+			sum, err = sm.sum(r)
+		}
+		if err != nil {
+			return "", err
+		}
+		return hex.EncodeToString(sum[:]), nil
+	}
 }
 
 // clusterVersion is the cluster version of a set of clusters served between two of the
