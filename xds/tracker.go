@@ -98,6 +98,8 @@ type Tracker struct {
 	served func(node *corev3.Node, typeURL string) *typeCache
 	// clients is what Clients returns until a stream changes (nil: build it again).
 	clients []ClientState
+	// flavours are the flavours a stream has identified itself as since the tracker started.
+	flavours map[Flavour]bool
 }
 
 // streamKey names a stream: go-control-plane numbers state-of-the-world and delta streams
@@ -363,20 +365,28 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 		t.mu.Unlock()
 		return
 	}
+	changed, answered := false, false
 	if s.node == nil && node != nil {
 		s.node, s.flavour = node, FlavourOf(node)
 		t.members++
+		t.clients = nil
+		if !t.flavours[s.flavour] {
+			if t.flavours == nil {
+				t.flavours = map[Flavour]bool{}
+			}
+			t.flavours[s.flavour] = true
+			changed = true
+		}
 	}
 	if typeURL == "" {
 		typeURL = s.typeURL
 	}
-	changed, answered := false, false
 	if subscribe != nil && typeURL != "" {
 		before, had := s.subs[typeURL]
 		beforeAcked := s.acked[typeURL]
 		subscribe(s, typeURL)
 		after := s.subs[typeURL]
-		changed = !had || before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names) || beforeAcked != s.acked[typeURL]
+		changed = changed || !had || before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names) || beforeAcked != s.acked[typeURL]
 	}
 	switch {
 	case nonce == "" && version != "" && !nack:
@@ -415,6 +425,15 @@ func (t *Tracker) changed() {
 	if t.onChange != nil {
 		t.onChange()
 	}
+}
+
+// Consumed reports whether a client of flavour f has identified itself since the tracker
+// started. Until one has, nothing of that flavour needs to be built (Server.SetResources
+// for it can wait); the call that makes it true is followed by the OnClientChange call.
+func (t *Tracker) Consumed(f Flavour) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.flavours[f]
 }
 
 // Membership changes whenever a client may have joined or left (a stream made itself known

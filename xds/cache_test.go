@@ -1,0 +1,171 @@
+package xds
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	streamv3 "github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/trafficmap/publisher/weights"
+	"github.com/trafficmap/publisher/xds/xdstest"
+)
+
+// namedService is prod/<name> with clusters worker-a and worker-b weighted a and b.
+func namedService(t *testing.T, name string, a, b int64) Service {
+	t.Helper()
+	res, err := weights.Compute(weights.Input{Entries: []weights.Entry{
+		{Cluster: "worker-a", Endpoint: "https://" + name + ".a.example.com", Weight: a},
+		{Cluster: "worker-b", Endpoint: "https://" + name + ".b.example.com", Weight: b},
+	}})
+	require.NoError(t, err)
+	return Service{Namespace: "prod", Name: name, Service: name, Result: res}
+}
+
+func serveGRPC(t *testing.T, srv *Server, services ...Service) Versions {
+	t.Helper()
+	res, err := TranslateGRPC(services)
+	require.NoError(t, err)
+	vs, err := srv.SetResources(context.Background(), FlavourGRPC, res)
+	require.NoError(t, err)
+	return vs
+}
+
+// A change of one route configuration is sent to the wildcard streams and to the named
+// streams that include it, as that one resource; a named stream of another route
+// configuration is sent nothing, and holds the new version all the same.
+func TestChangeReachesOnlyTheStreamsItConcerns(t *testing.T) {
+	srv := NewServer(ServerConfig{Log: zaptest.NewLogger(t)})
+	ctx, cancel := context.WithCancel(context.Background())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(); cancel(); <-done })
+	serveGRPC(t, srv, namedService(t, "chat", 1, 1), namedService(t, "search", 1, 1))
+	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
+	node := func(id string) *corev3.Node { return &corev3.Node{Id: id, UserAgentName: "gRPC Go"} }
+
+	// chat: state of the world by name; search: delta by name; all: delta wildcard.
+	chat, err := ads.StreamAggregatedResources(ctx)
+	require.NoError(t, err)
+	chatIn := xdstest.Stream(chat.Recv)
+	require.NoError(t, chat.Send(&discoveryv3.DiscoveryRequest{Node: node("chat"), TypeUrl: resource.RouteType, ResourceNames: []string{"prod/chat"}}))
+	search, err := ads.DeltaAggregatedResources(ctx)
+	require.NoError(t, err)
+	searchIn := xdstest.Stream(search.Recv)
+	require.NoError(t, search.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node("search"), TypeUrl: resource.RouteType, ResourceNamesSubscribe: []string{"prod/search"}}))
+	all, err := ads.DeltaAggregatedResources(ctx)
+	require.NoError(t, err)
+	allIn := xdstest.Stream(all.Recv)
+	require.NoError(t, all.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node("all"), TypeUrl: resource.RouteType}))
+
+	ackSotW := func(r *discoveryv3.DiscoveryResponse) {
+		require.NoError(t, chat.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.RouteType, ResourceNames: []string{"prod/chat"},
+			VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}))
+	}
+	ackDelta := func(s discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient, r *discoveryv3.DeltaDiscoveryResponse) {
+		require.NoError(t, s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResponseNonce: r.GetNonce()}))
+	}
+	first, ok := xdstest.Next(chatIn, 10*time.Second)
+	require.True(t, ok)
+	assert.Len(t, first.GetResources(), 1)
+	ackSotW(first)
+	firstSearch, ok := xdstest.Next(searchIn, 10*time.Second)
+	require.True(t, ok)
+	assert.Len(t, firstSearch.GetResources(), 1)
+	ackDelta(search, firstSearch)
+	firstAll, ok := xdstest.Next(allIn, 10*time.Second)
+	require.True(t, ok)
+	assert.Len(t, firstAll.GetResources(), 2)
+	ackDelta(all, firstAll)
+	acked := func(id string) string {
+		for _, c := range srv.Tracker().Clients() {
+			if c.NodeID == id {
+				return c.Acked[resource.RouteType]
+			}
+		}
+		return ""
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, id := range []string{"chat", "search", "all"} {
+			assert.Equal(c, srv.cache.version(string(FlavourGRPC), resource.RouteType), acked(id))
+		}
+	}, 10*time.Second, 10*time.Millisecond)
+
+	vs := serveGRPC(t, srv, namedService(t, "chat", 0, 1), namedService(t, "search", 1, 1))
+	got, ok := xdstest.Next(chatIn, 10*time.Second)
+	require.True(t, ok, "the named stream of the changed route configuration is sent it")
+	assert.Equal(t, vs[resource.RouteType], got.GetVersionInfo())
+	assert.Len(t, got.GetResources(), 1)
+	gotAll, ok := xdstest.Next(allIn, 10*time.Second)
+	require.True(t, ok, "the wildcard stream is sent the change")
+	require.Len(t, gotAll.GetResources(), 1, "only the changed resource")
+	assert.Equal(t, "prod/chat", gotAll.GetResources()[0].GetName())
+	_, sent := xdstest.Next(searchIn, 300*time.Millisecond) // a bounded look
+	assert.False(t, sent, "the named stream of another route configuration is sent nothing")
+	assert.Equal(t, vs[resource.RouteType], acked("search"), "and holds the new version: its resources are the same in both")
+}
+
+// Every response that carries a resource carries the same encoding of it: a resource is
+// encoded once, not once per client.
+func TestResourceEncodedOncePerContent(t *testing.T) {
+	c := newTypeCache(resource.RouteType)
+	res, err := TranslateGRPC([]Service{namedService(t, "chat", 1, 1)})
+	require.NoError(t, err)
+	sum := (&versioner{}).summer()
+	changed, removed, err := c.diff(toResources(res.Routes), sum)
+	require.NoError(t, err)
+	assert.Empty(t, removed)
+	c.update("v1", changed, removed)
+
+	respond := func() *discoveryv3.DiscoveryResponse {
+		ch := make(chan cachev3.Response, 1)
+		c.createWatch(&cachev3.Request{TypeUrl: resource.RouteType, ResourceNames: []string{"prod/chat"}},
+			streamv3.NewSotwSubscription([]string{"prod/chat"}, true), ch)
+		r, err := (<-ch).GetDiscoveryResponse()
+		require.NoError(t, err)
+		return r
+	}
+	a, b := respond(), respond()
+	require.Len(t, a.GetResources(), 1)
+	assert.Same(t, a.GetResources()[0], b.GetResources()[0], "one encoding shared by both responses")
+	assert.NotSame(t, a, b, "each response is a message of its own (the server sets its nonce)")
+
+	again, _, err := c.diff(toResources(res.Routes), sum)
+	require.NoError(t, err)
+	assert.Empty(t, again, "the same content is no change")
+}
+
+// A flavour is consumed once a client of it has identified itself.
+func TestConsumedFlavours(t *testing.T) {
+	srv := NewServer(ServerConfig{Log: zaptest.NewLogger(t)})
+	ctx, cancel := context.WithCancel(context.Background())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(); cancel(); <-done })
+	assert.False(t, srv.Tracker().Consumed(FlavourEnvoy))
+	assert.False(t, srv.Tracker().Consumed(FlavourGRPC))
+
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy-1", UserAgentName: "envoy"}, TypeUrl: resource.ClusterType}))
+	require.Eventually(t, func() bool { return srv.Tracker().Consumed(FlavourEnvoy) }, 10*time.Second, 10*time.Millisecond)
+	assert.False(t, srv.Tracker().Consumed(FlavourGRPC))
+}
