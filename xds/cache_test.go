@@ -169,3 +169,18 @@ func TestConsumedFlavours(t *testing.T) {
 	require.Eventually(t, func() bool { return srv.Tracker().Consumed(FlavourEnvoy) }, 10*time.Second, 10*time.Millisecond)
 	assert.False(t, srv.Tracker().Consumed(FlavourGRPC))
 }
+
+// The validator's memory never hides a problem: a set whose routes name a cluster it no
+// longer has fails, again when it is validated again unchanged, and the set that fixes it
+// passes.
+func TestValidatorRemembersFailures(t *testing.T) {
+	v := &validator{}
+	good := grpcResources(t, "worker-a", "worker-b")
+	require.NoError(t, v.validate(good))
+	broken := good
+	broken.Clusters = good.Clusters[:1] // the same messages, worker-b gone
+	require.ErrorIs(t, v.validate(broken), ErrInvalidResources)
+	require.ErrorIs(t, v.validate(broken), ErrInvalidResources, "the same lists again: the same verdict")
+	require.NoError(t, v.validate(good))
+	require.NoError(t, v.validate(good), "the same lists again: the same verdict")
+}

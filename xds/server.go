@@ -158,15 +158,6 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 		resource.RouteType:    toResources(res.Routes),
 		resource.ClusterType:  toResources(res.Clusters),
 	}
-	if flavour == FlavourEnvoy { // Consistent ignores api_listeners, so only Envoy's passes it
-		all, err := cachev3.NewSnapshot("", byType)
-		if err != nil {
-			return nil, fmt.Errorf("build %s snapshot: %w", flavour, err)
-		}
-		if err := all.Consistent(); err != nil {
-			return nil, fmt.Errorf("%w: %s snapshot: %w", ErrInvalidResources, flavour, err)
-		}
-	}
 	sum := s.versioners[flavour].summer()
 	type step struct {
 		typ, version string
