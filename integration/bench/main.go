@@ -57,6 +57,7 @@ type options struct {
 	burst, workers      int
 	logLevel            string
 	out, workDir        string
+	src                 string
 }
 
 func parseFlags() options {
@@ -77,6 +78,7 @@ func parseFlags() options {
 	flag.IntVar(&o.workers, "workers", 8, "publisher --workers (0: the publisher's default)")
 	flag.StringVar(&o.logLevel, "log-level", "info", "publisher --log-level")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown file whose section for this N is replaced by this run's figures")
+	flag.StringVar(&o.src, "src", "", "source tree the publisher binary is built from (default: this repository), e.g. an older checkout to compare")
 	flag.StringVar(&o.workDir, "work-dir", "", "where the publisher log and profiles go (default: a new temporary directory)")
 	flag.Parse()
 	return o
@@ -152,7 +154,11 @@ func run(ctx context.Context, o options) (err error) {
 		}
 	}
 	logf("work dir (publisher log, profiles): %s", o.workDir)
-	bin, err := buildPublisher(root, o.workDir)
+	src := root
+	if o.src != "" {
+		src = o.src
+	}
+	bin, err := buildPublisher(src, o.workDir)
 	if err != nil {
 		return err
 	}
