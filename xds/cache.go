@@ -10,10 +10,13 @@ import (
 	"strings"
 	"sync"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -41,6 +44,9 @@ type typeCache struct {
 	all       []*anypb.Any // every resource encoded, sorted by name; nil until needed
 	wildcard  map[*watch]struct{}
 	named     map[string]map[*watch]struct{}
+	// vhosts are the encodings of the virtual hosts of the last large route configuration
+	// encoded (the Envoy flavour's one), reused by the next: a drain encodes one.
+	vhosts map[*routev3.VirtualHost][]byte
 }
 
 // entry is one resource as served: the message, its content digest and its encodings,
@@ -53,10 +59,10 @@ type entry struct {
 	delta   func() (*discoveryv3.Resource, error)
 }
 
-func newEntry(typeURL, name string, msg types.Resource, version string) *entry {
+func newEntry(typeURL, name string, msg types.Resource, version string, encode func(types.Resource) ([]byte, error)) *entry {
 	e := &entry{name: name, msg: msg, version: version}
 	e.encoded = sync.OnceValues(func() (*anypb.Any, error) {
-		b, err := cachev3.MarshalResource(msg)
+		b, err := encode(msg)
 		if err != nil {
 			return nil, fmt.Errorf("encode %s %s: %w", typeLabel(typeURL), name, err)
 		}
@@ -474,7 +480,7 @@ func (c *typeCache) diff(next []types.Resource, sum func(types.Resource) (string
 		if e, ok := served[name]; ok && e.version == v {
 			continue
 		}
-		changed = append(changed, newEntry(c.typeURL, name, r, v))
+		changed = append(changed, newEntry(c.typeURL, name, r, v, c.encode))
 	}
 	for name := range served {
 		if !names[name] {
@@ -484,6 +490,63 @@ func (c *typeCache) diff(next []types.Resource, sum func(types.Resource) (string
 	slices.Sort(removed)
 	slices.SortFunc(changed, func(a, b *entry) int { return cmp.Compare(a.name, b.name) })
 	return changed, removed, nil
+}
+
+// largeRoute is the number of virtual hosts from which a route configuration is encoded
+// from its virtual hosts' remembered encodings.
+const largeRoute = 16
+
+// encode is a resource's deterministic encoding. A large route configuration is
+// assembled from its virtual hosts' encodings, each remembered from the last one encoded,
+// so that a drain encodes one virtual host, not the fleet's. Called with c.mu held (the
+// entries' encodings are made while answering watches).
+func (c *typeCache) encode(r types.Resource) ([]byte, error) {
+	rc, ok := r.(*routev3.RouteConfiguration)
+	if !ok || len(rc.VirtualHosts) < largeRoute {
+		return cachev3.MarshalResource(r)
+	}
+	b, vhosts, err := encodeRoute(rc, c.vhosts)
+	if err != nil {
+		return nil, err
+	}
+	c.vhosts = vhosts
+	return b, nil
+}
+
+// encodeRoute is rc's deterministic encoding, made of its name, then each virtual host
+// (field 2) from known when there, then its other fields (numbered above 2), as the
+// protobuf encoding orders fields by number; it returns the virtual hosts' encodings.
+func encodeRoute(rc *routev3.RouteConfiguration, known map[*routev3.VirtualHost][]byte) ([]byte, map[*routev3.VirtualHost][]byte, error) {
+	opts := proto.MarshalOptions{Deterministic: true}
+	head, err := opts.Marshal(&routev3.RouteConfiguration{Name: rc.Name})
+	if err != nil {
+		return nil, nil, err
+	}
+	shell := routeShell(rc)
+	shell.Name = ""
+	tail, err := opts.Marshal(shell)
+	if err != nil {
+		return nil, nil, err
+	}
+	vhosts := make(map[*routev3.VirtualHost][]byte, len(rc.VirtualHosts))
+	size := len(head) + len(tail)
+	for _, vh := range rc.VirtualHosts {
+		b, ok := known[vh]
+		if !ok {
+			if b, err = opts.Marshal(vh); err != nil {
+				return nil, nil, err
+			}
+		}
+		vhosts[vh] = b
+		size += 1 + protowire.SizeBytes(len(b))
+	}
+	buf := make([]byte, 0, size)
+	buf = append(buf, head...)
+	for _, vh := range rc.VirtualHosts {
+		buf = protowire.AppendTag(buf, 2, protowire.BytesType)
+		buf = protowire.AppendBytes(buf, vhosts[vh])
+	}
+	return append(buf, tail...), vhosts, nil
 }
 
 // servedTypes are the types the caches serve; any other type's watches wait forever, as on

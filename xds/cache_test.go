@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -183,4 +184,38 @@ func TestValidatorRemembersFailures(t *testing.T) {
 	require.ErrorIs(t, v.validate(broken), ErrInvalidResources, "the same lists again: the same verdict")
 	require.NoError(t, v.validate(good))
 	require.NoError(t, v.validate(good), "the same lists again: the same verdict")
+}
+
+// A large route configuration assembled from its virtual hosts' encodings is its
+// deterministic encoding, also when some encodings are remembered from another one.
+func TestLargeRouteEncoding(t *testing.T) {
+	var services []Service
+	for i := range largeRoute + 4 {
+		s := namedService(t, fmt.Sprintf("svc-%02d", i), 1, 1)
+		s.Hostnames = []string{fmt.Sprintf("svc-%02d.example.com", i)}
+		services = append(services, s)
+	}
+	res, err := TranslateEnvoy(DefaultEnvoyOptions, services)
+	require.NoError(t, err)
+	rc := res.Routes[0]
+	want, err := cachev3.MarshalResource(rc)
+	require.NoError(t, err)
+	got, known, err := encodeRoute(rc, nil)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+
+	services[3] = namedService(t, "svc-03", 0, 1)
+	services[3].Hostnames = []string{"svc-03.example.com"}
+	res, err = TranslateEnvoy(DefaultEnvoyOptions, services)
+	require.NoError(t, err)
+	want, err = cachev3.MarshalResource(res.Routes[0])
+	require.NoError(t, err)
+	for i, vh := range res.Routes[0].VirtualHosts { // the unchanged virtual hosts as the translator shares them
+		if i != 3 {
+			known[vh] = known[rc.VirtualHosts[i]]
+		}
+	}
+	got, _, err = encodeRoute(res.Routes[0], known)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
 }

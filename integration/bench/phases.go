@@ -196,6 +196,10 @@ func (b *bench) drainLatency(ctx context.Context) error {
 	maxResBy := map[string]int64{}         // by client label
 	relevant := 0                          // clients relevant to a drain, summed over the drains
 	logf("P1: %d drains, each next to a floor probe", n)
+	cpu0, err := b.pub.cpuSeconds()
+	if err != nil {
+		return err
+	}
 	profile := make(chan error, 1)
 	go func() {
 		profile <- b.pub.profile(ctx, "profile?seconds=20", filepath.Join(b.o.workDir, "cpu-drain.pprof"))
@@ -282,6 +286,10 @@ func (b *bench) drainLatency(ctx context.Context) error {
 			return err
 		}
 	}
+	cpu1, err := b.pub.cpuSeconds()
+	if err != nil {
+		return err
+	}
 	fl, pa, pb, pc := pct(floor), pct(a), pct(bb), pct(c)
 	logf("P1: floor %s; (a) %s; (b) %s [first %s]; (c) %s; %.1f relevant clients per drain", fl, pa, pb, pct(firstAck), pc, float64(relevant)/float64(n))
 	bSlack, cSlack := 30*time.Millisecond, 50*time.Millisecond
@@ -295,6 +303,7 @@ func (b *bench) drainLatency(ctx context.Context) error {
 	b.report.add(fmt.Sprintf("P1 (b) drain write to the last relevant xDS client's ACK (p50 / p95 / p99; %.1f relevant clients per drain)", float64(relevant)/float64(n)), pb.String(),
 		fmt.Sprintf("p99 <= (a) p99 + %s = %s", dur(bSlack), dur(pa.p99+bSlack)), pb.p99 <= pa.p99+bSlack)
 	b.report.add("P1 (b) breakdown: first client's ACK (p50 / p95 / p99)", pct(firstAck).String(), "", true)
+	b.report.add("P1 publisher CPU per drain (its CPU time over the drains, floor probes included; load-independent)", fmt.Sprintf("%.1f ms", (cpu1-cpu0)*1000/float64(n)), "", true)
 	for _, l := range slices.Sorted(maps.Keys(lastBy)) {
 		b.report.add(fmt.Sprintf("P1 (b) breakdown: last %s client's ACK (p50 / p95 / p99; %d drains)", l, len(lastBy[l])), pct(lastBy[l]).String(), "", true)
 	}
