@@ -219,3 +219,22 @@ func TestLargeRouteEncoding(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
 }
+
+// A response that an update not concerning the stream overtakes (the update moves the
+// streams it leaves alone before the stream's response at the old version is recorded)
+// still counts for the new version once ACKed.
+func TestTrackerForwardsLateResponses(t *testing.T) {
+	tr := NewTracker(nil)
+	key := streamKey{id: 1}
+	node := &corev3.Node{Id: "grpc-1", UserAgentName: "gRPC Go"}
+	tr.open(key, "", "")
+	tr.request(key, node, resource.RouteType, "", "", "", false, func(s *stream, typ string) { s.subscribeSotW(typ, []string{"prod/chat"}) })
+	tr.advance(FlavourGRPC, resource.RouteType, "v1", "v2", map[string]struct{}{"prod/search": {}})
+	tr.response(key, resource.RouteType, "n1", "v1") // sent at v1, recorded after the update
+	tr.request(key, node, resource.RouteType, "n1", "v1", "", false, func(s *stream, typ string) { s.subscribeSotW(typ, []string{"prod/chat"}) })
+	require.Len(t, tr.Clients(), 1)
+	assert.Equal(t, "v2", tr.Clients()[0].Acked[resource.RouteType], "v2 differs from v1 only in prod/search")
+
+	tr.advance(FlavourGRPC, resource.RouteType, "v2", "v3", map[string]struct{}{"prod/chat": {}})
+	assert.Equal(t, "v2", tr.Clients()[0].Acked[resource.RouteType], "v3 changes prod/chat: the stream waits for it")
+}

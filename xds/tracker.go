@@ -100,6 +100,8 @@ type Tracker struct {
 	clients []ClientState
 	// flavours are the flavours a stream has identified itself as since the tracker started.
 	flavours map[Flavour]bool
+	// steps are the last updates per flavour and type (see advance), oldest first.
+	steps map[stepKey][]step
 }
 
 // streamKey names a stream: go-control-plane numbers state-of-the-world and delta streams
@@ -215,7 +217,7 @@ func (t *Tracker) response(key streamKey, typeURL, nonce, version string) {
 		delete(s.version, old)
 	}
 	s.sent[typeURL] = nonce
-	s.version[nonce] = version
+	s.version[nonce] = t.forward(s, typeURL, version)
 }
 
 // subscribeSotW records a state-of-the-world request's resource names: they replace the
@@ -317,12 +319,23 @@ func (s *stream) ack(typeURL, version string) {
 // touched, from version from to version to: the update between them changed only touched
 // names, so such a stream holds the same resources in both and is sent nothing. Its
 // outstanding response at from, if any, is recorded as one at to, so its ACK counts for to.
+//
+// A response or ACK recorded later at from (the update's responses race with it) is moved
+// the same way when it is recorded (forward).
 func (t *Tracker) advance(flavour Flavour, typeURL, from, to string, touched map[string]struct{}) {
 	if from == "" || from == to {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.steps == nil {
+		t.steps = map[stepKey][]step{}
+	}
+	k := stepKey{flavour, typeURL}
+	t.steps[k] = append(t.steps[k], step{from: from, to: to, touched: touched})
+	if len(t.steps[k]) > maxSteps {
+		t.steps[k] = slices.Delete(t.steps[k], 0, len(t.steps[k])-maxSteps)
+	}
 	for _, s := range t.streams {
 		if s.node == nil || s.flavour != flavour || (s.typeURL != "" && s.typeURL != typeURL) {
 			continue
@@ -339,6 +352,47 @@ func (t *Tracker) advance(flavour Flavour, typeURL, from, to string, touched map
 			s.version[nonce] = to
 		}
 	}
+}
+
+// maxSteps bounds the updates the tracker remembers per flavour and type for forward.
+const maxSteps = 256
+
+// stepKey names one flavour's resource type.
+type stepKey struct {
+	flavour Flavour
+	typeURL string
+}
+
+// step is one update of a type: from one version to the next, changing the touched names.
+type step struct {
+	from, to string
+	touched  map[string]struct{}
+}
+
+// forward is the version a stream holds when it holds version of typeURL: the latest
+// version reached from it by updates that changed none of the names the stream subscribes
+// to by name (a wildcard stream gets every update, so it holds what it was sent). Called
+// with t.mu held.
+func (t *Tracker) forward(s *stream, typeURL, version string) string {
+	sub, ok := s.subs[typeURL]
+	if !ok || sub.Wildcard || version == "" {
+		return version
+	}
+	steps := t.steps[stepKey{s.flavour, typeURL}]
+	i := len(steps) - 1
+	for i >= 0 && steps[i].to != version {
+		i--
+	}
+	if i < 0 {
+		return version
+	}
+	for _, st := range steps[i+1:] {
+		if st.from != version || sub.includesAnyOf(st.touched) {
+			break
+		}
+		version = st.to
+	}
+	return version
 }
 
 // includesAnyOf reports whether the subscription includes any of names.
@@ -405,7 +459,7 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 			if version == "" { // delta requests carry no version: the ACK is of what was sent
 				version = sentVersion
 			}
-			s.ack(typeURL, version)
+			s.ack(typeURL, t.forward(s, typeURL, version))
 		}
 		changed, answered = true, true
 	}
