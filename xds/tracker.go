@@ -379,14 +379,19 @@ func (t *Tracker) forward(s *stream, typeURL, version string) string {
 		return version
 	}
 	steps := t.steps[stepKey{s.flavour, typeURL}]
-	i := len(steps) - 1
-	for i >= 0 && steps[i].to != version {
-		i--
+	start := -1 // the first step after the latest one at version
+	for i := len(steps) - 1; i >= 0 && start < 0; i-- {
+		switch version {
+		case steps[i].to:
+			start = i + 1
+		case steps[i].from:
+			start = i
+		}
 	}
-	if i < 0 {
+	if start < 0 {
 		return version
 	}
-	for _, st := range steps[i+1:] {
+	for _, st := range steps[start:] {
 		if st.from != version || sub.includesAnyOf(st.touched) {
 			break
 		}
