@@ -42,6 +42,7 @@ type typeCache struct {
 	seq       uint64 // counts updates (delta wildcard watches remember the one they saw)
 	resources map[string]*entry
 	all       []*anypb.Any // every resource encoded, sorted by name; nil until needed
+	last      *change      // the last update (a state-of-the-world ACK of the version before it may come after it)
 	wildcard  map[*watch]struct{}
 	named     map[string]map[*watch]struct{}
 	// vhosts are the encodings of the virtual hosts of the last large route configuration
@@ -149,8 +150,8 @@ func (c *typeCache) update(version string, changed []*entry, removed []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	first := !c.served
+	prevSeq, prevVersion := c.seq, c.version
 	c.served, c.version = true, version
-	prevSeq := c.seq
 	c.seq++
 	for _, e := range changed {
 		c.resources[e.name] = e
@@ -158,7 +159,7 @@ func (c *typeCache) update(version string, changed []*entry, removed []string) {
 	for _, name := range removed {
 		delete(c.resources, name)
 	}
-	c.all = nil
+	c.all, c.last = nil, nil
 	if first { // every waiting watch gets its first answer
 		for w := range c.wildcard {
 			c.fire(w, nil)
@@ -170,7 +171,8 @@ func (c *typeCache) update(version string, changed []*entry, removed []string) {
 		}
 		return
 	}
-	hint := &change{changed: changed, removed: removed, prevSeq: prevSeq}
+	hint := &change{changed: changed, removed: removed, prevSeq: prevSeq, prevVersion: prevVersion}
+	c.last = hint
 	for w := range c.wildcard {
 		c.fire(w, hint)
 	}
@@ -197,15 +199,16 @@ func entryNames(es []*entry) []string {
 
 // change is what one update did, for the delta wildcard watches that were current before it.
 type change struct {
-	changed []*entry
-	removed []string
-	prevSeq uint64
+	changed     []*entry
+	removed     []string
+	prevSeq     uint64
+	prevVersion string
 }
 
 // fire answers w if it has something to send, and then forgets it. Called with c.mu held.
 func (c *typeCache) fire(w *watch, hint *change) {
 	if w.sotw != nil {
-		if resp := c.sotwAnswer(w.sotw, w.sub); resp != nil {
+		if resp := c.sotwAnswer(w.sotw, w.sub, hint); resp != nil {
 			c.untrack(w)
 			w.sotwCh <- resp
 		}
@@ -254,7 +257,7 @@ func (c *typeCache) createWatch(req *cachev3.Request, sub cachev3.Subscription, 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.served {
-		if resp := c.sotwAnswer(req, sub); resp != nil {
+		if resp := c.sotwAnswer(req, sub, c.last); resp != nil {
 			value <- resp
 			return func() {}
 		}
@@ -279,15 +282,28 @@ func (c *typeCache) createDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subs
 // with it, or, on a new stream, says it holds that version); a named stream holds each
 // subscribed resource at the content it was last sent, so an update of other names leaves it
 // alone. The response carries every subscribed resource, as the protocol wants for
-// listeners and clusters. Called with c.mu held.
-func (c *typeCache) sotwAnswer(req *cachev3.Request, sub cachev3.Subscription) cachev3.Response {
+// listeners and clusters; for other types (route configurations), a wildcard stream that
+// held the version before an update (hint) is sent only the resources it changed, as the
+// protocol allows. Called with c.mu held.
+func (c *typeCache) sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, hint *change) cachev3.Response {
 	returned := sub.ReturnedResources()
 	fresh := req.GetResponseNonce() == ""
 	if sub.IsWildcard() {
 		if req.GetVersionInfo() == c.version && (fresh || returned[wildcardMark] == c.version) {
 			return nil
 		}
-		return &sotwResponse{req: req, version: c.version, resources: c.encodedAll(), returned: map[string]string{wildcardMark: c.version}}
+		mark := map[string]string{wildcardMark: c.version}
+		if hint != nil && !fresh && !cachev3.ResourceRequiresFullStateInSotw(c.typeURL) &&
+			req.GetVersionInfo() == hint.prevVersion && returned[wildcardMark] == hint.prevVersion {
+			resp := &sotwResponse{req: req, version: c.version, resources: make([]*anypb.Any, 0, len(hint.changed)), returned: mark}
+			for _, e := range hint.changed {
+				if a, err := e.encoded(); err == nil {
+					resp.resources = append(resp.resources, a)
+				}
+			}
+			return resp
+		}
+		return &sotwResponse{req: req, version: c.version, resources: c.encodedAll(), returned: mark}
 	}
 	names := sub.SubscribedResources()
 	respond := fresh && req.GetVersionInfo() != c.version

@@ -73,6 +73,16 @@ func TestChangeReachesOnlyTheStreamsItConcerns(t *testing.T) {
 	allIn := xdstest.Stream(all.Recv)
 	require.NoError(t, all.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node("all"), TypeUrl: resource.RouteType}))
 
+	// every: state of the world, wildcard.
+	every, err := ads.StreamAggregatedResources(ctx)
+	require.NoError(t, err)
+	everyIn := xdstest.Stream(every.Recv)
+	require.NoError(t, every.Send(&discoveryv3.DiscoveryRequest{Node: node("every"), TypeUrl: resource.RouteType}))
+	firstEvery, ok := xdstest.Next(everyIn, 10*time.Second)
+	require.True(t, ok)
+	assert.Len(t, firstEvery.GetResources(), 2)
+	require.NoError(t, every.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.RouteType, VersionInfo: firstEvery.GetVersionInfo(), ResponseNonce: firstEvery.GetNonce()}))
+
 	ackSotW := func(r *discoveryv3.DiscoveryResponse) {
 		require.NoError(t, chat.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.RouteType, ResourceNames: []string{"prod/chat"},
 			VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}))
@@ -101,7 +111,7 @@ func TestChangeReachesOnlyTheStreamsItConcerns(t *testing.T) {
 		return ""
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for _, id := range []string{"chat", "search", "all"} {
+		for _, id := range []string{"chat", "search", "all", "every"} {
 			assert.Equal(c, srv.cache.version(string(FlavourGRPC), resource.RouteType), acked(id))
 		}
 	}, 10*time.Second, 10*time.Millisecond)
@@ -115,6 +125,10 @@ func TestChangeReachesOnlyTheStreamsItConcerns(t *testing.T) {
 	require.True(t, ok, "the wildcard stream is sent the change")
 	require.Len(t, gotAll.GetResources(), 1, "only the changed resource")
 	assert.Equal(t, "prod/chat", gotAll.GetResources()[0].GetName())
+	gotEvery, ok := xdstest.Next(everyIn, 10*time.Second)
+	require.True(t, ok, "the state-of-the-world wildcard stream is sent the change")
+	assert.Equal(t, vs[resource.RouteType], gotEvery.GetVersionInfo())
+	assert.Len(t, gotEvery.GetResources(), 1, "route configurations are not full state: only the changed one")
 	_, sent := xdstest.Next(searchIn, 300*time.Millisecond) // a bounded look
 	assert.False(t, sent, "the named stream of another route configuration is sent nothing")
 	assert.Equal(t, vs[resource.RouteType], acked("search"), "and holds the new version: its resources are the same in both")

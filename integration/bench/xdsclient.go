@@ -13,6 +13,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -160,7 +161,9 @@ func (c *xdsClient) serveSotW(ctx context.Context, ads discoveryv3.AggregatedDis
 			return fmt.Errorf("receive: %w", err)
 		}
 		c.count(proto.Size(resp), len(resp.GetResources()))
-		changed, err := c.applyRoutes(resp.GetTypeUrl(), resp.GetResources(), nil, true)
+		// A state-of-the-world response carries the full state only of listeners and
+		// clusters; one of route configurations may carry only the changed ones.
+		changed, err := c.applyRoutes(resp.GetTypeUrl(), resp.GetResources(), nil, cachev3.ResourceRequiresFullStateInSotw(resp.GetTypeUrl()))
 		if err != nil {
 			return err
 		}
@@ -211,9 +214,10 @@ func (c *xdsClient) count(bytes, resources int) {
 }
 
 // applyRoutes records the virtual hosts of route configurations (other types are only
-// counted) and returns the virtual host names whose weights changed. A state-of-the-world
-// response replaces the whole set; a removed route configuration takes the virtual host of
-// its name with it (the gRPC flavour's one virtual host is named as its configuration).
+// counted) and returns the virtual host names whose weights changed. With replace (a
+// full-state response) the response is the whole set; a removed route configuration takes
+// the virtual host of its name with it (the gRPC flavour's one virtual host is named as its
+// configuration).
 func (c *xdsClient) applyRoutes(typeURL string, res []*anypb.Any, removed []string, replace bool) ([]string, error) {
 	if typeURL != resource.RouteType {
 		return nil, nil
