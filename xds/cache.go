@@ -50,33 +50,25 @@ type typeCache struct {
 	vhosts map[*routev3.VirtualHost][]byte
 }
 
-// entry is one resource as served: the message, its content digest and its encodings,
-// each computed once.
+// entry is one resource as served: the message, its content digest and its encoding,
+// made once, when a client first needs it (see typeCache.encoded).
 type entry struct {
-	name    string
-	msg     types.Resource
-	version string
-	encoded func() (*anypb.Any, error)
-	delta   func() (*discoveryv3.Resource, error)
+	name, version string
+	msg           types.Resource
+	res           *discoveryv3.Resource // the encoding; nil until needed
 }
 
-func newEntry(typeURL, name string, msg types.Resource, version string, encode func(types.Resource) ([]byte, error)) *entry {
-	e := &entry{name: name, msg: msg, version: version}
-	e.encoded = sync.OnceValues(func() (*anypb.Any, error) {
-		b, err := encode(msg)
+// encoded returns e's encoding (its Resource field the encoded message), made once and
+// shared by every response that carries e. Called with c.mu held.
+func (c *typeCache) encoded(e *entry) (*discoveryv3.Resource, error) {
+	if e.res == nil {
+		b, err := c.encode(e.msg)
 		if err != nil {
-			return nil, fmt.Errorf("encode %s %s: %w", typeLabel(typeURL), name, err)
+			return nil, fmt.Errorf("encode %s %s: %w", typeLabel(c.typeURL), e.name, err)
 		}
-		return &anypb.Any{TypeUrl: typeURL, Value: b}, nil
-	})
-	e.delta = sync.OnceValues(func() (*discoveryv3.Resource, error) {
-		a, err := e.encoded()
-		if err != nil {
-			return nil, err
-		}
-		return &discoveryv3.Resource{Name: name, Version: version, Resource: a}, nil
-	})
-	return e
+		e.res = &discoveryv3.Resource{Name: e.name, Version: e.version, Resource: &anypb.Any{TypeUrl: c.typeURL, Value: b}}
+	}
+	return e.res, nil
 }
 
 // watch is one open request of one stream.
@@ -297,8 +289,8 @@ func (c *typeCache) sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, h
 			req.GetVersionInfo() == hint.prevVersion && returned[wildcardMark] == hint.prevVersion {
 			resp := &sotwResponse{req: req, version: c.version, resources: make([]*anypb.Any, 0, len(hint.changed)), returned: mark}
 			for _, e := range hint.changed {
-				if a, err := e.encoded(); err == nil {
-					resp.resources = append(resp.resources, a)
+				if r, err := c.encoded(e); err == nil {
+					resp.resources = append(resp.resources, r.Resource)
 				}
 			}
 			return resp
@@ -332,11 +324,11 @@ func (c *typeCache) sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, h
 		if !ok {
 			continue
 		}
-		a, err := e.encoded()
+		r, err := c.encoded(e)
 		if err != nil {
-			continue // never: served resources were encoded when validated
+			continue // never: a valid message encodes
 		}
-		resp.resources = append(resp.resources, a)
+		resp.resources = append(resp.resources, r.Resource)
 		resp.returned[name] = e.version
 	}
 	return resp
@@ -349,8 +341,8 @@ func (c *typeCache) encodedAll() []*anypb.Any {
 		es := slices.SortedFunc(maps.Values(c.resources), func(a, b *entry) int { return strings.Compare(a.name, b.name) })
 		c.all = make([]*anypb.Any, 0, len(es))
 		for _, e := range es {
-			if a, err := e.encoded(); err == nil {
-				c.all = append(c.all, a)
+			if r, err := c.encoded(e); err == nil {
+				c.all = append(c.all, r.Resource)
 			}
 		}
 	}
@@ -422,7 +414,7 @@ func (c *typeCache) deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscript
 	slices.Sort(removed)
 	resp := &deltaResponse{req: req, version: c.version, removed: removed, returned: next}
 	for _, e := range send {
-		if r, err := e.delta(); err == nil {
+		if r, err := c.encoded(e); err == nil {
 			resp.resources = append(resp.resources, r)
 		}
 	}
@@ -496,7 +488,7 @@ func (c *typeCache) diff(next []types.Resource, sum func(types.Resource) (string
 		if e, ok := served[name]; ok && e.version == v {
 			continue
 		}
-		changed = append(changed, newEntry(c.typeURL, name, r, v, c.encode))
+		changed = append(changed, &entry{name: name, version: v, msg: r})
 	}
 	for name := range served {
 		if !names[name] {
