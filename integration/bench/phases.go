@@ -303,7 +303,7 @@ func (b *bench) drainLatency(ctx context.Context) error {
 	b.report.add(fmt.Sprintf("P1 (b) drain write to the last relevant xDS client's ACK (p50 / p95 / p99; %.1f relevant clients per drain)", float64(relevant)/float64(n)), pb.String(),
 		fmt.Sprintf("p99 <= (a) p99 + %s = %s", dur(bSlack), dur(pa.p99+bSlack)), pb.p99 <= pa.p99+bSlack)
 	b.report.add("P1 (b) breakdown: first client's ACK (p50 / p95 / p99)", pct(firstAck).String(), "", true)
-	b.report.add("P1 publisher CPU per drain (its CPU time over the drains, floor probes included; load-independent)", fmt.Sprintf("%.1f ms", (cpu1-cpu0)*1000/float64(n)), "", true)
+	b.report.add("P1 publisher CPU per drain (its CPU time over the drains, floor probes included; less load-dependent than the latencies)", fmt.Sprintf("%.1f ms", (cpu1-cpu0)*1000/float64(n)), "", true)
 	for _, l := range slices.Sorted(maps.Keys(lastBy)) {
 		b.report.add(fmt.Sprintf("P1 (b) breakdown: last %s client's ACK (p50 / p95 / p99; %d drains)", l, len(lastBy[l])), pct(lastBy[l]).String(), "", true)
 	}
