@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -43,6 +44,8 @@ type Server struct {
 	versioners map[Flavour]*versioner
 	// validators validate each flavour's snapshots, re-checking only new resources.
 	validators map[Flavour]*validator
+	// setMu serializes SetResources.
+	setMu sync.Mutex
 	// onSet, when set (by tests), is called after each per-type snapshot is set.
 	onSet func(flavour Flavour, typeURL, version string, resources []types.Resource)
 }
@@ -72,12 +75,8 @@ func NewServer(cfg ServerConfig) *Server {
 	s.metrics = newMetrics(s, cfg.Registerer)
 	s.tracker.observe = s.metrics.observe
 	s.cache = newNackGuard(s.tracker, log)
-	s.tracker.served = func(node *corev3.Node, typeURL string) cachev3.ResourceSnapshot {
-		snap, err := s.cache.byType[classifyType(typeURL)].GetSnapshot(NodeHash{}.ID(node))
-		if err != nil {
-			return nil
-		}
-		return snap
+	s.tracker.served = func(node *corev3.Node, typeURL string) *typeCache {
+		return s.cache.cache(NodeHash{}.ID(node), typeURL)
 	}
 	opts := []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
@@ -132,8 +131,10 @@ type Versions map[string]string
 
 // SetResources validates res and makes it flavour's snapshot, each type versioned by its
 // content. An invalid set is not served (the last good one stays) and the error says why.
-// Only the types whose content changed are set, so setting the same content again changes
-// nothing and sends nothing, and a drain is answered only to route watches.
+// Only the types whose content changed are set, and within a type only the resources whose
+// content changed: setting the same content again changes nothing and sends nothing, and a
+// drain is answered only to the route watches that include the drained route (every
+// wildcard one, and the named ones of that name).
 //
 // Clusters are made before routes use them and broken after routes stop using them: new
 // clusters are set before the listeners and routes, and clusters that go are removed only
@@ -142,6 +143,8 @@ type Versions map[string]string
 // and the new clusters last. A client that handles the updates in the order it is sent them
 // therefore never has a route naming a cluster it does not know.
 func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resources) (Versions, error) {
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
 	if err := s.validators[flavour].validate(res); err != nil {
 		s.metrics.invalid.Inc()
 		return nil, err
@@ -155,15 +158,7 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 		resource.RouteType:    toResources(res.Routes),
 		resource.ClusterType:  toResources(res.Clusters),
 	}
-	if flavour == FlavourEnvoy { // Consistent ignores api_listeners, so only Envoy's passes it
-		all, err := cachev3.NewSnapshot("", byType)
-		if err != nil {
-			return nil, fmt.Errorf("build %s snapshot: %w", flavour, err)
-		}
-		if err := all.Consistent(); err != nil {
-			return nil, fmt.Errorf("%w: %s snapshot: %w", ErrInvalidResources, flavour, err)
-		}
-	}
+	sum := s.versioners[flavour].summer()
 	type step struct {
 		typ, version string
 		resources    []types.Resource
@@ -196,12 +191,8 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 		steps = append(steps, *last)
 	}
 	for _, st := range steps {
-		snap, err := cachev3.NewSnapshot(st.version, map[resource.Type][]types.Resource{st.typ: st.resources})
-		if err != nil {
-			return nil, fmt.Errorf("build %s %s snapshot: %w", flavour, typeLabel(st.typ), err)
-		}
-		if err := s.cache.set(ctx, string(flavour), st.typ, snap); err != nil {
-			return nil, fmt.Errorf("set %s %s snapshot: %w", flavour, typeLabel(st.typ), err)
+		if err := s.cache.set(flavour, st.typ, st.version, st.resources, sum); err != nil {
+			return nil, fmt.Errorf("set %s %s resources: %w", flavour, typeLabel(st.typ), err)
 		}
 		if s.onSet != nil {
 			s.onSet(flavour, st.typ, st.version, st.resources)
@@ -218,10 +209,7 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 // by the served clusters next drops, by name; added and removed say whether next has a
 // cluster name not served now and drops one served now.
 func (s *Server) clusterUnion(flavour Flavour, next []*clusterv3.Cluster) (union []*clusterv3.Cluster, added, removed bool) {
-	var served map[string]types.Resource
-	if snap, err := s.cache.byType[resource.ClusterType].GetSnapshot(string(flavour)); err == nil {
-		served = snap.GetResources(resource.ClusterType)
-	}
+	served := s.cache.cache(string(flavour), resource.ClusterType).entries()
 	names := make(map[string]bool, len(next))
 	for _, c := range next {
 		names[c.GetName()] = true
@@ -231,9 +219,9 @@ func (s *Server) clusterUnion(flavour Flavour, next []*clusterv3.Cluster) (union
 	}
 	union = slices.Clone(next)
 	var gone []*clusterv3.Cluster
-	for name, r := range served {
+	for name, e := range served {
 		if !names[name] {
-			gone = append(gone, r.(*clusterv3.Cluster))
+			gone = append(gone, e.msg.(*clusterv3.Cluster))
 		}
 	}
 	slices.SortFunc(gone, func(a, b *clusterv3.Cluster) int { return strings.Compare(a.GetName(), b.GetName()) })
@@ -248,18 +236,16 @@ func toResources[T types.Resource](in []T) []types.Resource {
 	return out
 }
 
-// nackGuard is the server's cache: one go-control-plane snapshot cache per resource type
-// (each keyed by flavour), behind a MuxCache, so that a change of one type answers only
-// that type's watches (the snapshot cache computes a full delta diff for every open watch of
-// a node on each SetSnapshot). It also stops the NACK resend loop go-control-plane has on
-// its own: after a NACK, a state-of-the-world client re-requests with its old version, and
-// the snapshot cache would resend the rejected snapshot at once, forever. The guard parks
-// such a request until the snapshot for that type changes.
+// nackGuard is the server's cache: one typeCache per flavour and resource type (see
+// typeCache: each resource encoded once and shared, updates answered per name). It also
+// stops the NACK resend loop of state-of-the-world wildcard streams: after a NACK, such a
+// client re-requests with its old version, and the cache would resend the rejected version
+// at once, forever. The guard parks such a request until the type's version changes.
 type nackGuard struct {
-	cachev3.Cache // the MuxCache over byType
-	byType        map[string]cachev3.SnapshotCache
-	tracker       *Tracker
-	log           *zap.Logger
+	caches  map[cacheKey]*typeCache
+	other   *typeCache // never updated: watches of types the publisher does not serve wait
+	tracker *Tracker
+	log     *zap.Logger
 
 	// mu guards parked, and is held from a NACKed request's version check until its watch
 	// is parked, so a snapshot set meanwhile releases it (release takes mu after the set).
@@ -273,51 +259,52 @@ type nackGuard struct {
 	releasing, released func(typeURL string)
 }
 
-// otherTypes classifies requests for types the publisher does not serve: their watches
-// stay open and are never answered, as on a snapshot without that type.
-const otherTypes = "other"
+// cacheKey names one typeCache: the node hash (the flavour) and the type URL.
+type cacheKey struct{ hash, typeURL string }
 
 func newNackGuard(tracker *Tracker, log *zap.Logger) *nackGuard {
-	g := &nackGuard{byType: map[string]cachev3.SnapshotCache{}, tracker: tracker, log: log}
-	caches := map[string]cachev3.Cache{}
-	for _, typ := range append(slices.Clone(confirmTypes), otherTypes) {
-		// ads=false: gRPC clients subscribe to resource subsets by name, which an ADS
-		// snapshot cache would never answer.
-		c := cachev3.NewSnapshotCache(false, NodeHash{}, nil)
-		g.byType[typ] = c
-		caches[typ] = c
-	}
-	g.Cache = &cachev3.MuxCache{
-		Classify:      func(r *cachev3.Request) string { return classifyType(r.GetTypeUrl()) },
-		ClassifyDelta: func(r *cachev3.DeltaRequest) string { return classifyType(r.GetTypeUrl()) },
-		Caches:        caches,
+	g := &nackGuard{caches: map[cacheKey]*typeCache{}, other: newTypeCache(""), tracker: tracker, log: log}
+	for _, f := range []Flavour{FlavourEnvoy, FlavourGRPC} {
+		for _, typ := range servedTypes {
+			g.caches[cacheKey{string(f), typ}] = newTypeCache(typ)
+		}
 	}
 	return g
 }
 
+// cache is the node hash's cache of typeURL, the never-answering one for other types.
+func (g *nackGuard) cache(hash, typeURL string) *typeCache {
+	if c, ok := g.caches[cacheKey{hash, typeURL}]; ok {
+		return c
+	}
+	return g.other
+}
+
 // version is the version of typeURL served to the node hash, "" when none.
 func (g *nackGuard) version(hash, typeURL string) string {
-	snap, err := g.byType[classifyType(typeURL)].GetSnapshot(hash)
+	return g.cache(hash, typeURL).current()
+}
+
+// set serves resources as flavour's typeURL at version, updating only the resources whose
+// content changed, moves the tracker's streams that the change does not concern to the
+// new version, and releases parked watches of that type.
+func (g *nackGuard) set(flavour Flavour, typeURL, version string, resources []types.Resource, sum func(types.Resource) (string, error)) error {
+	c := g.cache(string(flavour), typeURL)
+	changed, removed, err := c.diff(resources, sum)
 	if err != nil {
-		return ""
-	}
-	return snap.GetVersion(typeURL)
-}
-
-func classifyType(typeURL string) string {
-	if slices.Contains(confirmTypes, typeURL) {
-		return typeURL
-	}
-	return otherTypes
-}
-
-// set serves snap as the node hash's typeURL snapshot and releases parked watches of that
-// type.
-func (g *nackGuard) set(ctx context.Context, hash, typeURL string, snap *cachev3.Snapshot) error {
-	if err := g.byType[typeURL].SetSnapshot(ctx, hash, snap); err != nil {
 		return err
 	}
-	g.release(hash, typeURL, snap.GetVersion(typeURL))
+	from := c.current()
+	c.update(version, changed, removed)
+	touched := make(map[string]struct{}, len(changed)+len(removed))
+	for _, e := range changed {
+		touched[e.name] = struct{}{}
+	}
+	for _, name := range removed {
+		touched[name] = struct{}{}
+	}
+	g.tracker.advance(flavour, typeURL, from, version, touched)
+	g.release(string(flavour), typeURL, version)
 	return nil
 }
 
@@ -346,7 +333,17 @@ func (g *nackGuard) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, 
 			return func() { g.drop(w) }, nil
 		}
 	}
-	return g.Cache.CreateWatch(req, sub, value)
+	return g.cache(NodeHash{}.ID(req.GetNode()), req.GetTypeUrl()).createWatch(req, sub, value), nil
+}
+
+// CreateDeltaWatch implements cachev3.ConfigWatcher.
+func (g *nackGuard) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, value chan cachev3.DeltaResponse) (func(), error) {
+	return g.cache(NodeHash{}.ID(req.GetNode()), req.GetTypeUrl()).createDeltaWatch(req, sub, value), nil
+}
+
+// Fetch implements cachev3.ConfigFetcher: the publisher serves streams only.
+func (g *nackGuard) Fetch(context.Context, *cachev3.Request) (cachev3.Response, error) {
+	return nil, errors.New("fetch is not served")
 }
 
 // park parks w when its type is still served at the rejected version, and reports whether
@@ -400,11 +397,7 @@ func (g *nackGuard) release(hash, typeURL, version string) {
 	for _, w := range ready {
 		w.mu.Lock()
 		if !w.done {
-			cancel, err := g.Cache.CreateWatch(w.req, w.sub, w.value)
-			if err != nil {
-				g.log.Error("re-issue parked watch", zap.Error(err))
-			}
-			w.cancel = cancel
+			w.cancel = g.cache(w.hash, w.req.GetTypeUrl()).createWatch(w.req, w.sub, w.value)
 		}
 		w.mu.Unlock()
 	}

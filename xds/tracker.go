@@ -10,7 +10,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc/peer"
 )
@@ -28,9 +27,13 @@ type ClientState struct {
 	Peer string
 	// TypeURL is the stream's one resource type for per-type xDS, "" for ADS.
 	TypeURL string
-	// Acked is the last version the client ACKed, per type URL.
+	// Acked is the last version the client ACKed, per type URL. A stream subscribed by name
+	// that an update of other names leaves alone holds the new version too (its resources
+	// are the same in both), so it is moved to it without a response. Shared with the
+	// tracker: read it, never modify it.
 	Acked map[string]string
-	// Nacked is the last NACK per type URL, cleared by a later ACK of that type.
+	// Nacked is the last NACK per type URL, cleared by a later ACK of that type. Shared with
+	// the tracker: read it, never modify it.
 	Nacked map[string]Nack
 	// Subscribed is what the stream subscribed to, per type URL; a type absent here has no
 	// subscription. The map is shared with the tracker: read it, never modify it.
@@ -90,9 +93,15 @@ type Tracker struct {
 	onChange func()
 	observe  func(typeURL string, nack bool) // metrics hook; nil means none
 	members  uint64                          // see Membership
-	// served returns the snapshot served to a node's flavour for a type; nil means none
-	// is known (the delta reconnect rule then never applies).
-	served func(node *corev3.Node, typeURL string) cachev3.ResourceSnapshot
+	// served returns the cache serving a node's flavour a type; nil means none is known
+	// (the delta reconnect rule then never applies).
+	served func(node *corev3.Node, typeURL string) *typeCache
+	// clients is what Clients returns until a stream changes (nil: build it again).
+	clients []ClientState
+	// flavours are the flavours a stream has identified itself as since the tracker started.
+	flavours map[Flavour]bool
+	// steps are the last updates per flavour and type (see advance), oldest first.
+	steps map[stepKey][]step
 }
 
 // streamKey names a stream: go-control-plane numbers state-of-the-world and delta streams
@@ -111,12 +120,13 @@ func (k streamKey) String() string {
 
 type stream struct {
 	node    *corev3.Node
+	flavour Flavour // of node
 	peer    string
-	typeURL string            // the stream's type, for non-ADS streams
-	sent    map[string]string // type URL -> latest nonce sent
-	version map[string]string // nonce -> version sent with it
-	acked   map[string]string
-	nacked  map[string]Nack
+	typeURL string                  // the stream's type, for non-ADS streams
+	sent    map[string]string       // type URL -> latest nonce sent
+	version map[string]string       // nonce -> version sent with it
+	acked   map[string]string       // replaced, never modified, on every change
+	nacked  map[string]Nack         // replaced, never modified, on every change
 	subs    map[string]Subscription // replaced, never modified, on every change
 	named   map[string]bool         // types the stream has named resources of (legacy wildcard over)
 }
@@ -175,6 +185,7 @@ func peerOf(ctx context.Context) string {
 
 func (t *Tracker) open(key streamKey, peer, typeURL string) {
 	t.mu.Lock()
+	t.clients = nil
 	t.streams[key] = &stream{peer: peer, typeURL: typeURL, sent: map[string]string{}, version: map[string]string{},
 		acked: map[string]string{}, nacked: map[string]Nack{}, subs: map[string]Subscription{}, named: map[string]bool{}}
 	t.mu.Unlock()
@@ -183,6 +194,7 @@ func (t *Tracker) open(key streamKey, peer, typeURL string) {
 
 func (t *Tracker) close(key streamKey) {
 	t.mu.Lock()
+	t.clients = nil
 	if s := t.streams[key]; s != nil && s.node != nil {
 		t.members++
 	}
@@ -205,7 +217,7 @@ func (t *Tracker) response(key streamKey, typeURL, nonce, version string) {
 		delete(s.version, old)
 	}
 	s.sent[typeURL] = nonce
-	s.version[nonce] = version
+	s.version[nonce] = t.forward(s, typeURL, version)
 }
 
 // subscribeSotW records a state-of-the-world request's resource names: they replace the
@@ -281,34 +293,128 @@ func (t *Tracker) declared(s *stream, typeURL string, versions map[string]string
 	if t.served == nil || s.node == nil {
 		return
 	}
-	snap := t.served(s.node, typeURL)
-	if snap == nil {
+	c := t.served(s.node, typeURL)
+	if c == nil {
 		return
 	}
 	sub := s.subs[typeURL]
-	resources := snap.GetResources(typeURL)
-	for name, r := range resources {
-		if !sub.Wildcard {
-			if _, ok := sub.Names[name]; !ok {
-				continue
-			}
+	if version, ok := c.declaredCurrent(sub.Wildcard, sub.Names, versions); ok {
+		s.ack(typeURL, version)
+	}
+}
+
+// ack records an ACK of version for typeURL, which clears its NACK.
+func (s *stream) ack(typeURL, version string) {
+	acked := maps.Clone(s.acked)
+	acked[typeURL] = version
+	s.acked = acked
+	if _, ok := s.nacked[typeURL]; ok {
+		nacked := maps.Clone(s.nacked)
+		delete(nacked, typeURL)
+		s.nacked = nacked
+	}
+}
+
+// advance moves the streams of flavour subscribed to typeURL by name, none of them in
+// touched, from version from to version to: the update between them changed only touched
+// names, so such a stream holds the same resources in both and is sent nothing. Its
+// outstanding response at from, if any, is recorded as one at to, so its ACK counts for to.
+//
+// A response or ACK recorded later at from (the update's responses race with it) is moved
+// the same way when it is recorded (forward).
+func (t *Tracker) advance(flavour Flavour, typeURL, from, to string, touched map[string]struct{}) {
+	if from == "" || from == to {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.steps == nil {
+		t.steps = map[stepKey][]step{}
+	}
+	k := stepKey{flavour, typeURL}
+	t.steps[k] = append(t.steps[k], step{from: from, to: to, touched: touched})
+	if len(t.steps[k]) > maxSteps {
+		t.steps[k] = slices.Delete(t.steps[k], 0, len(t.steps[k])-maxSteps)
+	}
+	for _, s := range t.streams {
+		if s.node == nil || s.flavour != flavour || (s.typeURL != "" && s.typeURL != typeURL) {
+			continue
 		}
-		declared, ok := versions[name]
-		if !ok {
-			return // the server sends it: its ACK will count
+		sub, ok := s.subs[typeURL]
+		if !ok || sub.Wildcard || sub.includesAnyOf(touched) {
+			continue
 		}
-		marshaled, err := cachev3.MarshalResource(r)
-		if err != nil || cachev3.HashResource(marshaled) != declared {
-			return
+		if s.acked[typeURL] == from {
+			s.ack(typeURL, to)
+			t.clients = nil
+		}
+		if nonce, ok := s.sent[typeURL]; ok && s.version[nonce] == from {
+			s.version[nonce] = to
 		}
 	}
-	for name := range versions {
-		if _, ok := resources[name]; !ok {
-			return // the server sends its removal: its ACK will count
+}
+
+// maxSteps bounds the updates the tracker remembers per flavour and type for forward.
+const maxSteps = 256
+
+// stepKey names one flavour's resource type.
+type stepKey struct {
+	flavour Flavour
+	typeURL string
+}
+
+// step is one update of a type: from one version to the next, changing the touched names.
+type step struct {
+	from, to string
+	touched  map[string]struct{}
+}
+
+// forward is the version a stream holds when it holds version of typeURL: the latest
+// version reached from it by updates that changed none of the names the stream subscribes
+// to by name (a wildcard stream gets every update, so it holds what it was sent). Called
+// with t.mu held.
+func (t *Tracker) forward(s *stream, typeURL, version string) string {
+	sub, ok := s.subs[typeURL]
+	if !ok || sub.Wildcard || version == "" {
+		return version
+	}
+	steps := t.steps[stepKey{s.flavour, typeURL}]
+	start := -1 // the first step after the latest one at version
+	for i := len(steps) - 1; i >= 0 && start < 0; i-- {
+		switch version {
+		case steps[i].to:
+			start = i + 1
+		case steps[i].from:
+			start = i
 		}
 	}
-	s.acked[typeURL] = snap.GetVersion(typeURL)
-	delete(s.nacked, typeURL)
+	if start < 0 {
+		return version
+	}
+	for _, st := range steps[start:] {
+		if st.from != version || sub.includesAnyOf(st.touched) {
+			break
+		}
+		version = st.to
+	}
+	return version
+}
+
+// includesAnyOf reports whether the subscription includes any of names.
+func (s Subscription) includesAnyOf(names map[string]struct{}) bool {
+	if s.Wildcard {
+		return len(names) > 0
+	}
+	small, large := s.Names, names
+	if len(small) > len(large) {
+		small, large = large, small
+	}
+	for n := range small {
+		if _, ok := large[n]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, version, message string, nack bool, subscribe func(*stream, string)) {
@@ -318,40 +424,52 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 		t.mu.Unlock()
 		return
 	}
+	changed, answered := false, false
 	if s.node == nil && node != nil {
-		s.node = node
+		s.node, s.flavour = node, FlavourOf(node)
 		t.members++
+		t.clients = nil
+		if !t.flavours[s.flavour] {
+			if t.flavours == nil {
+				t.flavours = map[Flavour]bool{}
+			}
+			t.flavours[s.flavour] = true
+			changed = true
+		}
 	}
 	if typeURL == "" {
 		typeURL = s.typeURL
 	}
-	changed, answered := false, false
 	if subscribe != nil && typeURL != "" {
 		before, had := s.subs[typeURL]
 		beforeAcked := s.acked[typeURL]
 		subscribe(s, typeURL)
 		after := s.subs[typeURL]
-		changed = !had || before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names) || beforeAcked != s.acked[typeURL]
+		changed = changed || !had || before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names) || beforeAcked != s.acked[typeURL]
 	}
 	switch {
 	case nonce == "" && version != "" && !nack:
 		// A stream's first request carries the version the client last accepted (for
 		// example from a publisher process before a restart): it holds that version.
-		s.acked[typeURL] = version
+		s.ack(typeURL, version)
 		changed, answered = true, true
 	case nonce != "" && s.sent[typeURL] == nonce:
 		// Only an answer to the latest nonce sent counts; the server drops stale ones.
 		sentVersion := s.version[nonce]
 		if nack {
-			s.nacked[typeURL] = Nack{Version: sentVersion, Message: message}
+			nacked := maps.Clone(s.nacked)
+			nacked[typeURL] = Nack{Version: sentVersion, Message: message}
+			s.nacked = nacked
 		} else {
 			if version == "" { // delta requests carry no version: the ACK is of what was sent
 				version = sentVersion
 			}
-			s.acked[typeURL] = version
-			delete(s.nacked, typeURL)
+			s.ack(typeURL, t.forward(s, typeURL, version))
 		}
 		changed, answered = true, true
+	}
+	if changed {
+		t.clients = nil
 	}
 	t.mu.Unlock()
 	if answered && t.observe != nil {
@@ -366,6 +484,15 @@ func (t *Tracker) changed() {
 	if t.onChange != nil {
 		t.onChange()
 	}
+}
+
+// Consumed reports whether a client of flavour f has identified itself since the tracker
+// started. Until one has, nothing of that flavour needs to be built (Server.SetResources
+// for it can wait); the call that makes it true is followed by the OnClientChange call.
+func (t *Tracker) Consumed(f Flavour) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.flavours[f]
 }
 
 // Membership changes whenever a client may have joined or left (a stream made itself known
@@ -394,10 +521,14 @@ func (t *Tracker) LastSent(nodeID, typeURL string) (string, bool) {
 }
 
 // Clients returns the state of every connected stream whose client has identified
-// itself, sorted by node id, then by stream kind and id.
+// itself, sorted by node id, then by stream kind and id. The slice is shared by every
+// call until a stream changes: read it, never modify it.
 func (t *Tracker) Clients() []ClientState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.clients != nil {
+		return t.clients
+	}
 	keys := make([]streamKey, 0, len(t.streams))
 	for k, s := range t.streams {
 		if s.node != nil {
@@ -419,8 +550,9 @@ func (t *Tracker) Clients() []ClientState {
 	out := make([]ClientState, 0, len(keys))
 	for _, k := range keys {
 		s := t.streams[k]
-		out = append(out, ClientState{NodeID: s.node.GetId(), Flavour: FlavourOf(s.node), Stream: k.String(), Peer: s.peer,
-			TypeURL: s.typeURL, Acked: maps.Clone(s.acked), Nacked: maps.Clone(s.nacked), Subscribed: s.subs})
+		out = append(out, ClientState{NodeID: s.node.GetId(), Flavour: s.flavour, Stream: k.String(), Peer: s.peer,
+			TypeURL: s.typeURL, Acked: s.acked, Nacked: s.nacked, Subscribed: s.subs})
 	}
+	t.clients = out
 	return out
 }

@@ -131,7 +131,7 @@ type intent struct {
 }
 
 // weightsFor renders the positive weights a map with this intent must publish, in the
-// canonical "cluster=weight,..." form of canonicalRoute.
+// canonical "cluster=weight,..." form of canonicalVirtualHost.
 func (in intent) weightsFor() string {
 	var parts []string
 	for j := range clustersPerMap {

@@ -22,6 +22,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -45,6 +46,9 @@ import (
 // options are the benchmark's flags.
 type options struct {
 	maps, clients, sotw int
+	mix                 string
+	envoy, envoySotW    int
+	dials               int
 	drains              int
 	churnRate           int
 	churnFor            time.Duration
@@ -53,13 +57,18 @@ type options struct {
 	burst, workers      int
 	logLevel            string
 	out, workDir        string
+	src                 string
 }
 
 func parseFlags() options {
 	var o options
 	flag.IntVar(&o.maps, "n", 1000, "TrafficMaps (with 8 clusters each) and InferenceServices")
-	flag.IntVar(&o.clients, "c", 100, "protocol-level ADS clients of the gRPC flavour")
-	flag.IntVar(&o.sotw, "sotw", 10, "how many of the clients use state of the world (the rest use delta)")
+	flag.IntVar(&o.clients, "c", 100, "protocol-level ADS clients")
+	flag.StringVar(&o.mix, "mix", "realistic", "client mix: realistic (-envoy Envoy-flavour clients, wildcard on listeners and clusters and the route configuration by name, -envoy-sotw of them state of the world, the rest delta; the other clients proxyless gRPC, state of the world, each dialing -dial random maps by name) or stress (every client gRPC flavour and wildcard on every type, -sotw of them state of the world, the rest delta)")
+	flag.IntVar(&o.envoy, "envoy", 10, "realistic mix: Envoy-flavour clients among -c")
+	flag.IntVar(&o.envoySotW, "envoy-sotw", 5, "realistic mix: how many of the Envoy clients use state of the world (the rest use delta)")
+	flag.IntVar(&o.dials, "dial", 5, "realistic mix: maps each proxyless gRPC client dials")
+	flag.IntVar(&o.sotw, "sotw", 10, "stress mix: how many of the clients use state of the world (the rest use delta)")
 	flag.IntVar(&o.drains, "drains", 200, "P1: drains measured, spread across the maps")
 	flag.IntVar(&o.churnRate, "churn-rate", 100, "P4: drain annotation writes per second")
 	flag.DurationVar(&o.churnFor, "churn-for", 30*time.Second, "P4: how long the churn lasts")
@@ -69,9 +78,37 @@ func parseFlags() options {
 	flag.IntVar(&o.workers, "workers", 8, "publisher --workers (0: the publisher's default)")
 	flag.StringVar(&o.logLevel, "log-level", "info", "publisher --log-level")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown file whose section for this N is replaced by this run's figures")
+	flag.StringVar(&o.src, "src", "", "source tree the publisher binary is built from (default: this repository), e.g. an older checkout to compare")
 	flag.StringVar(&o.workDir, "work-dir", "", "where the publisher log and profiles go (default: a new temporary directory)")
 	flag.Parse()
 	return o
+}
+
+// mixDescription says who the clients are, for the report.
+func (o options) mixDescription() string {
+	if o.mix == "stress" {
+		return fmt.Sprintf("stress mix: gRPC flavour, wildcard on every type, %d delta, %d SotW", o.clients-o.sotw, o.sotw)
+	}
+	return fmt.Sprintf("realistic mix: %d Envoy (wildcard LDS/CDS, RDS by name; %d delta, %d SotW), %d proxyless gRPC (SotW, by name, %d maps each)",
+		o.envoy, o.envoy-o.envoySotW, o.envoySotW, o.clients-o.envoy, o.dials)
+}
+
+// newClients builds the mix's clients; the gRPC clients' maps are drawn from a fixed seed.
+func (o options) newClients() []*xdsClient {
+	var out []*xdsClient
+	rng := rand.New(rand.NewPCG(17, uint64(o.maps)))
+	for i := range o.clients {
+		id := fmt.Sprintf("bench-client-%03d", i)
+		switch {
+		case o.mix == "stress":
+			out = append(out, newWildcardClient(id, i >= o.sotw))
+		case i < o.envoy:
+			out = append(out, newEnvoyClient(id, i >= o.envoySotW))
+		default:
+			out = append(out, newGRPCClient(id, rng.Perm(o.maps)[:o.dials]))
+		}
+	}
+	return out
 }
 
 func (o options) phase(name string) bool {
@@ -99,8 +136,13 @@ func logf(format string, args ...any) {
 
 func run(ctx context.Context, o options) (err error) {
 	ctrllog.SetLogger(logr.Discard())
-	if o.sotw > o.clients {
+	switch {
+	case o.mix != "realistic" && o.mix != "stress":
+		return fmt.Errorf("-mix %q: want realistic or stress", o.mix)
+	case o.mix == "stress" && o.sotw > o.clients:
 		return fmt.Errorf("-sotw %d: more than -c %d", o.sotw, o.clients)
+	case o.mix == "realistic" && (o.envoy > o.clients || o.envoySotW > o.envoy || o.dials > o.maps):
+		return fmt.Errorf("-envoy %d, -envoy-sotw %d, -dial %d: need envoy-sotw <= envoy <= c (%d) and dial <= n (%d)", o.envoy, o.envoySotW, o.dials, o.clients, o.maps)
 	}
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -112,7 +154,11 @@ func run(ctx context.Context, o options) (err error) {
 		}
 	}
 	logf("work dir (publisher log, profiles): %s", o.workDir)
-	bin, err := buildPublisher(root, o.workDir)
+	src := root
+	if o.src != "" {
+		src = o.src
+	}
+	bin, err := buildPublisher(src, o.workDir)
 	if err != nil {
 		return err
 	}
@@ -184,8 +230,8 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 
-	b := &bench{o: o, c: c, w: w, intents: make([]intent, o.maps)}
-	b.report.meta = runMeta{N: o.maps, C: o.clients, SotW: o.sotw, Cores: runtime.NumCPU(), Date: time.Now().UTC().Format("2006-01-02"), Go: runtime.Version(),
+	b := &bench{o: o, c: c, cfg: restCfg, w: w, intents: make([]intent, o.maps)}
+	b.report.meta = runMeta{N: o.maps, C: o.clients, SotW: o.sotw, Mix: o.mixDescription(), MixName: o.mix, Cores: runtime.NumCPU(), Date: time.Now().UTC().Format("2006-01-02"), Go: runtime.Version(),
 		Flags: fmt.Sprintf("--kube-api-qps %g --kube-api-burst %d --workers %d --sinks httproute,xds --xds-min-clients %d", o.qps, o.burst, o.workers, o.clients)}
 	defer b.stopClients()
 	defer b.stopPublisher()

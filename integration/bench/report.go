@@ -11,6 +11,8 @@ import (
 // runMeta describes one run.
 type runMeta struct {
 	N, C, SotW int
+	Mix        string // who the clients are
+	MixName    string // -mix
 	Cores      int
 	Date, Go   string
 	Flags      string // the publisher's tuning flags
@@ -35,7 +37,7 @@ func (r *report) add(figure, value, target string, met bool) {
 func (r *report) markdown() string {
 	var sb strings.Builder
 	m := r.meta
-	fmt.Fprintf(&sb, "### N = %d maps x 8 clusters, C = %d xDS clients (%d delta, %d SotW)\n\n", m.N, m.C, m.C-m.SotW, m.SotW)
+	fmt.Fprintf(&sb, "### N = %d maps x 8 clusters, C = %d xDS clients, %s\n\n", m.N, m.C, m.Mix)
 	fmt.Fprintf(&sb, "Measured %s on %d cores, %s. Publisher flags: `%s`.\n\n", m.Date, m.Cores, m.Go, m.Flags)
 	sb.WriteString("| Figure | Measured | Target | Met | N | C | Cores | Date |\n|---|---|---|---|---|---|---|---|\n")
 	for _, x := range r.rows {
@@ -53,8 +55,8 @@ func (r *report) markdown() string {
 
 // write replaces this N's section of file (between its markers), or appends one.
 func (r *report) write(file string) error {
-	begin := fmt.Sprintf("<!-- bench n=%d begin -->", r.meta.N)
-	end := fmt.Sprintf("<!-- bench n=%d end -->", r.meta.N)
+	begin := fmt.Sprintf("<!-- bench n=%d mix=%s begin -->", r.meta.N, r.meta.MixName)
+	end := fmt.Sprintf("<!-- bench n=%d mix=%s end -->", r.meta.N, r.meta.MixName)
 	section := begin + "\n" + r.markdown() + end
 	old, err := os.ReadFile(file)
 	if err != nil && !os.IsNotExist(err) {

@@ -13,6 +13,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -24,16 +25,26 @@ import (
 	"github.com/trafficmap/publisher/xds"
 )
 
-// xdsTypes are the types every load client subscribes to, as wildcards.
+// xdsTypes are the types every load client subscribes to.
 var xdsTypes = []string{resource.ListenerType, resource.ClusterType, resource.RouteType}
 
-// xdsClient is one protocol-level ADS client of the gRPC flavour: it subscribes to every
-// listener, route configuration and cluster (wildcard), state of the world or delta, ACKs
-// every response, and keeps for each route configuration only its positive weights
-// ("cluster=weight,..."), so that thousands of maps times a hundred clients stay small.
+// xdsClient is one protocol-level ADS client, state of the world or delta, that ACKs every
+// response and keeps for each virtual host (named after its map, "<namespace>/<name>", in
+// both flavours) only its positive weights ("cluster=weight,..."), so that thousands of
+// maps times a hundred clients stay small. What it subscribes to is its kind:
+//
+//   - Envoy (newEnvoyClient): every listener and cluster (wildcard) and the one route
+//     configuration by name, as Envoy does;
+//   - proxyless gRPC (newGRPCClient): by name, the listener, route configuration and
+//     clusters of each map it dials, as grpc-go does;
+//   - stress (newWildcardClient): gRPC flavour, every resource of every type (wildcard).
 type xdsClient struct {
-	id    string
-	delta bool
+	id      string
+	delta   bool
+	flavour xds.Flavour
+	kind    string              // "envoy", "grpc" or "wildcard"
+	names   map[string][]string // per type URL; a type absent here is a wildcard
+	dials   map[int]bool        // the maps whose routes the client holds; nil: every map
 
 	mu      sync.Mutex
 	routes  map[string]string // route configuration name -> canonical weights
@@ -53,8 +64,51 @@ type routeWaiter struct {
 	ch   chan time.Time
 }
 
-func newXDSClient(id string, delta bool) *xdsClient {
-	return &xdsClient{id: id, delta: delta, routes: map[string]string{}, waiters: map[string][]routeWaiter{}, errs: make(chan error, 1)}
+func newXDSClient(id string, delta bool, flavour xds.Flavour, kind string) *xdsClient {
+	return &xdsClient{id: id, delta: delta, flavour: flavour, kind: kind, names: map[string][]string{},
+		routes: map[string]string{}, waiters: map[string][]routeWaiter{}, errs: make(chan error, 1)}
+}
+
+// newWildcardClient is a stress-mix client: gRPC flavour, wildcard on every type.
+func newWildcardClient(id string, delta bool) *xdsClient {
+	return newXDSClient(id, delta, xds.FlavourGRPC, "wildcard")
+}
+
+// newEnvoyClient subscribes as Envoy does: listeners and clusters by wildcard, the route
+// configuration its listener names.
+func newEnvoyClient(id string, delta bool) *xdsClient {
+	c := newXDSClient(id, delta, xds.FlavourEnvoy, "envoy")
+	c.names[resource.RouteType] = []string{xds.DefaultEnvoyOptions.RouteConfigName}
+	return c
+}
+
+// newGRPCClient subscribes as a proxyless gRPC client dialing maps does (state of the
+// world, every name explicit): per map its listener "<service>.<namespace>", its route
+// configuration and its clusters.
+func newGRPCClient(id string, maps []int) *xdsClient {
+	c := newXDSClient(id, false, xds.FlavourGRPC, "grpc")
+	c.dials = map[int]bool{}
+	for _, i := range maps {
+		c.dials[i] = true
+		c.names[resource.ListenerType] = append(c.names[resource.ListenerType], mapName(i)+"."+namespace)
+		c.names[resource.RouteType] = append(c.names[resource.RouteType], xdsRouteName(i))
+		for j := range clustersPerMap {
+			c.names[resource.ClusterType] = append(c.names[resource.ClusterType], xds.ClusterName(namespace, mapName(i), clusterName(j)))
+		}
+	}
+	return c
+}
+
+// watches reports whether the client holds map i's route.
+func (c *xdsClient) watches(i int) bool { return c.dials == nil || c.dials[i] }
+
+// label names the client's kind and protocol, e.g. "Envoy delta".
+func (c *xdsClient) label() string {
+	proto := "SotW"
+	if c.delta {
+		proto = "delta"
+	}
+	return map[string]string{"envoy": "Envoy", "grpc": "gRPC", "wildcard": "wildcard"}[c.kind] + " " + proto
 }
 
 func (c *xdsClient) node() *corev3.Node {
@@ -62,7 +116,7 @@ func (c *xdsClient) node() *corev3.Node {
 		Id:            c.id,
 		UserAgentName: "trafficmap-bench",
 		Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-			xds.FlavourMetadataKey: structpb.NewStringValue(string(xds.FlavourGRPC)),
+			xds.FlavourMetadataKey: structpb.NewStringValue(string(c.flavour)),
 		}},
 	}
 }
@@ -97,7 +151,7 @@ func (c *xdsClient) serveSotW(ctx context.Context, ads discoveryv3.AggregatedDis
 		return fmt.Errorf("open sotw stream: %w", err)
 	}
 	for _, t := range xdsTypes {
-		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node(), TypeUrl: t}); err != nil {
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node(), TypeUrl: t, ResourceNames: c.names[t]}); err != nil {
 			return fmt.Errorf("subscribe %s: %w", t, err)
 		}
 	}
@@ -107,11 +161,13 @@ func (c *xdsClient) serveSotW(ctx context.Context, ads discoveryv3.AggregatedDis
 			return fmt.Errorf("receive: %w", err)
 		}
 		c.count(proto.Size(resp), len(resp.GetResources()))
-		changed, err := c.applyRoutes(resp.GetTypeUrl(), resp.GetResources(), nil, true)
+		// A state-of-the-world response carries the full state only of listeners and
+		// clusters; one of route configurations may carry only the changed ones.
+		changed, err := c.applyRoutes(resp.GetTypeUrl(), resp.GetResources(), nil, cachev3.ResourceRequiresFullStateInSotw(resp.GetTypeUrl()))
 		if err != nil {
 			return err
 		}
-		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node(), TypeUrl: resp.GetTypeUrl(),
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node(), TypeUrl: resp.GetTypeUrl(), ResourceNames: c.names[resp.GetTypeUrl()],
 			VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
 			return fmt.Errorf("ack: %w", err)
 		}
@@ -125,7 +181,7 @@ func (c *xdsClient) serveDelta(ctx context.Context, ads discoveryv3.AggregatedDi
 		return fmt.Errorf("open delta stream: %w", err)
 	}
 	for _, t := range xdsTypes {
-		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: c.node(), TypeUrl: t}); err != nil {
+		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: c.node(), TypeUrl: t, ResourceNamesSubscribe: c.names[t]}); err != nil {
 			return fmt.Errorf("subscribe %s: %w", t, err)
 		}
 	}
@@ -157,8 +213,11 @@ func (c *xdsClient) count(bytes, resources int) {
 	c.responses.Add(1)
 }
 
-// applyRoutes records route configurations (other types are only counted) and returns the
-// names whose weights changed. A state-of-the-world response replaces the whole set.
+// applyRoutes records the virtual hosts of route configurations (other types are only
+// counted) and returns the virtual host names whose weights changed. With replace (a
+// full-state response) the response is the whole set; a removed route configuration takes
+// the virtual host of its name with it (the gRPC flavour's one virtual host is named as its
+// configuration).
 func (c *xdsClient) applyRoutes(typeURL string, res []*anypb.Any, removed []string, replace bool) ([]string, error) {
 	if typeURL != resource.RouteType {
 		return nil, nil
@@ -169,7 +228,9 @@ func (c *xdsClient) applyRoutes(typeURL string, res []*anypb.Any, removed []stri
 		if err := a.UnmarshalTo(rc); err != nil {
 			return nil, fmt.Errorf("decode route configuration: %w", err)
 		}
-		next[rc.GetName()] = canonicalRoute(rc)
+		for _, vh := range rc.GetVirtualHosts() {
+			next[vh.GetName()] = canonicalVirtualHost(vh)
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -244,18 +305,16 @@ func (c *xdsClient) routeCount() int {
 	return len(c.routes)
 }
 
-// canonicalRoute renders the positive weights of a route configuration's first route as
+// canonicalVirtualHost renders the positive weights of a virtual host's routes as
 // "cluster=weight,..." sorted by cluster (the last path element of the xDS cluster name);
 // a route without weighted clusters (the 503 of an all-drained map) renders as "".
-func canonicalRoute(rc *routev3.RouteConfiguration) string {
+func canonicalVirtualHost(vh *routev3.VirtualHost) string {
 	var parts []string
-	for _, vh := range rc.GetVirtualHosts() {
-		for _, r := range vh.GetRoutes() {
-			for _, cw := range r.GetRoute().GetWeightedClusters().GetClusters() {
-				name := cw.GetName()
-				name = name[strings.LastIndex(name, "/")+1:]
-				parts = append(parts, fmt.Sprintf("%s=%d", name, cw.GetWeight().GetValue()))
-			}
+	for _, r := range vh.GetRoutes() {
+		for _, cw := range r.GetRoute().GetWeightedClusters().GetClusters() {
+			name := cw.GetName()
+			name = name[strings.LastIndex(name, "/")+1:]
+			parts = append(parts, fmt.Sprintf("%s=%d", name, cw.GetWeight().GetValue()))
 		}
 	}
 	slices.Sort(parts)

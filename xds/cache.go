@@ -1,0 +1,562 @@
+package xds
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// typeCache serves one resource type to one flavour. It holds each resource once, encoded
+// at most once (when a client is first sent it) and shared by every response that carries
+// it, with a version derived from its content. Watches are indexed: wildcard ones apart,
+// named ones per resource name, so an update answers only the watches of the names it
+// changed or removed, and diffs only those names.
+//
+// Versions: a state-of-the-world response carries the type's content version (set by
+// update); a delta response carries each resource's content digest. Both are the same in
+// every process that serves the same content, so a restarted publisher sends nothing to a
+// client that declares (delta) or holds (state of the world, wildcard) what it serves.
+//
+// A watch is answered under the cache's lock into the server's per-stream channel, which
+// holds one response per type, as go-control-plane's caches do.
+type typeCache struct {
+	typeURL string
+
+	mu        sync.Mutex
+	served    bool   // update was called: until then every watch waits
+	version   string // the type's content version
+	seq       uint64 // counts updates (delta wildcard watches remember the one they saw)
+	resources map[string]*entry
+	all       []*anypb.Any // every resource encoded, sorted by name; nil until needed
+	last      *change      // the last update (a state-of-the-world ACK of the version before it may come after it)
+	wildcard  map[*watch]struct{}
+	named     map[string]map[*watch]struct{}
+	// vhosts are the encodings of the virtual hosts of the last large route configuration
+	// encoded (the Envoy flavour's one), reused by the next: a drain encodes one.
+	vhosts map[*routev3.VirtualHost][]byte
+}
+
+// entry is one resource as served: the message, its content digest and its encoding,
+// made once, when a client first needs it (see typeCache.encoded).
+type entry struct {
+	name, version string
+	msg           types.Resource
+	res           *discoveryv3.Resource // the encoding; nil until needed
+}
+
+// encoded returns e's encoding (its Resource field the encoded message), made once and
+// shared by every response that carries e. Called with c.mu held.
+func (c *typeCache) encoded(e *entry) (*discoveryv3.Resource, error) {
+	if e.res == nil {
+		b, err := c.encode(e.msg)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s %s: %w", typeLabel(c.typeURL), e.name, err)
+		}
+		e.res = &discoveryv3.Resource{Name: e.name, Version: e.version, Resource: &anypb.Any{TypeUrl: c.typeURL, Value: b}}
+	}
+	return e.res, nil
+}
+
+// watch is one open request of one stream.
+type watch struct {
+	sotw    *cachev3.Request
+	delta   *cachev3.DeltaRequest
+	sub     cachev3.Subscription
+	names   []string // the named subscription when tracked (the server changes sub's map later)
+	sotwCh  chan cachev3.Response
+	deltaCh chan cachev3.DeltaResponse
+}
+
+// Marks kept in a response's returned-resources map (which the server hands back with the
+// stream's next request); "\x00" never begins a resource name.
+const (
+	// wildcardMark, in a state-of-the-world wildcard response's map, holds the type version
+	// the response carried in full.
+	wildcardMark = "\x00wildcard"
+	// seqMark, in a delta wildcard response's map, holds the update it is complete for.
+	seqMark = "\x00seq"
+)
+
+func newTypeCache(typeURL string) *typeCache {
+	return &typeCache{typeURL: typeURL, resources: map[string]*entry{}, wildcard: map[*watch]struct{}{}, named: map[string]map[*watch]struct{}{}}
+}
+
+// current returns the type's version, "" before the first update.
+func (c *typeCache) current() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.version
+}
+
+// entries returns the served resources by name; the map is a copy, the entries shared.
+func (c *typeCache) entries() map[string]*entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.resources)
+}
+
+// declaredCurrent reports whether a stream subscribed as wildcard/names that declares
+// versions (delta initial_resource_versions) holds every resource of the type it
+// subscribes to at its current content and nothing removed, and if so the type version.
+func (c *typeCache) declaredCurrent(wildcard bool, names map[string]struct{}, versions map[string]string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.served {
+		return "", false
+	}
+	for name, e := range c.resources {
+		if !wildcard {
+			if _, ok := names[name]; !ok {
+				continue
+			}
+		}
+		if versions[name] != e.version {
+			return "", false // the server sends it: its ACK will count
+		}
+	}
+	for name := range versions {
+		if _, ok := c.resources[name]; !ok {
+			return "", false // the server sends its removal: its ACK will count
+		}
+	}
+	return c.version, true
+}
+
+// update serves version: changed resources (new or with new content) replace theirs,
+// removed ones go, and the watches of those names (and the wildcard ones) are answered.
+func (c *typeCache) update(version string, changed []*entry, removed []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first := !c.served
+	prevSeq, prevVersion := c.seq, c.version
+	c.served, c.version = true, version
+	c.seq++
+	for _, e := range changed {
+		c.resources[e.name] = e
+	}
+	for _, name := range removed {
+		delete(c.resources, name)
+	}
+	c.all, c.last = nil, nil
+	if first { // every waiting watch gets its first answer
+		for w := range c.wildcard {
+			c.fire(w, nil)
+		}
+		for _, ws := range c.named {
+			for w := range ws {
+				c.fire(w, nil)
+			}
+		}
+		return
+	}
+	hint := &change{changed: changed, removed: removed, prevSeq: prevSeq, prevVersion: prevVersion}
+	c.last = hint
+	for w := range c.wildcard {
+		c.fire(w, hint)
+	}
+	seen := map[*watch]bool{}
+	for _, names := range [][]string{entryNames(changed), removed} {
+		for _, name := range names {
+			for w := range c.named[name] {
+				if !seen[w] {
+					seen[w] = true
+					c.fire(w, nil)
+				}
+			}
+		}
+	}
+}
+
+func entryNames(es []*entry) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.name
+	}
+	return out
+}
+
+// change is what one update did, for the delta wildcard watches that were current before it.
+type change struct {
+	changed     []*entry
+	removed     []string
+	prevSeq     uint64
+	prevVersion string
+}
+
+// fire answers w if it has something to send, and then forgets it. Called with c.mu held.
+func (c *typeCache) fire(w *watch, hint *change) {
+	if w.sotw != nil {
+		if resp := c.sotwAnswer(w.sotw, w.sub, hint); resp != nil {
+			c.untrack(w)
+			w.sotwCh <- resp
+		}
+		return
+	}
+	if resp := c.deltaAnswer(w.delta, w.sub, hint); resp != nil {
+		c.untrack(w)
+		w.deltaCh <- resp
+	}
+}
+
+func (c *typeCache) track(w *watch) func() {
+	if w.sub.IsWildcard() {
+		c.wildcard[w] = struct{}{}
+	} else {
+		w.names = slices.Collect(maps.Keys(w.sub.SubscribedResources()))
+		for _, name := range w.names {
+			if c.named[name] == nil {
+				c.named[name] = map[*watch]struct{}{}
+			}
+			c.named[name][w] = struct{}{}
+		}
+	}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.untrack(w)
+	}
+}
+
+func (c *typeCache) untrack(w *watch) {
+	delete(c.wildcard, w)
+	for _, name := range w.names {
+		if ws := c.named[name]; ws != nil {
+			delete(ws, w)
+			if len(ws) == 0 {
+				delete(c.named, name)
+			}
+		}
+	}
+}
+
+// createWatch answers req at once when the stream lacks something, else waits for an
+// update that concerns it.
+func (c *typeCache) createWatch(req *cachev3.Request, sub cachev3.Subscription, value chan cachev3.Response) func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.served {
+		if resp := c.sotwAnswer(req, sub, c.last); resp != nil {
+			value <- resp
+			return func() {}
+		}
+	}
+	return c.track(&watch{sotw: req, sub: sub, sotwCh: value})
+}
+
+func (c *typeCache) createDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, value chan cachev3.DeltaResponse) func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.served {
+		if resp := c.deltaAnswer(req, sub, nil); resp != nil {
+			value <- resp
+			return func() {}
+		}
+	}
+	return c.track(&watch{delta: req, sub: sub, deltaCh: value})
+}
+
+// sotwAnswer is the state-of-the-world response req's stream needs now, nil when it holds
+// what it subscribes to. A wildcard stream holds the type's version (it got every resource
+// with it, or, on a new stream, says it holds that version); a named stream holds each
+// subscribed resource at the content it was last sent, so an update of other names leaves it
+// alone. The response carries every subscribed resource, as the protocol wants for
+// listeners and clusters; for other types (route configurations), a wildcard stream that
+// held the version before an update (hint) is sent only the resources it changed, as the
+// protocol allows. Called with c.mu held.
+func (c *typeCache) sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, hint *change) cachev3.Response {
+	returned := sub.ReturnedResources()
+	fresh := req.GetResponseNonce() == ""
+	if sub.IsWildcard() {
+		if req.GetVersionInfo() == c.version && (fresh || returned[wildcardMark] == c.version) {
+			return nil
+		}
+		mark := map[string]string{wildcardMark: c.version}
+		if hint != nil && !fresh && !cachev3.ResourceRequiresFullStateInSotw(c.typeURL) &&
+			req.GetVersionInfo() == hint.prevVersion && returned[wildcardMark] == hint.prevVersion {
+			resp := &sotwResponse{req: req, version: c.version, resources: make([]*anypb.Any, 0, len(hint.changed)), returned: mark}
+			for _, e := range hint.changed {
+				if r, err := c.encoded(e); err == nil {
+					resp.resources = append(resp.resources, r.Resource)
+				}
+			}
+			return resp
+		}
+		return &sotwResponse{req: req, version: c.version, resources: c.encodedAll(), returned: mark}
+	}
+	names := sub.SubscribedResources()
+	respond := fresh && req.GetVersionInfo() != c.version
+	for name := range names {
+		if respond {
+			break
+		}
+		e, exists := c.resources[name]
+		v, known := returned[name]
+		respond = exists != known || (exists && v != e.version)
+	}
+	for name := range returned {
+		if respond {
+			break
+		}
+		_, exists := c.resources[name]
+		respond = !exists
+	}
+	if !respond {
+		return nil
+	}
+	sorted := slices.Sorted(maps.Keys(names))
+	resp := &sotwResponse{req: req, version: c.version, returned: make(map[string]string, len(sorted))}
+	for _, name := range sorted {
+		e, ok := c.resources[name]
+		if !ok {
+			continue
+		}
+		r, err := c.encoded(e)
+		if err != nil {
+			continue // never: a valid message encodes
+		}
+		resp.resources = append(resp.resources, r.Resource)
+		resp.returned[name] = e.version
+	}
+	return resp
+}
+
+// encodedAll returns every resource encoded, sorted by name, built once per update and
+// shared by every wildcard response. Called with c.mu held.
+func (c *typeCache) encodedAll() []*anypb.Any {
+	if c.all == nil {
+		es := slices.SortedFunc(maps.Values(c.resources), func(a, b *entry) int { return strings.Compare(a.name, b.name) })
+		c.all = make([]*anypb.Any, 0, len(es))
+		for _, e := range es {
+			if r, err := c.encoded(e); err == nil {
+				c.all = append(c.all, r.Resource)
+			}
+		}
+	}
+	return c.all
+}
+
+// deltaAnswer is the delta response req's stream needs now (the resources whose content
+// it does not hold, the ones removed that it holds), nil when there are none; the first
+// request of a wildcard stream is always answered, as Envoy waits for it. A wildcard
+// watch that was current before an update (hint) diffs only what the update changed.
+// Called with c.mu held.
+func (c *typeCache) deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, hint *change) cachev3.DeltaResponse {
+	returned := sub.ReturnedResources()
+	seq := strconv.FormatUint(c.seq, 10)
+	var send []*entry
+	var removed []string
+	var next map[string]string
+	switch {
+	case !sub.IsWildcard():
+		names := sub.SubscribedResources()
+		next = make(map[string]string, len(names))
+		for name := range names {
+			v, known := returned[name]
+			if e, ok := c.resources[name]; ok {
+				if !known || v != e.version {
+					send = append(send, e)
+				}
+				next[name] = e.version
+			} else if known {
+				removed = append(removed, name)
+			}
+		}
+	case hint != nil && returned[seqMark] == strconv.FormatUint(hint.prevSeq, 10):
+		next = maps.Clone(returned)
+		for _, e := range hint.changed {
+			if v, known := returned[e.name]; !known || v != e.version {
+				send = append(send, e)
+			}
+			next[e.name] = e.version
+		}
+		for _, name := range hint.removed {
+			if _, known := returned[name]; known {
+				removed = append(removed, name)
+				delete(next, name)
+			}
+		}
+		next[seqMark] = seq
+	case hint == nil && returned[seqMark] == seq && len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0:
+		return nil // current since the last update, and the subscription did not change
+	default:
+		next = make(map[string]string, len(c.resources)+1)
+		for name, e := range c.resources {
+			if v, known := returned[name]; !known || v != e.version {
+				send = append(send, e)
+			}
+			next[name] = e.version
+		}
+		for name := range returned {
+			if _, ok := c.resources[name]; !ok && !strings.HasPrefix(name, "\x00") {
+				removed = append(removed, name)
+			}
+		}
+		next[seqMark] = seq
+	}
+	if len(send) == 0 && len(removed) == 0 && (!sub.IsWildcard() || req.GetResponseNonce() != "") {
+		return nil
+	}
+	slices.SortFunc(send, func(a, b *entry) int { return strings.Compare(a.name, b.name) })
+	slices.Sort(removed)
+	resp := &deltaResponse{req: req, version: c.version, removed: removed, returned: next}
+	for _, e := range send {
+		if r, err := c.encoded(e); err == nil {
+			resp.resources = append(resp.resources, r)
+		}
+	}
+	return resp
+}
+
+// sotwResponse is a state-of-the-world response whose encoded resources are shared.
+type sotwResponse struct {
+	req       *cachev3.Request
+	version   string
+	resources []*anypb.Any
+	returned  map[string]string
+}
+
+// GetDiscoveryResponse returns a new message (the server sets its nonce) over the shared
+// encoded resources.
+func (r *sotwResponse) GetDiscoveryResponse() (*discoveryv3.DiscoveryResponse, error) {
+	return &discoveryv3.DiscoveryResponse{VersionInfo: r.version, Resources: r.resources, TypeUrl: r.req.GetTypeUrl()}, nil
+}
+func (r *sotwResponse) GetRequest() *discoveryv3.DiscoveryRequest            { return r.req }
+func (r *sotwResponse) GetVersion() (string, error)                          { return r.version, nil }
+func (r *sotwResponse) GetResponseVersion() string                           { return r.version }
+func (r *sotwResponse) GetReturnedResources() map[string]string              { return r.returned }
+func (r *sotwResponse) GetContext() context.Context                          { return context.Background() }
+func (r *deltaResponse) GetDeltaRequest() *discoveryv3.DeltaDiscoveryRequest { return r.req }
+func (r *deltaResponse) GetSystemVersion() (string, error)                   { return r.version, nil }
+func (r *deltaResponse) GetResponseVersion() string                          { return r.version }
+func (r *deltaResponse) GetNextVersionMap() map[string]string                { return r.returned }
+func (r *deltaResponse) GetReturnedResources() map[string]string             { return r.returned }
+func (r *deltaResponse) GetContext() context.Context                         { return context.Background() }
+
+// deltaResponse is a delta response whose encoded resources are shared.
+type deltaResponse struct {
+	req       *cachev3.DeltaRequest
+	version   string
+	resources []*discoveryv3.Resource
+	removed   []string
+	returned  map[string]string
+}
+
+// GetDeltaDiscoveryResponse returns a new message (the server sets its nonce) over the
+// shared encoded resources.
+func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discoveryv3.DeltaDiscoveryResponse, error) {
+	return &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: r.version, Resources: r.resources, RemovedResources: r.removed, TypeUrl: r.req.GetTypeUrl()}, nil
+}
+
+var (
+	_ cachev3.Response      = (*sotwResponse)(nil)
+	_ cachev3.DeltaResponse = (*deltaResponse)(nil)
+)
+
+// diff compares next (one type's resources, with sums by message from the versioner) with
+// what c serves: changed are the new and changed resources as entries, removed the names
+// served and absent from next. A message served as is (the Translator hands an unchanged
+// service's resources back as the same messages) or with the same digest is unchanged.
+func (c *typeCache) diff(next []types.Resource, sum func(types.Resource) (string, error)) (changed []*entry, removed []string, err error) {
+	c.mu.Lock()
+	served := c.resources
+	c.mu.Unlock() // only SetResources (serialized) writes resources; reading it here is safe
+	names := make(map[string]bool, len(next))
+	for _, r := range next {
+		name := cachev3.GetResourceName(r)
+		names[name] = true
+		if e, ok := served[name]; ok && e.msg == r {
+			continue
+		}
+		v, err := sum(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		if e, ok := served[name]; ok && e.version == v {
+			continue
+		}
+		changed = append(changed, &entry{name: name, version: v, msg: r})
+	}
+	for name := range served {
+		if !names[name] {
+			removed = append(removed, name)
+		}
+	}
+	slices.Sort(removed)
+	slices.SortFunc(changed, func(a, b *entry) int { return cmp.Compare(a.name, b.name) })
+	return changed, removed, nil
+}
+
+// largeRoute is the number of virtual hosts from which a route configuration is encoded
+// from its virtual hosts' remembered encodings.
+const largeRoute = 16
+
+// encode is a resource's deterministic encoding. A large route configuration is
+// assembled from its virtual hosts' encodings, each remembered from the last one encoded,
+// so that a drain encodes one virtual host, not the fleet's. Called with c.mu held (the
+// entries' encodings are made while answering watches).
+func (c *typeCache) encode(r types.Resource) ([]byte, error) {
+	rc, ok := r.(*routev3.RouteConfiguration)
+	if !ok || len(rc.VirtualHosts) < largeRoute {
+		return cachev3.MarshalResource(r)
+	}
+	b, vhosts, err := encodeRoute(rc, c.vhosts)
+	if err != nil {
+		return nil, err
+	}
+	c.vhosts = vhosts
+	return b, nil
+}
+
+// encodeRoute is rc's deterministic encoding, made of its name, then each virtual host
+// (field 2) from known when there, then its other fields (numbered above 2), as the
+// protobuf encoding orders fields by number; it returns the virtual hosts' encodings.
+func encodeRoute(rc *routev3.RouteConfiguration, known map[*routev3.VirtualHost][]byte) ([]byte, map[*routev3.VirtualHost][]byte, error) {
+	opts := proto.MarshalOptions{Deterministic: true}
+	head, err := opts.Marshal(&routev3.RouteConfiguration{Name: rc.Name})
+	if err != nil {
+		return nil, nil, err
+	}
+	shell := routeShell(rc)
+	shell.Name = ""
+	tail, err := opts.Marshal(shell)
+	if err != nil {
+		return nil, nil, err
+	}
+	vhosts := make(map[*routev3.VirtualHost][]byte, len(rc.VirtualHosts))
+	size := len(head) + len(tail)
+	for _, vh := range rc.VirtualHosts {
+		b, ok := known[vh]
+		if !ok {
+			if b, err = opts.Marshal(vh); err != nil {
+				return nil, nil, err
+			}
+		}
+		vhosts[vh] = b
+		size += 1 + protowire.SizeBytes(len(b))
+	}
+	buf := make([]byte, 0, size)
+	buf = append(buf, head...)
+	for _, vh := range rc.VirtualHosts {
+		buf = protowire.AppendTag(buf, 2, protowire.BytesType)
+		buf = protowire.AppendBytes(buf, vhosts[vh])
+	}
+	return append(buf, tail...), vhosts, nil
+}
+
+// servedTypes are the types the caches serve; any other type's watches wait forever, as on
+// a snapshot without that type.
+var servedTypes = []string{resource.ListenerType, resource.RouteType, resource.ClusterType}
