@@ -212,7 +212,12 @@ func TestReconcile(t *testing.T) {
 
 	t.Run("pending: one sink waits", func(t *testing.T) {
 		f := newFixture(t, inPlace("route stored"), &fakeSink{name: "b", conf: sink.Confirmation{State: sink.Pending, Message: "waiting for gateway prod/g"}})
-		_, err := f.run(t)
+		hold, err := f.run(t)
+		require.NoError(t, err)
+		assert.Equal(t, freshQuiet, hold, "a new map's first status waits while it only says Publishing")
+		assert.Nil(t, f.published(), "its column stays empty meanwhile")
+		f.clock = f.clock.Add(freshQuiet)
+		_, err = f.run(t)
 		require.NoError(t, err)
 		c := f.published()
 		assert.Equal(t, metav1.ConditionFalse, c.Status)
@@ -363,6 +368,11 @@ func TestReconcileProgressHold(t *testing.T) {
 		Progress: &sink.Progress{Confirmed: 0, Total: 100}}}
 	f := newFixture(t, s)
 	hold, err := f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, freshQuiet, hold, "a new map's first Publishing status waits")
+	assert.Zero(t, f.api.applies)
+	f.clock = f.clock.Add(freshQuiet)
+	hold, err = f.run(t)
 	require.NoError(t, err)
 	assert.Zero(t, hold)
 	assert.Equal(t, 1, f.api.applies)

@@ -31,6 +31,9 @@ import (
 // cost up to C status writes per map.
 const progressInterval = time.Second
 
+// freshQuiet is how long a new map's first status waits while it only says Publishing.
+const freshQuiet = 2 * time.Second
+
 // statusAPI is the part of the API the status writer uses.
 type statusAPI interface {
 	// Get reads the live map.
@@ -68,12 +71,14 @@ type statusWriter struct {
 	now      func() time.Time
 
 	mu       sync.Mutex
+	fresh    map[cache.ObjectName]time.Time // when a map with no condition was first found Publishing
 	progress map[cache.ObjectName]time.Time // when a map's last progress message was written
 	written  map[cache.ObjectName]string    // the resourceVersion of a map's last status write, until the cache holds it
 }
 
 func newStatusWriter(api statusAPI, recorder record.EventRecorder, m *metrics) *statusWriter {
 	return &statusWriter{api: api, recorder: recorder, metrics: m, now: time.Now, progress: map[cache.ObjectName]time.Time{},
+		fresh: map[cache.ObjectName]time.Time{},
 		written: map[cache.ObjectName]string{}}
 }
 
@@ -110,11 +115,27 @@ func (w *statusWriter) write(ctx context.Context, tm *v1beta1.TrafficMap, want p
 	return updated, 0, err
 }
 
-// hold is how long to wait before writing want, which may only update a progress count.
+// hold is how long to wait before writing want, which may only update a progress count,
+// or which would be the first condition of a new map and only says Publishing: a new map
+// has an empty column, which is not stale, so its first status waits freshQuiet for the
+// sinks (most maps are then written once, True, which halves a cold start's writes and
+// keeps such maps out of the reconnect grace, which holds maps that have a condition).
 func (w *statusWriter) hold(tm *v1beta1.TrafficMap, want publisherStatus) time.Duration {
 	key := cache.NewObjectName(tm.Namespace, tm.Name)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if findPublished(tm) == nil && !want.published && want.condition.Reason == ReasonPublishing {
+		now := w.now()
+		first, ok := w.fresh[key]
+		if !ok {
+			w.fresh[key], first = now, now
+		}
+		if wait := freshQuiet - now.Sub(first); wait > 0 {
+			return wait
+		}
+	} else {
+		delete(w.fresh, key)
+	}
 	if !want.progress {
 		delete(w.progress, key)
 		return 0
@@ -137,6 +158,7 @@ func (w *statusWriter) hold(tm *v1beta1.TrafficMap, want publisherStatus) time.D
 func (w *statusWriter) forget(key cache.ObjectName) {
 	w.mu.Lock()
 	delete(w.progress, key)
+	delete(w.fresh, key)
 	delete(w.written, key)
 	w.mu.Unlock()
 }
