@@ -200,22 +200,27 @@ var Outputs = []string{"table", "wide", "json", "yaml"}
 
 // WriteResult writes r as a table (wide adds uid and resource-version), JSON or YAML.
 func WriteResult(w io.Writer, r Result, output string) error {
+	return writeOutput(w, r, output, func(wide bool) string { return resultTable(r, wide) })
+}
+
+// writeOutput writes v as JSON or YAML, or as table renders it for "table" and "wide".
+func writeOutput(w io.Writer, v any, output string, table func(wide bool) string) error {
 	var out []byte
 	switch output {
 	case "json":
-		b, err := json.MarshalIndent(r, "", "  ")
+		b, err := json.MarshalIndent(v, "", "  ")
 		if err != nil {
 			return ErrWriteResult
 		}
 		out = append(b, '\n')
 	case "yaml":
-		b, err := yaml.Marshal(r)
+		b, err := yaml.Marshal(v)
 		if err != nil {
 			return ErrWriteResult
 		}
 		out = b
 	case "table", "wide":
-		out = []byte(resultTable(r, output == "wide"))
+		out = []byte(table(output == "wide"))
 	default:
 		return ErrOutput
 	}

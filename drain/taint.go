@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/report"
@@ -402,57 +401,39 @@ func NewTaintResult(p *TaintPlan, dry DryRun, resourceVersion string, imps []rep
 
 // WriteTaintResult writes r as a table (wide: also uid and resource-version), JSON or YAML.
 func WriteTaintResult(w io.Writer, r TaintResult, output string) error {
-	var out []byte
-	switch output {
-	case "json":
-		b, err := json.MarshalIndent(r, "", "  ")
-		if err != nil {
-			return ErrWriteResult
-		}
-		out = append(b, '\n')
-	case "yaml":
-		b, err := yaml.Marshal(r)
-		if err != nil {
-			return ErrWriteResult
-		}
-		out = b
-	case "table", "wide":
-		rows := [][2]string{{"action", r.Action}, {"target", r.Target.Kind + "/" + r.Target.Name}}
-		if output == "wide" {
-			rows = append(rows, [2]string{"uid", r.Target.UID}, [2]string{"resource-version", r.Target.ResourceVersion})
-		}
-		services := make([]string, len(r.Services))
-		for i, s := range r.Services {
-			services[i] = s.Ref()
-		}
-		rows = append(rows,
-			[2]string{"dry-run", string(r.DryRun)},
-			[2]string{"applied", yesNo(r.Applied)},
-			[2]string{"taints", strings.Join(r.Taints, ",")},
-			[2]string{"taints-after", strings.Join(r.TaintsAfter, ",")},
-			[2]string{"services-moved", strings.Join(services, ",")},
-			[2]string{"message", r.Message},
-			[2]string{"follow-up", r.FollowUp},
-		)
-		var b strings.Builder
-		tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
-		fmt.Fprint(tw, "FIELD\tVALUE\n")
-		for _, row := range rows {
-			v := row[1]
-			if v == "" {
-				v = "<none>"
-			}
-			fmt.Fprintf(tw, "%s\t%s\n", row[0], v)
-		}
-		_ = tw.Flush()
-		out = []byte(b.String())
-	default:
-		return ErrOutput
+	return writeOutput(w, r, output, func(wide bool) string { return taintTable(r, wide) })
+}
+
+func taintTable(r TaintResult, wide bool) string {
+	rows := [][2]string{{"action", r.Action}, {"target", r.Target.Kind + "/" + r.Target.Name}}
+	if wide {
+		rows = append(rows, [2]string{"uid", r.Target.UID}, [2]string{"resource-version", r.Target.ResourceVersion})
 	}
-	if _, err := w.Write(out); err != nil {
-		return ErrWriteResult
+	services := make([]string, len(r.Services))
+	for i, s := range r.Services {
+		services[i] = s.Ref()
 	}
-	return nil
+	rows = append(rows,
+		[2]string{"dry-run", string(r.DryRun)},
+		[2]string{"applied", yesNo(r.Applied)},
+		[2]string{"taints", strings.Join(r.Taints, ",")},
+		[2]string{"taints-after", strings.Join(r.TaintsAfter, ",")},
+		[2]string{"services-moved", strings.Join(services, ",")},
+		[2]string{"message", r.Message},
+		[2]string{"follow-up", r.FollowUp},
+	)
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+	fmt.Fprint(tw, "FIELD\tVALUE\n")
+	for _, row := range rows {
+		v := row[1]
+		if v == "" {
+			v = "<none>"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", row[0], v)
+	}
+	_ = tw.Flush()
+	return b.String()
 }
 
 // TaintedMessage is the Published condition's message for the maps a taint plan moves.

@@ -154,20 +154,7 @@ func newActionCommand(action drain.Action, stdout, stderr io.Writer) *cobra.Comm
 		Example: `  publisher drain chat -n prod --workload-cluster worker-a --id maintenance-a --reason "planned maintenance"
   publisher undrain chat -n prod --id maintenance-a --wait`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			code, err := runAction(cmd.Context(), action, f, args, stdout, stderr)
-			switch {
-			case errors.Is(err, drain.ErrConflict):
-				return exit(exitConflict, err)
-			case errors.Is(err, errWaitTimeout):
-				return exit(exitWaitTimeout, err)
-			case errors.Is(err, drain.ErrNoTraffic):
-				return exit(exitNoTraffic, err)
-			case err != nil:
-				return exit(exitFailure, err)
-			case code != exitOK:
-				return exit(code, nil)
-			}
-			return nil
+			return guardedExit(runAction(cmd.Context(), action, f, args, stdout, stderr))
 		},
 		ValidArgsFunction: completeTrafficMaps(f.kube),
 	}
@@ -450,4 +437,22 @@ func completeTrafficMaps(k *genericclioptions.ConfigFlags) cobra.CompletionFunc 
 		}
 		return names, cobra.ShellCompDirectiveNoFileComp
 	}
+}
+
+// guardedExit maps what a guarded command (drain, undrain, taint, untaint) returned to its
+// documented exit code.
+func guardedExit(code int, err error) error {
+	switch {
+	case errors.Is(err, drain.ErrConflict):
+		return exit(exitConflict, err)
+	case errors.Is(err, errWaitTimeout):
+		return exit(exitWaitTimeout, err)
+	case errors.Is(err, drain.ErrNoTraffic):
+		return exit(exitNoTraffic, err)
+	case err != nil:
+		return exit(exitFailure, err)
+	case code != exitOK:
+		return exit(code, nil)
+	}
+	return nil
 }

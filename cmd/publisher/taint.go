@@ -69,20 +69,7 @@ func newTaintCommand(action drain.Action, stdout, stderr io.Writer) *cobra.Comma
   publisher taint worker-a maintenance=planned:NoExecute --yes --wait
   publisher untaint worker-a maintenance:NoExecute --yes --wait`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			code, err := runTaint(cmd.Context(), action, f, args, stdout, stderr)
-			switch {
-			case errors.Is(err, drain.ErrConflict):
-				return exit(exitConflict, err)
-			case errors.Is(err, errWaitTimeout):
-				return exit(exitWaitTimeout, err)
-			case errors.Is(err, drain.ErrNoTraffic):
-				return exit(exitNoTraffic, err)
-			case err != nil:
-				return exit(exitFailure, err)
-			case code != exitOK:
-				return exit(code, nil)
-			}
-			return nil
+			return guardedExit(runTaint(cmd.Context(), action, f, args, stdout, stderr))
 		},
 		ValidArgsFunction: completeClusters(f.kube),
 	}
