@@ -3,7 +3,6 @@ package xds
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -15,8 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds/xdstest"
@@ -47,16 +44,8 @@ func serveGRPC(t *testing.T, srv *Server, services ...Service) Versions {
 // configuration is sent nothing, and holds the new version all the same.
 func TestChangeReachesOnlyTheStreamsItConcerns(t *testing.T) {
 	srv := NewServer(ServerConfig{Log: zaptest.NewLogger(t)})
-	ctx, cancel := context.WithCancel(context.Background())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(); cancel(); <-done })
+	ctx, ads := serveADS(t, srv)
 	serveGRPC(t, srv, namedService(t, "chat", 1, 1), namedService(t, "search", 1, 1))
-	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
 	node := func(id string) *corev3.Node { return &corev3.Node{Id: id, UserAgentName: "gRPC Go"} }
 
 	// chat: state of the world by name; search: delta by name; all: delta wildcard.
@@ -167,18 +156,11 @@ func TestResourceEncodedOncePerContent(t *testing.T) {
 // A flavour is consumed once a client of it has identified itself.
 func TestConsumedFlavours(t *testing.T) {
 	srv := NewServer(ServerConfig{Log: zaptest.NewLogger(t)})
-	ctx, cancel := context.WithCancel(context.Background())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(); cancel(); <-done })
+	ctx, ads := serveADS(t, srv)
 	assert.False(t, srv.Tracker().Consumed(FlavourEnvoy))
 	assert.False(t, srv.Tracker().Consumed(FlavourGRPC))
 
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	stream, err := ads.StreamAggregatedResources(ctx)
 	require.NoError(t, err)
 	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy-1", UserAgentName: "envoy"}, TypeUrl: resource.ClusterType}))
 	require.Eventually(t, func() bool { return srv.Tracker().Consumed(FlavourEnvoy) }, 10*time.Second, 10*time.Millisecond)

@@ -107,19 +107,12 @@ func TestSetResourcesMakeBeforeBreak(t *testing.T) {
 // adds one as the clusters first, then the route.
 func TestADSClientSeesMakeBeforeBreak(t *testing.T) {
 	srv := NewServer(ServerConfig{Log: zaptest.NewLogger(t)})
-	ctx, cancel := context.WithCancel(context.Background())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(); cancel(); <-done })
-	_, err = srv.SetResources(ctx, FlavourGRPC, grpcResources(t, "worker-a", "worker-b"))
+	ctx, ads := serveADS(t, srv)
+	_, err := srv.SetResources(ctx, FlavourGRPC, grpcResources(t, "worker-a", "worker-b"))
 	require.NoError(t, err)
 
 	node := &corev3.Node{Id: "grpc-1", UserAgentName: "gRPC Go"}
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	stream, err := ads.StreamAggregatedResources(ctx)
 	require.NoError(t, err)
 	responses := xdstest.Stream(stream.Recv)
 	watched := map[string][]string{resource.ClusterType: nil, resource.RouteType: {"prod/chat"}}
@@ -158,4 +151,19 @@ func TestADSClientSeesMakeBeforeBreak(t *testing.T) {
 	_, err = srv.SetResources(ctx, FlavourGRPC, grpcResources(t, "worker-a", "worker-c"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{resource.ClusterType, resource.RouteType}, next(2), "added: the clusters first")
+}
+
+// serveADS serves srv on a loopback port until the test ends and returns a context that
+// lasts as long and an ADS client of it.
+func serveADS(t *testing.T, srv *Server) (context.Context, discoveryv3.AggregatedDiscoveryServiceClient) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(); cancel(); <-done })
+	return ctx, discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
 }
