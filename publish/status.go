@@ -78,7 +78,7 @@ type statusWriter struct {
 
 func newStatusWriter(api statusAPI, recorder record.EventRecorder, m *metrics) *statusWriter {
 	return &statusWriter{api: api, recorder: recorder, metrics: m, now: time.Now, progress: map[cache.ObjectName]time.Time{},
-		fresh: map[cache.ObjectName]time.Time{},
+		fresh:   map[cache.ObjectName]time.Time{},
 		written: map[cache.ObjectName]string{}}
 }
 
