@@ -6,6 +6,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -247,15 +248,7 @@ func (b *Board) Replicas() []Replica {
 			Live: now.Before(s.observed.Add(s.duration)), Clients: s.report.Clients,
 			Unconfirmed: len(s.report.Maps), Overflow: s.report.Overflow, Renewed: s.observed})
 	}
-	slices.SortFunc(out, func(a, c Replica) int {
-		if a.Identity < c.Identity {
-			return -1
-		}
-		if a.Identity > c.Identity {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, c Replica) int { return strings.Compare(a.Identity, c.Identity) })
 	return out
 }
 
@@ -290,7 +283,7 @@ func (b *Board) observe(obj any) {
 	default:
 		keys = changed(prev.report, r)
 	}
-	if len(keys) > 0 || (prev == nil && r.Overflow) {
+	if len(keys) > 0 {
 		b.onChange(keys)
 	}
 }
