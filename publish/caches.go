@@ -2,6 +2,7 @@ package publish
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
@@ -21,6 +23,7 @@ import (
 	omeinformers "github.com/trafficmap/publisher/api/client/informers/externalversions"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/weights"
 )
 
 // Index names on the informers.
@@ -58,12 +61,14 @@ type caches struct {
 	inferenceClusters cache.SharedIndexInformer // nil while the API is not served
 	workloadClusters  cache.SharedIndexInformer // nil while the API is not served
 
-	// meta reads an InferenceService past the cache (sourceVersion).
-	meta metadata.Interface
+	// meta reads an InferenceService past the cache (sourceVersion) and writes its ramp
+	// annotation (writeRamps) as fieldManager.
+	meta         metadata.Interface
+	fieldManager string
 }
 
 func newCaches(c clients, cfg Config, route httproute.Config) *caches {
-	cs := &caches{scopes: cfg.Namespaces, route: route, meta: c.meta,
+	cs := &caches{scopes: cfg.Namespaces, route: route, meta: c.meta, fieldManager: cfg.FieldManager,
 		scoped: !cfg.sinkOn(SinkXDS) && route.Gateway.Namespace == ""}
 	if len(cs.scopes) == 0 {
 		cs.scopes = []string{corev1.NamespaceAll}
@@ -187,13 +192,15 @@ func (c *caches) unconfirmed() []string {
 }
 
 // unpublished counts the cached TrafficMaps whose Published condition is not True at their
-// generation, and how long ago the oldest False condition among them turned False.
+// generation, and how long ago the oldest False condition among them turned False. Maps
+// that are ramping (reason Ramping) are counted by ramping instead: a ramp is slow on
+// purpose.
 func (c *caches) unpublished(now time.Time) (int, time.Duration) {
 	n, oldest := 0, time.Duration(0)
 	for _, inf := range c.maps {
 		for _, obj := range inf.GetStore().List() {
 			tm, ok := obj.(*v1beta1.TrafficMap)
-			if !ok || publishedTrue(tm) {
+			if !ok || publishedTrue(tm) || ramping(tm) {
 				continue
 			}
 			n++
@@ -203,6 +210,47 @@ func (c *caches) unpublished(now time.Time) (int, time.Duration) {
 		}
 	}
 	return n, oldest
+}
+
+// ramping counts the cached TrafficMaps whose Published condition says Ramping.
+func (c *caches) ramping() int {
+	n := 0
+	for _, inf := range c.maps {
+		for _, obj := range inf.GetStore().List() {
+			if tm, ok := obj.(*v1beta1.TrafficMap); ok && ramping(tm) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// ramping reports whether tm's Published condition is False with reason Ramping at its
+// generation.
+func ramping(tm *v1beta1.TrafficMap) bool {
+	c := findPublished(tm)
+	return c != nil && c.Reason == ReasonRamping && c.ObservedGeneration == tm.Generation
+}
+
+// writeRamps sets the ramp annotation of the InferenceService namespace/name to value
+// (removes it when value is ""), with a merge patch that the API server refuses with a
+// conflict when the object is no longer at resourceVersion.
+func (c *caches) writeRamps(ctx context.Context, namespace, name, resourceVersion, value string) error {
+	var v any
+	if value != "" {
+		v = value
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": resourceVersion, "annotations": map[string]any{weights.RampAnnotation: v}}})
+	if err != nil {
+		return fmt.Errorf("encode ramp patch: %w", err)
+	}
+	_, err = c.meta.Resource(v1beta1.InferenceServicesResource).Namespace(namespace).Patch(ctx, name, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: c.fieldManager})
+	if err != nil {
+		return fmt.Errorf("write annotation %s on inferenceservice %s/%s: %w", weights.RampAnnotation, namespace, name, err)
+	}
+	return nil
 }
 
 // keys lists the namespace/name of every cached TrafficMap.

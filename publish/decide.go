@@ -57,8 +57,11 @@ func notPublished(tm *v1beta1.TrafficMap, reason, message string, ref *v1beta1.T
 }
 
 // decide is the status for a plan given every enabled sink's confirmation, in sink order:
-// Published True only when every sink is InPlace and no input fell back; otherwise the
-// first sink that is not in place says why.
+// Published True only when every sink is InPlace, no input fell back and no ramp is under
+// way; otherwise the first sink that is not in place says why. While a ramp shapes the
+// weights, Published is False with reason Ramping and the ramp's progress, whether its
+// current step is in place or still publishing (an operator waiting for PUBLISHED never
+// starts maintenance mid-ramp); a sink that refuses or rejects the step says why instead.
 func decide(tm *v1beta1.TrafficMap, pl *planned, confs []sink.Confirmation) publisherStatus {
 	var ref *v1beta1.TrafficMapGatewayRef
 	for _, c := range confs {
@@ -82,7 +85,11 @@ func decide(tm *v1beta1.TrafficMap, pl *planned, confs []sink.Confirmation) publ
 		case sink.InPlace:
 			continue
 		case sink.Pending:
-			st := notPublished(tm, ReasonPublishing, c.Message, ref)
+			reason, msg := ReasonPublishing, c.Message
+			if ramps := pl.computed.Progress; len(ramps) > 0 {
+				reason, msg = ReasonRamping, describeRamps(ramps, false)+"; "+c.Message
+			}
+			st := notPublished(tm, reason, msg, ref)
 			st.progress = c.Progress != nil
 			return st
 		default:
@@ -109,6 +116,9 @@ func decide(tm *v1beta1.TrafficMap, pl *planned, confs []sink.Confirmation) publ
 	msg := strings.Join(parts, "; ")
 	if pl.inputErr != nil {
 		return notPublished(tm, pl.inputReason, msg+"; but "+pl.inputErr.Error(), ref)
+	}
+	if ramps := pl.computed.Progress; len(ramps) > 0 {
+		return notPublished(tm, ReasonRamping, describeRamps(ramps, true)+"; "+msg, ref)
 	}
 	st := publisherStatus{published: true, observed: tm.Generation, gatewayRef: ref,
 		condition: condition(tm, metav1.ConditionTrue, ReasonPublished, msg)}
@@ -181,6 +191,30 @@ func describeWeights(res weights.Result) string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// describeRamps renders ramps under way as "ramping worker-a down: step 3 of 10 in place,
+// 70% of its weight (70 of 100); next step due 2026-12-03T10:03:00Z, 0% at
+// 2026-12-03T10:10:00Z" (inPlace false: "publishing step 3 of 10, ...").
+func describeRamps(ramps []weights.RampProgress, inPlace bool) string {
+	parts := make([]string, 0, len(ramps))
+	for _, p := range ramps {
+		step := fmt.Sprintf("publishing step %d of %d", p.Step, p.Steps)
+		if inPlace {
+			step = fmt.Sprintf("step %d of %d in place", p.Step, p.Steps)
+		}
+		end := "0%"
+		if p.Direction == weights.RampUp {
+			end = "100%"
+		}
+		next := ""
+		if p.Step+1 < p.Steps {
+			next = "next step due " + p.Next.UTC().Format(time.RFC3339) + ", "
+		}
+		parts = append(parts, fmt.Sprintf("ramping %s %s: %s, %d%% of its weight (%d of %d); %s%s at %s",
+			p.Cluster, p.Direction, step, p.Percent(), p.Weight, p.Full, next, end, p.End.UTC().Format(time.RFC3339)))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func describeDrains(drains []weights.Drain) string {

@@ -33,8 +33,16 @@ type Inputs struct {
 
 // Computed is the outcome of Compute.
 type Computed struct {
-	// Result holds the effective weights.
+	// Result holds the effective weights to publish now: while a ramp shapes an entry
+	// (Progress), the ramp's current step.
 	Result weights.Result
+	// Final is where the weights end once every ramp is over: the weights of the drains,
+	// taints and tolerations alone. It equals Result when no ramp shapes an entry.
+	Final weights.Result
+	// Ramps are the source's ramps (weights.RampAnnotation), sorted by cluster; Progress
+	// is where each ramp that shapes Result stands.
+	Ramps    []weights.Ramp
+	Progress []weights.RampProgress
 	// Drains is the drain set Result was computed with: the annotation's, or, when the
 	// annotation is malformed, the last valid set recorded on the route.
 	Drains []weights.Drain
@@ -62,8 +70,9 @@ type Computed struct {
 var ErrNoDrainFallback = errors.New("no route was published before, so there is no last valid drain set to keep and nothing is published")
 
 // Compute returns the effective weights for in. It is pure. Errors: ErrNoDrainFallback,
-// ErrNoTolerationFallback or ErrNoTaintFallback (wrapped with the parse error), or the
-// weights validation error for an invalid map.
+// ErrNoTolerationFallback or ErrNoTaintFallback (wrapped with the parse error),
+// weights.ErrInvalidRamp for a malformed ramp annotation (nothing is published: a ramp is
+// never dropped silently), or the weights validation error for an invalid map.
 func Compute(in Inputs) (Computed, error) {
 	var c Computed
 	drains, err := parseDrainAnnotation(in.SourceAnnotations)
@@ -79,10 +88,14 @@ func Compute(in Inputs) (Computed, error) {
 	if err := fleetInputs(in, &c); err != nil {
 		return Computed{}, err
 	}
-	c.Result, err = weights.Compute(weights.Input{Entries: entries(in.TrafficMap), Drains: drains, Taints: c.Taints, Tolerations: c.Tolerations})
+	c.Final, err = weights.Compute(weights.Input{Entries: entries(in.TrafficMap), Drains: drains, Taints: c.Taints, Tolerations: c.Tolerations})
 	if err != nil {
 		return Computed{}, err
 	}
+	if c.Ramps, err = weights.ParseRamps(in.SourceAnnotations[weights.RampAnnotation]); err != nil {
+		return Computed{}, fmt.Errorf("annotation %s: %w", weights.RampAnnotation, err)
+	}
+	c.Result, c.Progress = weights.ApplyRamps(c.Final, c.Ramps)
 	return c, nil
 }
 

@@ -15,6 +15,7 @@ type metrics struct {
 	routeWrites prometheus.Counter
 	latency     prometheus.Histogram
 	sinkLatency *prometheus.HistogramVec
+	rampSteps   *prometheus.CounterVec
 
 	mu    sync.Mutex
 	since map[cache.ObjectName]time.Time // when a map's current inputs were first seen unpublished
@@ -38,16 +39,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sinkLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "trafficmap_publisher_input_to_sink_confirmed_seconds",
 			Help:    "Time from the publisher first seeing a map's new inputs to a sink's confirmation: the gateway accepting the route (httproute), or every xDS client ACKing (xds).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, []string{"sink"}),
+		rampSteps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_ramp_steps_total",
+			Help: "Ramp steps taken (the step before was in place on every sink), by direction: down (gradual drain) or up (gradual undrain)."}, []string{"direction"}),
 		since: map[cache.ObjectName]time.Time{},
 		sinks: map[cache.ObjectName]map[string]bool{},
 	}
-	reg.MustRegister(m.reconciles, m.conditions, m.routeWrites, m.latency, m.sinkLatency)
+	reg.MustRegister(m.reconciles, m.conditions, m.routeWrites, m.latency, m.sinkLatency, m.rampSteps)
 	return m
 }
 
-// watchGauges registers the gauges read at scrape time: whether this replica leads, and how
-// many maps are not Published and for how long the oldest has not been.
-func watchGauges(reg prometheus.Registerer, leading func() bool, unpublished func() (int, time.Duration)) {
+// watchGauges registers the gauges read at scrape time: whether this replica leads, how
+// many maps are not Published and for how long the oldest has not been (ramping maps aside),
+// and how many maps are ramping.
+func watchGauges(reg prometheus.Registerer, leading func() bool, unpublished func() (int, time.Duration), ramping func() int) {
 	if reg == nil {
 		return
 	}
@@ -66,6 +70,9 @@ func watchGauges(reg prometheus.Registerer, leading func() bool, unpublished fun
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trafficmap_publisher_oldest_unpublished_seconds",
 			Help: "How long the TrafficMap Published False the longest has been (since its condition's lastTransitionTime); 0 when every map is Published."},
 			func() float64 { _, d := unpublished(); return d.Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trafficmap_publisher_maps_ramping",
+			Help: "TrafficMaps whose Published condition is False with reason Ramping (a gradual drain or undrain under way), as this replica's cache has them; not counted in maps_not_published."},
+			func() float64 { return float64(ramping()) }),
 	)
 }
 
@@ -78,6 +85,13 @@ func (m *metrics) reconciled(err error) {
 		result = "error"
 	}
 	m.reconciles.WithLabelValues(result).Inc()
+}
+
+// rampStep counts one ramp step taken in direction.
+func (m *metrics) rampStep(direction string) {
+	if m != nil {
+		m.rampSteps.WithLabelValues(direction).Inc()
+	}
 }
 
 func (m *metrics) routeWritten(n int) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/weights"
 )
 
 // Step 2 of the pipeline: plan. planMap is pure: from the gathered inputs it computes the
@@ -50,6 +51,8 @@ func planMap(hosts hostnamer, g gathered) (*planned, error) {
 		return nil, &userError{ReasonInvalidTolerations, source + " " + err.Error()}
 	case errors.Is(err, ErrNoTaintFallback):
 		return nil, &userError{ReasonInvalidTaints, joinLines(err)}
+	case errors.Is(err, weights.ErrInvalidRamp):
+		return nil, &userError{ReasonInvalidRamp, source + " " + err.Error() + "; the published weights are left as they were"}
 	case err != nil:
 		return nil, &userError{ReasonInvalidTrafficMap, fmt.Sprintf("trafficmap %s/%s is invalid; the published route is left as it was: %s",
 			tm.Namespace, tm.Name, joinLines(err))}

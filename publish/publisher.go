@@ -148,7 +148,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		}
 	}
 	p.metrics = newMetrics(p.cfg.Registerer)
-	watchGauges(p.cfg.Registerer, p.elector.leading.Load, func() (int, time.Duration) { return p.caches.unpublished(time.Now()) })
+	watchGauges(p.cfg.Registerer, p.elector.leading.Load, func() (int, time.Duration) { return p.caches.unpublished(time.Now()) }, p.caches.ramping)
 
 	if cfg.sinkOn(SinkHTTPRoute) {
 		p.sinks = append(p.sinks, routesink.New(routesink.Config{Route: route, RequireAccepted: cfg.RequireRouteAccepted,

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/cache"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/trafficmap/publisher/publish/routesink"
 	"github.com/trafficmap/publisher/publish/sink"
 	"github.com/trafficmap/publisher/publish/xdssink"
+	"github.com/trafficmap/publisher/weights"
 )
 
 // The pipeline, one map at a time, read top-down:
@@ -39,6 +42,11 @@ const (
 	ReasonInvalidDrainAnnotation = "InvalidDrainAnnotation"
 	ReasonInvalidTaints          = "InvalidTaints"
 	ReasonInvalidTolerations     = "InvalidTolerations"
+	ReasonInvalidRamp            = "InvalidRampAnnotation"
+	ReasonRamping                = "Ramping"
+	// ReasonRampStarted and ReasonRampFinished are Event reasons.
+	ReasonRampStarted  = "RampStarted"
+	ReasonRampFinished = "RampFinished"
 	ReasonSourceNotFound         = "SourceNotFound"
 	ReasonHostnameConflict       = sink.ReasonHostnameConflict
 	ReasonRouteConflict          = routesink.ReasonConflict
@@ -56,6 +64,9 @@ type mapInputs interface {
 	// sourceVersion is the live resourceVersion of the InferenceService namespace/name,
 	// read from the API server ("" when it does not exist).
 	sourceVersion(ctx context.Context, namespace, name string) (string, error)
+	// writeRamps stores value as the InferenceService's weights.RampAnnotation ("" removes
+	// it), guarded by its resourceVersion (a conflict error when it moved on).
+	writeRamps(ctx context.Context, namespace, name, resourceVersion, value string) error
 }
 
 // reconciler runs the pipeline for one key. It keeps no per-map state of its own; the
@@ -188,8 +199,81 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 			return sourceRetry, nil
 		}
 	}
-	_, hold, err = r.status.write(ctx, tm, want, log)
-	return hold, err
+	if _, hold, err = r.status.write(ctx, tm, want, log); err != nil || len(pl.computed.Ramps) == 0 {
+		return hold, err
+	}
+	next, err := r.advanceRamps(ctx, tm, g, pl, confs, log)
+	if err != nil {
+		return 0, err
+	}
+	if hold <= 0 || (next > 0 && next < hold) {
+		hold = next
+	}
+	return hold, nil
+}
+
+// advanceRamps moves the map's ramps on (weights.AdvanceRamps) once their current step is
+// in place on every sink: it stores the next step in the InferenceService's ramp
+// annotation, whose change reconciles every map of the service again, or removes the ramps
+// that ended. It returns how long until a step is due (0 for none), or sourceRetry when the
+// InferenceService moved on since it was read. The annotation is the ramp's only state:
+// a restarted publisher or a new leader continues from the step stored there.
+func (r *reconciler) advanceRamps(ctx context.Context, tm *v1beta1.TrafficMap, g gathered, pl *planned, confs []sink.Confirmation, log *zap.Logger) (time.Duration, error) {
+	if len(pl.plan.Conflicts) > 0 {
+		return 0, nil // the step is not served for this map's hostname: wait for the owner
+	}
+	for _, c := range confs {
+		if c.State != sink.InPlace {
+			return 0, nil // the sink's confirmation reconciles the map again
+		}
+	}
+	now := r.status.now() // the status writer's clock
+	ramps := pl.computed.Ramps
+	next, changed, due := weights.AdvanceRamps(ramps, pl.computed.Progress, now)
+	if !changed {
+		if due.IsZero() {
+			return 0, nil
+		}
+		return max(due.Sub(now), time.Millisecond), nil
+	}
+	err := r.inputs.writeRamps(ctx, g.isvc.Namespace, g.isvc.Name, g.isvc.ResourceVersion, weights.EncodeRamps(next))
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return sourceRetry, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range pl.computed.Progress {
+		i := slices.IndexFunc(next, func(n weights.Ramp) bool { return n.Cluster == p.Cluster })
+		switch {
+		case i < 0:
+			r.metrics.rampStep(string(p.Direction))
+			r.event(tm, ReasonRampFinished, fmt.Sprintf("ramp of %s %s finished: step %d of %d is the %s's weights", p.Cluster, p.Direction, p.Steps, p.Steps, finalWord(p.Direction)))
+		case next[i].Step != p.Step:
+			r.metrics.rampStep(string(p.Direction))
+			if p.Step == 0 {
+				r.event(tm, ReasonRampStarted, fmt.Sprintf("ramp of %s %s started: %d steps over %s, the last due %s",
+					p.Cluster, p.Direction, p.Steps, next[i].Duration, p.End.UTC().Format(time.RFC3339)))
+			}
+		}
+	}
+	log.Info("ramp moved on", zap.String("ramps", weights.EncodeRamps(next)))
+	return 0, nil
+}
+
+// finalWord names what a ramp's last step is: the drain's weights (down) or the undrain's.
+func finalWord(d weights.RampDirection) string {
+	if d == weights.RampUp {
+		return "undrain"
+	}
+	return "drain"
+}
+
+// event records a Normal Event on tm (only while leading, like every Event).
+func (r *reconciler) event(tm *v1beta1.TrafficMap, reason, message string) {
+	if r.status.recorder != nil {
+		r.status.recorder.Event(tm, corev1.EventTypeNormal, reason, message)
+	}
 }
 
 // sourceRetry is how soon a map is reconciled again when its InferenceService changed

@@ -3,6 +3,7 @@ package publish
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -115,10 +116,29 @@ type fakeInputs struct {
 	// cachedRV and liveRV are the InferenceService's resourceVersion in the cache and on
 	// the API server; they differ while the cache is behind.
 	cachedRV, liveRV string
+	rampWrites       []string
 }
 
 func (f *fakeInputs) sourceVersion(context.Context, string, string) (string, error) {
 	return f.liveRV, nil
+}
+
+// writeRamps stores the ramp annotation as the API server would, conflicting when the
+// InferenceService moved on; the cache sees the write at once.
+func (f *fakeInputs) writeRamps(_ context.Context, _, _, rv, value string) error {
+	if rv != f.liveRV {
+		return apierrors.NewConflict(schema.GroupResource{Group: "ome.io", Resource: "inferenceservices"}, "chat", errors.New("stale"))
+	}
+	f.annotations = maps.Clone(f.annotations)
+	if value == "" {
+		delete(f.annotations, weights.RampAnnotation)
+	} else {
+		f.annotations[weights.RampAnnotation] = value
+	}
+	f.rampWrites = append(f.rampWrites, value)
+	f.liveRV += "1"
+	f.cachedRV = f.liveRV
+	return nil
 }
 
 func (f *fakeInputs) trafficMap(string, string) (*v1beta1.TrafficMap, error) { return f.tm, f.err }

@@ -227,7 +227,7 @@ func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want p
 		zap.String("reason", cond.Reason), zap.Int64("generation", tm.Generation), zap.String("message", cond.Message))
 	if prev == nil || prev.Reason != cond.Reason || prev.Status != cond.Status {
 		eventType := corev1.EventTypeWarning
-		if cond.Reason == ReasonPublished || cond.Reason == ReasonPublishing {
+		if cond.Reason == ReasonPublished || cond.Reason == ReasonPublishing || cond.Reason == ReasonRamping {
 			eventType = corev1.EventTypeNormal
 		}
 		w.recorder.Event(tm, eventType, cond.Reason, cond.Message)
