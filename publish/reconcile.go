@@ -45,16 +45,16 @@ const (
 	ReasonInvalidRamp            = "InvalidRampAnnotation"
 	ReasonRamping                = "Ramping"
 	// ReasonRampStarted and ReasonRampFinished are Event reasons.
-	ReasonRampStarted  = "RampStarted"
-	ReasonRampFinished = "RampFinished"
-	ReasonSourceNotFound         = "SourceNotFound"
-	ReasonHostnameConflict       = sink.ReasonHostnameConflict
-	ReasonRouteConflict          = routesink.ReasonConflict
-	ReasonRouteRefused           = routesink.ReasonRefused
-	ReasonRouteNotAccepted       = routesink.ReasonNotAccepted
-	ReasonLastPositiveRetained   = routesink.ReasonLastPositiveRetained
-	ReasonXDSRejected            = xdssink.ReasonRejected
-	ReasonXDSInvalid             = xdssink.ReasonInvalid
+	ReasonRampStarted          = "RampStarted"
+	ReasonRampFinished         = "RampFinished"
+	ReasonSourceNotFound       = "SourceNotFound"
+	ReasonHostnameConflict     = sink.ReasonHostnameConflict
+	ReasonRouteConflict        = routesink.ReasonConflict
+	ReasonRouteRefused         = routesink.ReasonRefused
+	ReasonRouteNotAccepted     = routesink.ReasonNotAccepted
+	ReasonLastPositiveRetained = routesink.ReasonLastPositiveRetained
+	ReasonXDSRejected          = xdssink.ReasonRejected
+	ReasonXDSInvalid           = xdssink.ReasonInvalid
 )
 
 // mapInputs is where the pipeline reads a map and its inputs (the informer caches).
