@@ -96,6 +96,8 @@ type Plan struct {
 	// remove: delete the key); Value is empty for OpRemove.
 	Op    Op
 	Value string
+	// Ramp, when set, is the ramp annotation change the same patch carries (--ramp).
+	Ramp *RampChange
 }
 
 // Prepare checks the target and its existing drains against req and returns the plan, or
@@ -267,6 +269,13 @@ func (p *Plan) AnnotationsAfter() map[string]string {
 	} else {
 		out[Annotation] = p.Value
 	}
+	if p.Ramp != nil {
+		if p.Ramp.Op == OpRemove {
+			delete(out, weights.RampAnnotation)
+		} else {
+			out[weights.RampAnnotation] = p.Ramp.Value
+		}
+	}
 	return out
 }
 
@@ -287,14 +296,23 @@ type mergeMetadata struct {
 // stored object's is refused with 409 Conflict, which covers any change after the read,
 // including a delete and re-create. A different UID at the same resourceVersion is refused
 // as an immutable field. A merge patch always applies, so those refusals are the only ones
-// a changed object can produce. Other annotations and drain IDs are not in it.
+// a changed object can produce. Other annotations and drain IDs are not in it; with a
+// ramp, the ramp annotation is set (or removed) in the same patch.
 func (p *Plan) Patch() []byte {
 	var value *string
 	if p.Op != OpRemove {
 		value = &p.Value
 	}
+	annotations := map[string]*string{Annotation: value}
+	if p.Ramp != nil {
+		var ramp *string
+		if p.Ramp.Op != OpRemove {
+			ramp = &p.Ramp.Value
+		}
+		annotations[weights.RampAnnotation] = ramp
+	}
 	doc := mergePatch{Metadata: mergeMetadata{UID: p.Target.UID, ResourceVersion: p.Target.ResourceVersion,
-		Annotations: map[string]*string{Annotation: value}}}
+		Annotations: annotations}}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

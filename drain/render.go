@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/trafficmap/publisher/weights"
 )
 
 // Warnings end every preview.
@@ -66,6 +68,9 @@ func WritePreview(w io.Writer, p *Plan, in PreviewInput) error {
 		{"Override count", fmt.Sprintf("%d -> %d", p.Before, p.After)},
 		{"Annotation", Annotation},
 		{"Follow-up", FollowUp(p.Target.Name, p.Target.Namespace, in.Context)},
+	}
+	if p.Ramp != nil {
+		rows = append(rows[:len(rows)-1], [2]string{"Ramp", p.Ramp.Describe()}, [2]string{"Ramp annotation", weights.RampAnnotation}, rows[len(rows)-1])
 	}
 	var b strings.Builder
 	b.WriteString(previewHeader + "\n")

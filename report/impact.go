@@ -22,7 +22,9 @@ func (r Reader) Objects(ctx context.Context, tm *v1beta1.TrafficMap) (Objects, e
 }
 
 // Impact is one service's effective weights, as publish.Compute gives them, before and after
-// a change of its inputs (a drain, undrain, taint or untaint).
+// a change of its inputs (a drain, undrain, taint or untaint): before, the weights published
+// now (a ramp under way at its current step); after, where the change ends (every ramp
+// over: a ramp only eases the way there).
 type Impact struct {
 	Namespace  string `json:"namespace"`
 	TrafficMap string `json:"trafficMap"`
@@ -144,7 +146,7 @@ func NewImpact(before, after Objects) Impact {
 				r.Before = ptr(e.Effective)
 			}
 		}
-		for _, e := range a.Result.Entries {
+		for _, e := range a.Final.Entries {
 			if r := rows[e.Cluster]; r != nil {
 				r.After = ptr(e.Effective)
 			}

@@ -64,6 +64,20 @@ func statusTable(s Status) string {
 		fmt.Fprintf(&b, "effective weights unknown: %s\n", s.Error)
 	}
 
+	if len(s.Ramps) > 0 {
+		b.WriteString("\nRamps (gradual drains and undrains under way):\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+		fmt.Fprint(tw, "CLUSTER\tDIRECTION\tSTEP\tSHARE\tNEXT STEP DUE\tENDS\n")
+		for _, r := range s.Ramps {
+			next := r.Next.Format(time.RFC3339)
+			if r.Step+1 >= r.Steps {
+				next = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d%%\t%s\t%s\n", r.Cluster, r.Direction, r.Step, r.Steps, r.Percent, next, r.End.Format(time.RFC3339))
+		}
+		_ = tw.Flush()
+	}
+
 	b.WriteString("\nPending drains (no such entry):")
 	if len(s.Pending) == 0 {
 		b.WriteString(" none\n")

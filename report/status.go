@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,6 +90,9 @@ type Status struct {
 	Clusters []Cluster `json:"clusters"`
 	// Pending are drains naming a cluster with no entry.
 	Pending []Drain `json:"pending"`
+	// Ramps are the gradual drains and undrains that shape the effective weights now
+	// (weights.RampAnnotation), sorted by cluster; omitted when none.
+	Ramps []Ramp `json:"ramps,omitempty"`
 	// Drains is the state of the ome.io/traffic-drain annotation.
 	Drains DrainState `json:"drains"`
 	// TaintError and TolerationError report malformed fleet-drain input for which the
@@ -107,6 +111,19 @@ type Status struct {
 	Hostnames []Hostname `json:"hostnames,omitempty"`
 	Published Published  `json:"published"`
 	Sinks     Sinks      `json:"sinks"`
+}
+
+// Ramp is where one gradual drain (down) or undrain (up) stands: Step of Steps is in the
+// effective weights, Percent of the cluster's full weight; the next step is due at Next
+// (once the step before is in place on every sink), the last at End.
+type Ramp struct {
+	Cluster   string    `json:"cluster"`
+	Direction string    `json:"direction"`
+	Step      int       `json:"step"`
+	Steps     int       `json:"steps"`
+	Percent   int       `json:"percent"`
+	Next      time.Time `json:"next"`
+	End       time.Time `json:"end"`
 }
 
 // Hostname is one of the map's names.
@@ -308,6 +325,10 @@ func Build(o Objects) Status {
 		s.Drains.InEffect = drainsOf(computed.Drains)
 		s.Pending = drainsOf(computed.Result.Pending)
 		s.Clusters = clusters(tm, computed)
+		for _, p := range computed.Progress {
+			s.Ramps = append(s.Ramps, Ramp{Cluster: p.Cluster, Direction: string(p.Direction), Step: p.Step, Steps: p.Steps,
+				Percent: p.Percent(), Next: p.Next.UTC(), End: p.End.UTC()})
+		}
 		if computed.TaintErr != nil {
 			s.TaintError = computed.TaintErr.Error()
 		}

@@ -23,6 +23,7 @@ import (
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/drain"
 	"github.com/trafficmap/publisher/report"
+	"github.com/trafficmap/publisher/weights"
 )
 
 // exitConflict is the exit code of a rejected guarded patch (stale UID or resourceVersion).
@@ -97,6 +98,7 @@ type actionFlags struct {
 	allowNoTraffic      bool
 	dryRun, output      string
 	wait                waitFlag
+	ramp                drain.RampSpec
 }
 
 // waitFlag is --wait[=DURATION]: bare, it waits defaultWait.
@@ -173,6 +175,9 @@ func newActionCommand(action drain.Action, stdout, stderr io.Writer) *cobra.Comm
 	if action == drain.ActionDrain {
 		fs.BoolVar(&f.allowNoTraffic, "allow-no-traffic", false, "drain even when no cluster of the service keeps a positive effective weight (all traffic to it stops), or when that cannot be computed")
 	}
+	fs.DurationVar(&f.ramp.Duration, "ramp", 0, "move the cluster's share gradually, in --ramp-steps equal steps over this duration (1s..24h), "+
+		"instead of at once; the publisher publishes each step once the step before is in place on every sink, and Published stays False (Ramping) until the last")
+	fs.IntVar(&f.ramp.Steps, "ramp-steps", weights.DefaultRampSteps, "how many steps --ramp takes (1..100)")
 	fs.StringVar(&f.dryRun, "dry-run", string(drain.DryRunNone), "none, client (no patch is sent) or server (dryRun=All)")
 	fs.Var(&f.wait, "wait", "after the patch, wait until the TrafficMap is Published again with the new weights; bare: 5m; needs what 'status' needs")
 	fs.Lookup("wait").NoOptDefVal = "true"
@@ -212,6 +217,12 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 	if err := req.Validate(); err != nil {
 		return 0, err
 	}
+	ramping := f.ramp.Duration != 0
+	if ramping {
+		if err := f.ramp.Validate(); err != nil {
+			return 0, err
+		}
+	}
 	kc, err := loadKube(f.kube)
 	if err != nil {
 		return 0, err
@@ -232,6 +243,11 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 	plan, err := drain.Prepare(req, target)
 	if err != nil {
 		return 0, err
+	}
+	if ramping {
+		if err := planRamp(ctx, kc, plan, f.ramp, stderr); err != nil {
+			return 0, err
+		}
 	}
 	if err := drain.WritePreview(stderr, plan, drain.PreviewInput{Context: kc.context, DryRun: dry}); err != nil {
 		return 0, err
@@ -280,7 +296,60 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 	if !f.wait.set {
 		return exitOK, nil
 	}
-	return waitPublished(parent, kc, plan, flip, f.wait.d, stderr)
+	return waitPublished(parent, kc, plan, flip, rampWait(f.wait, plan.Ramp), stderr)
+}
+
+// rampWait is how long --wait waits: a bare --wait waits defaultWait beyond a ramp's end.
+func rampWait(w waitFlag, ramp *drain.RampChange) time.Duration {
+	if ramp == nil || w.d != defaultWait {
+		return w.d
+	}
+	r := ramp.Ramp
+	return w.d + time.Until(r.End())
+}
+
+// planRamp adds to plan the ramp annotation change that eases it in (--ramp): the cluster's
+// effective weight before the drain, ignoring ramps, is where a down ramp starts. A service
+// no TrafficMap publishes cannot ramp; a change with nothing to ramp goes without one.
+func planRamp(ctx context.Context, kc kube, plan *drain.Plan, spec drain.RampSpec, stderr io.Writer) error {
+	before, err := mapObjects(ctx, kc, plan)
+	if errors.Is(err, drain.ErrNoTrafficMap) {
+		return fmt.Errorf("--ramp: no TrafficMap publishes InferenceService %s/%s, so no publisher ramps it", plan.Target.Namespace, plan.Target.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("--ramp needs the service's weights: %w", err)
+	}
+	b, err := report.Effective(before)
+	if err != nil {
+		return fmt.Errorf("--ramp needs the service's weights: %w", err)
+	}
+	a, err := report.Effective(before.WithAnnotations(plan.AnnotationsAfter()))
+	if err != nil {
+		return fmt.Errorf("--ramp needs the service's weights after the %s: %w", plan.Request.Action, err)
+	}
+	from, stillHeld := int32(0), false
+	for _, e := range b.Final.Entries {
+		if e.Cluster == plan.Cluster {
+			from = e.Effective
+		}
+	}
+	for _, e := range a.Final.Entries {
+		if e.Cluster == plan.Cluster {
+			stillHeld = e.Drained()
+		}
+	}
+	dir := weights.RampDown
+	if plan.Request.Action == drain.ActionUndrain {
+		dir = weights.RampUp
+	}
+	plan.Ramp, err = drain.PlanRamp(plan.Target.Annotations, dir, plan.Cluster, plan.Request.ID, from, stillHeld, spec, time.Now())
+	if err != nil {
+		return err
+	}
+	if plan.Ramp == nil {
+		fmt.Fprintf(stderr, "Nothing to ramp: cluster %s carries no traffic of the service before the drain, or stays held after the undrain; the change applies at once.\n", plan.Cluster)
+	}
+	return nil
 }
 
 // guardDrain is the last-serving guard of a drain or undrain: it computes the service's
@@ -327,28 +396,34 @@ func guardDrain(ctx context.Context, kc kube, plan *drain.Plan, allow bool, stde
 // its effective weights before and after the plan's annotation change;
 // drain.ErrNoTrafficMap when no map publishes the service.
 func drainImpact(ctx context.Context, kc kube, plan *drain.Plan) (report.Impact, error) {
-	r, err := newReader(kc, report.Reader{NoHostnames: true})
+	before, err := mapObjects(ctx, kc, plan)
 	if err != nil {
 		return report.Impact{}, err
+	}
+	return report.NewImpact(before, before.WithAnnotations(plan.AnnotationsAfter())), nil
+}
+
+// mapObjects reads the TrafficMap named as the plan's target and its inputs;
+// drain.ErrNoTrafficMap when no map publishes the service.
+func mapObjects(ctx context.Context, kc kube, plan *drain.Plan) (report.Objects, error) {
+	r, err := newReader(kc, report.Reader{NoHostnames: true})
+	if err != nil {
+		return report.Objects{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, drain.RequestTimeout)
 	defer cancel()
 	tm, err := r.Maps.OmeV1beta1().TrafficMaps(plan.Target.Namespace).Get(ctx, plan.Target.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return report.Impact{}, drain.ErrNoTrafficMap
+		return report.Objects{}, drain.ErrNoTrafficMap
 	case apierrors.IsForbidden(err):
-		return report.Impact{}, fmt.Errorf("%w: cannot get trafficmaps.ome.io in namespace %s; %s", report.ErrForbidden, plan.Target.Namespace, report.Needs)
+		return report.Objects{}, fmt.Errorf("%w: cannot get trafficmaps.ome.io in namespace %s; %s", report.ErrForbidden, plan.Target.Namespace, report.Needs)
 	case err != nil:
-		return report.Impact{}, fmt.Errorf("get trafficmap %s/%s: %w", plan.Target.Namespace, plan.Target.Name, err)
+		return report.Objects{}, fmt.Errorf("get trafficmap %s/%s: %w", plan.Target.Namespace, plan.Target.Name, err)
 	case tm.Spec.Service != plan.Target.Name:
-		return report.Impact{}, drain.ErrNoTrafficMap
+		return report.Objects{}, drain.ErrNoTrafficMap
 	}
-	before, err := r.Objects(ctx, tm)
-	if err != nil {
-		return report.Impact{}, err
-	}
-	return report.NewImpact(before, before.WithAnnotations(plan.AnnotationsAfter())), nil
+	return r.Objects(ctx, tm)
 }
 
 // confirm asks on the terminal with prompt; a stdin that is not a terminal never confirms
