@@ -127,7 +127,7 @@ volumeMounts:
   verbs: [patch]
 - apiGroups: [ome.io]
   resources: [inferenceservices]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, patch]
 - apiGroups: [gateway.networking.k8s.io]
   resources: [httproutes]
   verbs: [get, list, watch, create, patch, delete]
