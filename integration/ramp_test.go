@@ -14,7 +14,6 @@ import (
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/weights"
-	"github.com/trafficmap/publisher/xds/xdstest"
 )
 
 // stepRE reads a Ramping message's step and the weights it says are in place.
@@ -29,8 +28,8 @@ var stepRE = regexp.MustCompile(`step (\d+) of (\d+) in place.*weights worker-a=
 func TestOpsRampedDrainAndUndrain(t *testing.T) {
 	f := newFixture(t)
 	f.createMap([]v1beta1.TrafficMapEntry{
-		{Cluster: "worker-a", Endpoint: xdstest.StartBackend(t, "worker-a"), Weight: 1},
-		{Cluster: "worker-b", Endpoint: xdstest.StartBackend(t, "worker-b"), Weight: 1},
+		{Cluster: "worker-a", Endpoint: localBackend(t, "worker-a"), Weight: 1},
+		{Cluster: "worker-b", Endpoint: localBackend(t, "worker-b"), Weight: 1},
 	})
 	release := "ramp-" + f.ns
 	apply(t, chartRBAC(t, release, f.ns, "publisher.sinks={httproute,xds}"))
