@@ -61,6 +61,27 @@ func (c Client) Apply(ctx context.Context, p *Plan, dry DryRun) (string, error) 
 	return checkResponse(u, p)
 }
 
+// ApplyRamp sends a ramp annotation change to the InferenceService t (dryRun=All for a
+// server dry run); a change of the object since it was read is ErrConflict.
+func (c Client) ApplyRamp(ctx context.Context, t RampTarget, ch *RampChange, dry DryRun) error {
+	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	defer cancel()
+	opts := metav1.PatchOptions{}
+	if dry == DryRunServer {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	_, err := c.Dynamic.Resource(v1beta1.InferenceServicesResource).Namespace(t.Namespace).
+		Patch(ctx, t.Name, types.MergePatchType, ch.RampPatch(t), opts)
+	switch {
+	case err == nil:
+		return nil
+	case isConflict(err):
+		return ErrConflict
+	default:
+		return c.apiError(ctx, "patch", t.Namespace, err)
+	}
+}
+
 // checkResponse makes sure the response is the object the patch named.
 func checkResponse(u *unstructured.Unstructured, p *Plan) (string, error) {
 	if b, err := json.Marshal(u.Object); err != nil || len(b) > MaxPayloadBytes {

@@ -1,10 +1,13 @@
 package drain
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trafficmap/publisher/weights"
 )
@@ -141,6 +144,24 @@ func remove(ramps []weights.Ramp, i int, present bool) (*RampChange, error) {
 		return &RampChange{Ramp: r, Op: OpRemove}, nil
 	}
 	return &RampChange{Ramp: r, Op: OpReplace, Value: weights.EncodeRamps(left)}, nil
+}
+
+// RampTarget is an InferenceService a ramp change is written to, as read.
+type RampTarget struct {
+	Namespace, Name, UID, ResourceVersion string
+}
+
+// RampPatch is the JSON merge patch that sets (or, for OpRemove, removes) the ramp
+// annotation on t, guarded by its UID and resourceVersion like Plan.Patch.
+func (c *RampChange) RampPatch(t RampTarget) []byte {
+	var value *string
+	if c.Op != OpRemove {
+		value = &c.Value
+	}
+	doc := mergePatch{Metadata: mergeMetadata{UID: types.UID(t.UID), ResourceVersion: t.ResourceVersion,
+		Annotations: map[string]*string{weights.RampAnnotation: value}}}
+	b, _ := json.Marshal(doc) // strings only: cannot fail
+	return b
 }
 
 // Describe says in words what the ramp does, for previews.

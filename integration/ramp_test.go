@@ -3,8 +3,10 @@ package integration
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,11 +15,10 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/report"
 	"github.com/trafficmap/publisher/weights"
 )
 
-// stepRE reads a Ramping message's step and the weights it says are in place.
-var stepRE = regexp.MustCompile(`step (\d+) of (\d+) in place.*weights worker-a=(\d+)`)
 
 // A gradual drain and undrain with the built binary (`drain --ramp`, `undrain --ramp`),
 // published by a publisher running with the chart's RBAC to the stand-in gateway and a real
@@ -71,6 +72,13 @@ func TestOpsRampedDrainAndUndrain(t *testing.T) {
 		assert.Less(t, chi2, 23.93, "step %d: want worker-a share %.2f, observed %v", k, share, got)
 
 		if k == 1 {
+			st := op.status(t, f.ns)
+			require.Len(t, st.Ramps, 1, "status shows the ramp's progress")
+			assert.Equal(t, report.Ramp{Cluster: "worker-a", Direction: "down", Step: 1, Steps: 3, Percent: 66, Next: st.Ramps[0].Next, End: st.Ramps[0].End}, st.Ramps[0])
+			assert.Equal(t, 6*time.Second, st.Ramps[0].End.Sub(st.Ramps[0].Next), "step 2 is due 6 s before the end")
+			table := op.run(t, "status", "chat", "-n", f.ns)
+			assert.Contains(t, table.stdout, "Ramps (gradual drains and undrains under way):")
+
 			// A restart mid-ramp continues from the step stored on the InferenceService.
 			stored, err := weights.ParseRamps(f.isvc(service).GetAnnotations()[weights.RampAnnotation])
 			require.NoError(t, err)
@@ -90,7 +98,7 @@ func TestOpsRampedDrainAndUndrain(t *testing.T) {
 	assert.Equal(t, map[string]int{"worker-b": 200}, spread(t, client, 200))
 	assert.NotContains(t, f.isvc(service).GetAnnotations(), weights.RampAnnotation, "the finished ramp is removed")
 
-	steps := rampSteps(t, w.transitions(), tm.Generation)
+	steps := rampSteps(t, w.transitions(), tm.Generation, "worker-a")
 	assert.Equal(t, []int{3, 2, 1}, steps, "each step once, strictly falling, none repeated after the restart")
 
 	reasons := map[string]bool{}
@@ -105,16 +113,20 @@ func TestOpsRampedDrainAndUndrain(t *testing.T) {
 	got = op.run(t, "undrain", "chat", "-n", f.ns, "--id", "m-1", "--ramp", "6s", "--ramp-steps", "3", "--yes", "--wait")
 	require.Equal(t, 0, got.code, got.stderr)
 	tm = f.waitPublishedWith("weights worker-a=1, worker-b=1")
-	assert.Equal(t, []int{0, 1, 2}, rampSteps(t, w.transitions(), tm.Generation), "the undrain ramps up")
+	assert.Equal(t, []int{0, 1, 2}, rampSteps(t, w.transitions(), tm.Generation, "worker-a"), "the undrain ramps up")
 	assert.Equal(t, map[string]int32{"worker-a": 1, "worker-b": 1}, f.routeWeights("worker-a", "worker-b"))
 }
 
-// rampSteps checks the Published transitions of a ramp up to its end, True at gen: every one
-// before the last is False (Publishing or Ramping), the last True; it returns worker-a's
-// weight at each step said to be in place, in order.
-func rampSteps(t *testing.T, seen []transition, gen int64) []int {
+// rampSteps checks the Published transitions of a ramp, from its first Ramping one to its
+// end, True at gen: every one before the last is False (Publishing or Ramping), the last
+// True; it returns cluster's weight at each step said to be in place, in order.
+func rampSteps(t *testing.T, seen []transition, gen int64, cluster string) []int {
 	t.Helper()
+	stepRE := regexp.MustCompile(`step (\d+) of (\d+) in place.*weights .*\b` + regexp.QuoteMeta(cluster) + `=(\d+)`)
 	require.NotEmpty(t, seen)
+	first := slices.IndexFunc(seen, func(tr transition) bool { return tr.Reason == publish.ReasonRamping })
+	require.GreaterOrEqual(t, first, 0, "no Ramping transition: %v", seen)
+	seen = seen[first:]
 	last := seen[len(seen)-1]
 	require.Equal(t, metav1.ConditionTrue, last.Status, "%v", seen)
 	require.Equal(t, gen, last.Generation)
@@ -130,4 +142,32 @@ func rampSteps(t *testing.T, seen []transition, gen int64) []int {
 		}
 	}
 	return out
+}
+
+// A taint and an untaint with --ramp: every moved service gets a ramp annotation before the
+// taint is written, and its weights step down (then up) with Published False/Ramping until
+// the end; --wait returns once the final weights are Published.
+func TestOpsRampedTaintAndUntaint(t *testing.T) {
+	f := newFixture(t)
+	fl := newFleet(f)
+	f.createMap(fl.entries())
+	setInferenceClusterTaints(t, fl.a, `[]`)
+	f.startPublisher()
+	f.waitPublished()
+	op := admin(t)
+
+	w := f.watchPublished()
+	got := op.run(t, "taint", fl.a, "maintenance=planned:NoExecute", "--ramp", "3s", "--ramp-steps", "3", "--yes", "--wait")
+	require.Equal(t, 0, got.code, got.stderr)
+	assert.Contains(t, got.stderr, fmt.Sprintf("Ramp of InferenceService %s/chat: %s 100%% -> 0%% of its weight in 3 steps over 3s", f.ns, fl.a))
+	tm := f.waitPublishedWith(fmt.Sprintf("weights %s=0 (taint maintenance=planned:NoExecute), %s=1", fl.a, fl.b))
+	assert.Equal(t, []int{3, 2, 1}, rampSteps(t, w.transitions(), tm.Generation, fl.a))
+	assert.NotContains(t, f.isvc(service).GetAnnotations(), weights.RampAnnotation, "the finished ramp is removed")
+
+	w = f.watchPublished()
+	got = op.run(t, "untaint", fl.a, "maintenance:NoExecute", "--ramp", "3s", "--ramp-steps", "3", "--yes", "--wait")
+	require.Equal(t, 0, got.code, got.stderr)
+	tm = f.waitPublishedWith(fmt.Sprintf("weights %s=1, %s=1", fl.a, fl.b))
+	assert.Equal(t, []int{0, 1, 2}, rampSteps(t, w.transitions(), tm.Generation, fl.a))
+	assert.Equal(t, map[string]int32{fl.a: 1, fl.b: 1}, fl.weights(f))
 }

@@ -55,6 +55,7 @@ type taintFlags struct {
 	allowNoTraffic bool
 	dryRun, output string
 	wait           waitFlag
+	ramp           drain.RampSpec
 }
 
 // newTaintCommand returns 'publisher taint' or 'publisher untaint'; exit codes as for drain,
@@ -82,6 +83,9 @@ func newTaintCommand(action drain.Action, stdout, stderr io.Writer) *cobra.Comma
 	fs.StringVar(&f.source, "source", string(drain.SourceAuto), "where the taint is written: auto, InferenceCluster (modelplane.ai spec.taints) or WorkloadCluster (ome.io, annotation publisher.trafficmap.dev/taints)")
 	fs.BoolVar(&f.yes, "yes", false, "skip the prompt (required when stdin is not a terminal)")
 	fs.BoolVar(&f.allowNoTraffic, "allow-no-traffic", false, "proceed even when a service is left with no positive effective weight (all traffic to it stops), or its weights cannot be computed")
+	fs.DurationVar(&f.ramp.Duration, "ramp", 0, "move each service's share of the cluster gradually, in --ramp-steps equal steps over this duration (1s..24h), "+
+		"instead of at once (a ramp annotation on every moved InferenceService, written before the taint)")
+	fs.IntVar(&f.ramp.Steps, "ramp-steps", weights.DefaultRampSteps, "how many steps --ramp takes (1..100)")
 	fs.StringVar(&f.dryRun, "dry-run", string(drain.DryRunNone), "none, client (no patch is sent) or server (dryRun=All)")
 	fs.Var(&f.wait, "wait", "after the patch, wait until every moved TrafficMap is Published again with the new weights; bare: 5m; needs what 'status' needs")
 	fs.Lookup("wait").NoOptDefVal = "true"
@@ -126,6 +130,11 @@ func runTaint(ctx context.Context, action drain.Action, f taintFlags, positional
 	if f.wait.set && dry != drain.DryRunNone {
 		return 0, errors.New("--wait waits for an applied change; a dry run applies none")
 	}
+	if f.ramp.Duration != 0 {
+		if err := f.ramp.Validate(); err != nil {
+			return 0, err
+		}
+	}
 	var change taintChange
 	var err error
 	if action == drain.ActionTaint {
@@ -157,12 +166,21 @@ func runTaint(ctx context.Context, action drain.Action, f taintFlags, positional
 	if err != nil {
 		return 0, err
 	}
-	moved, err := taintImpacts(ctx, r, plan)
+	moved, objs, err := taintImpacts(ctx, r, plan)
 	if err != nil {
 		return 0, err
 	}
 	if err := drain.WriteTaintPreview(stderr, plan, drain.TaintPreviewInput{Context: kc.context, DryRun: dry}, moved); err != nil {
 		return 0, err
+	}
+	var ramps []serviceRamp
+	if f.ramp.Duration != 0 {
+		if ramps, err = planTaintRamps(plan, moved, objs, f.ramp, time.Now()); err != nil {
+			return 0, err
+		}
+		for _, sr := range ramps {
+			fmt.Fprintf(stderr, "Ramp of InferenceService %s/%s: %s.\n", sr.target.Namespace, sr.target.Name, sr.change.Describe())
+		}
 	}
 	var stopped, unknown []string
 	for _, imp := range moved {
@@ -200,6 +218,15 @@ func runTaint(ctx context.Context, action drain.Action, f taintFlags, positional
 		maps, err := omeclient.NewForConfig(kc.rest)
 		if err != nil {
 			return 0, drain.ErrContext
+		}
+		// The ramps go first: a ramp waits, idle, until the taint it eases in holds the
+		// entry; before the flips, so the publisher's reconcile of the ramp's write does not
+		// follow (and undo) them.
+		isvcs := drain.Client{Dynamic: dyn, Action: action}
+		for _, sr := range ramps {
+			if err := isvcs.ApplyRamp(ctx, sr.target, sr.change, dry); err != nil {
+				return 0, fmt.Errorf("ramp of inferenceservice %s/%s: %w", sr.target.Namespace, sr.target.Name, err)
+			}
 		}
 		mc := drain.MapClient{Maps: maps}
 		for _, imp := range moved {
@@ -250,7 +277,65 @@ func runTaint(ctx context.Context, action drain.Action, f taintFlags, positional
 		fmt.Fprintln(stderr, "No service's traffic moves: nothing to wait for.")
 		return exitOK, nil
 	}
-	return waitMaps(parent, kc, targets, f.wait.d, stderr)
+	timeout := f.wait.d
+	for _, sr := range ramps {
+		timeout = max(timeout, rampWait(f.wait, sr.change))
+	}
+	return waitMaps(parent, kc, targets, timeout, stderr)
+}
+
+// serviceRamp is the ramp annotation change of one InferenceService a taint moves.
+type serviceRamp struct {
+	target drain.RampTarget
+	change *drain.RampChange
+}
+
+// planTaintRamps plans, for every moved service whose weights are computable, the ramp
+// annotation change that eases the taint (down) or untaint (up) of the plan's cluster in:
+// the hold is the NoExecute taint changed (a NoSchedule taint moves no traffic).
+func planTaintRamps(plan *drain.TaintPlan, moved []report.Impact, objs []report.Objects, spec drain.RampSpec, now time.Time) ([]serviceRamp, error) {
+	i := slices.IndexFunc(plan.Changed, func(t weights.Taint) bool { return t.Effect == weights.EffectNoExecute })
+	if i < 0 {
+		return nil, nil
+	}
+	hold, cluster := plan.Changed[i].String(), plan.Object.Name
+	dir := weights.RampDown
+	if plan.Action == drain.ActionUntaint {
+		dir = weights.RampUp
+	}
+	after := plan.ClusterTaints()
+	var out []serviceRamp
+	for k, imp := range moved {
+		o := objs[k]
+		if !imp.Computable() || o.Source == nil {
+			continue
+		}
+		b, errB := report.Effective(o)
+		a, errA := report.Effective(o.WithClusterTaints(after))
+		if err := errors.Join(errB, errA); err != nil {
+			return nil, fmt.Errorf("--ramp needs the weights of %s: %w", imp.Ref(), err)
+		}
+		from, stillHeld := int32(0), false
+		for _, e := range b.Final.Entries {
+			if e.Cluster == cluster {
+				from = e.Effective
+			}
+		}
+		for _, e := range a.Final.Entries {
+			if e.Cluster == cluster {
+				stillHeld = e.Drained()
+			}
+		}
+		ch, err := drain.PlanRamp(o.Source.Annotations, dir, cluster, hold, from, stillHeld, spec, now)
+		if err != nil {
+			return nil, fmt.Errorf("ramp of %s: %w", imp.Ref(), err)
+		}
+		if ch != nil {
+			out = append(out, serviceRamp{target: drain.RampTarget{Namespace: o.Source.Namespace, Name: o.Source.Name,
+				UID: string(o.Source.UID), ResourceVersion: o.Source.ResourceVersion}, change: ch})
+		}
+	}
+	return out, nil
 }
 
 func changedNames(p *drain.TaintPlan) []string {
@@ -310,17 +395,22 @@ func planTaint(ctx context.Context, c drain.ClusterClient, action drain.Action, 
 // taintImpacts computes, for every TrafficMap in every namespace with an entry for the
 // plan's cluster, its effective weights before and after the plan (publish.Compute over
 // the map's current drains, taints and tolerations, the source's view replaced), and
-// returns those whose traffic moves, sorted by namespace and name.
-func taintImpacts(ctx context.Context, r report.Reader, p *drain.TaintPlan) ([]report.Impact, error) {
+// returns those whose traffic moves, sorted by namespace and name, with the objects each
+// was computed from.
+func taintImpacts(ctx context.Context, r report.Reader, p *drain.TaintPlan) ([]report.Impact, []report.Objects, error) {
 	list, err := r.Maps.OmeV1beta1().TrafficMaps("").List(ctx, metav1.ListOptions{})
 	switch {
 	case apierrors.IsForbidden(err):
-		return nil, fmt.Errorf("forbidden: cannot list trafficmaps.ome.io in all namespaces; the %s previews every service on the cluster: it needs that and what status needs: %s", p.Action, report.Needs)
+		return nil, nil, fmt.Errorf("forbidden: cannot list trafficmaps.ome.io in all namespaces; the %s previews every service on the cluster: it needs that and what status needs: %s", p.Action, report.Needs)
 	case err != nil:
-		return nil, fmt.Errorf("list trafficmaps.ome.io in all namespaces: %w", err)
+		return nil, nil, fmt.Errorf("list trafficmaps.ome.io in all namespaces: %w", err)
 	}
 	after := p.ClusterTaints()
-	moved := []report.Impact{}
+	type movedMap struct {
+		imp report.Impact
+		obj report.Objects
+	}
+	var found []movedMap
 	for i := range list.Items {
 		tm := &list.Items[i]
 		if !slices.ContainsFunc(tm.Spec.Entries, func(e v1beta1.TrafficMapEntry) bool { return e.Cluster == after.Cluster }) {
@@ -328,17 +418,21 @@ func taintImpacts(ctx context.Context, r report.Reader, p *drain.TaintPlan) ([]r
 		}
 		o, err := r.Objects(ctx, tm)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if imp := report.NewImpact(o, o.WithClusterTaints(after)); imp.Moves() {
-			moved = append(moved, imp)
+			found = append(found, movedMap{imp, o})
 		}
 	}
-	sort.Slice(moved, func(i, j int) bool {
-		a, b := moved[i], moved[j]
+	sort.Slice(found, func(i, j int) bool {
+		a, b := found[i].imp, found[j].imp
 		return a.Namespace < b.Namespace || a.Namespace == b.Namespace && a.TrafficMap < b.TrafficMap
 	})
-	return moved, nil
+	moved, objs := []report.Impact{}, make([]report.Objects, 0, len(found))
+	for _, m := range found {
+		moved, objs = append(moved, m.imp), append(objs, m.obj)
+	}
+	return moved, objs, nil
 }
 
 // taintPublished is --wait's decision for one map a taint or untaint moves: the status's
