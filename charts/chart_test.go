@@ -310,7 +310,7 @@ func TestDashboardAndAlerts(t *testing.T) {
 		assert.NotEmpty(t, p.Targets, p.Title)
 	}
 	assert.Equal(t, []string{"Published conditions by reason", "Input to Published latency per sink", "xDS clients",
-		"xDS ACKs and NACKs", "Reconciles and reconcile errors", "Route writes"}, titles)
+		"xDS ACKs and NACKs", "Reconciles and reconcile errors", "Route writes", "Maps ramping and not published"}, titles)
 
 	var rule struct {
 		Spec struct {
