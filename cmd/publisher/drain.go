@@ -85,6 +85,12 @@ positive effective weight, so that all traffic to it would stop, or whose weight
 computed or read, is refused with exit 6, also in dry runs, unless --allow-no-traffic is
 given; the prompt then says that all traffic to the service stops.
 
+Gradual drain: --ramp DURATION moves the cluster's share in --ramp-steps equal steps (default
+10) over DURATION instead of at once: the same patch writes the publisher's ramp annotation
+(publisher.trafficmap.dev/ramp), and the publisher publishes each step once the one before is
+in place on every sink, with Published False (reason Ramping) until the last. An undrain with
+--ramp brings the share back the same way; see the README, "Gradual drains".
+
 Exit codes: 0 done, 1 refused or failed (nothing confirmed, or outcome unknown), 3 the
 guarded patch was rejected because the object changed since it was read, 4 --wait timed
 out (the patch was applied; the publisher has not published it yet), 6 refused by the

@@ -44,6 +44,9 @@ resourceVersion, which the API server enforces (exit 3 when it changed after the
 --wait waits until every moved map is Published with the new weights. Afterwards,
 'publisher status --workload-cluster CLUSTER -A' lists the services still routed to CLUSTER.
 
+With --ramp DURATION every moved InferenceService first gets the publisher's ramp annotation,
+so its share of the cluster moves in --ramp-steps steps over DURATION (see drain --help).
+
 Exit codes: 0 done, 1 refused or failed, 3 the guarded patch was rejected because the object
 changed since it was read, 4 --wait timed out (the patch was applied), 6 refused by the
 last-serving guard (nothing was changed).`
