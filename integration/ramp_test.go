@@ -19,7 +19,6 @@ import (
 	"github.com/trafficmap/publisher/weights"
 )
 
-
 // A gradual drain and undrain with the built binary (`drain --ramp`, `undrain --ramp`),
 // published by a publisher running with the chart's RBAC to the stand-in gateway and a real
 // grpc-go xDS client: every step is on the HTTPRoute and in the client's RPC shares before
