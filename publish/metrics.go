@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/trafficmap/publisher/weights"
 )
 
 // metrics are the publisher's Prometheus metrics. A nil *metrics records nothing.
@@ -45,6 +47,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sinks: map[cache.ObjectName]map[string]bool{},
 	}
 	reg.MustRegister(m.reconciles, m.conditions, m.routeWrites, m.latency, m.sinkLatency, m.rampSteps)
+	for _, d := range []weights.RampDirection{weights.RampDown, weights.RampUp} {
+		m.rampSteps.WithLabelValues(string(d)) // exported at 0 before the first ramp
+	}
 	return m
 }
 
