@@ -26,8 +26,10 @@ type publisherStatus struct {
 	observed   int64
 	gatewayRef *v1beta1.TrafficMapGatewayRef
 	condition  metav1.Condition // LastTransitionTime is set by the status writer
-	// progress marks a Pending answer whose news may be only a consumer count; the status
-	// writer rewrites such a message at most once per progressInterval.
+	// progress marks a Pending answer: its news is only why the map is not published yet
+	// (a sink still working, a consumer count), so the status writer rewrites such a
+	// message at most once per progressInterval while the condition stays False for the
+	// same reason.
 	progress bool
 	// tail, on a True status, is the end of its message that says what is published (the
 	// weights and what they were computed with), after the sinks' confirmations. A True
@@ -90,7 +92,7 @@ func decide(tm *v1beta1.TrafficMap, pl *planned, confs []sink.Confirmation) publ
 				reason, msg = ReasonRamping, describeRamps(ramps, false)+"; "+c.Message
 			}
 			st := notPublished(tm, reason, msg, ref)
-			st.progress = c.Progress != nil
+			st.progress = true
 			return st
 		default:
 			msg := c.Message + "; weights " + describeWeights(pl.plan.Result)

@@ -327,6 +327,40 @@ func TestReconcile(t *testing.T) {
 		assert.Equal(t, metav1.ConditionTrue, f.published().Status)
 	})
 
+	t.Run("a drain the gateway accepts soon costs two status writes, not three", func(t *testing.T) {
+		route := inPlace("route accepted")
+		f := newFixture(t, route)
+		_, err := f.run(t)
+		require.NoError(t, err)
+		require.Equal(t, metav1.ConditionTrue, f.published().Status)
+
+		route.carries = false
+		route.conf = sink.Confirmation{State: sink.Pending, Message: "waiting for gateway prod/g to accept route prod/chat-global generation 2"}
+		f.inputs.annotations = map[string]string{weights.DrainAnnotation: `{"m-a":{"cluster":"worker-a","reason":"maintenance"}}`}
+		before := f.api.applies
+		hold, err := f.run(t)
+		require.NoError(t, err)
+		assert.Equal(t, before+1, f.api.applies, "Publishing is written; the gateway's pending answer only restates it")
+		assert.Equal(t, progressInterval, hold, "reconciled again when the restated message may be written")
+		assert.Equal(t, "publishing weights worker-a=0 (drained by m-a), worker-b=1", f.published().Message)
+
+		route.conf = sink.Confirmation{State: sink.InPlace, Message: "route accepted"}
+		_, err = f.run(t)
+		require.NoError(t, err)
+		assert.Equal(t, before+2, f.api.applies)
+		assert.Equal(t, metav1.ConditionTrue, f.published().Status)
+
+		// A gateway that takes longer: the pending message is written once the interval passed.
+		route.conf = sink.Confirmation{State: sink.Pending, Message: "waiting for gateway prod/g to accept route prod/chat-global generation 3"}
+		f.inputs.annotations = map[string]string{}
+		_, err = f.run(t)
+		require.NoError(t, err)
+		f.clock = f.clock.Add(progressInterval)
+		_, err = f.run(t)
+		require.NoError(t, err)
+		assert.Equal(t, "waiting for gateway prod/g to accept route prod/chat-global generation 3", f.published().Message)
+	})
+
 	t.Run("carried: no announce when the sinks already carry the plan", func(t *testing.T) {
 		s := inPlace("route stored")
 		s.carries = true

@@ -26,9 +26,10 @@ import (
 
 // Step 5 of the pipeline: write the decided status.
 
-// progressInterval is how often at most a map's Published message is rewritten only to
-// update how many consumers have confirmed: with C xDS clients a rollout would otherwise
-// cost up to C status writes per map.
+// progressInterval is how often at most a map's Published False message is rewritten while
+// it stays False for the same reason: with C xDS clients a rollout would otherwise cost up
+// to C status writes per map, and a drain one write for "publishing weights" and another,
+// moments later, for "waiting for gateway ... to accept route".
 const progressInterval = time.Second
 
 // freshQuiet is how long a new map's first status waits while it only says Publishing.
@@ -115,8 +116,10 @@ func (w *statusWriter) write(ctx context.Context, tm *v1beta1.TrafficMap, want p
 	return updated, 0, err
 }
 
-// hold is how long to wait before writing want, which may only update a progress count,
-// or which would be the first condition of a new map and only says Publishing: a new map
+// hold is how long to wait before writing want, a Pending answer that only restates why
+// the map is not published yet (a False condition with the same reason at the same
+// generation was written less than progressInterval ago), or the first condition of a new
+// map that only says Publishing: a new map
 // has an empty column, which is not stale, so its first status waits freshQuiet for the
 // sinks (most maps are then written once, True, which halves a cold start's writes and
 // keeps such maps out of the reconnect grace, which holds maps that have a condition).
@@ -136,15 +139,19 @@ func (w *statusWriter) hold(tm *v1beta1.TrafficMap, want publisherStatus) time.D
 	} else {
 		delete(w.fresh, key)
 	}
+	now := w.now()
 	if !want.progress {
-		delete(w.progress, key)
+		if want.published {
+			delete(w.progress, key)
+		} else {
+			w.progress[key] = now // a False message a progress message may follow
+		}
 		return 0
 	}
 	prev := findPublished(tm)
 	if prev != nil && prev.Message == want.condition.Message {
 		return 0 // nothing to rewrite
 	}
-	now := w.now()
 	last, ok := w.progress[key]
 	if ok && prev != nil && prev.Status == metav1.ConditionFalse && prev.Reason == want.condition.Reason &&
 		prev.ObservedGeneration == want.condition.ObservedGeneration && now.Sub(last) < progressInterval {
