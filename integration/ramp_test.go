@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/publish"
@@ -169,4 +170,35 @@ func TestOpsRampedTaintAndUntaint(t *testing.T) {
 	tm = f.waitPublishedWith(fmt.Sprintf("weights %s=1, %s=1", fl.a, fl.b))
 	assert.Equal(t, []int{0, 1, 2}, rampSteps(t, w.transitions(), tm.Generation, fl.a))
 	assert.Equal(t, map[string]int32{fl.a: 1, fl.b: 1}, fl.weights(f))
+}
+
+// A ramp survives a leader change: replica a leads and takes the first step; when it stops,
+// b takes the Lease and continues from the step stored on the InferenceService (never from
+// the start), and only b writes from then on.
+func TestRampSurvivesLeaderChange(t *testing.T) {
+	f := newFixture(t)
+	f.createMap(seedEntries())
+	replica := func(id string) func(*publish.Config) {
+		return func(c *publish.Config) {
+			c.LeaderElection = publish.LeaderElection{Enabled: true, Namespace: f.ns, Name: "publisher", Identity: id,
+				LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}
+		}
+	}
+	a := startPublisherWith(t, f.publisherConfig(replica("a")), restCfg, zaptest.NewLogger(t).Named("a"))
+	f.waitPublished() // a holds the Lease: it was alone
+	startPublisherWith(t, f.publisherConfig(replica("b")), restCfg, zaptest.NewLogger(t).Named("b"))
+
+	w := f.watchPublished()
+	ramp := weights.Ramp{Cluster: "worker-a", Direction: weights.RampDown, Start: time.Now(), Duration: 9 * time.Second, Steps: 3,
+		From: 1, Holds: []string{"maintenance-a"}}
+	// As `drain --ramp` does: the drain and the ramp in one write.
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"ome.io/traffic-drain":%q,%q:%q}}}`, seedDrain, weights.RampAnnotation, weights.EncodeRamps([]weights.Ramp{ramp}))
+	_, err := dyn.Resource(v1beta1.InferenceServicesResource).Namespace(f.ns).Patch(ctxFor(t), service, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	require.NoError(t, err)
+	f.waitCondition(metav1.ConditionFalse, publish.ReasonRamping, "ramping worker-a down: step 1 of 3 in place")
+	a.stop(t) // releases the Lease; b takes it
+
+	tm := f.waitPublishedWith("weights worker-a=0 (drained by maintenance-a), worker-b=1")
+	assert.Equal(t, []int{3, 2, 1}, rampSteps(t, w.transitions(), tm.Generation, "worker-a"), "b continued from step 1")
+	assert.NotContains(t, f.isvc(service).GetAnnotations(), weights.RampAnnotation)
 }
