@@ -90,6 +90,9 @@ func decide(tm *v1beta1.TrafficMap, pl *planned, confs []sink.Confirmation) publ
 			reason, msg := ReasonPublishing, c.Message
 			if ramps := pl.computed.Progress; len(ramps) > 0 {
 				reason, msg = ReasonRamping, describeRamps(ramps, false)+"; "+c.Message
+			} else if ramping(tm) {
+				// The last step: the ramp is over once these weights are in place.
+				reason, msg = ReasonRamping, "no ramp shapes the weights any more, publishing where it ends; "+c.Message
 			}
 			st := notPublished(tm, reason, msg, ref)
 			st.progress = true

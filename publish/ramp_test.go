@@ -111,3 +111,36 @@ func TestReconcileInvalidRampKeepsWhatIsPublished(t *testing.T) {
 	assert.Contains(t, c.Message, `inferenceservice prod/chat annotation publisher.trafficmap.dev/ramp: invalid ramp annotation publisher.trafficmap.dev/ramp: cluster worker-a: direction "sideways" must be "down" or "up"`)
 	assert.Empty(t, route.applied, "nothing is published")
 }
+
+// The last step: once the ramp is removed, the drain's weights are still being published;
+// Published stays Ramping (not Publishing) until they are in place, then turns True.
+func TestReconcileRampLastStepSaysRamping(t *testing.T) {
+	route := &fakeSink{name: "route", conf: sink.Confirmation{State: sink.InPlace, Message: "route accepted"}}
+	f := newFixture(t, route)
+	ramp := weights.Ramp{Cluster: "worker-a", Direction: weights.RampDown, Start: f.clock, Duration: 2 * time.Second, Steps: 2, Step: 1, From: 1, Holds: []string{"m-1"}}
+	f.inputs.annotations = map[string]string{
+		weights.DrainAnnotation: `{"m-1":{"cluster":"worker-a","reason":"maintenance"}}`,
+		weights.RampAnnotation:  weights.EncodeRamps([]weights.Ramp{ramp}),
+	}
+	f.inputs.cachedRV, f.inputs.liveRV = "10", "10"
+	_, err := f.run(t)
+	require.NoError(t, err)
+	require.Equal(t, ReasonRamping, f.published().Reason)
+
+	f.clock = f.clock.Add(2 * time.Second)
+	_, err = f.run(t) // step 1 is in place and the end is due: the ramp is removed
+	require.NoError(t, err)
+	require.Equal(t, []string{""}, f.inputs.rampWrites)
+	route.conf = sink.Confirmation{State: sink.Pending, Message: "waiting for gateway prod/g"}
+	f.clock = f.clock.Add(progressInterval)
+	_, err = f.run(t)
+	require.NoError(t, err)
+	c := f.published()
+	assert.Equal(t, ReasonRamping, c.Reason)
+	assert.Equal(t, "no ramp shapes the weights any more, publishing where it ends; waiting for gateway prod/g", c.Message)
+
+	route.conf = sink.Confirmation{State: sink.InPlace, Message: "route accepted"}
+	_, err = f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, metav1.ConditionTrue, f.published().Status)
+}
