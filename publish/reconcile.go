@@ -44,17 +44,21 @@ const (
 	ReasonInvalidTolerations     = "InvalidTolerations"
 	ReasonInvalidRamp            = "InvalidRampAnnotation"
 	ReasonRamping                = "Ramping"
-	// ReasonRampStarted and ReasonRampFinished are Event reasons.
-	ReasonRampStarted          = "RampStarted"
-	ReasonRampFinished         = "RampFinished"
-	ReasonSourceNotFound       = "SourceNotFound"
-	ReasonHostnameConflict     = sink.ReasonHostnameConflict
-	ReasonRouteConflict        = routesink.ReasonConflict
-	ReasonRouteRefused         = routesink.ReasonRefused
-	ReasonRouteNotAccepted     = routesink.ReasonNotAccepted
-	ReasonLastPositiveRetained = routesink.ReasonLastPositiveRetained
-	ReasonXDSRejected          = xdssink.ReasonRejected
-	ReasonXDSInvalid           = xdssink.ReasonInvalid
+	ReasonSourceNotFound         = "SourceNotFound"
+	ReasonHostnameConflict       = sink.ReasonHostnameConflict
+	ReasonRouteConflict          = routesink.ReasonConflict
+	ReasonRouteRefused           = routesink.ReasonRefused
+	ReasonRouteNotAccepted       = routesink.ReasonNotAccepted
+	ReasonLastPositiveRetained   = routesink.ReasonLastPositiveRetained
+	ReasonXDSRejected            = xdssink.ReasonRejected
+	ReasonXDSInvalid             = xdssink.ReasonInvalid
+)
+
+// Reasons of the Normal Events that mark a ramp's first step and its end (the Published
+// condition's Ramping reason marks its start).
+const (
+	ReasonRampStarted  = "RampStarted"
+	ReasonRampFinished = "RampFinished"
 )
 
 // mapInputs is where the pipeline reads a map and its inputs (the informer caches).
