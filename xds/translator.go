@@ -1,5 +1,11 @@
 package xds
 
+import (
+	"slices"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+)
+
 // Translator translates services into both flavours and validates each service on its own,
 // reusing what it built for every service whose content is unchanged since the previous
 // call, so one drain re-translates one service, not the fleet. Its output is the same as
@@ -8,6 +14,7 @@ type Translator struct {
 	opts  EnvoyOptions
 	cache map[string]*translated // by service key
 	seen  map[string]bool        // keys used since the last Prune
+	fleet *fleet                 // the services set by Update; nil until then
 }
 
 // translated is what one service's content translates to.
@@ -107,4 +114,262 @@ func (t *Translator) Prune() {
 		}
 	}
 	t.seen = map[string]bool{}
+}
+
+// fleet is the set of services a Translator holds for Update and Resources, and what each
+// flavour's last Resources was assembled from.
+type fleet struct {
+	services map[string]Service
+	order    []string // the keys of services, sorted
+	asm      map[Flavour]*assembly
+}
+
+// assembly is one flavour's last assembled resources, with where each service's parts are,
+// so that a change of a few services that keeps their resource names patches those
+// positions instead of assembling the fleet again.
+type assembly struct {
+	res   Resources
+	full  bool            // assemble everything next time
+	dirty map[string]bool // services updated since res was assembled
+	// The parts res was assembled from, by service key, and their positions.
+	grpc      map[string]*Resources
+	envoy     map[string]*envoyPart
+	listeners map[string]int // gRPC: listener name -> position
+	routes    map[string]int // gRPC route configuration (by key) or Envoy virtual host -> position
+	clusters  map[string]int // service key -> position of its first cluster
+}
+
+// Update sets the services the Translator holds for Resources: services (sealed, each
+// valid on its own and with names no other holds; see Partition) replace the ones with
+// their keys or join, and the services removed leave. What was translated for a removed
+// service is forgotten.
+func (t *Translator) Update(services []Service, removed []string) {
+	if t.fleet == nil {
+		t.fleet = &fleet{services: map[string]Service{}, asm: map[Flavour]*assembly{}}
+	}
+	f := t.fleet
+	for _, s := range services {
+		key := s.key()
+		if _, ok := f.services[key]; !ok {
+			i, _ := slices.BinarySearch(f.order, key)
+			f.order = slices.Insert(f.order, i, key)
+		}
+		f.services[key] = s
+		for _, a := range f.asm {
+			a.dirty[key] = true
+		}
+	}
+	for _, key := range removed {
+		if _, ok := f.services[key]; !ok {
+			continue
+		}
+		delete(f.services, key)
+		delete(t.cache, key)
+		delete(t.seen, key)
+		if i, ok := slices.BinarySearch(f.order, key); ok {
+			f.order = slices.Delete(f.order, i, i+1)
+		}
+		for _, a := range f.asm {
+			a.dirty[key] = true
+		}
+	}
+}
+
+// Resources returns flavour's resources for the services Update has set: the same as
+// TranslateEnvoy (of the services with hostnames) or TranslateGRPC would. Each service is
+// translated for a flavour only when that flavour is first asked for after the service
+// changed, so a flavour never asked for costs nothing. When the services updated since the
+// flavour's previous call kept their resource names (a drain), the previous lists are
+// copied and only those services' positions replaced; the resources of every other
+// service are the same messages as before.
+func (t *Translator) Resources(flavour Flavour) (Resources, error) {
+	if t.fleet == nil {
+		t.fleet = &fleet{services: map[string]Service{}, asm: map[Flavour]*assembly{}}
+	}
+	a := t.fleet.asm[flavour]
+	if a == nil {
+		a = &assembly{full: true, dirty: map[string]bool{}}
+		t.fleet.asm[flavour] = a
+	}
+	if !a.full {
+		ok, err := t.patch(flavour, a)
+		if err != nil {
+			return Resources{}, err
+		}
+		if ok {
+			a.dirty = map[string]bool{}
+			return a.res, nil
+		}
+	}
+	if err := t.assemble(flavour, a); err != nil {
+		a.full = true
+		return Resources{}, err
+	}
+	a.full, a.dirty = false, map[string]bool{}
+	return a.res, nil
+}
+
+// gRPCPart is the gRPC translation of s, made once per content.
+func (t *Translator) gRPCPart(s Service) (*Resources, error) {
+	e := t.entry(s)
+	if e.grpc == nil && e.grpcOK == nil {
+		part, err := translateGRPCService(s)
+		e.grpc, e.grpcOK = &part, err
+	}
+	return e.grpc, e.grpcOK
+}
+
+// envoyPart is the Envoy translation of s, made once per content.
+func (t *Translator) envoyPart(s Service) (*envoyPart, error) {
+	e := t.entry(s)
+	if e.envoy == nil && e.envoyOK == nil {
+		part, err := translateEnvoyService(s)
+		e.envoy, e.envoyOK = &part, err
+	}
+	return e.envoy, e.envoyOK
+}
+
+// assemble builds flavour's resources from every service, in key order.
+func (t *Translator) assemble(flavour Flavour, a *assembly) error {
+	f := t.fleet
+	a.listeners, a.routes, a.clusters = map[string]int{}, map[string]int{}, map[string]int{}
+	a.grpc, a.envoy = nil, nil
+	if flavour == FlavourEnvoy {
+		a.envoy = make(map[string]*envoyPart, len(f.order))
+		parts := make([]envoyPart, 0, len(f.order))
+		for _, key := range f.order {
+			s := f.services[key]
+			if len(s.Hostnames) == 0 {
+				continue
+			}
+			p, err := t.envoyPart(s)
+			if err != nil {
+				return err
+			}
+			a.envoy[key] = p
+			a.routes[key] = len(parts)
+			parts = append(parts, *p)
+		}
+		res, err := assembleEnvoy(t.opts, parts)
+		if err != nil {
+			return err
+		}
+		at := 0
+		for _, key := range f.order {
+			if p := a.envoy[key]; p != nil {
+				a.clusters[key] = at
+				at += len(p.clusters)
+			}
+		}
+		a.res = res
+		return nil
+	}
+	a.grpc = make(map[string]*Resources, len(f.order))
+	parts := make([]Resources, 0, len(f.order))
+	var res Resources
+	for _, key := range f.order {
+		p, err := t.gRPCPart(f.services[key])
+		if err != nil {
+			return err
+		}
+		a.grpc[key] = p
+		a.clusters[key] = len(res.Clusters)
+		if len(p.Routes) > 0 {
+			a.routes[key] = len(res.Routes)
+		}
+		res.Routes = append(res.Routes, p.Routes...)
+		res.Clusters = append(res.Clusters, p.Clusters...)
+		parts = append(parts, *p)
+	}
+	res.Listeners = assembleGRPC(parts).Listeners
+	for i, l := range res.Listeners {
+		a.listeners[l.Name] = i
+	}
+	a.res = res
+	return nil
+}
+
+// patch replaces, in a copy of the last assembled lists, the parts of the services updated
+// since, and reports whether it could: every one of them was and still is in the flavour,
+// with the same resource names.
+func (t *Translator) patch(flavour Flavour, a *assembly) (bool, error) {
+	if len(a.dirty) == 0 {
+		return true, nil
+	}
+	f := t.fleet
+	res := Resources{Listeners: a.res.Listeners, Routes: slices.Clone(a.res.Routes), Clusters: slices.Clone(a.res.Clusters)}
+	if flavour == FlavourEnvoy {
+		rc := a.res.Routes[0]
+		shell := &routev3.RouteConfiguration{Name: rc.Name, IgnorePortInHostMatching: rc.IgnorePortInHostMatching, VirtualHosts: slices.Clone(rc.VirtualHosts)}
+		parts := make(map[string]*envoyPart, len(a.dirty))
+		for key := range a.dirty {
+			s, ok := f.services[key]
+			old := a.envoy[key]
+			in := ok && len(s.Hostnames) > 0
+			if old == nil && !in {
+				continue // neither was nor is in the flavour
+			}
+			if old == nil || !in {
+				return false, nil
+			}
+			p, err := t.envoyPart(s)
+			if err != nil {
+				return false, err
+			}
+			if !sameNames(old.clusters, p.clusters) {
+				return false, nil
+			}
+			parts[key] = p
+		}
+		for key, p := range parts {
+			shell.VirtualHosts[a.routes[key]] = p.vhost
+			copy(res.Clusters[a.clusters[key]:], p.clusters)
+			a.envoy[key] = p
+		}
+		res.Routes[0] = shell
+		a.res = res
+		return true, nil
+	}
+	res.Listeners = slices.Clone(a.res.Listeners)
+	parts := make(map[string]*Resources, len(a.dirty))
+	for key := range a.dirty {
+		s, ok := f.services[key]
+		old := a.grpc[key]
+		if !ok || old == nil {
+			return false, nil
+		}
+		p, err := t.gRPCPart(s)
+		if err != nil {
+			return false, err
+		}
+		if !sameNames(old.Listeners, p.Listeners) || !sameNames(old.Routes, p.Routes) || !sameNames(old.Clusters, p.Clusters) {
+			return false, nil
+		}
+		parts[key] = p
+	}
+	for key, p := range parts {
+		for _, l := range p.Listeners {
+			res.Listeners[a.listeners[l.Name]] = l
+		}
+		if len(p.Routes) > 0 {
+			res.Routes[a.routes[key]] = p.Routes[0]
+		}
+		copy(res.Clusters[a.clusters[key]:], p.Clusters)
+		a.grpc[key] = p
+	}
+	a.res = res
+	return true, nil
+}
+
+// sameNames reports whether a and b name the same resources in the same order.
+func sameNames[T interface{ GetName() string }](a, b []T) bool {
+	return slices.EqualFunc(a, b, func(x, y T) bool { return x.GetName() == y.GetName() })
+}
+
+// Keys returns the keys of the services Update has set, sorted.
+func (t *Translator) Keys() []string {
+	if t.fleet == nil {
+		return nil
+	}
+	return slices.Clone(t.fleet.order)
 }
