@@ -129,7 +129,7 @@ func TestBuildsOnlyConsumedFlavours(t *testing.T) {
 		require.NoError(t, r.UnmarshalTo(&cl))
 		assert.Contains(t, []string{"prod/chat/worker-a", "prod/chat/worker-b"}, cl.GetName())
 	}
-	assert.True(t, s.isBuilt(xds.FlavourEnvoy))
+	require.Eventually(t, func() bool { return s.isBuilt(xds.FlavourEnvoy) }, 10*time.Second, time.Millisecond, "recorded once served")
 	assert.False(t, s.isBuilt(xds.FlavourGRPC), "an Envoy client builds the Envoy flavour alone")
 	ack(clusters)
 	require.NoError(t, ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ListenerType}))
@@ -164,7 +164,7 @@ func TestBuildsOnlyConsumedFlavours(t *testing.T) {
 	}
 	_, err = call()
 	require.NoError(t, err, "the first RPC waits for the gRPC flavour, built for this client")
-	assert.True(t, s.isBuilt(xds.FlavourGRPC))
+	require.Eventually(t, func() bool { return s.isBuilt(xds.FlavourGRPC) }, 10*time.Second, time.Millisecond, "recorded once served")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		conf, err := s.Apply(ctx, plan)
 		require.NoError(c, err)
@@ -180,21 +180,21 @@ func TestBuildsOnlyConsumedFlavours(t *testing.T) {
 	routes = next(resource.RouteType)
 	assert.Equal(t, map[string]uint32{"prod/chat/worker-b": 1}, weightsOf(t, routes))
 	ack(routes, xds.DefaultEnvoyOptions.RouteConfigName)
-	assert.True(t, s.Carries(drained))
+	require.Eventually(t, func() bool { return s.Carries(drained) }, 10*time.Second, time.Millisecond, "recorded once served")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		host, err := call()
-		require.NoError(c, err)
-		assert.Equal(c, "worker-b", host)
 		conf, err := s.Apply(ctx, drained)
 		require.NoError(c, err)
 		assert.Equal(c, sink.InPlace, conf.State, conf.Message)
 		assert.Equal(c, 2, conf.Progress.Confirmed)
 	}, 20*time.Second, 10*time.Millisecond)
-	for range 50 {
-		host, err := call()
-		require.NoError(t, err)
-		assert.Equal(t, "worker-b", host)
-	}
+	// grpc-go ACKs before its balancer has applied the route: wait until it has.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for range 20 {
+			host, err := call()
+			require.NoError(c, err)
+			require.Equal(c, "worker-b", host)
+		}
+	}, 20*time.Second, 10*time.Millisecond)
 }
 
 // weightsOf reads the weighted clusters of the one route of a route configuration response.
