@@ -3,7 +3,9 @@ package xds
 import (
 	"slices"
 
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // Translator translates services into both flavours and validates each service on its own,
@@ -25,6 +27,11 @@ type translated struct {
 	envoyOK error
 	grpc    *Resources
 	grpcOK  error
+	// wasEnvoy and wasGRPC are the parts of the service's previous content, until this
+	// content's parts are built: the resources equal to theirs are reused (a drain changes
+	// the route, not the clusters or listeners), so later stages see the same messages.
+	wasEnvoy *envoyPart
+	wasGRPC  *Resources
 }
 
 // NewTranslator returns a Translator for the Envoy flavour shaped by opts.
@@ -49,7 +56,17 @@ func (t *Translator) entry(s Service) *translated {
 	content := contentKey(s)
 	e := t.cache[key]
 	if e == nil || e.content != content {
-		e = &translated{content: content, valid: validService(t.opts, s)}
+		next := &translated{content: content, valid: validService(t.opts, s)}
+		if e != nil {
+			next.wasEnvoy, next.wasGRPC = e.envoy, e.grpc
+			if next.wasEnvoy == nil {
+				next.wasEnvoy = e.wasEnvoy
+			}
+			if next.wasGRPC == nil {
+				next.wasGRPC = e.wasGRPC
+			}
+		}
+		e = next
 		t.cache[key] = e
 	}
 	return e
@@ -214,7 +231,12 @@ func (t *Translator) gRPCPart(s Service) (*Resources, error) {
 	e := t.entry(s)
 	if e.grpc == nil && e.grpcOK == nil {
 		part, err := translateGRPCService(s)
-		e.grpc, e.grpcOK = &part, err
+		if err == nil && e.wasGRPC != nil {
+			reuseEqual(part.Listeners, e.wasGRPC.Listeners)
+			reuseEqual(part.Routes, e.wasGRPC.Routes)
+			reuseEqual(part.Clusters, e.wasGRPC.Clusters)
+		}
+		e.grpc, e.grpcOK, e.wasGRPC = &part, err, nil
 	}
 	return e.grpc, e.grpcOK
 }
@@ -224,9 +246,28 @@ func (t *Translator) envoyPart(s Service) (*envoyPart, error) {
 	e := t.entry(s)
 	if e.envoy == nil && e.envoyOK == nil {
 		part, err := translateEnvoyService(s)
-		e.envoy, e.envoyOK = &part, err
+		if err == nil && e.wasEnvoy != nil {
+			reuseEqual(part.clusters, e.wasEnvoy.clusters)
+			if proto.Equal(part.vhost, e.wasEnvoy.vhost) {
+				part.vhost = e.wasEnvoy.vhost
+			}
+		}
+		e.envoy, e.envoyOK, e.wasEnvoy = &part, err, nil
 	}
 	return e.envoy, e.envoyOK
+}
+
+// reuseEqual replaces each message of next that equals the one of the same name at the
+// same position in prev with prev's.
+func reuseEqual[T interface {
+	proto.Message
+	GetName() string
+}](next, prev []T) {
+	for i := range min(len(next), len(prev)) {
+		if next[i].GetName() == prev[i].GetName() && proto.Equal(next[i], prev[i]) {
+			next[i] = prev[i]
+		}
+	}
 }
 
 // assemble builds flavour's resources from every service, in key order.
@@ -253,6 +294,9 @@ func (t *Translator) assemble(flavour Flavour, a *assembly) error {
 		res, err := assembleEnvoy(t.opts, parts)
 		if err != nil {
 			return err
+		}
+		if len(a.res.Listeners) == 1 && proto.Equal(a.res.Listeners[0], res.Listeners[0]) {
+			res.Listeners[0] = a.res.Listeners[0] // the same listener: the same message
 		}
 		at := 0
 		for _, key := range f.order {
@@ -289,18 +333,17 @@ func (t *Translator) assemble(flavour Flavour, a *assembly) error {
 	return nil
 }
 
-// patch replaces, in a copy of the last assembled lists, the parts of the services updated
+// patch replaces, in copies of the last assembled lists, the parts of the services updated
 // since, and reports whether it could: every one of them was and still is in the flavour,
-// with the same resource names.
+// with the same resource names. A list is copied only when one of its positions gets
+// another message (the previous lists may still be read by whoever has them).
 func (t *Translator) patch(flavour Flavour, a *assembly) (bool, error) {
 	if len(a.dirty) == 0 {
 		return true, nil
 	}
 	f := t.fleet
-	res := Resources{Listeners: a.res.Listeners, Routes: slices.Clone(a.res.Routes), Clusters: slices.Clone(a.res.Clusters)}
+	res := a.res
 	if flavour == FlavourEnvoy {
-		rc := a.res.Routes[0]
-		shell := &routev3.RouteConfiguration{Name: rc.Name, IgnorePortInHostMatching: rc.IgnorePortInHostMatching, VirtualHosts: slices.Clone(rc.VirtualHosts)}
 		parts := make(map[string]*envoyPart, len(a.dirty))
 		for key := range a.dirty {
 			s, ok := f.services[key]
@@ -321,16 +364,24 @@ func (t *Translator) patch(flavour Flavour, a *assembly) (bool, error) {
 			}
 			parts[key] = p
 		}
+		var vhosts []*routev3.VirtualHost
 		for key, p := range parts {
-			shell.VirtualHosts[a.routes[key]] = p.vhost
-			copy(res.Clusters[a.clusters[key]:], p.clusters)
+			if i := a.routes[key]; a.res.Routes[0].VirtualHosts[i] != p.vhost {
+				if vhosts == nil {
+					vhosts = slices.Clone(a.res.Routes[0].VirtualHosts)
+				}
+				vhosts[i] = p.vhost
+			}
+			res.Clusters = patchList(res.Clusters, a.res.Clusters, a.clusters[key], p.clusters)
 			a.envoy[key] = p
 		}
-		res.Routes[0] = shell
+		if vhosts != nil {
+			rc := a.res.Routes[0]
+			res.Routes = []*routev3.RouteConfiguration{{Name: rc.Name, IgnorePortInHostMatching: rc.IgnorePortInHostMatching, VirtualHosts: vhosts}}
+		}
 		a.res = res
 		return true, nil
 	}
-	res.Listeners = slices.Clone(a.res.Listeners)
 	parts := make(map[string]*Resources, len(a.dirty))
 	for key := range a.dirty {
 		s, ok := f.services[key]
@@ -349,16 +400,31 @@ func (t *Translator) patch(flavour Flavour, a *assembly) (bool, error) {
 	}
 	for key, p := range parts {
 		for _, l := range p.Listeners {
-			res.Listeners[a.listeners[l.Name]] = l
+			res.Listeners = patchList(res.Listeners, a.res.Listeners, a.listeners[l.Name], []*listenerv3.Listener{l})
 		}
 		if len(p.Routes) > 0 {
-			res.Routes[a.routes[key]] = p.Routes[0]
+			res.Routes = patchList(res.Routes, a.res.Routes, a.routes[key], p.Routes)
 		}
-		copy(res.Clusters[a.clusters[key]:], p.Clusters)
+		res.Clusters = patchList(res.Clusters, a.res.Clusters, a.clusters[key], p.Clusters)
 		a.grpc[key] = p
 	}
 	a.res = res
 	return true, nil
+}
+
+// patchList puts msgs at position at of list, a copy of prev made the first time a
+// position gets another message (list is prev until then).
+func patchList[T comparable](list, prev []T, at int, msgs []T) []T {
+	for i, m := range msgs {
+		if list[at+i] == m {
+			continue
+		}
+		if &list[0] == &prev[0] {
+			list = slices.Clone(prev)
+		}
+		list[at+i] = m
+	}
+	return list
 }
 
 // sameNames reports whether a and b name the same resources in the same order.
