@@ -3,6 +3,7 @@ package xds
 import (
 	"slices"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
@@ -231,10 +232,16 @@ func (t *Translator) gRPCPart(s Service) (*Resources, error) {
 	e := t.entry(s)
 	if e.grpc == nil && e.grpcOK == nil {
 		part, err := translateGRPCService(s)
-		if err == nil && e.wasGRPC != nil {
-			reuseEqual(part.Listeners, e.wasGRPC.Listeners)
-			reuseEqual(part.Routes, e.wasGRPC.Routes)
-			reuseEqual(part.Clusters, e.wasGRPC.Clusters)
+		if err == nil {
+			// Only the new messages are changed, before any is replaced by an equal old one.
+			if e.envoy != nil {
+				shareEndpoints(part.Clusters, e.envoy.clusters)
+			}
+			if e.wasGRPC != nil {
+				reuseEqual(part.Listeners, e.wasGRPC.Listeners)
+				reuseEqual(part.Routes, e.wasGRPC.Routes)
+				reuseEqual(part.Clusters, e.wasGRPC.Clusters)
+			}
 		}
 		e.grpc, e.grpcOK, e.wasGRPC = &part, err, nil
 	}
@@ -246,15 +253,34 @@ func (t *Translator) envoyPart(s Service) (*envoyPart, error) {
 	e := t.entry(s)
 	if e.envoy == nil && e.envoyOK == nil {
 		part, err := translateEnvoyService(s)
-		if err == nil && e.wasEnvoy != nil {
-			reuseEqual(part.clusters, e.wasEnvoy.clusters)
-			if proto.Equal(part.vhost, e.wasEnvoy.vhost) {
-				part.vhost = e.wasEnvoy.vhost
+		if err == nil {
+			// Only the new messages are changed, before any is replaced by an equal old one.
+			if e.grpc != nil {
+				shareEndpoints(part.clusters, e.grpc.Clusters)
+			}
+			if e.wasEnvoy != nil {
+				reuseEqual(part.clusters, e.wasEnvoy.clusters)
+				if proto.Equal(part.vhost, e.wasEnvoy.vhost) {
+					part.vhost = e.wasEnvoy.vhost
+				}
 			}
 		}
 		e.envoy, e.envoyOK, e.wasEnvoy = &part, err, nil
 	}
 	return e.envoy, e.envoyOK
+}
+
+// shareEndpoints gives each cluster of next (new messages, not served yet) the load
+// assignment of the cluster of the same name at the same position of other (the other
+// flavour's translation of the same service) when they are equal, so both flavours hold
+// one copy of the endpoints. Served messages are never modified, so sharing a part of one
+// is safe.
+func shareEndpoints(next, other []*clusterv3.Cluster) {
+	for i := range min(len(next), len(other)) {
+		if next[i].GetName() == other[i].GetName() && proto.Equal(next[i].GetLoadAssignment(), other[i].GetLoadAssignment()) {
+			next[i].LoadAssignment = other[i].LoadAssignment
+		}
+	}
 }
 
 // reuseEqual replaces each message of next that equals the one of the same name at the

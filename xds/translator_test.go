@@ -123,6 +123,7 @@ func TestTranslatorFleetMatchesFreshTranslation(t *testing.T) {
 	search.Hostnames = nil // gRPC only
 	search = search.Sealed()
 	envoy1, grpc1 := check([]xds.Service{chat, embed, search})
+	assert.Same(t, envoy1.Clusters[0].GetLoadAssignment(), grpc1.Clusters[0].GetLoadAssignment(), "both flavours share one copy of the endpoints")
 
 	chatVhost, chatRoute := envoy1.Routes[0].VirtualHosts[0], grpc1.Routes[0]
 	drained := service(t, "prod", "chat", drainA, seedEntries()...).Sealed()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -80,6 +81,11 @@ func benchmarkRebuild(b *testing.B, n int) {
 		}
 		i++
 	}
+	b.StopTimer()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "MiB-live")
 }
 
 // consume opens an ADS stream of the user agent's flavour that subscribes to one listener
