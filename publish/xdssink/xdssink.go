@@ -595,7 +595,11 @@ func (s *Sink) rebuild(ctx context.Context) (err error) {
 		}
 	}
 	if len(changed) > 0 || len(removed) > 0 || len(build) > 0 || full {
-		s.translator.Update(changed, removed)
+		update := changed
+		if full { // after a failed rebuild the translator may hold content never served
+			update = slices.Collect(maps.Values(next))
+		}
+		s.translator.Update(update, removed)
 		for _, f := range flavours {
 			if !serve[f] {
 				continue
