@@ -13,6 +13,12 @@ import (
 // reusing what it built for every service whose content is unchanged since the previous
 // call, so one drain re-translates one service, not the fleet. Its output is the same as
 // TranslateEnvoy's, TranslateGRPC's and Partition's. It is not safe for concurrent use.
+//
+// Used through Update and Resources, it holds the fleet itself: a change hands it only the
+// changed services, a flavour is translated only when asked for, and a drain patches the
+// previous lists (see Resources). A service's resources that a change leaves equal are
+// kept as the same messages, and both flavours share one copy of a cluster's endpoints.
+// Use either Update and Resources or Envoy, GRPC and Prune on one Translator, not both.
 type Translator struct {
 	opts  EnvoyOptions
 	cache map[string]*translated // by service key
