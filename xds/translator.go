@@ -18,7 +18,7 @@ import (
 // changed services, a flavour is translated only when asked for, and a drain patches the
 // previous lists (see Resources). A service's resources that a change leaves equal are
 // kept as the same messages, and both flavours share one copy of a cluster's endpoints.
-// Use either Update and Resources or Envoy, GRPC and Prune on one Translator, not both.
+// Validate and Partition go with either use; Prune must not be called once Update has been.
 type Translator struct {
 	opts  EnvoyOptions
 	cache map[string]*translated // by service key
