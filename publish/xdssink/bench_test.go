@@ -90,7 +90,7 @@ func benchmarkRebuild(b *testing.B, n int) {
 
 // consume opens an ADS stream of the user agent's flavour that subscribes to one listener
 // name nobody serves, so the flavour is consumed and the stream is sent nothing.
-func consume(b *testing.B, ctx context.Context, addr net.Addr, userAgent string) {
+func consume(b testing.TB, ctx context.Context, addr net.Addr, userAgent string) {
 	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
