@@ -109,6 +109,13 @@ func (c *typeCache) entries() map[string]*entry {
 	return maps.Clone(c.resources)
 }
 
+// isServed reports whether update was called (until then every watch waits).
+func (c *typeCache) isServed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.served
+}
+
 // declaredCurrent reports whether a stream subscribed as wildcard/names that declares
 // versions (delta initial_resource_versions) holds every resource of the type it
 // subscribes to at its current content and nothing removed, and if so the type version.

@@ -70,70 +70,104 @@ func (s Service) computeDigest() string {
 	return hex.EncodeToString(h.Sum(sum[:0])[:8])
 }
 
-// History remembers, for the last versions of each type served to each flavour, the digest
-// of every service each version carried, so a client's ACKed version of a type can be
-// checked for a service's current content. A version that stays served while a service
-// changes in another type (a drain changes routes, not clusters) carries the service's new
-// digest too: its content for that service is the same. Safe for concurrent use.
+// History remembers which content of each service the recent versions of each type served
+// to each flavour carried, so a client's ACKed version of a type can be checked for a
+// service's current content. A version that stays served while a service changes in
+// another type (a drain changes routes, not clusters) carries the service's new digest
+// too: its content for that service is the same.
+//
+// It is kept as two timelines per flavour, one tick per Record: when each type's version
+// was served (the last max versions per type) and when each service's digest changed (its
+// last digestsPerKey changes); a version carries a digest when their times overlap. So a
+// Record costs what changed, not the fleet. Safe for concurrent use.
 type History struct {
-	mu    sync.Mutex
-	max   int
-	byVer map[historyKey]map[string]map[string][]string // version -> key -> recent digests
-	order map[historyKey][]string
+	mu       sync.Mutex
+	max      int
+	flavours map[Flavour]*flavourHistory
 }
 
-type historyKey struct {
-	flavour Flavour
-	typeURL string
+// flavourHistory is one flavour's timelines.
+type flavourHistory struct {
+	tick    uint64
+	changes map[string][]digestSpan // by service key, oldest first
+	served  map[string]*typeHistory // by type URL
 }
 
-// digestsPerKey bounds the digests one version remembers per service; the newest (current)
+// digestSpan: from tick on (until the next span), the service had digest.
+type digestSpan struct {
+	tick   uint64
+	digest string
+}
+
+// typeHistory is when each recent version of one type was served.
+type typeHistory struct {
+	current string
+	spans   []versionSpan // oldest first
+}
+
+// versionSpan: version was served from tick from to tick to (excluded; 0 while served).
+type versionSpan struct {
+	version  string
+	from, to uint64
+}
+
+// digestsPerKey bounds the digest changes remembered per service; the newest (current)
 // one is always kept.
 const digestsPerKey = 8
 
 // NewHistory keeps the last max versions per flavour and type.
 func NewHistory(max int) *History {
-	return &History{max: max, byVer: map[historyKey]map[string]map[string][]string{}, order: map[historyKey][]string{}}
+	return &History{max: max, flavours: map[Flavour]*flavourHistory{}}
 }
 
-// Record notes that versions, served to flavour, carry services.
-func (h *History) Record(f Flavour, versions Versions, services []Service) {
-	digests := make(map[string]string, len(services))
-	for _, s := range services {
-		digests[s.Key()] = s.Digest()
-	}
+// Record notes that versions are now served to flavour, with changed (new or changed
+// services) at their digests and without the services removed; every other service keeps
+// the digest it had. The first Record of a flavour names every service it serves.
+func (h *History) Record(f Flavour, versions Versions, changed []Service, removed []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	fh := h.flavours[f]
+	if fh == nil {
+		fh = &flavourHistory{changes: map[string][]digestSpan{}, served: map[string]*typeHistory{}}
+		h.flavours[f] = fh
+	}
+	fh.tick++
 	for _, typ := range confirmTypes {
 		version, ok := versions[typ]
 		if !ok {
 			continue
 		}
-		hk := historyKey{f, typ}
-		if h.byVer[hk] == nil {
-			h.byVer[hk] = map[string]map[string][]string{}
+		th := fh.served[typ]
+		if th == nil {
+			th = &typeHistory{}
+			fh.served[typ] = th
 		}
-		entry, seen := h.byVer[hk][version]
-		if !seen {
-			entry = make(map[string][]string, len(digests))
-			h.byVer[hk][version] = entry
-			h.order[hk] = append(h.order[hk], version)
+		if len(th.spans) > 0 && th.current == version {
+			continue
 		}
-		for key, d := range digests {
-			ds := entry[key]
-			if len(ds) > 0 && ds[len(ds)-1] == d {
-				continue
-			}
-			ds = append(slices.DeleteFunc(ds, func(x string) bool { return x == d }), d)
-			if len(ds) > digestsPerKey {
-				ds = ds[len(ds)-digestsPerKey:]
-			}
-			entry[key] = ds
+		if n := len(th.spans); n > 0 {
+			th.spans[n-1].to = fh.tick
 		}
-		for len(h.order[hk]) > h.max {
-			delete(h.byVer[hk], h.order[hk][0])
-			h.order[hk] = h.order[hk][1:]
+		th.current = version
+		th.spans = append(th.spans, versionSpan{version: version, from: fh.tick})
+		if len(th.spans) > h.max {
+			th.spans = slices.Delete(th.spans, 0, len(th.spans)-h.max)
 		}
+	}
+	for _, s := range changed {
+		key, d := s.Key(), s.Digest()
+		spans := fh.changes[key]
+		if n := len(spans); n > 0 && spans[n-1].digest == d {
+			continue
+		}
+		spans = append(spans, digestSpan{tick: fh.tick, digest: d})
+		if len(spans) > digestsPerKey {
+			spans = slices.Delete(spans, 0, len(spans)-digestsPerKey)
+		}
+		fh.changes[key] = spans
+	}
+	for _, key := range removed {
+		delete(fh.changes, key)
 	}
 }
 
@@ -142,7 +176,30 @@ func (h *History) Record(f Flavour, versions Versions, services []Service) {
 func (h *History) Carries(f Flavour, typeURL, version, key, digest string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return slices.Contains(h.byVer[historyKey{f, typeURL}][version][key], digest)
+	fh := h.flavours[f]
+	if fh == nil || fh.served[typeURL] == nil {
+		return false
+	}
+	spans := fh.changes[key]
+	for _, v := range fh.served[typeURL].spans {
+		if v.version != version {
+			continue
+		}
+		for i, d := range spans {
+			if d.digest != digest {
+				continue
+			}
+			// d's digest held from d.tick until the next change (excluded).
+			if v.to != 0 && d.tick >= v.to {
+				continue
+			}
+			if i+1 < len(spans) && spans[i+1].tick <= v.from {
+				continue
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // confirmTypes are the resource types that carry a service's weights and endpoints.

@@ -1,6 +1,7 @@
 package xds_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -38,9 +39,9 @@ func TestConfirm(t *testing.T) {
 	drained := service(t, "prod", "chat", drainA, seedEntries()...)
 	other := service(t, "prod", "embed", nil, seedEntries()...)
 	h := xds.NewHistory(8)
-	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{old, other})
-	h.Record(xds.FlavourGRPC, all("v2"), []xds.Service{drained, other})
-	h.Record(xds.FlavourGRPC, all("v3"), []xds.Service{drained}) // embed removed; chat unchanged
+	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{old, other}, nil)
+	h.Record(xds.FlavourGRPC, all("v2"), []xds.Service{drained, other}, nil)
+	h.Record(xds.FlavourGRPC, all("v3"), nil, []string{other.Key()}) // embed removed; chat unchanged
 	want := map[xds.Flavour]xds.Served{xds.FlavourGRPC: xds.ServedBy(xds.DefaultEnvoyOptions, drained)[xds.FlavourGRPC]}
 
 	acked := func(id, v string) xds.ClientState { return client(id, "sotw-1", v, wildcard) }
@@ -79,9 +80,9 @@ func TestConfirmRelevanceAndIdentity(t *testing.T) {
 	old := service(t, "prod", "chat", nil, seedEntries()...)
 	drained := service(t, "prod", "chat", drainA, seedEntries()...)
 	h := xds.NewHistory(8)
-	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{old})
-	h.Record(xds.FlavourGRPC, all("v2"), []xds.Service{drained})
-	h.Record(xds.FlavourEnvoy, all("e2"), []xds.Service{drained})
+	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{old}, nil)
+	h.Record(xds.FlavourGRPC, all("v2"), []xds.Service{drained}, nil)
+	h.Record(xds.FlavourEnvoy, all("e2"), []xds.Service{drained}, nil)
 	want := xds.ServedBy(xds.DefaultEnvoyOptions, drained)
 
 	dialed := names(map[string][]string{ // a gRPC client that dialed chat.prod and followed it
@@ -188,8 +189,8 @@ func TestConfirmCountsUnchangedTypes(t *testing.T) {
 	old := service(t, "prod", "chat", nil, seedEntries()...)
 	drained := service(t, "prod", "chat", drainA, seedEntries()...)
 	h := xds.NewHistory(8)
-	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{old})
-	h.Record(xds.FlavourGRPC, xds.Versions{resource.ListenerType: "v1", resource.RouteType: "r2", resource.ClusterType: "v1"}, []xds.Service{drained})
+	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{old}, nil)
+	h.Record(xds.FlavourGRPC, xds.Versions{resource.ListenerType: "v1", resource.RouteType: "r2", resource.ClusterType: "v1"}, []xds.Service{drained}, nil)
 	want := xds.ServedBy(xds.DefaultEnvoyOptions, drained)
 	client := func(route string) xds.ClientState {
 		return xds.ClientState{NodeID: "a", Flavour: xds.FlavourGRPC, Subscribed: wildcard, Acked: map[string]string{
@@ -209,4 +210,44 @@ func TestDigestIgnoresOrderButNotWeights(t *testing.T) {
 	renamed.Service = "chat-v2" // its gRPC listener is "chat-v2.prod" now
 	assert.NotEqual(t, a.Digest(), renamed.Digest(), "spec.service is served content")
 	assert.NotEqual(t, a.Sealed().Digest(), renamed.Sealed().Digest())
+}
+
+// The history answers for the time each version was served: a version carries the digests
+// a service had while it was served, whether the service changed in that type or another,
+// and a version served again after a change carries what it carried then.
+func TestHistoryTimelines(t *testing.T) {
+	old := service(t, "prod", "chat", nil, seedEntries()...)
+	drained := service(t, "prod", "chat", drainA, seedEntries()...)
+	other := service(t, "prod", "embed", nil, seedEntries()...)
+	h := xds.NewHistory(8)
+	versions := func(route string) xds.Versions {
+		return xds.Versions{resource.ListenerType: "l1", resource.RouteType: route, resource.ClusterType: "c1"}
+	}
+	carries := func(typ, version string, s xds.Service) bool {
+		return h.Carries(xds.FlavourGRPC, typ, version, s.Key(), s.Digest())
+	}
+	h.Record(xds.FlavourGRPC, versions("r1"), []xds.Service{old, other}, nil)
+	h.Record(xds.FlavourGRPC, versions("r2"), []xds.Service{drained}, nil) // a drain: routes only
+	assert.True(t, carries(resource.RouteType, "r2", drained))
+	assert.False(t, carries(resource.RouteType, "r2", old), "the new version never carried the old content")
+	assert.False(t, carries(resource.RouteType, "r1", drained), "the old version never carried the new content")
+	assert.True(t, carries(resource.RouteType, "r1", old))
+	assert.True(t, carries(resource.ListenerType, "l1", drained), "unchanged listeners carry the new content")
+	assert.True(t, carries(resource.ListenerType, "l1", old))
+	assert.True(t, carries(resource.RouteType, "r2", other), "a service not named keeps its digest")
+
+	h.Record(xds.FlavourGRPC, versions("r1"), []xds.Service{old}, nil) // undrained: r1 again
+	assert.True(t, carries(resource.RouteType, "r1", old))
+	assert.False(t, carries(resource.RouteType, "r2", old))
+	assert.True(t, carries(resource.RouteType, "r1", other))
+
+	h.Record(xds.FlavourGRPC, versions("r3"), nil, []string{other.Key()})
+	assert.False(t, carries(resource.RouteType, "r3", other), "a removed service is carried by no version")
+	assert.False(t, h.Carries(xds.FlavourEnvoy, resource.RouteType, "r1", old.Key(), old.Digest()), "nothing recorded for Envoy")
+
+	for i := range 8 { // older versions are forgotten
+		h.Record(xds.FlavourGRPC, versions(fmt.Sprintf("s%d", i)), nil, nil)
+	}
+	assert.False(t, carries(resource.RouteType, "r1", old))
+	assert.True(t, carries(resource.RouteType, "s7", old))
 }

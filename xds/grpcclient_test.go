@@ -120,8 +120,17 @@ func TestProxylessGRPCClient(t *testing.T) {
 	}
 	assert.Less(t, chi2, 23.93, "observed %v", got)
 
-	// The seed's drain: once the client ACKs, every RPC goes to worker-b.
+	// The seed's drain: once the client has applied it, every RPC goes to worker-b. grpc-go
+	// ACKs before its balancer has applied the route, so a few RPCs right after the ACK may
+	// still be picked by the old weights: wait until 20 in a row reach worker-b.
 	h.waitAcked(h.publish([]weights.Drain{{ID: "maintenance-a", Cluster: "worker-a", Reason: "planned maintenance"}}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for range 20 {
+			host, err := h.call()
+			require.NoError(c, err)
+			require.Equal(c, "worker-b", host)
+		}
+	}, 30*time.Second, 10*time.Millisecond)
 	assert.Equal(t, map[string]int{"worker-b": 200}, h.spread(200))
 
 	// Everything drained: a fixed response, which gRPC answers with UNAVAILABLE.

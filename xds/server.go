@@ -153,10 +153,15 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 	if err != nil {
 		return nil, err
 	}
-	byType := map[string][]types.Resource{
-		resource.ListenerType: toResources(res.Listeners),
-		resource.RouteType:    toResources(res.Routes),
-		resource.ClusterType:  toResources(res.Clusters),
+	byType := func(typ string) []types.Resource { // only for the types set
+		switch typ {
+		case resource.ListenerType:
+			return toResources(res.Listeners)
+		case resource.RouteType:
+			return toResources(res.Routes)
+		default:
+			return toResources(res.Clusters)
+		}
 	}
 	sum := s.versioners[flavour].summer()
 	type step struct {
@@ -166,7 +171,7 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 	steps := make([]step, 0, 4)
 	var last *step // the clusters that go, after the routes stop using them
 	if s.cache.version(string(flavour), resource.ClusterType) != versions[resource.ClusterType] {
-		final := step{resource.ClusterType, versions[resource.ClusterType], byType[resource.ClusterType]}
+		final := step{resource.ClusterType, versions[resource.ClusterType], byType(resource.ClusterType)}
 		union, added, removed := s.clusterUnion(flavour, res.Clusters)
 		switch {
 		case removed && added:
@@ -184,7 +189,7 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 	}
 	for _, typ := range []string{resource.ListenerType, resource.RouteType} {
 		if s.cache.version(string(flavour), typ) != versions[typ] {
-			steps = append(steps, step{typ, versions[typ], byType[typ]})
+			steps = append(steps, step{typ, versions[typ], byType(typ)})
 		}
 	}
 	if last != nil {

@@ -129,6 +129,9 @@ type stream struct {
 	nacked  map[string]Nack         // replaced, never modified, on every change
 	subs    map[string]Subscription // replaced, never modified, on every change
 	named   map[string]bool         // types the stream has named resources of (legacy wildcard over)
+	// unserved are the initial_resource_versions a delta stream declared, per type URL,
+	// before its flavour's type was first served: judged when it is (see advance).
+	unserved map[string]map[string]string
 }
 
 // NewTracker returns a Tracker that calls onChange (if not nil) after every ACK, NACK,
@@ -288,13 +291,22 @@ func (s *stream) setSub(typeURL string, sub Subscription) {
 // declared handles a delta stream's initial_resource_versions: when every resource of
 // typeURL that the stream subscribes to and the flavour's snapshot holds is declared at its
 // current version, the server sends nothing and the stream holds the current version, as
-// if it had ACKed it. Called with t.mu held, after the subscription was recorded.
+// if it had ACKed it. A stream that declares versions before its flavour is first served
+// (the publisher builds a flavour for its first client) is judged when the type is first
+// served (see advance). Called with t.mu held, after the subscription was recorded.
 func (t *Tracker) declared(s *stream, typeURL string, versions map[string]string) {
 	if t.served == nil || s.node == nil {
 		return
 	}
 	c := t.served(s.node, typeURL)
 	if c == nil {
+		return
+	}
+	if !c.isServed() {
+		if s.unserved == nil {
+			s.unserved = map[string]map[string]string{}
+		}
+		s.unserved[typeURL] = versions
 		return
 	}
 	sub := s.subs[typeURL]
@@ -322,8 +334,14 @@ func (s *stream) ack(typeURL, version string) {
 //
 // A response or ACK recorded later at from (the update's responses race with it) is moved
 // the same way when it is recorded (forward).
+//
+// The first update of a type (from "") judges the versions its streams declared before it.
 func (t *Tracker) advance(flavour Flavour, typeURL, from, to string, touched map[string]struct{}) {
-	if from == "" || from == to {
+	if from == "" {
+		t.firstServed(flavour, typeURL)
+		return
+	}
+	if from == to {
 		return
 	}
 	t.mu.Lock()
@@ -351,6 +369,30 @@ func (t *Tracker) advance(flavour Flavour, typeURL, from, to string, touched map
 		if nonce, ok := s.sent[typeURL]; ok && s.version[nonce] == from {
 			s.version[nonce] = to
 		}
+	}
+}
+
+// firstServed judges the initial_resource_versions that streams of flavour declared for
+// typeURL before it was served, now that it is (see declared).
+func (t *Tracker) firstServed(flavour Flavour, typeURL string) {
+	t.mu.Lock()
+	changed := false
+	for _, s := range t.streams {
+		versions, ok := s.unserved[typeURL]
+		if !ok || s.flavour != flavour {
+			continue
+		}
+		delete(s.unserved, typeURL)
+		before := s.acked[typeURL]
+		t.declared(s, typeURL, versions)
+		if s.acked[typeURL] != before {
+			t.clients = nil
+			changed = true
+		}
+	}
+	t.mu.Unlock()
+	if changed {
+		t.changed()
 	}
 }
 

@@ -197,3 +197,41 @@ func TestDeltaReconnectWithCurrentVersionsCounts(t *testing.T) {
 	assert.Empty(t, acked(waiting), "a stale declaration is no ACK")
 	require.NotNil(t, recv(t, ch, 10*time.Second), "the server sends the stale resource")
 }
+
+// A delta client that reconnects to a restarted publisher before it serves its flavour
+// (the publisher builds a flavour for its first client), declaring the versions it holds,
+// holds the current version once the flavour is served with that content, with nothing sent.
+func TestDeltaReconnectBeforeFlavourServed(t *testing.T) {
+	before, ads := startServer(t)
+	_, err := before.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
+	require.NoError(t, err)
+	names := []string{"prod/chat/worker-a", "prod/chat/worker-b"}
+	stream, err := ads.DeltaAggregatedResources(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType, ResourceNamesSubscribe: names}))
+	first := recv(t, xdstest.Stream(stream.Recv), 10*time.Second)
+	require.NotNil(t, first)
+	held := map[string]string{}
+	for _, r := range (*first).GetResources() {
+		held[r.GetName()] = r.GetVersion()
+	}
+	require.Len(t, held, 2)
+
+	srv, ads2 := startServer(t) // the restarted publisher: nothing served yet
+	s, err := ads2.DeltaAggregatedResources(context.Background())
+	require.NoError(t, err)
+	ch := xdstest.Stream(s.Recv)
+	require.NoError(t, s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType,
+		ResourceNamesSubscribe: names, InitialResourceVersions: held}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		clients := srv.Tracker().Clients()
+		require.Len(c, clients, 1)
+		assert.Contains(c, clients[0].Subscribed, resource.ClusterType)
+	}, 10*time.Second, 10*time.Millisecond)
+	assert.Empty(t, srv.Tracker().Clients()[0].Acked[resource.ClusterType], "nothing served yet")
+
+	vs, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
+	require.NoError(t, err)
+	assert.Equal(t, vs[resource.ClusterType], srv.Tracker().Clients()[0].Acked[resource.ClusterType], "the declaration is judged when the flavour is served")
+	assert.Nil(t, recv(t, ch, 300*time.Millisecond), "current declarations: the server sends nothing")
+}

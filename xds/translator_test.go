@@ -1,6 +1,8 @@
 package xds_test
 
 import (
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -76,4 +78,79 @@ func assertSameResources(t *testing.T, want, got xds.Resources) {
 	for i := range want.Clusters {
 		assert.True(t, proto.Equal(want.Clusters[i], got.Clusters[i]), "cluster %s", want.Clusters[i].GetName())
 	}
+}
+
+// A Translator holding a fleet (Update, Resources) gives what a fresh translation of the
+// fleet gives after every change; a drain patches the drained service's positions and
+// keeps every other message as it was.
+func TestTranslatorFleetMatchesFreshTranslation(t *testing.T) {
+	tr := xds.NewTranslator(xds.DefaultEnvoyOptions)
+	fleet := map[string]xds.Service{}
+	check := func(changed []xds.Service, removed ...string) (xds.Resources, xds.Resources) {
+		t.Helper()
+		for _, s := range changed {
+			fleet[s.Key()] = s
+		}
+		for _, key := range removed {
+			delete(fleet, key)
+		}
+		tr.Update(changed, removed)
+		var all, withHosts []xds.Service
+		for _, s := range fleet {
+			all = append(all, s)
+			if len(s.Hostnames) > 0 {
+				withHosts = append(withHosts, s)
+			}
+		}
+		envoy, err := tr.Resources(xds.FlavourEnvoy)
+		require.NoError(t, err)
+		want, err := xds.TranslateEnvoy(xds.DefaultEnvoyOptions, withHosts)
+		require.NoError(t, err)
+		assertSameResources(t, want, envoy)
+		grpc, err := tr.Resources(xds.FlavourGRPC)
+		require.NoError(t, err)
+		wantGRPC, err := xds.TranslateGRPC(all)
+		require.NoError(t, err)
+		assertSameResources(t, wantGRPC, grpc)
+		assert.ElementsMatch(t, slices.Collect(maps.Keys(fleet)), tr.Keys())
+		assert.True(t, slices.IsSorted(tr.Keys()))
+		return envoy, grpc
+	}
+
+	chat := service(t, "prod", "chat", nil, seedEntries()...).Sealed()
+	embed := service(t, "prod", "embed", nil, seedEntries()...).Sealed()
+	search := service(t, "prod", "search", nil, seedEntries()...)
+	search.Hostnames = nil // gRPC only
+	search = search.Sealed()
+	envoy1, grpc1 := check([]xds.Service{chat, embed, search})
+	assert.Same(t, envoy1.Clusters[0].GetLoadAssignment(), grpc1.Clusters[0].GetLoadAssignment(), "both flavours share one copy of the endpoints")
+
+	chatVhost, chatRoute := envoy1.Routes[0].VirtualHosts[0], grpc1.Routes[0]
+	drained := service(t, "prod", "chat", drainA, seedEntries()...).Sealed()
+	envoy2, grpc2 := check([]xds.Service{drained})
+	assert.Same(t, chatVhost, envoy1.Routes[0].VirtualHosts[0], "the previous lists are not modified")
+	assert.Same(t, chatRoute, grpc1.Routes[0], "the previous lists are not modified")
+	assert.Same(t, grpc1.Clusters[0], grpc2.Clusters[0], "a drain keeps chat's clusters: the same messages")
+	assert.Same(t, envoy1.Clusters[0], envoy2.Clusters[0], "a drain keeps chat's clusters: the same messages")
+	assert.Same(t, grpc1.Listeners[0], grpc2.Listeners[0], "and its listeners")
+	assert.Same(t, envoy1.Listeners[0], envoy2.Listeners[0], "the Envoy listener is kept")
+	assert.Same(t, envoy1.Routes[0].VirtualHosts[1], envoy2.Routes[0].VirtualHosts[1], "embed's virtual host is kept")
+	assert.NotSame(t, envoy1.Routes[0].VirtualHosts[0], envoy2.Routes[0].VirtualHosts[0], "chat's virtual host is new")
+	assert.NotSame(t, envoy1.Routes[0], envoy2.Routes[0], "a new route configuration")
+	assert.Same(t, grpc1.Routes[1], grpc2.Routes[1], "embed's gRPC route is kept")
+	assert.Same(t, grpc1.Clusters[len(grpc1.Clusters)-1], grpc2.Clusters[len(grpc2.Clusters)-1], "search's clusters are kept")
+	assert.NotSame(t, grpc1.Routes[0], grpc2.Routes[0], "chat's gRPC route is new")
+
+	// Names change: a new hostname, a service leaving the Envoy flavour, one removed, one added.
+	renamed := drained
+	renamed.Hostnames = []string{"chat.example.com", "chat.example.org"}
+	check([]xds.Service{renamed.Sealed()})
+	noHosts := embed
+	noHosts.Hostnames = nil
+	check([]xds.Service{noHosts.Sealed()})
+	check(nil, "prod/search")
+	check([]xds.Service{service(t, "prod", "add", nil, seedEntries()...).Sealed()})
+	check([]xds.Service{embed}) // back in the Envoy flavour
+	check(nil)                  // nothing changed
+	check(nil, "prod/add", "prod/chat", "prod/embed")
 }

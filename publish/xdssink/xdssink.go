@@ -1,8 +1,17 @@
 // Package xdssink is the xDS sink: it serves every TrafficMap's plan from a go-control-plane
 // server (package xds) and confirms a plan once the clients relevant to it (the xDS streams
-// subscribed to its resources, each stream on its own) have ACKed a version carrying it. Translation is asynchronous: event handlers mark maps dirty (Changed), one
-// loop rebuilds the snapshot from the maps' current plans, paced in storms, and requeues
-// the maps whose served content changed so their Published condition follows.
+// subscribed to its resources, each stream on its own) have ACKed a version carrying it.
+// Translation is asynchronous: event handlers mark maps dirty (Changed), one loop rebuilds
+// the snapshot from the dirty maps' current plans, paced in storms, and requeues the maps
+// whose served content changed so their Published condition follows. A rebuild costs what
+// changed: only the dirty maps are planned, checked for names another map serves,
+// translated, recorded in the history and handed to the server.
+//
+// Build only what is consumed: a flavour's resources (Envoy or proxyless gRPC) are neither
+// translated nor served until a client of that flavour has connected (xds.Tracker.Consumed);
+// the first such client triggers a rebuild that builds the flavour from every served map,
+// and it is answered only then, with the complete current content (the server answers no
+// flavour before its first snapshot).
 //
 // Reconnect grace: for Config.ReconnectGrace after Start and after Leading, a plan that was
 // not published before (sink.Plan.PublishedBefore) is Pending whatever its clients say, so
@@ -109,17 +118,21 @@ type Sink struct {
 	pacer      pacer
 	envoy      xds.EnvoyOptions
 
-	mu       sync.Mutex
-	dirty    map[string]bool        // maps whose plan may have changed since the last rebuild
-	full     bool                   // the next rebuild rereads every map
-	lastGood map[string]xds.Service // what is served, by map key
-	digests  map[string]map[xds.Flavour]string
-	pending  map[string]bool    // maps whose last confirmation waited for clients
-	invalid  map[string]error   // maps whose resources failed validation
-	members  uint64             // the Tracker's Membership when the client set was last compared
-	clients  string             // the client set then
-	checked  map[string]checked // Check's last verdict, by map key
-	grace    grace              // the reconnect grace window
+	// owner is which map serves each name (gRPC listener name, which covers the Envoy
+	// domains), used by the rebuild loop alone (see exclusive).
+	owner map[string]string
+
+	mu      sync.Mutex
+	dirty   map[string]bool        // maps whose plan may have changed since the last rebuild
+	full    bool                   // the next rebuild rereads every map
+	served  map[string]xds.Service // what is served (to the flavours consumed), by map key
+	built   map[xds.Flavour]bool   // the flavours whose resources are served
+	pending map[string]bool        // maps whose last confirmation waited for clients
+	invalid map[string]error       // maps whose resources failed validation
+	members uint64                 // the Tracker's Membership when the client set was last compared
+	clients string                 // the client set then
+	checked map[string]checked     // Check's last verdict, by map key
+	grace   grace                  // the reconnect grace window
 }
 
 // grace is the window after a start or a leadership change in which only plans published
@@ -164,15 +177,16 @@ func New(cfg Config, log *zap.Logger) (*Sink, error) {
 	}
 	s := &Sink{
 		cfg: cfg, log: log, listener: lis, translator: xds.NewTranslator(envoy), envoy: envoy,
-		history:  xds.NewHistory(64),
-		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "xds-snapshot"}),
-		dirty:    map[string]bool{},
-		full:     true,
-		lastGood: map[string]xds.Service{},
-		digests:  map[string]map[xds.Flavour]string{},
-		pending:  map[string]bool{},
-		invalid:  map[string]error{},
-		checked:  map[string]checked{},
+		history: xds.NewHistory(64),
+		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "xds-snapshot"}),
+		owner:   map[string]string{},
+		dirty:   map[string]bool{},
+		full:    true,
+		served:  map[string]xds.Service{},
+		built:   map[xds.Flavour]bool{},
+		pending: map[string]bool{},
+		invalid: map[string]error{},
+		checked: map[string]checked{},
 	}
 	if s.cfg.Now == nil {
 		s.cfg.Now = time.Now
@@ -211,7 +225,7 @@ func (s *Sink) DebugHandlers() map[string]http.Handler {
 // debugMaps judges every served map's content against clients, sorted by key.
 func (s *Sink) debugMaps(clients []xds.ClientState) []xds.DebugMap {
 	s.mu.Lock()
-	served := s.lastGood // replaced, never modified, by remember
+	served := maps.Clone(s.served)
 	s.mu.Unlock()
 	out := make([]xds.DebugMap, 0, len(served))
 	for _, key := range slices.Sorted(maps.Keys(served)) {
@@ -220,9 +234,9 @@ func (s *Sink) debugMaps(clients []xds.ClientState) []xds.DebugMap {
 	return out
 }
 
-// Start implements sink.Starter: it builds the first snapshot from the synced caches
-// (before any client is answered or any plan judged), then serves and rebuilds until ctx
-// is done.
+// Start implements sink.Starter: it reads every map's plan from the synced caches (before
+// any plan is judged; no flavour is built before a client of it connects), then serves and
+// rebuilds until ctx is done.
 func (s *Sink) Start(ctx context.Context) (func(), error) {
 	if err := s.rebuild(ctx); err != nil {
 		s.log.Error("first xds snapshot not built; retrying", zap.Error(err))
@@ -323,15 +337,20 @@ func (s *Sink) graceHolds(p *sink.Plan) (string, bool) {
 // sees not True), sorted by key and bounded by replicas.MaxMaps: per map, the content it
 // serves and what its relevant client streams did with it.
 func (s *Sink) Report(keys []string) replicas.Report {
-	s.mu.Lock()
-	served := s.lastGood // replaced, never modified, by remember
-	s.mu.Unlock()
 	clients := s.server.Tracker().Clients()
 	r := replicas.Report{Clients: len(clients)}
 	keys = slices.Sorted(slices.Values(keys))
 	if len(keys) > replicas.MaxMaps {
 		keys, r.Overflow = keys[:replicas.MaxMaps], true
 	}
+	served := make(map[string]xds.Service, len(keys))
+	s.mu.Lock()
+	for _, key := range keys {
+		if svc, ok := s.served[key]; ok {
+			served[key] = svc
+		}
+	}
+	s.mu.Unlock()
 	for _, key := range keys {
 		svc, ok := served[key]
 		if !ok {
@@ -378,22 +397,15 @@ func view(p *sink.Plan) xds.Service {
 	return svc
 }
 
-// digestsOf are the digests a service carries per flavour: the Envoy flavour carries only
-// services with hostnames.
-func digestsOf(svc xds.Service) map[xds.Flavour]string {
-	d := map[xds.Flavour]string{xds.FlavourGRPC: svc.Digest()}
-	if len(svc.Hostnames) > 0 {
-		d[xds.FlavourEnvoy] = d[xds.FlavourGRPC]
-	}
-	return d
-}
-
-// Carries implements sink.Sink: the plan's content is what is served.
+// Carries implements sink.Sink: the plan's content is what is served (to every flavour
+// consumed, and what a flavour's first client will be built; the digest covers the
+// hostnames, which decide whether the Envoy flavour carries the map).
 func (s *Sink) Carries(p *sink.Plan) bool {
-	want := digestsOf(view(p))
+	want := view(p).Digest()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return maps.Equal(s.digests[p.Key()], want)
+	svc, ok := s.served[p.Key()]
+	return ok && svc.Digest() == want
 }
 
 // Check implements sink.Sink: a plan whose resources fail validation on their own is
@@ -495,10 +507,15 @@ func (s *Sink) Delete(_ context.Context, namespace, name string) (int, error) {
 	return 0, nil
 }
 
-// rebuild translates the maps marked dirty since the previous rebuild (every map on the
-// first rebuild and after a failed one), serves the result with every other map's
-// resources as they were, and requeues each map whose served content changed. A map whose
-// plan cannot be computed or whose resources fail validation keeps its last good content.
+// flavours are the flavours the sink can build.
+var flavours = []xds.Flavour{xds.FlavourEnvoy, xds.FlavourGRPC}
+
+// rebuild plans the maps marked dirty since the previous rebuild (every map on the first
+// rebuild and after a failed one), hands the server the resources of those whose served
+// content changed (every other map's stay as they were) for each flavour a client consumes,
+// builds a flavour from every served map when its first client has connected, and requeues
+// each map whose served content or validity changed. A map whose plan cannot be computed
+// or whose resources fail validation keeps its last good content.
 func (s *Sink) rebuild(ctx context.Context) (err error) {
 	keys, full := s.takeDirty()
 	defer func() {
@@ -508,42 +525,38 @@ func (s *Sink) rebuild(ctx context.Context) (err error) {
 			s.mu.Unlock()
 		}
 	}()
+	consumed := map[xds.Flavour]bool{}
+	for _, f := range flavours {
+		consumed[f] = s.server.Tracker().Consumed(f)
+	}
 	s.mu.Lock()
-	prevServed, prevInvalid := s.lastGood, s.invalid // replaced, never modified, by remember
+	prevServed, prevInvalid := s.served, s.invalid // written by this loop alone, under mu
+	var build []xds.Flavour                        // consumed, not built yet
+	serve := map[xds.Flavour]bool{}
+	for _, f := range flavours {
+		if consumed[f] && !s.built[f] {
+			build = append(build, f)
+		}
+		serve[f] = consumed[f] || s.built[f]
+	}
 	s.mu.Unlock()
-	served, invalid := maps.Clone(prevServed), maps.Clone(prevInvalid)
 	if full {
 		keys = map[string]bool{}
-		for key := range served {
+		for key := range prevServed {
 			keys[key] = true
 		}
-		for key := range invalid {
+		for key := range prevInvalid {
 			keys[key] = true
 		}
 		for _, key := range s.cfg.Plans.Keys() {
 			keys[key] = true
 		}
+		for _, key := range s.translator.Keys() { // a failed rebuild may have left some
+			keys[key] = true
+		}
 	}
-	for key := range keys {
-		ns, name, _ := strings.Cut(key, "/")
-		p, exists, err := s.cfg.Plans.Plan(ns, name)
-		if !exists {
-			delete(served, key)
-			delete(invalid, key)
-			continue
-		}
-		if err != nil {
-			continue // the pipeline reports why; the last good content stays
-		}
-		svc := view(p)
-		if err := s.translator.Validate(svc); err != nil {
-			invalid[key] = err
-			continue
-		}
-		served[key] = svc.Sealed()
-		delete(invalid, key)
-	}
-	retry := exclusive(keys, prevServed, served, invalid)
+	next, nextInvalid := s.plan(keys, prevServed, prevInvalid)
+	retry := s.exclusive(keys, full, prevServed, next, nextInvalid)
 	if len(retry) > 0 {
 		defer func() {
 			s.mu.Lock()
@@ -553,42 +566,156 @@ func (s *Sink) rebuild(ctx context.Context) (err error) {
 			s.mu.Unlock()
 		}()
 	}
-	if !full && unchanged(keys, prevServed, served, prevInvalid, invalid) {
-		return nil // e.g. the publisher's own route write: nothing to serve or confirm anew
-	}
 
-	var all, withHosts []xds.Service
-	for _, svc := range served {
-		all = append(all, svc)
-		if len(svc.Hostnames) > 0 {
-			withHosts = append(withHosts, svc)
+	var changed []xds.Service
+	var removed, requeue []string
+	for _, key := range slices.Sorted(maps.Keys(keys)) {
+		a, hadA := prevServed[key]
+		b, hasB := next[key]
+		switch {
+		case hasB && (!hadA || !reflect.DeepEqual(a, b)):
+			changed = append(changed, b)
+		case hadA && !hasB:
+			removed = append(removed, key)
+		}
+		if hadA != hasB || (hasB && a.Digest() != b.Digest()) {
+			requeue = append(requeue, key)
+			continue
+		}
+		e, f := prevInvalid[key], nextInvalid[key]
+		if (e == nil) != (f == nil) {
+			requeue = append(requeue, key)
 		}
 	}
-	envoyRes, err := s.translator.Envoy(withHosts)
-	if err != nil {
-		return fmt.Errorf("translate envoy resources: %w", err)
-	}
-	grpcRes, err := s.translator.GRPC(all)
-	if err != nil {
-		return fmt.Errorf("translate grpc resources: %w", err)
-	}
-	s.translator.Prune()
-	for _, f := range []struct {
-		flavour  xds.Flavour
-		res      xds.Resources
-		services []xds.Service
-	}{{xds.FlavourEnvoy, envoyRes, withHosts}, {xds.FlavourGRPC, grpcRes, all}} {
-		versions, err := s.server.SetResources(ctx, f.flavour, f.res)
-		if err != nil {
-			return fmt.Errorf("serve %s resources: %w", f.flavour, err)
+	if full {
+		for _, key := range s.translator.Keys() {
+			if _, ok := next[key]; !ok && !slices.Contains(removed, key) {
+				removed = append(removed, key)
+			}
 		}
-		s.history.Record(f.flavour, versions, f.services)
 	}
-	for _, key := range s.remember(served, invalid) {
+	if len(changed) > 0 || len(removed) > 0 || len(build) > 0 || full {
+		update := changed
+		if full { // after a failed rebuild the translator may hold content never served
+			update = slices.Collect(maps.Values(next))
+		}
+		s.translator.Update(update, removed)
+		for _, f := range flavours {
+			if !serve[f] {
+				continue
+			}
+			res, err := s.translator.Resources(f)
+			if err != nil {
+				return fmt.Errorf("translate %s resources: %w", f, err)
+			}
+			versions, err := s.server.SetResources(ctx, f, res)
+			if err != nil {
+				return fmt.Errorf("serve %s resources: %w", f, err)
+			}
+			if slices.Contains(build, f) || full {
+				s.history.Record(f, versions, ofFlavour(f, s.everyService(prevServed, keys, next)), removed)
+			} else {
+				s.history.Record(f, versions, ofFlavour(f, changed), append(removed, notOfFlavour(f, changed)...))
+			}
+		}
+	}
+	s.commit(keys, next, nextInvalid, build)
+	for _, key := range requeue {
 		ns, name, _ := strings.Cut(key, "/")
 		s.cfg.Requeue(ns, name)
 	}
 	return nil
+}
+
+// plan reads the plans of keys: what each would serve (a map absent serves nothing) and
+// which fail validation (keeping their last good content), before name exclusivity.
+func (s *Sink) plan(keys map[string]bool, prevServed map[string]xds.Service, prevInvalid map[string]error) (map[string]xds.Service, map[string]error) {
+	next := make(map[string]xds.Service, len(keys))
+	nextInvalid := map[string]error{}
+	for key := range keys {
+		ns, name, _ := strings.Cut(key, "/")
+		p, exists, err := s.cfg.Plans.Plan(ns, name)
+		if !exists {
+			continue
+		}
+		prev, had := prevServed[key]
+		if err != nil { // the pipeline reports why; the last good content stays
+			if had {
+				next[key] = prev
+			}
+			if e := prevInvalid[key]; e != nil {
+				nextInvalid[key] = e
+			}
+			continue
+		}
+		svc := view(p)
+		if err := s.translator.Validate(svc); err != nil {
+			nextInvalid[key] = err
+			if had {
+				next[key] = prev
+			}
+			continue
+		}
+		next[key] = svc.Sealed()
+	}
+	return next, nextInvalid
+}
+
+// everyService is every service served once next replaces the keys' content.
+func (s *Sink) everyService(prevServed map[string]xds.Service, keys map[string]bool, next map[string]xds.Service) []xds.Service {
+	out := make([]xds.Service, 0, len(prevServed)+len(next))
+	for key, svc := range prevServed {
+		if !keys[key] {
+			out = append(out, svc)
+		}
+	}
+	for _, svc := range next {
+		out = append(out, svc)
+	}
+	return out
+}
+
+// ofFlavour are the services flavour serves: the Envoy flavour only those with hostnames.
+func ofFlavour(f xds.Flavour, services []xds.Service) []xds.Service {
+	if f != xds.FlavourEnvoy {
+		return services
+	}
+	return slices.DeleteFunc(slices.Clone(services), func(svc xds.Service) bool { return len(svc.Hostnames) == 0 })
+}
+
+// notOfFlavour are the keys of the services flavour does not serve.
+func notOfFlavour(f xds.Flavour, services []xds.Service) []string {
+	var out []string
+	for _, svc := range services {
+		if f == xds.FlavourEnvoy && len(svc.Hostnames) == 0 {
+			out = append(out, svc.Key())
+		}
+	}
+	return out
+}
+
+// commit stores what the keys now serve and which are invalid, and the flavours built.
+func (s *Sink) commit(keys map[string]bool, next map[string]xds.Service, nextInvalid map[string]error, build []xds.Flavour) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key := range keys {
+		if svc, ok := next[key]; ok {
+			s.served[key] = svc
+		} else {
+			delete(s.served, key)
+		}
+		if e := nextInvalid[key]; e != nil {
+			s.invalid[key] = e
+		} else {
+			delete(s.invalid, key)
+		}
+		if _, ok := next[key]; !ok && nextInvalid[key] == nil {
+			delete(s.pending, key) // a deleted map leaves nothing behind
+		}
+	}
+	for _, f := range build {
+		s.built[f] = true
+	}
 }
 
 // ErrNameTaken marks a map whose content would serve a name another map's served content
@@ -599,64 +726,52 @@ var ErrNameTaken = errors.New("name served for another trafficmap")
 // exclusive makes every name (gRPC listener name, which covers the Envoy domains) served
 // for one map only, so the shared route configuration never has a duplicate domain and no
 // listener name is served twice. Maps keep their names in this order: those not rebuilt
-// now (keys), then the others by key. A rebuilt map that would take a name already kept
-// falls back to its last good content when that does not, else leaves the snapshot; it is
-// marked invalid (ErrNameTaken) and returned, to be rebuilt with the next change.
-func exclusive(keys map[string]bool, prevServed, served map[string]xds.Service, invalid map[string]error) []string {
-	order := slices.SortedFunc(maps.Keys(served), func(a, b string) int {
-		if keys[a] != keys[b] {
-			if keys[b] {
-				return -1
+// now (not in keys), then the others by key. A rebuilt map that would take a name already
+// kept falls back to its last good content when that does not, else serves nothing; it is
+// marked invalid (ErrNameTaken) and returned, to be rebuilt with the next change. The
+// index of names (s.owner) is kept from one rebuild to the next, so only the rebuilt maps'
+// names are looked at (all of them when full).
+func (s *Sink) exclusive(keys map[string]bool, full bool, prevServed, next map[string]xds.Service, invalid map[string]error) []string {
+	if full {
+		s.owner = map[string]string{}
+	} else {
+		for key := range keys {
+			if prev, ok := prevServed[key]; ok {
+				for _, n := range xds.ListenerNames(prev) {
+					if s.owner[n] == key {
+						delete(s.owner, n)
+					}
+				}
 			}
-			return 1
 		}
-		return strings.Compare(a, b)
-	})
-	taken := make(map[string]string, len(served))
+	}
 	clash := func(key string, svc xds.Service) error {
 		for _, n := range xds.ListenerNames(svc) {
-			if other, ok := taken[n]; ok && other != key {
+			if other, ok := s.owner[n]; ok && other != key {
 				return fmt.Errorf("%w: %q is served for trafficmap %s", ErrNameTaken, n, other)
 			}
 		}
 		return nil
 	}
 	var retry []string
-	for _, key := range order {
-		svc := served[key]
+	for _, key := range slices.Sorted(maps.Keys(next)) {
+		svc := next[key]
 		if err := clash(key, svc); err != nil {
 			retry = append(retry, key)
 			invalid[key] = err
 			prev, ok := prevServed[key]
 			if !ok || clash(key, prev) != nil {
-				delete(served, key)
+				delete(next, key)
 				continue
 			}
 			svc = prev
-			served[key] = prev
+			next[key] = prev
 		}
 		for _, n := range xds.ListenerNames(svc) {
-			taken[n] = key
+			s.owner[n] = key
 		}
 	}
 	return retry
-}
-
-// unchanged reports whether every key serves and fails as it did.
-func unchanged(keys map[string]bool, prevServed, served map[string]xds.Service, prevInvalid, invalid map[string]error) bool {
-	for key := range keys {
-		a, hadA := prevServed[key]
-		b, hasB := served[key]
-		if hadA != hasB || !reflect.DeepEqual(a, b) {
-			return false
-		}
-		e, hadE := prevInvalid[key]
-		f, hasF := invalid[key]
-		if hadE != hasF || (hadE && e.Error() != f.Error()) {
-			return false
-		}
-	}
-	return true
 }
 
 // takeDirty returns and clears the maps marked dirty, and whether every map is.
@@ -666,39 +781,6 @@ func (s *Sink) takeDirty() (map[string]bool, bool) {
 	keys, full := s.dirty, s.full
 	s.dirty, s.full = map[string]bool{}, false
 	return keys, full
-}
-
-// remember stores what is now served and which maps are invalid, and returns the keys
-// whose digests or validity changed.
-func (s *Sink) remember(current map[string]xds.Service, invalid map[string]error) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var changed []string
-	next := make(map[string]map[xds.Flavour]string, len(current))
-	for key, svc := range current {
-		d := digestsOf(svc)
-		next[key] = d
-		if !maps.Equal(s.digests[key], d) {
-			changed = append(changed, key)
-		}
-	}
-	for key := range invalid {
-		if s.invalid[key] == nil {
-			changed = append(changed, key)
-		}
-	}
-	for key := range s.invalid {
-		if invalid[key] == nil {
-			changed = append(changed, key)
-		}
-	}
-	for key := range s.pending { // a deleted map leaves nothing behind
-		if _, ok := current[key]; !ok && invalid[key] == nil {
-			delete(s.pending, key)
-		}
-	}
-	s.digests, s.lastGood, s.invalid = next, current, invalid
-	return changed
 }
 
 // processNext rebuilds the snapshot for one queued request, then waits as the pacer says;
@@ -734,6 +816,19 @@ func (s *Sink) onClientChange() {
 	known := members == s.members
 	s.mu.Unlock()
 	if !known { // a client may have joined or left: compare the sets
+		s.mu.Lock()
+		unbuilt := !s.built[xds.FlavourEnvoy] || !s.built[xds.FlavourGRPC]
+		s.mu.Unlock()
+		if unbuilt {
+			for _, f := range flavours {
+				s.mu.Lock()
+				built := s.built[f]
+				s.mu.Unlock()
+				if !built && tracker.Consumed(f) {
+					s.queue.Add(snapshotKey) // the first client of f: build f for it
+				}
+			}
+		}
 		var ids []string
 		for _, c := range tracker.Clients() {
 			ids = append(ids, c.ID())

@@ -1,7 +1,7 @@
 package xdssink
 
 import (
-	"errors"
+	"maps"
 	"testing"
 	"time"
 
@@ -52,37 +52,6 @@ func TestPacer(t *testing.T) {
 	assert.Equal(t, maxRebuildPause, rebuild(10*time.Second), "a pause is bounded")
 }
 
-// unchanged is true only when every dirty key serves and fails exactly as before.
-func TestUnchanged(t *testing.T) {
-	svc := func(effective int32) xds.Service {
-		return xds.Service{Namespace: "prod", Name: "chat", Service: "chat", Result: weights.Result{
-			Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 10, Effective: effective}},
-		}}.Sealed()
-	}
-	keys := map[string]bool{"prod/chat": true}
-	served := map[string]xds.Service{"prod/chat": svc(10)}
-	bad := map[string]error{"prod/chat": errors.New("bad hostname")}
-	tests := []struct {
-		name                 string
-		prevServed, served   map[string]xds.Service
-		prevInvalid, invalid map[string]error
-		want                 bool
-	}{
-		{"same content", served, map[string]xds.Service{"prod/chat": svc(10)}, nil, nil, true},
-		{"drained", served, map[string]xds.Service{"prod/chat": svc(0)}, nil, nil, false},
-		{"deleted", served, map[string]xds.Service{}, nil, nil, false},
-		{"added", map[string]xds.Service{}, served, nil, nil, false},
-		{"turned invalid", served, served, nil, bad, false},
-		{"still invalid", served, served, bad, map[string]error{"prod/chat": errors.New("bad hostname")}, true},
-		{"invalid otherwise", served, served, bad, map[string]error{"prod/chat": errors.New("bad port")}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, unchanged(keys, tt.prevServed, tt.served, tt.prevInvalid, tt.invalid))
-		})
-	}
-}
-
 type noPlans struct{}
 
 func (noPlans) Keys() []string { return nil }
@@ -119,25 +88,47 @@ func TestExclusive(t *testing.T) {
 			Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 1}}}}.Sealed()
 	}
 	prev := map[string]xds.Service{"prod/chat": svc("prod", "chat.example.com"), "staging/chat": svc("staging")}
-	served := map[string]xds.Service{"prod/chat": prev["prod/chat"], "staging/chat": svc("staging", "chat.example.com")}
+	s := &Sink{owner: map[string]string{}}
+	index := func(served map[string]xds.Service) { // a full rebuild of served: every name indexed
+		t.Helper()
+		all := map[string]bool{}
+		for key := range served {
+			all[key] = true
+		}
+		require.Empty(t, s.exclusive(all, true, map[string]xds.Service{}, maps.Clone(served), map[string]error{}))
+	}
+	index(prev)
+	next := map[string]xds.Service{"staging/chat": svc("staging", "chat.example.com")}
 	invalid := map[string]error{}
-	retry := exclusive(map[string]bool{"staging/chat": true}, prev, served, invalid)
+	retry := s.exclusive(map[string]bool{"staging/chat": true}, false, prev, next, invalid)
 	assert.Equal(t, []string{"staging/chat"}, retry)
-	assert.Equal(t, prev, served, "the taker keeps its last good content")
+	assert.Equal(t, map[string]xds.Service{"staging/chat": prev["staging/chat"]}, next, "the taker keeps its last good content")
 	require.ErrorIs(t, invalid["staging/chat"], ErrNameTaken)
 	assert.Contains(t, invalid["staging/chat"].Error(), `"chat.example.com" is served for trafficmap prod/chat`)
+	assert.Equal(t, "prod/chat", s.owner["chat.example.com"])
 
 	// Both rebuilt, no last good: the first by key keeps the name, the other leaves.
-	served = map[string]xds.Service{"prod/chat": svc("prod", "chat.example.com"), "staging/chat": svc("staging", "chat.example.com")}
+	index(map[string]xds.Service{})
+	next = map[string]xds.Service{"prod/chat": svc("prod", "chat.example.com"), "staging/chat": svc("staging", "chat.example.com")}
 	invalid = map[string]error{}
-	retry = exclusive(map[string]bool{"prod/chat": true, "staging/chat": true}, map[string]xds.Service{}, served, invalid)
+	retry = s.exclusive(map[string]bool{"prod/chat": true, "staging/chat": true}, false, map[string]xds.Service{}, next, invalid)
 	assert.Equal(t, []string{"staging/chat"}, retry)
-	assert.NotContains(t, served, "staging/chat")
-	assert.Contains(t, served, "prod/chat")
+	assert.NotContains(t, next, "staging/chat")
+	assert.Contains(t, next, "prod/chat")
 
 	// Distinct names: nothing to do.
-	served = map[string]xds.Service{"prod/chat": svc("prod", "chat.example.com"), "staging/chat": svc("staging", "chat.staging.example.com")}
-	assert.Empty(t, exclusive(map[string]bool{"staging/chat": true}, prev, served, map[string]error{}))
+	index(prev)
+	next = map[string]xds.Service{"staging/chat": svc("staging", "chat.staging.example.com")}
+	assert.Empty(t, s.exclusive(map[string]bool{"staging/chat": true}, false, prev, next, map[string]error{}))
+
+	// A map that gives a name up frees it for the next rebuild of another.
+	index(prev)
+	next = map[string]xds.Service{"prod/chat": svc("prod", "chat.other.example.com")}
+	require.Empty(t, s.exclusive(map[string]bool{"prod/chat": true}, false, prev, next, map[string]error{}))
+	now := map[string]xds.Service{"prod/chat": next["prod/chat"], "staging/chat": prev["staging/chat"]}
+	next = map[string]xds.Service{"staging/chat": svc("staging", "chat.example.com")}
+	assert.Empty(t, s.exclusive(map[string]bool{"staging/chat": true}, false, now, next, map[string]error{}))
+	assert.Equal(t, "staging/chat", s.owner["chat.example.com"])
 }
 
 // Check refuses a plan whose resources fail validation on their own, naming the sink, and
@@ -159,7 +150,7 @@ func TestCheck(t *testing.T) {
 	assert.Contains(t, c.Message, "xds sink cannot serve trafficmap prod/chat")
 	assert.Equal(t, c, s.Check(&bad), "the verdict is kept while the content is unchanged")
 	assert.Nil(t, s.Check(plan), "a valid plan passes again")
-	assert.Empty(t, s.lastGood, "checking serves nothing")
+	assert.Empty(t, s.served, "checking serves nothing")
 }
 
 // In the reconnect grace after a start (and after becoming leader), a plan that was not

@@ -1,0 +1,107 @@
+package xdssink
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/weights"
+	"github.com/trafficmap/publisher/xds"
+)
+
+// BenchmarkRebuildOneDrain is the sink's rebuild after one drain, with n maps of 8
+// clusters served to both flavours (one client of each connected, so both are built):
+// planning, name exclusivity, translation, both flavours set on the server and recorded.
+func BenchmarkRebuildOneDrain(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("maps=%d", n), func(b *testing.B) { benchmarkRebuild(b, n) })
+	}
+}
+
+func benchmarkRebuild(b *testing.B, n int) {
+	plans := &memPlans{plans: map[string]*sink.Plan{}}
+	inputs := make([]weights.Input, n)
+	plan := func(i int, drained bool) *sink.Plan {
+		in := inputs[i]
+		if drained {
+			in.Drains = []weights.Drain{{ID: "m", Cluster: "worker-0", Reason: "r"}}
+		}
+		res, err := weights.Compute(in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ns, name := fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("svc-%d", i)
+		return &sink.Plan{Namespace: ns, Name: name, Service: name, Hostnames: []string{name + "." + ns + ".example.com"}, Result: res}
+	}
+	for i := range inputs {
+		for j := range 8 {
+			inputs[i].Entries = append(inputs[i].Entries, weights.Entry{Cluster: fmt.Sprintf("worker-%d", j),
+				Endpoint: fmt.Sprintf("https://svc-%d.worker-%d.example.com", i, j), Weight: int64(j + 1)})
+		}
+		plans.set(plan(i, false))
+	}
+	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, Plans: plans, Requeue: func(string, string) {}}, zap.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.server.Serve(ctx, s.listener) }()
+	b.Cleanup(func() { cancel(); <-done })
+	if err := s.rebuild(ctx); err != nil {
+		b.Fatal(err)
+	}
+	consume(b, ctx, s.listener.Addr(), "envoy")
+	consume(b, ctx, s.listener.Addr(), "gRPC Go")
+	for !s.server.Tracker().Consumed(xds.FlavourEnvoy) || !s.server.Tracker().Consumed(xds.FlavourGRPC) {
+		time.Sleep(time.Millisecond) // a benchmark's setup, not a test
+	}
+	if err := s.rebuild(ctx); err != nil { // builds both flavours
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		k := i % n
+		plans.set(plan(k, i/n%2 == 0)) // drain worker-0 of one map, undrain it on the next lap
+		s.Changed(plans.plans[fmt.Sprintf("ns-%d/svc-%d", k%50, k)].Namespace, fmt.Sprintf("svc-%d", k))
+		if err := s.rebuild(ctx); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.StopTimer()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "MiB-live")
+}
+
+// consume opens an ADS stream of the user agent's flavour that subscribes to one listener
+// name nobody serves, so the flavour is consumed and the stream is sent nothing.
+func consume(b testing.TB, ctx context.Context, addr net.Addr, userAgent string) {
+	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: userAgent, UserAgentName: userAgent},
+		TypeUrl: resource.ListenerType, ResourceNames: []string{"nobody"}}); err != nil {
+		b.Fatal(err)
+	}
+}

@@ -1,0 +1,150 @@
+package xdssink
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/weights"
+	"github.com/trafficmap/publisher/xds"
+)
+
+// A rebuild per change serves what a rebuild of everything would: after every step of a
+// random sequence of changes (drains, hostnames taken from another map or given up, maps
+// added and deleted), each flavour's resources equal a fresh translation of what the sink
+// says it serves, no name is served for two maps, and the history says the versions
+// served carry every served map's current content.
+func TestRebuildPerChangeServesTheFleet(t *testing.T) {
+	plans := &memPlans{plans: map[string]*sink.Plan{}}
+	rng := rand.New(rand.NewPCG(17, 1))
+	plan := func(i int) *sink.Plan {
+		in := weights.Input{}
+		for j := range 3 {
+			in.Entries = append(in.Entries, weights.Entry{Cluster: fmt.Sprintf("worker-%d", j),
+				Endpoint: fmt.Sprintf("https://svc-%d.worker-%d.example.com", i, j), Weight: int64(j + 1)})
+		}
+		if rng.IntN(2) == 0 {
+			in.Drains = []weights.Drain{{ID: "m", Cluster: fmt.Sprintf("worker-%d", rng.IntN(3)), Reason: "r"}}
+		}
+		res, err := weights.Compute(in)
+		require.NoError(t, err)
+		p := &sink.Plan{Namespace: "prod", Name: fmt.Sprintf("svc-%d", i), Service: fmt.Sprintf("svc-%d", i), Result: res}
+		switch rng.IntN(4) {
+		case 0: // no hostname: gRPC only
+		case 1: // another map's hostname: a hand-over half done
+			p.Hostnames = []string{fmt.Sprintf("svc-%d.example.com", rng.IntN(12))}
+		default:
+			p.Hostnames = []string{fmt.Sprintf("svc-%d.example.com", i)}
+		}
+		return p
+	}
+	for i := range 12 {
+		plans.set(plan(i))
+	}
+	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, Plans: plans, Requeue: func(string, string) {}}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.server.Serve(ctx, s.listener) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.NoError(t, s.rebuild(ctx))
+	consume(t, ctx, s.listener.Addr(), "envoy")
+	consume(t, ctx, s.listener.Addr(), "gRPC Go")
+	require.Eventually(t, func() bool {
+		return s.server.Tracker().Consumed(xds.FlavourEnvoy) && s.server.Tracker().Consumed(xds.FlavourGRPC)
+	}, 10e9, 1e6)
+
+	check := func(step int) {
+		t.Helper()
+		served := map[string]xds.Service{}
+		s.mu.Lock()
+		for key, svc := range s.served {
+			served[key] = svc
+		}
+		s.mu.Unlock()
+		var all, withHosts []xds.Service
+		owner := map[string]string{}
+		for key, svc := range served {
+			all = append(all, svc)
+			if len(svc.Hostnames) > 0 {
+				withHosts = append(withHosts, svc)
+			}
+			for _, n := range xds.ListenerNames(svc) {
+				require.Empty(t, owner[n], "step %d: %q served for %s and %s", step, n, owner[n], key)
+				owner[n] = key
+			}
+		}
+		wantEnvoy, err := xds.TranslateEnvoy(s.envoy, withHosts)
+		require.NoError(t, err)
+		wantGRPC, err := xds.TranslateGRPC(all)
+		require.NoError(t, err)
+		for f, want := range map[xds.Flavour]xds.Resources{xds.FlavourEnvoy: wantEnvoy, xds.FlavourGRPC: wantGRPC} {
+			got, err := s.translator.Resources(f)
+			require.NoError(t, err)
+			assertSame(t, step, want, got)
+			versions, err := s.server.SetResources(ctx, f, got) // already served: changes nothing
+			require.NoError(t, err)
+			for key, svc := range served {
+				sv, ok := xds.ServedBy(s.envoy, svc)[f]
+				if !ok {
+					continue
+				}
+				for _, typ := range []string{resource.ListenerType, resource.RouteType, resource.ClusterType} {
+					if len(sv.Names[typ]) > 0 {
+						assert.True(t, s.history.Carries(f, typ, versions[typ], key, svc.Digest()), "step %d: %s %s carries %s", step, f, typ, key)
+					}
+				}
+			}
+		}
+	}
+	require.NoError(t, s.rebuild(ctx)) // builds both flavours
+	check(0)
+	for step := 1; step <= 60; step++ {
+		for range 1 + rng.IntN(3) {
+			i := rng.IntN(14) // 12 and 13 come and go
+			if rng.IntN(6) == 0 {
+				plans.mu.Lock()
+				delete(plans.plans, fmt.Sprintf("prod/svc-%d", i))
+				plans.mu.Unlock()
+			} else {
+				plans.set(plan(i))
+			}
+			s.Changed("prod", fmt.Sprintf("svc-%d", i))
+		}
+		require.NoError(t, s.rebuild(ctx))
+		check(step)
+	}
+}
+
+func assertSame(t *testing.T, step int, want, got xds.Resources) {
+	t.Helper()
+	for _, l := range []struct {
+		kind      string
+		want, got []proto.Message
+	}{
+		{"listener", msgs(want.Listeners), msgs(got.Listeners)},
+		{"route configuration", msgs(want.Routes), msgs(got.Routes)},
+		{"cluster", msgs(want.Clusters), msgs(got.Clusters)},
+	} {
+		require.Len(t, l.got, len(l.want), "step %d: %ss", step, l.kind)
+		for i := range l.want {
+			require.True(t, proto.Equal(l.want[i], l.got[i]), "step %d: %s %d", step, l.kind, i)
+		}
+	}
+}
+
+func msgs[T proto.Message](in []T) []proto.Message {
+	out := make([]proto.Message, len(in))
+	for i, m := range in {
+		out[i] = m
+	}
+	return out
+}
