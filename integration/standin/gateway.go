@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
@@ -36,8 +37,12 @@ type Gateway struct {
 	logf            func(format string, args ...any)
 	paused          atomic.Bool
 	infs            []cache.SharedIndexInformer
-	queue           workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	ctx             context.Context
+	// routes and services are the informer caches per watched namespace; a report reads
+	// them first, as a gateway controller does, and reads through the API only on a miss
+	// or a conflict.
+	routes, services map[string]cache.SharedIndexInformer
+	queue            workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	ctx              context.Context
 }
 
 // Option tunes a stand-in gateway.
@@ -85,6 +90,7 @@ func StartGateway(ctx context.Context, kube kubernetes.Interface, gw gwclient.In
 	}
 
 	g := &Gateway{Namespace: ns, Name: name, kube: kube, gw: gw, logf: logf, ctx: ctx,
+		routes: map[string]cache.SharedIndexInformer{}, services: map[string]cache.SharedIndexInformer{},
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, time.Second))}
 	watched := o.routeNamespaces
 	if len(watched) == 0 {
@@ -96,11 +102,14 @@ func StartGateway(ctx context.Context, kube kubernetes.Interface, gw gwclient.In
 			AddFunc:    g.enqueue,
 			UpdateFunc: func(_, obj any) { g.enqueue(obj) },
 		})
+		svcs := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithNamespace(routeNS)).Core().V1().Services().Informer()
 		go inf.RunWithContext(ctx)
-		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		go svcs.RunWithContext(ctx)
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced, svcs.HasSynced) {
 			return nil, fmt.Errorf("stand-in gateway cache: %w", ctx.Err())
 		}
 		g.infs = append(g.infs, inf)
+		g.routes[routeNS], g.services[routeNS] = inf, svcs
 	}
 	go func() {
 		<-ctx.Done()
@@ -155,8 +164,10 @@ func (g *Gateway) report(key cache.ObjectName) error {
 	if g.paused.Load() {
 		return nil
 	}
+	cached := true
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		route, err := g.gw.GatewayV1().HTTPRoutes(key.Namespace).Get(g.ctx, key.Name, metav1.GetOptions{})
+		route, err := g.route(key, cached)
+		cached = false // after a conflict, the live route
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -178,6 +189,31 @@ func (g *Gateway) report(key cache.ObjectName) error {
 	})
 }
 
+// route is the route at key: the cached one when cached is set and the cache has it, else
+// the live one.
+func (g *Gateway) route(key cache.ObjectName, cached bool) (*gwapiv1.HTTPRoute, error) {
+	if inf := g.routes[key.Namespace]; cached && inf != nil {
+		if obj, ok, err := inf.GetStore().GetByKey(key.String()); err == nil && ok {
+			if r, ok := obj.(*gwapiv1.HTTPRoute); ok {
+				return r, nil
+			}
+		}
+	}
+	return g.gw.GatewayV1().HTTPRoutes(key.Namespace).Get(g.ctx, key.Name, metav1.GetOptions{})
+}
+
+// serviceExists reports whether Service namespace/name exists: in the cache, or, on a miss
+// (the cache may lag the publisher's write just before the route), on the API server.
+func (g *Gateway) serviceExists(namespace, name string) bool {
+	if inf := g.services[namespace]; inf != nil {
+		if _, ok, err := inf.GetStore().GetByKey(namespace + "/" + name); err == nil && ok {
+			return true
+		}
+	}
+	_, err := g.kube.CoreV1().Services(namespace).Get(g.ctx, name, metav1.GetOptions{})
+	return !apierrors.IsNotFound(err)
+}
+
 func (g *Gateway) serves(ref gwapiv1.ParentReference, routeNS string) bool {
 	return ptr.Deref(ref.Kind, "Gateway") == "Gateway" && ptr.Deref(ref.Group, gwapiv1.GroupName) == gwapiv1.GroupName &&
 		string(ptr.Deref(ref.Namespace, gwapiv1.Namespace(routeNS))) == g.Namespace && string(ref.Name) == g.Name
@@ -190,7 +226,7 @@ func (g *Gateway) setParentStatus(route *gwapiv1.HTTPRoute, ref gwapiv1.ParentRe
 		Reason: string(gwapiv1.RouteReasonResolvedRefs), Message: "all backend references resolved", ObservedGeneration: route.Generation}
 	for _, rule := range route.Spec.Rules {
 		for _, b := range rule.BackendRefs {
-			if _, err := g.kube.CoreV1().Services(route.Namespace).Get(g.ctx, string(b.Name), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			if !g.serviceExists(route.Namespace, string(b.Name)) {
 				resolved.Status, resolved.Reason = metav1.ConditionFalse, string(gwapiv1.RouteReasonBackendNotFound)
 				resolved.Message = "service " + string(b.Name) + " not found"
 			}
