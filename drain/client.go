@@ -44,19 +44,9 @@ func (c Client) Get(ctx context.Context, namespace, name string) (Target, error)
 // stored object's resourceVersion. The API server's refusal of the patch's UID or
 // resourceVersion (the object changed after the read) is ErrConflict.
 func (c Client) Apply(ctx context.Context, p *Plan, dry DryRun) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
-	defer cancel()
-	opts := metav1.PatchOptions{}
-	if dry == DryRunServer {
-		opts.DryRun = []string{metav1.DryRunAll}
-	}
-	u, err := c.Dynamic.Resource(v1beta1.InferenceServicesResource).Namespace(p.Target.Namespace).
-		Patch(ctx, p.Target.Name, types.MergePatchType, p.Patch(), opts)
+	u, err := c.patch(ctx, p.Target.Namespace, p.Target.Name, p.Patch(), dry)
 	if err != nil {
-		if isConflict(err) {
-			return "", ErrConflict
-		}
-		return "", c.apiError(ctx, "patch", p.Target.Namespace, err)
+		return "", err
 	}
 	return checkResponse(u, p)
 }
@@ -64,21 +54,27 @@ func (c Client) Apply(ctx context.Context, p *Plan, dry DryRun) (string, error) 
 // ApplyRamp sends a ramp annotation change to the InferenceService t (dryRun=All for a
 // server dry run); a change of the object since it was read is ErrConflict.
 func (c Client) ApplyRamp(ctx context.Context, t RampTarget, ch *RampChange, dry DryRun) error {
+	_, err := c.patch(ctx, t.Namespace, t.Name, ch.RampPatch(t), dry)
+	return err
+}
+
+// patch sends a guarded merge patch to the InferenceService namespace/name: ErrConflict
+// when the API server refuses its UID or resourceVersion, a sanitized error otherwise.
+func (c Client) patch(ctx context.Context, namespace, name string, body []byte, dry DryRun) (*unstructured.Unstructured, error) {
 	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
 	opts := metav1.PatchOptions{}
 	if dry == DryRunServer {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	_, err := c.Dynamic.Resource(v1beta1.InferenceServicesResource).Namespace(t.Namespace).
-		Patch(ctx, t.Name, types.MergePatchType, ch.RampPatch(t), opts)
+	u, err := c.Dynamic.Resource(v1beta1.InferenceServicesResource).Namespace(namespace).Patch(ctx, name, types.MergePatchType, body, opts)
 	switch {
 	case err == nil:
-		return nil
+		return u, nil
 	case isConflict(err):
-		return ErrConflict
+		return nil, ErrConflict
 	default:
-		return c.apiError(ctx, "patch", t.Namespace, err)
+		return nil, c.apiError(ctx, "patch", namespace, err)
 	}
 }
 

@@ -250,15 +250,17 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 	if err != nil {
 		return 0, err
 	}
+	// The map and its inputs, read once for the ramp and the last-serving guard.
+	before, readErr := mapObjects(ctx, kc, plan)
 	if ramping {
-		if err := planRamp(ctx, kc, plan, f.ramp, stderr); err != nil {
+		if err := planRamp(before, readErr, plan, f.ramp, stderr); err != nil {
 			return 0, err
 		}
 	}
 	if err := drain.WritePreview(stderr, plan, drain.PreviewInput{Context: kc.context, DryRun: dry}); err != nil {
 		return 0, err
 	}
-	prompt, err := guardDrain(ctx, kc, plan, f.allowNoTraffic, stderr)
+	prompt, err := guardDrain(before, readErr, plan, f.allowNoTraffic, stderr)
 	if err != nil {
 		return 0, err
 	}
@@ -314,35 +316,20 @@ func rampWait(w waitFlag, ramp *drain.RampChange) time.Duration {
 	return w.d + time.Until(r.End())
 }
 
-// planRamp adds to plan the ramp annotation change that eases it in (--ramp): the cluster's
-// effective weight before the drain, ignoring ramps, is where a down ramp starts. A service
-// no TrafficMap publishes cannot ramp; a change with nothing to ramp goes without one.
-func planRamp(ctx context.Context, kc kube, plan *drain.Plan, spec drain.RampSpec, stderr io.Writer) error {
-	before, err := mapObjects(ctx, kc, plan)
-	if errors.Is(err, drain.ErrNoTrafficMap) {
+// planRamp adds to plan the ramp annotation change that eases it in (--ramp), from the
+// map's objects as read before the change (before, or readErr): the cluster's effective
+// weight before the drain, ignoring ramps, is where a down ramp starts. A service no
+// TrafficMap publishes cannot ramp; a change with nothing to ramp goes without one.
+func planRamp(before report.Objects, readErr error, plan *drain.Plan, spec drain.RampSpec, stderr io.Writer) error {
+	switch {
+	case errors.Is(readErr, drain.ErrNoTrafficMap):
 		return fmt.Errorf("--ramp: no TrafficMap publishes InferenceService %s/%s, so no publisher ramps it", plan.Target.Namespace, plan.Target.Name)
+	case readErr != nil:
+		return fmt.Errorf("--ramp needs the service's weights: %w", readErr)
 	}
+	from, stillHeld, err := rampBounds(before, before.WithAnnotations(plan.AnnotationsAfter()), plan.Cluster)
 	if err != nil {
 		return fmt.Errorf("--ramp needs the service's weights: %w", err)
-	}
-	b, err := report.Effective(before)
-	if err != nil {
-		return fmt.Errorf("--ramp needs the service's weights: %w", err)
-	}
-	a, err := report.Effective(before.WithAnnotations(plan.AnnotationsAfter()))
-	if err != nil {
-		return fmt.Errorf("--ramp needs the service's weights after the %s: %w", plan.Request.Action, err)
-	}
-	from, stillHeld := int32(0), false
-	for _, e := range b.Final.Entries {
-		if e.Cluster == plan.Cluster {
-			from = e.Effective
-		}
-	}
-	for _, e := range a.Final.Entries {
-		if e.Cluster == plan.Cluster {
-			stillHeld = e.Drained()
-		}
 	}
 	dir := weights.RampDown
 	if plan.Request.Action == drain.ActionUndrain {
@@ -358,7 +345,33 @@ func planRamp(ctx context.Context, kc kube, plan *drain.Plan, spec drain.RampSpe
 	return nil
 }
 
-// guardDrain is the last-serving guard of a drain or undrain: it computes the service's
+// rampBounds is what a ramp of cluster starts from, ignoring ramps under way
+// (publish.Computed.Final): its effective weight before a change (the objects before) and
+// whether something still holds it after it (the objects after).
+func rampBounds(before, after report.Objects, cluster string) (from int32, stillHeld bool, err error) {
+	b, err := report.Effective(before)
+	if err != nil {
+		return 0, false, err
+	}
+	a, err := report.Effective(after)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, e := range b.Final.Entries {
+		if e.Cluster == cluster {
+			from = e.Effective
+		}
+	}
+	for _, e := range a.Final.Entries {
+		if e.Cluster == cluster {
+			stillHeld = e.Drained()
+		}
+	}
+	return from, stillHeld, nil
+}
+
+// guardDrain is the last-serving guard of a drain or undrain: from the map's objects as
+// read before the change (before, or readErr from mapObjects) it computes the service's
 // effective weights before and after the plan with the publisher's computation
 // (publish.Compute over every current drain, taint and toleration, as status reads them),
 // writes them, and returns the confirmation prompt. A drain that leaves the service with no
@@ -366,8 +379,11 @@ func planRamp(ctx context.Context, kc kube, plan *drain.Plan, spec drain.RampSpe
 // (drain.ErrNoTraffic; a refused read: the permission error) unless allow is set; then the
 // prompt says that all traffic stops. An undrain never stops traffic: its weights are shown
 // when they can be read. A service no TrafficMap publishes has none to guard.
-func guardDrain(ctx context.Context, kc kube, plan *drain.Plan, allow bool, stderr io.Writer) (string, error) {
-	imp, err := drainImpact(ctx, kc, plan)
+func guardDrain(before report.Objects, readErr error, plan *drain.Plan, allow bool, stderr io.Writer) (string, error) {
+	imp, err := report.Impact{}, readErr
+	if err == nil {
+		imp = report.NewImpact(before, before.WithAnnotations(plan.AnnotationsAfter()))
+	}
 	isDrain := plan.Request.Action == drain.ActionDrain
 	switch {
 	case errors.Is(err, drain.ErrNoTrafficMap):
@@ -396,17 +412,6 @@ func guardDrain(ctx context.Context, kc kube, plan *drain.Plan, allow bool, stde
 		return "", fmt.Errorf("%w: %s; pass --allow-no-traffic to drain anyway", drain.ErrNoTraffic, why)
 	}
 	return drain.NoTrafficPrompt([]string{imp.Ref()}), nil
-}
-
-// drainImpact reads the TrafficMap named as the plan's target and its inputs, and computes
-// its effective weights before and after the plan's annotation change;
-// drain.ErrNoTrafficMap when no map publishes the service.
-func drainImpact(ctx context.Context, kc kube, plan *drain.Plan) (report.Impact, error) {
-	before, err := mapObjects(ctx, kc, plan)
-	if err != nil {
-		return report.Impact{}, err
-	}
-	return report.NewImpact(before, before.WithAnnotations(plan.AnnotationsAfter())), nil
 }
 
 // mapObjects reads the TrafficMap named as the plan's target and its inputs;

@@ -313,21 +313,9 @@ func planTaintRamps(plan *drain.TaintPlan, moved []report.Impact, objs []report.
 		if !imp.Computable() || o.Source == nil {
 			continue
 		}
-		b, errB := report.Effective(o)
-		a, errA := report.Effective(o.WithClusterTaints(after))
-		if err := errors.Join(errB, errA); err != nil {
+		from, stillHeld, err := rampBounds(o, o.WithClusterTaints(after), cluster)
+		if err != nil {
 			return nil, fmt.Errorf("--ramp needs the weights of %s: %w", imp.Ref(), err)
-		}
-		from, stillHeld := int32(0), false
-		for _, e := range b.Final.Entries {
-			if e.Cluster == cluster {
-				from = e.Effective
-			}
-		}
-		for _, e := range a.Final.Entries {
-			if e.Cluster == cluster {
-				stillHeld = e.Drained()
-			}
 		}
 		ch, err := drain.PlanRamp(o.Source.Annotations, dir, cluster, hold, from, stillHeld, spec, now)
 		if err != nil {
