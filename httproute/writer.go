@@ -54,6 +54,13 @@ type SyncResult struct {
 	// RouteWritten reports whether Sync applied the route (Route is then the API server's
 	// answer to that apply).
 	RouteWritten bool
+	// Services are the backend Services Sync applied, each as the API server answered that
+	// apply, in desired order (none when every Service already matched). On error they
+	// still list every apply that succeeded.
+	Services []*corev1.Service
+	// Pruned are the Services Sync deleted because they are no longer desired, as store
+	// returned them (shared copies: not to be modified), in name order.
+	Pruned []*corev1.Service
 }
 
 // Sync makes the stored objects for src hold desired in the fields the publisher owns:
@@ -62,10 +69,11 @@ type SyncResult struct {
 // differs in those fields (see Matches) and refuses (ErrConflict) any object at a needed
 // name that src does not own; a name with no cached copy is applied without force, so an
 // object someone else holds there conflicts instead of being taken over (see applyRoute).
-// The route is compared with what store returns, so store must return a route at least as
-// new as the caller's last write of it (package routesink keeps that promise with
-// per-map expectations). On error, objects already written stay written and a retry
-// converges.
+// The route and the Services are compared with what store returns, so store must return
+// each at least as new as the caller's last write of it, and no Service the caller has
+// deleted since (package routesink keeps that promise with per-map expectations; SyncResult
+// reports what Sync applied and deleted). On error, objects already written stay written
+// and a retry converges.
 func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store Store) (SyncResult, error) {
 	var res SyncResult
 	current, err := store.Route(desired.Route.Namespace, desired.Route.Name)
@@ -86,15 +94,18 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 
 	// The backend Services are independent of one another: write them at once (a new map's
 	// eight cost one round trip, not eight), all before the route that refers to them.
-	wrote := make([]int, len(desired.Services))
+	applied := make([]*corev1.Service, len(desired.Services))
 	errs := make([]error, len(desired.Services))
 	var wg sync.WaitGroup
 	for i, want := range desired.Services {
-		wg.Go(func() { wrote[i], errs[i] = w.syncService(ctx, src, want, byName[want.Name]) })
+		wg.Go(func() { applied[i], errs[i] = w.syncService(ctx, src, want, byName[want.Name]) })
 	}
 	wg.Wait()
 	for i, want := range desired.Services {
-		res.Writes += wrote[i]
+		if applied[i] != nil {
+			res.Services = append(res.Services, applied[i])
+			res.Writes++
+		}
 		delete(byName, want.Name)
 	}
 	for _, err := range errs {
@@ -116,6 +127,7 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 		if err := w.deleteService(ctx, stale); err != nil {
 			return res, err
 		}
+		res.Pruned = append(res.Pruned, stale)
 		res.Writes++
 	}
 	return res, nil
@@ -161,6 +173,19 @@ func (w *Writer) Route(ctx context.Context, namespace, name string) (*gwapiv1.HT
 	return route, nil
 }
 
+// Service reads the Service at namespace/name through the API (not a cache); nil when
+// there is none.
+func (w *Writer) Service(ctx context.Context, namespace, name string) (*corev1.Service, error) {
+	svc, err := w.kube.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read service %s/%s: %w", namespace, name, err)
+	}
+	return svc, nil
+}
+
 // applyRoute applies want. With a cached copy (ours) the apply forces ownership and names
 // the copy's UID, so a route that was replaced behind the cache is refused by the API
 // server rather than taken over. Without one the apply does not force: it creates the
@@ -197,36 +222,38 @@ func (w *Writer) applyRoute(ctx context.Context, src Source, want, current *gwap
 	return applied, nil
 }
 
-// syncService applies want unless current, its cached copy, already matches; see
-// applyRoute for how an object not in the cache is treated.
-func (w *Writer) syncService(ctx context.Context, src Source, want, current *corev1.Service) (int, error) {
+// syncService applies want unless current, its cached copy, already matches, and returns
+// the API server's answer (nil when nothing was applied); see applyRoute for how an object
+// not in the cache is treated.
+func (w *Writer) syncService(ctx context.Context, src Source, want, current *corev1.Service) (*corev1.Service, error) {
 	if current != nil && serviceMatches(want, current) {
-		return 0, nil
+		return nil, nil
 	}
 	client := w.kube.CoreV1().Services(want.Namespace)
 	var uid types.UID
 	if current != nil {
 		uid = current.UID
 	} else {
-		_, err := client.Apply(ctx, serviceApply(want, ""), w.applyOptions(false))
+		applied, err := client.Apply(ctx, serviceApply(want, ""), w.applyOptions(false))
 		if !apierrors.IsConflict(err) {
 			if err != nil {
-				return 0, fmt.Errorf("apply service %s/%s: %w", want.Namespace, want.Name, err)
+				return nil, fmt.Errorf("apply service %s/%s: %w", want.Namespace, want.Name, err)
 			}
-			return 1, nil
+			return applied, nil
 		}
 		live, err := client.Get(ctx, want.Name, metav1.GetOptions{})
 		if err := claimable(src, "service", want.Namespace, want.Name, live, err); err != nil {
-			return 0, err
+			return nil, err
 		}
 		if live != nil {
 			uid = live.UID
 		}
 	}
-	if _, err := client.Apply(ctx, serviceApply(want, uid), w.applyOptions(true)); err != nil {
-		return 0, fmt.Errorf("apply service %s/%s: %w", want.Namespace, want.Name, err)
+	applied, err := client.Apply(ctx, serviceApply(want, uid), w.applyOptions(true))
+	if err != nil {
+		return nil, fmt.Errorf("apply service %s/%s: %w", want.Namespace, want.Name, err)
 	}
-	return 1, nil
+	return applied, nil
 }
 
 func (w *Writer) applyOptions(force bool) metav1.ApplyOptions {

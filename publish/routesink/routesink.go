@@ -5,12 +5,15 @@
 // httproute.Store backed by the publisher's informer caches.
 //
 // Its only state is per-map expectations, as a ReplicaSet controller keeps them: the route
-// as the sink last wrote it, until the cache holds that route at least as new (by
-// resourceVersion). Until then the sink judges from its own last write instead of the
-// older cached route, and reads the route through the API when the cache cannot be
-// compared with it (no cached route, another UID, or resourceVersions that do not
-// compare). So what Apply compares, writes over and judges acceptance from is never older
-// than the sink's last write. Expectations are dropped once met and when the map is deleted.
+// and each backend Service as the sink last wrote it, each until the cache holds that
+// object at least as new (by resourceVersion), and each Service it pruned, until the cache
+// no longer holds it. Until then the sink judges from its own last write instead of the
+// older cached object, and reads the object through the API when the cache cannot be
+// compared with it (not cached, another UID, or resourceVersions that do not compare); the
+// answer becomes the expectation. So what Apply compares, writes over and judges acceptance
+// from is never older than the sink's last write, a Service the informer has not delivered
+// yet is not applied again, and a Service the sink pruned is not seen (and deleted) again.
+// Expectations are dropped once met and when the map is deleted.
 package routesink
 
 import (
@@ -22,6 +25,7 @@ import (
 	"strings"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -67,8 +71,24 @@ type Sink struct {
 	store  httproute.Store
 
 	mu       sync.Mutex
-	expected map[types.NamespacedName]*gwapiv1.HTTPRoute // a map's route as last written, until the cache catches up
+	expected map[types.NamespacedName]*expectations // by map; an entry with nothing expected is removed
 }
+
+// expectations is what the sink knows of one map's stored objects that its cache may not
+// show yet.
+type expectations struct {
+	route    *gwapiv1.HTTPRoute            // the route as last written (or read), nil: none
+	services map[string]serviceExpectation // by Service name
+}
+
+// serviceExpectation is a backend Service as the sink last wrote (or read) it or, when
+// deleted is set, the Service the sink deleted.
+type serviceExpectation struct {
+	svc     *corev1.Service
+	deleted bool
+}
+
+func (e *expectations) empty() bool { return e.route == nil && len(e.services) == 0 }
 
 var (
 	_ sink.Sink    = (*Sink)(nil)
@@ -81,7 +101,7 @@ func (s *Sink) Durable() {}
 
 // New returns the sink writing with writer and reading stored objects from store.
 func New(cfg Config, writer *httproute.Writer, store httproute.Store) *Sink {
-	return &Sink{cfg: cfg, writer: writer, store: store, expected: map[types.NamespacedName]*gwapiv1.HTTPRoute{}}
+	return &Sink{cfg: cfg, writer: writer, store: store, expected: map[types.NamespacedName]*expectations{}}
 }
 
 // Name implements sink.Sink.
@@ -109,10 +129,11 @@ func (s *Sink) view(namespace, name string) (route *gwapiv1.HTTPRoute, readThrou
 	key := mapKey(namespace, name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	written, ok := s.expected[key]
-	if !ok {
+	e := s.expected[key]
+	if e == nil || e.route == nil {
 		return cached, false, nil
 	}
+	written := e.route
 	if cached == nil || cached.UID != written.UID {
 		return written, true, nil
 	}
@@ -121,7 +142,7 @@ func (s *Sink) view(namespace, name string) (route *gwapiv1.HTTPRoute, readThrou
 		return written, true, nil
 	}
 	if cmp >= 0 {
-		delete(s.expected, key)
+		s.expectLocked(key, func(e *expectations) { e.route = nil })
 		return cached, false, nil
 	}
 	return written, false, nil
@@ -146,15 +167,150 @@ func (s *Sink) current(ctx context.Context, namespace, name string) (*gwapiv1.HT
 func (s *Sink) expect(namespace, name string, route *gwapiv1.HTTPRoute) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if route == nil {
-		delete(s.expected, mapKey(namespace, name))
-		return
-	}
-	s.expected[mapKey(namespace, name)] = route
+	s.expectLocked(mapKey(namespace, name), func(e *expectations) { e.route = route })
 }
 
-// forget drops the expectation of map namespace/name.
-func (s *Sink) forget(namespace, name string) { s.expect(namespace, name, nil) }
+// expectLocked applies change to the expectations of map key, creating them when missing
+// and removing them when nothing is left to expect. s.mu must be held.
+func (s *Sink) expectLocked(key types.NamespacedName, change func(*expectations)) {
+	e := s.expected[key]
+	if e == nil {
+		e = &expectations{services: map[string]serviceExpectation{}}
+	}
+	change(e)
+	if e.empty() {
+		delete(s.expected, key)
+		return
+	}
+	s.expected[key] = e
+}
+
+// forget drops every expectation of map namespace/name.
+func (s *Sink) forget(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.expected, mapKey(namespace, name))
+}
+
+// forgetServices drops the Service expectations of map namespace/name, after a delete that
+// failed part way: some Services the sink wrote may be gone, so its writes are no longer the
+// newest it knows of; the cache's copies are judged from again (as before any write).
+func (s *Sink) forgetServices(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expectLocked(mapKey(namespace, name), func(e *expectations) { clear(e.services) })
+}
+
+// serviceView returns src's owned Services, the newest known without an API read, by
+// name: for each cached Service the sink has no expectation of, the cached one; for one
+// it wrote, the cached one when it is at least as new as that write (the expectation is
+// then met and dropped), the write otherwise; one it pruned is left out while the cache
+// still holds it (and the expectation is dropped once the cache does not). readThrough
+// lists, in name order, the Services whose cache cannot be compared with the expectation
+// (a written Service not cached, a cached Service with another UID, resourceVersions that
+// do not compare): only a read through the API tells what is stored. Cached objects are
+// returned as they are, never modified.
+func (s *Sink) serviceView(src httproute.Source) (known map[string]*corev1.Service, readThrough []string, err error) {
+	cached, err := s.store.Services(src)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read cached services: %w", err)
+	}
+	known = make(map[string]*corev1.Service, len(cached))
+	for _, c := range cached {
+		known[c.Name] = c
+	}
+	key := mapKey(src.Namespace, src.Name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.expected[key]
+	if e == nil || len(e.services) == 0 {
+		return known, nil, nil
+	}
+	s.expectLocked(key, func(e *expectations) {
+		for name, x := range e.services {
+			c, ok := known[name]
+			switch {
+			case !ok && x.deleted: // the cache shows the deletion
+				delete(e.services, name)
+			case !ok || c.UID != x.svc.UID:
+				delete(known, name)
+				readThrough = append(readThrough, name)
+			case x.deleted: // the cache still holds the Service the sink deleted
+				delete(known, name)
+			default:
+				cmp, err := resourceversion.CompareResourceVersion(c.ResourceVersion, x.svc.ResourceVersion)
+				switch {
+				case err != nil:
+					delete(known, name)
+					readThrough = append(readThrough, name)
+				case cmp >= 0:
+					delete(e.services, name)
+				default:
+					known[name] = x.svc
+				}
+			}
+		}
+	})
+	slices.Sort(readThrough)
+	return known, readThrough, nil
+}
+
+// currentServices is serviceView, reading through the API the Services it cannot tell
+// about; each answer becomes that Service's expectation (or drops it when there is no
+// Service or one src does not own). The Services come in name order.
+func (s *Sink) currentServices(ctx context.Context, src httproute.Source) ([]*corev1.Service, error) {
+	known, readThrough, err := s.serviceView(src)
+	if err != nil {
+		return nil, err
+	}
+	if len(readThrough) > 0 {
+		lives := make([]*corev1.Service, len(readThrough))
+		errs := make([]error, len(readThrough))
+		var wg sync.WaitGroup
+		for i, name := range readThrough {
+			wg.Go(func() { lives[i], errs[i] = s.writer.Service(ctx, src.Namespace, name) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		s.expectLocked(mapKey(src.Namespace, src.Name), func(e *expectations) {
+			for i, name := range readThrough {
+				if live := lives[i]; live != nil && httproute.Owned(live.Labels, src) {
+					e.services[name] = serviceExpectation{svc: live}
+					known[name] = live
+				} else {
+					delete(e.services, name)
+				}
+			}
+		})
+		s.mu.Unlock()
+	}
+	out := make([]*corev1.Service, 0, len(known))
+	for _, name := range slices.Sorted(maps.Keys(known)) {
+		out = append(out, known[name])
+	}
+	return out, nil
+}
+
+// expectServices records what Sync did to map namespace/name's Services: applied as the
+// API server answered, pruned as deleted.
+func (s *Sink) expectServices(namespace, name string, applied, pruned []*corev1.Service) {
+	if len(applied) == 0 && len(pruned) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expectLocked(mapKey(namespace, name), func(e *expectations) {
+		for _, svc := range applied {
+			e.services[svc.Name] = serviceExpectation{svc: svc}
+		}
+		for _, svc := range pruned {
+			e.services[svc.Name] = serviceExpectation{svc: svc, deleted: true}
+		}
+	})
+}
 
 // owned returns route when it is the publisher's route of the plan's map, nil otherwise.
 func owned(p *sink.Plan, route *gwapiv1.HTTPRoute) *gwapiv1.HTTPRoute {
@@ -164,23 +320,34 @@ func owned(p *sink.Plan, route *gwapiv1.HTTPRoute) *gwapiv1.HTTPRoute {
 	return route
 }
 
-// pinned is a Store whose route at namespace/name is route (the sink's current view).
+// pinned is a Store whose route and Services of map namespace/name are route and services
+// (the sink's current view).
 type pinned struct {
 	httproute.Store
 	namespace, name string
 	route           *gwapiv1.HTTPRoute
+	services        []*corev1.Service
 }
 
 // Route implements httproute.Store.
 func (p pinned) Route(namespace, name string) (*gwapiv1.HTTPRoute, error) {
-	if namespace == p.namespace && name == p.name {
+	if namespace == p.namespace && name == httproute.RouteName(p.name) {
 		return p.route, nil
 	}
 	return p.Store.Route(namespace, name)
 }
 
-func (s *Sink) pin(namespace, name string, route *gwapiv1.HTTPRoute) httproute.Store {
-	return pinned{Store: s.store, namespace: namespace, name: httproute.RouteName(name), route: route}
+// Services implements httproute.Store.
+func (p pinned) Services(src httproute.Source) ([]*corev1.Service, error) {
+	if src.Namespace == p.namespace && src.Name == p.name {
+		return p.services, nil
+	}
+	return p.Store.Services(src)
+}
+
+// pin returns the Store holding route and services as map src's objects.
+func (s *Sink) pin(src httproute.Source, route *gwapiv1.HTTPRoute, services []*corev1.Service) httproute.Store {
+	return pinned{Store: s.store, namespace: src.Namespace, name: src.Name, route: route, services: services}
 }
 
 func (s *Sink) build(p *sink.Plan) (*httproute.Desired, error) {
@@ -258,7 +425,8 @@ func refusedMessage(p *sink.Plan, err error) string {
 // route of the map that lists that hostname is removed with its Services, so the gateway
 // never holds two of the publisher's routes for one hostname. The route it compares with,
 // writes over and reads the verdict from is at least as new as its own last write of it
-// (see the package doc).
+// (see the package doc); so is each backend Service it compares and writes over, and a
+// Service it pruned is not seen again.
 func (s *Sink) Apply(ctx context.Context, p *sink.Plan) (sink.Confirmation, error) {
 	c := sink.Confirmation{Sink: Name}
 	if host, ok := s.contested(p); ok {
@@ -282,11 +450,16 @@ func (s *Sink) Apply(ctx context.Context, p *sink.Plan) (sink.Confirmation, erro
 			route.Namespace, route.Name, describe(kept))
 		return c, nil
 	}
-	synced, err := s.writer.Sync(ctx, source(p), desired, s.pin(p.Namespace, p.Name, live))
+	services, err := s.currentServices(ctx, source(p))
+	if err != nil {
+		return c, err
+	}
+	synced, err := s.writer.Sync(ctx, source(p), desired, s.pin(source(p), live, services))
 	c.Writes = synced.Writes
 	if synced.RouteWritten {
 		s.expect(p.Namespace, p.Name, synced.Route)
 	}
+	s.expectServices(p.Namespace, p.Name, synced.Services, synced.Pruned)
 	if errors.Is(err, httproute.ErrConflict) {
 		c.State, c.Reason, c.Message = sink.Refused, ReasonConflict, err.Error()
 		return c, nil
@@ -322,9 +495,14 @@ func (s *Sink) refuseContested(ctx context.Context, p *sink.Plan, host string) (
 	route := owned(p, live)
 	name := p.Namespace + "/" + httproute.RouteName(p.Name)
 	if carriesHost(route, host) {
-		n, err := s.writer.Delete(ctx, source(p), s.pin(p.Namespace, p.Name, live))
+		services, err := s.currentServices(ctx, source(p))
+		if err != nil {
+			return c, err
+		}
+		n, err := s.writer.Delete(ctx, source(p), s.pin(source(p), live, services))
 		c.Writes = n
 		if err != nil {
+			s.forgetServices(p.Namespace, p.Name)
 			return c, fmt.Errorf("remove httproute with contested hostname: %w", err)
 		}
 		s.forget(p.Namespace, p.Name)
@@ -340,19 +518,27 @@ func (s *Sink) refuseContested(ctx context.Context, p *sink.Plan, host string) (
 	return c, nil
 }
 
-// Delete implements sink.Sink: the map's route and Services go (the route the sink last
-// wrote too, when the cache does not hold it yet); once they are gone the map's expectation
-// is forgotten.
+// Delete implements sink.Sink: the map's route and Services go (those the sink last wrote
+// too, when the cache does not hold them yet); once they are gone the map's expectations
+// are forgotten. When a delete fails, the Service expectations are dropped (some of those
+// Services may be gone).
 func (s *Sink) Delete(ctx context.Context, namespace, name string) (int, error) {
 	live, err := s.current(ctx, namespace, name)
 	if err != nil {
 		return 0, err
 	}
-	n, err := s.writer.Delete(ctx, httproute.Source{Namespace: namespace, Name: name}, s.pin(namespace, name, live))
-	if err == nil {
-		s.forget(namespace, name)
+	src := httproute.Source{Namespace: namespace, Name: name}
+	services, err := s.currentServices(ctx, src)
+	if err != nil {
+		return 0, err
 	}
-	return n, err
+	n, err := s.writer.Delete(ctx, src, s.pin(src, live, services))
+	if err != nil {
+		s.forgetServices(namespace, name)
+		return n, err
+	}
+	s.forget(namespace, name)
+	return n, nil
 }
 
 // GatewayRef is the TrafficMap status reference to route, nil for nil.

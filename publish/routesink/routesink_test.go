@@ -2,6 +2,9 @@ package routesink_test
 
 import (
 	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -100,18 +103,137 @@ func (a *routeAPI) get() *gwapiv1.HTTPRoute {
 	return a.live.DeepCopy()
 }
 
+// serviceAPI is the Service part of an API server: server-side apply (the patch's labels,
+// ownerReferences and spec; a patch naming a UID fails with a conflict unless the live
+// Service has it), get and delete (with its UID precondition), with a resourceVersion that
+// grows on every write. It counts the requests the sink makes.
+type serviceAPI struct {
+	mu                      sync.Mutex
+	rv, uids                int
+	live                    map[string]*corev1.Service
+	applies, deletes, reads int
+}
+
+var services = schema.GroupResource{Resource: "services"}
+
+func (a *serviceAPI) install(c *kubefake.Clientset) {
+	c.PrependReactor("patch", "services", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		var in corev1.Service
+		if err := json.Unmarshal(action.(k8stesting.PatchAction).GetPatch(), &in); err != nil {
+			return true, nil, err
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.applies++
+		live := a.live[in.Name]
+		if in.UID != "" && (live == nil || live.UID != in.UID) {
+			return true, nil, apierrors.NewConflict(services, in.Name, errors.New("uid precondition failed"))
+		}
+		if live == nil {
+			a.uids++
+			live = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: in.Name, UID: types.UID("svc-uid-" + strconv.Itoa(a.uids))}}
+			a.live[in.Name] = live
+		}
+		live.Labels, live.OwnerReferences, live.Spec = in.Labels, in.OwnerReferences, in.Spec
+		a.bump(live)
+		return true, live.DeepCopy(), nil
+	})
+	c.PrependReactor("get", "services", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.reads++
+		live := a.live[action.(k8stesting.GetAction).GetName()]
+		if live == nil {
+			return true, nil, apierrors.NewNotFound(services, action.(k8stesting.GetAction).GetName())
+		}
+		return true, live.DeepCopy(), nil
+	})
+	c.PrependReactor("delete", "services", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		del := action.(k8stesting.DeleteAction)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.deletes++
+		live := a.live[del.GetName()]
+		if live == nil {
+			return true, nil, apierrors.NewNotFound(services, del.GetName())
+		}
+		if pre := del.GetDeleteOptions().Preconditions; pre != nil && pre.UID != nil && *pre.UID != live.UID {
+			return true, nil, apierrors.NewConflict(services, del.GetName(), errors.New("uid precondition failed"))
+		}
+		delete(a.live, del.GetName())
+		return true, nil, nil
+	})
+}
+
+func (a *serviceAPI) bump(svc *corev1.Service) {
+	a.rv++
+	svc.ResourceVersion = strconv.Itoa(a.rv)
+}
+
+// edit is another client changing the live Service name.
+func (a *serviceAPI) edit(name string, change func(*corev1.Service)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	change(a.live[name])
+	a.bump(a.live[name])
+}
+
+// remove is another client deleting the live Service name.
+func (a *serviceAPI) remove(name string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.live, name)
+}
+
+// get returns the live Service name, nil when there is none.
+func (a *serviceAPI) get(name string) *corev1.Service {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.live[name] == nil {
+		return nil
+	}
+	return a.live[name].DeepCopy()
+}
+
+// names returns the live Services' names, sorted.
+func (a *serviceAPI) names() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Sorted(maps.Keys(a.live))
+}
+
+// writes counts the applies and deletes.
+func (a *serviceAPI) writes() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.applies + a.deletes
+}
+
+func (a *serviceAPI) snapshot() []*corev1.Service {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]*corev1.Service, 0, len(a.live))
+	for _, name := range slices.Sorted(maps.Keys(a.live)) {
+		out = append(out, a.live[name].DeepCopy())
+	}
+	return out
+}
+
 // delayedStore is an informer cache that holds what the API held when deliver was last
 // called.
 type delayedStore struct {
-	api   *routeAPI
-	mu    sync.Mutex
-	route *gwapiv1.HTTPRoute
+	api      *routeAPI
+	svcAPI   *serviceAPI
+	mu       sync.Mutex
+	route    *gwapiv1.HTTPRoute
+	services []*corev1.Service
 }
 
+// deliver is the informers catching up with the API: the route and the Services.
 func (s *delayedStore) deliver() {
-	route := s.api.get()
+	route, svcs := s.api.get(), s.svcAPI.snapshot()
 	s.mu.Lock()
-	s.route = route
+	s.route, s.services = route, svcs
 	s.mu.Unlock()
 }
 
@@ -121,16 +243,34 @@ func (s *delayedStore) Route(string, string) (*gwapiv1.HTTPRoute, error) {
 	return s.route, nil
 }
 
-func (s *delayedStore) Services(httproute.Source) ([]*corev1.Service, error) { return nil, nil }
+func (s *delayedStore) Services(src httproute.Source) ([]*corev1.Service, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*corev1.Service
+	for _, svc := range s.services {
+		if httproute.Owned(svc.Labels, src) {
+			out = append(out, svc)
+		}
+	}
+	return out, nil
+}
 
 var cfg = httproute.Config{Gateway: types.NamespacedName{Namespace: "prod", Name: "global"}}
 
+var (
+	entryA = weights.Entry{Cluster: "worker-a", Endpoint: "https://chat.worker-a.example.com", Weight: 1}
+	entryB = weights.Entry{Cluster: "worker-b", Endpoint: "https://chat.worker-b.example.com", Weight: 1}
+)
+
 func plan(t *testing.T, drains ...weights.Drain) *sink.Plan {
 	t.Helper()
-	res, err := weights.Compute(weights.Input{Drains: drains, Entries: []weights.Entry{
-		{Cluster: "worker-a", Endpoint: "https://chat.worker-a.example.com", Weight: 1},
-		{Cluster: "worker-b", Endpoint: "https://chat.worker-b.example.com", Weight: 1},
-	}})
+	return planOf(t, []weights.Entry{entryA, entryB}, drains...)
+}
+
+// planOf is the plan of map prod/chat with entries.
+func planOf(t *testing.T, entries []weights.Entry, drains ...weights.Drain) *sink.Plan {
+	t.Helper()
+	res, err := weights.Compute(weights.Input{Drains: drains, Entries: entries})
 	require.NoError(t, err)
 	return &sink.Plan{Namespace: "prod", Name: "chat", UID: "tm-uid", Generation: 1, Service: "chat",
 		GlobalHost: "chat.example.com", Result: res, Drains: drains}
@@ -151,8 +291,11 @@ func newSink(t *testing.T, requireAccepted bool) (*routesink.Sink, *routeAPI, *d
 	gw := gwfake.NewClientset()
 	api := &routeAPI{}
 	api.install(gw)
-	store := &delayedStore{api: api}
-	writer := httproute.NewWriter(kubefake.NewClientset(), gw, "trafficmap-publisher")
+	kube := kubefake.NewClientset()
+	svcAPI := &serviceAPI{live: map[string]*corev1.Service{}}
+	svcAPI.install(kube)
+	store := &delayedStore{api: api, svcAPI: svcAPI}
+	writer := httproute.NewWriter(kube, gw, "trafficmap-publisher")
 	return routesink.New(routesink.Config{Route: cfg, RequireAccepted: requireAccepted}, writer, store), api, store
 }
 
@@ -203,16 +346,19 @@ func TestApplyStaleCache(t *testing.T) {
 	}
 }
 
-// TestDeleteBeforeCache removes a route the cache has not delivered yet.
+// TestDeleteBeforeCache removes a route and Services the cache has not delivered yet.
 func TestDeleteBeforeCache(t *testing.T) {
-	s, api, _ := newSink(t, false)
+	s, api, store := newSink(t, false)
 	_, err := s.Apply(t.Context(), plan(t))
 	require.NoError(t, err)
 	require.NotNil(t, api.get())
+	require.Len(t, store.svcAPI.names(), 2)
 	n, err := s.Delete(t.Context(), "prod", "chat")
 	require.NoError(t, err)
-	assert.Equal(t, 1, n)
+	assert.Equal(t, 3, n, "the route and both Services")
 	assert.Nil(t, api.get())
+	assert.Empty(t, store.svcAPI.names())
+	assert.Empty(t, routesink.ExpectedServices(s, "prod", "chat"), "a deleted map's expectations are forgotten")
 }
 
 // The route the sink writes names the plan's TrafficMap as its owner (by UID), so the
@@ -224,4 +370,147 @@ func TestApplyWritesOwnerReference(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []metav1.OwnerReference{{APIVersion: "ome.io/v1beta1", Kind: "TrafficMap", Name: p.Name, UID: types.UID(p.UID)}},
 		api.get().OwnerReferences)
+}
+
+// The backend Services of plan(t): one per cluster.
+var (
+	svcA = httproute.ServiceName("prod", "chat", "worker-a")
+	svcB = httproute.ServiceName("prod", "chat", "worker-b")
+)
+
+// applied applies p and returns the writes the sink reports.
+func applied(t *testing.T, s *routesink.Sink, p *sink.Plan) int {
+	t.Helper()
+	c, err := s.Apply(t.Context(), p)
+	require.NoError(t, err)
+	return c.Writes
+}
+
+// expectedLive is what ExpectedServices reports when the sink expects the live names.
+func expectedLive(api *serviceAPI, names ...string) []string {
+	out := make([]string, 0, len(names))
+	for _, name := range names {
+		out = append(out, name+"@"+api.get(name).ResourceVersion)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// A map reconciled again before the Service informer delivers the sink's own writes writes
+// nothing: the Services it compares with are its writes, not the cache's missing or older
+// copies. With no cached copy the sink reads each Service through the API (a read, not a
+// write); with an older copy of the same Service it reads nothing.
+func TestServicesNotReappliedWhileCacheLags(t *testing.T) {
+	movedA := entryA
+	movedA.Endpoint = "https://chat-v2.worker-a.example.com"
+	tests := []struct {
+		name     string
+		setup    func(t *testing.T, s *routesink.Sink, store *delayedStore)
+		reads    int
+		expected []string // the Services still expected afterwards: those the cache lags on
+	}{
+		{"cache empty", func(t *testing.T, s *routesink.Sink, _ *delayedStore) {
+			assert.Equal(t, 3, applied(t, s, plan(t)), "two Services and the route")
+		}, 2, []string{svcA, svcB}},
+		{"cache older", func(t *testing.T, s *routesink.Sink, store *delayedStore) {
+			applied(t, s, planOf(t, []weights.Entry{movedA, entryB}))
+			store.deliver()
+			before := store.svcAPI.get(svcA).ResourceVersion
+			applied(t, s, plan(t)) // worker-a's Service changes; the cache keeps the older one
+			require.NotEqual(t, before, store.svcAPI.get(svcA).ResourceVersion)
+		}, 0, []string{svcA}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _, store := newSink(t, false)
+			tc.setup(t, s, store)
+			writes, reads := store.svcAPI.writes(), store.svcAPI.reads
+			assert.Equal(t, 0, applied(t, s, plan(t)))
+			assert.Equal(t, writes, store.svcAPI.writes(), "no Service written again")
+			assert.Equal(t, tc.reads, store.svcAPI.reads-reads, "Services read through the API")
+			assert.Equal(t, expectedLive(store.svcAPI, tc.expected...), routesink.ExpectedServices(s, "prod", "chat"))
+		})
+	}
+}
+
+// Once the cache holds the sink's writes, the expectations are met and dropped.
+func TestServiceExpectationsDroppedWhenCacheCatchesUp(t *testing.T) {
+	s, _, store := newSink(t, false)
+	applied(t, s, plan(t))
+	assert.Equal(t, expectedLive(store.svcAPI, svcA, svcB), routesink.ExpectedServices(s, "prod", "chat"))
+	store.deliver()
+	reads := store.svcAPI.reads
+	assert.Equal(t, 0, applied(t, s, plan(t)))
+	assert.Empty(t, routesink.ExpectedServices(s, "prod", "chat"))
+	assert.Equal(t, reads, store.svcAPI.reads, "the cache tells")
+}
+
+// A Service changed or deleted by someone else after the sink wrote it is judged from what
+// is stored now: from the cache once it holds the newer Service (re-applied only when the
+// publisher's fields differ), through the API while the cache cannot tell.
+func TestServiceChangedAfterExpectation(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(store *delayedStore)
+		writes int
+	}{
+		{"spec changed, cache newer", func(store *delayedStore) {
+			store.svcAPI.edit(svcA, func(svc *corev1.Service) { svc.Spec.ExternalName = "elsewhere.example.com" })
+			store.deliver()
+		}, 1},
+		{"foreign annotation added, cache newer", func(store *delayedStore) {
+			store.svcAPI.edit(svcA, func(svc *corev1.Service) { svc.Annotations = map[string]string{"note.example.com/ticket": "OPS-1"} })
+			store.deliver()
+		}, 0},
+		{"deleted, cache shows it gone", func(store *delayedStore) {
+			store.deliver()
+			store.svcAPI.remove(svcA)
+			store.deliver()
+		}, 1},
+		{"deleted before the cache held it", func(store *delayedStore) {
+			store.svcAPI.remove(svcA)
+		}, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _, store := newSink(t, false)
+			applied(t, s, plan(t))
+			want := store.svcAPI.get(svcA).Spec
+			tc.change(store)
+			assert.Equal(t, tc.writes, applied(t, s, plan(t)))
+			require.NotNil(t, store.svcAPI.get(svcA))
+			assert.Equal(t, want, store.svcAPI.get(svcA).Spec)
+		})
+	}
+}
+
+// A Service no longer desired is deleted once, whether the cache holds it or only the
+// sink's expectation does; it is not deleted again while the cache still holds it, and
+// when it is desired again it is created again (the pruned one is never taken for live).
+func TestPruneWhileCacheLags(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run("cached="+strconv.FormatBool(cached), func(t *testing.T) {
+			s, api, store := newSink(t, false)
+			two, one := plan(t), planOf(t, []weights.Entry{entryA})
+			assert.Equal(t, 3, applied(t, s, two))
+			if cached {
+				store.deliver()
+			}
+			assert.Equal(t, 2, applied(t, s, one), "the route and the pruned Service")
+			assert.Equal(t, []string{svcA}, store.svcAPI.names())
+			assert.Equal(t, 1, store.svcAPI.deletes)
+
+			assert.Equal(t, 0, applied(t, s, one), "pruned once")
+			assert.Equal(t, 1, store.svcAPI.deletes)
+
+			assert.Equal(t, 2, applied(t, s, two), "the Service created again and the route")
+			assert.Equal(t, []string{svcA, svcB}, store.svcAPI.names())
+			w, _ := httproute.RouteWeights(api.get())
+			assert.Equal(t, planWeights(t, two), w)
+
+			store.deliver()
+			assert.Equal(t, 0, applied(t, s, two))
+			assert.Empty(t, routesink.ExpectedServices(s, "prod", "chat"))
+		})
+	}
 }
