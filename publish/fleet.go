@@ -288,7 +288,7 @@ func (p *Publisher) served(gvr schema.GroupVersionResource) (bool, error) {
 // raw value they came from), and record a Warning Event on an object whose taints turned
 // malformed: the recorder is asynchronous, so the handler still only enqueues and returns.
 func (p *Publisher) handleCluster(inf cache.SharedIndexInformer, read func(obj any) (ClusterTaints, string, bool)) {
-	changed := func(old, obj any) {
+	changed := func(pr priority, old, obj any) {
 		ct, raw, ok := read(obj)
 		if !ok {
 			return
@@ -309,17 +309,17 @@ func (p *Publisher) handleCluster(inf cache.SharedIndexInformer, read func(obj a
 				p.recorder.Event(ref, corev1.EventTypeWarning, ReasonInvalidTaints, ct.Err.Error()+"; the publisher keeps the last valid taints")
 			}
 		}
-		p.enqueueCluster(ct.Cluster)
+		p.enqueueCluster(pr, ct.Cluster)
 	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { changed(nil, obj) },
-		UpdateFunc: changed,
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(obj any, initial bool) { changed(addPriority(initial), nil, obj) },
+		UpdateFunc: func(old, obj any) { changed(updatePriority(old, obj), old, obj) },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
 			if m, err := meta.Accessor(obj); err == nil {
-				p.enqueueCluster(m.GetName())
+				p.enqueueCluster(normalPriority, m.GetName())
 			}
 		},
 	})
@@ -339,9 +339,9 @@ func clusterRef(obj any, kind string) *corev1.ObjectReference {
 
 // enqueueCluster enqueues every TrafficMap, in every watched namespace, with an entry for
 // cluster.
-func (p *Publisher) enqueueCluster(cluster string) {
+func (p *Publisher) enqueueCluster(pr priority, cluster string) {
 	for _, tm := range p.caches.mapsIndexed(indexByCluster, "", cluster) {
-		p.enqueue(tm.Namespace, tm.Name)
+		p.enqueue(pr, tm.Namespace, tm.Name)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
@@ -15,17 +16,81 @@ import (
 	"github.com/trafficmap/publisher/publish/sink"
 )
 
+// priority orders the work queue: every key waiting at normalPriority is reconciled before
+// any key waiting at bulkPriority, and a key queued at both waits at the higher one.
+type priority int
+
+const (
+	// normalPriority is for a change: a drain, a route the gateway accepted, an ACK.
+	normalPriority priority = 0
+	// bulkPriority is for work over the whole fleet: the informers' initial lists, resyncs,
+	// and every map when this replica starts leading. A fleet's cold start therefore lets a
+	// map whose route the gateway has just accepted publish its status without waiting for
+	// the rest of the fleet's routes to be written.
+	bulkPriority priority = -100
+)
+
+// add queues key at pr.
+func (p *Publisher) add(pr priority, key cache.ObjectName) {
+	n := int(pr)
+	p.queue.AddWithOpts(priorityqueue.AddOpts{Priority: &n}, key)
+}
+
+// requeue queues key for a sink whose consumers said something about the map (an xDS
+// client's ACK, a replica's report): at normalPriority once the map has been reconciled
+// since this replica started, at bulkPriority before (such news cannot complete a map that
+// is not published yet, and at a cold start every map hears from every new client at once:
+// at normal priority that would queue the whole fleet ahead of the maps whose route the
+// gateway has just accepted).
+func (p *Publisher) requeue(key cache.ObjectName) {
+	pr := bulkPriority
+	if _, ok := p.reconciled.Load(key); ok {
+		pr = normalPriority
+	}
+	p.add(pr, key)
+}
+
+// passed records that key was reconciled (requeue), or forgets it when the map is gone.
+func (p *Publisher) passed(key cache.ObjectName) {
+	if tm, err := p.caches.trafficMap(key.Namespace, key.Name); err == nil && tm != nil {
+		p.reconciled.Store(key, struct{}{})
+		return
+	}
+	p.reconciled.Delete(key)
+}
+
+// addPriority is the priority of an informer's add event.
+func addPriority(initial bool) priority {
+	if initial {
+		return bulkPriority
+	}
+	return normalPriority
+}
+
+// updatePriority is the priority of an informer's update event: bulk for a resync (the same
+// resourceVersion), normal for a change.
+func updatePriority(old, obj any) priority {
+	om, err1 := meta.Accessor(old)
+	nm, err2 := meta.Accessor(obj)
+	if err1 == nil && err2 == nil && om.GetResourceVersion() == nm.GetResourceVersion() {
+		return bulkPriority
+	}
+	return normalPriority
+}
+
 // handle registers fn for every add, update and delete on inf. Handlers only turn objects
-// into TrafficMap keys and enqueue them.
-func (p *Publisher) handle(inf cache.SharedIndexInformer, fn func(old, obj any)) {
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { fn(nil, obj) },
-		UpdateFunc: fn,
+// into TrafficMap keys and enqueue them, at bulkPriority for what the informer lists when it
+// starts and for resyncs (an update with an unchanged resourceVersion), so a change made
+// while the publisher works through a fleet is not queued behind the fleet.
+func (p *Publisher) handle(inf cache.SharedIndexInformer, fn func(pr priority, old, obj any)) {
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(obj any, initial bool) { fn(addPriority(initial), nil, obj) },
+		UpdateFunc: func(old, obj any) { fn(updatePriority(old, obj), old, obj) },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			fn(nil, obj)
+			fn(normalPriority, nil, obj)
 		},
 	})
 }
@@ -52,8 +117,8 @@ func (p *Publisher) registerHandlers() {
 
 // enqueue queues the map and tells the sinks that rebuild asynchronously that its plan may
 // have changed.
-func (p *Publisher) enqueue(namespace, name string) {
-	p.queue.Add(cache.NewObjectName(namespace, name))
+func (p *Publisher) enqueue(pr priority, namespace, name string) {
+	p.add(pr, cache.NewObjectName(namespace, name))
 	for _, s := range p.sinks {
 		if n, ok := s.(sink.Notified); ok {
 			n.Changed(namespace, name)
@@ -63,15 +128,15 @@ func (p *Publisher) enqueue(namespace, name string) {
 
 // enqueueReconcile queues the map alone, for a change that cannot alter its plan (only
 // what a sink's consumers said about it).
-func (p *Publisher) enqueueReconcile(namespace, name string) {
-	p.queue.Add(cache.NewObjectName(namespace, name))
+func (p *Publisher) enqueueReconcile(pr priority, namespace, name string) {
+	p.add(pr, cache.NewObjectName(namespace, name))
 }
 
-// enqueueAll queues every cached TrafficMap.
+// enqueueAll queues every cached TrafficMap at bulkPriority.
 func (p *Publisher) enqueueAll() {
 	for _, key := range p.caches.keys() {
 		ns, name, _ := strings.Cut(key, "/")
-		p.enqueue(ns, name)
+		p.enqueue(bulkPriority, ns, name)
 	}
 }
 
@@ -81,7 +146,7 @@ func (p *Publisher) enqueueAll() {
 //
 // A map that appears, goes, starts terminating or names another service also requeues the
 // maps contending for its names (hand-over).
-func (p *Publisher) onTrafficMap(old, obj any) {
+func (p *Publisher) onTrafficMap(pr priority, old, obj any) {
 	tm, ok := obj.(*v1beta1.TrafficMap)
 	if !ok {
 		return
@@ -93,7 +158,7 @@ func (p *Publisher) onTrafficMap(old, obj any) {
 		prev.DeletionTimestamp.Equal(tm.DeletionTimestamp) {
 		return
 	}
-	p.enqueue(tm.Namespace, tm.Name)
+	p.enqueue(pr, tm.Namespace, tm.Name)
 	prev, _ := old.(*v1beta1.TrafficMap)
 	if prev == nil || prev.Spec.Service != tm.Spec.Service || !prev.DeletionTimestamp.Equal(tm.DeletionTimestamp) {
 		var names []string
@@ -103,19 +168,19 @@ func (p *Publisher) onTrafficMap(old, obj any) {
 				names = append(names, p.caches.mapClaim(m, isvc).Names...)
 			}
 		}
-		p.enqueueContenders(names...)
+		p.enqueueContenders(pr, names...)
 	}
 }
 
 // onInferenceService enqueues every TrafficMap whose spec.service names the object and,
 // when its ome.io/global-host appears, goes or changes, the maps contending for the old and
 // the new hostname (hand-over).
-func (p *Publisher) onInferenceService(old, obj any) {
+func (p *Publisher) onInferenceService(pr priority, old, obj any) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return
 	}
-	p.enqueueIndexed(indexByService, m.GetNamespace(), m.GetNamespace()+"/"+m.GetName())
+	p.enqueueIndexed(pr, indexByService, m.GetNamespace(), m.GetNamespace()+"/"+m.GetName())
 	host := strings.TrimSpace(m.GetAnnotations()[v1beta1.AnnotationGlobalHost])
 	prevHost := ""
 	if o, err := meta.Accessor(old); old != nil && err == nil {
@@ -134,13 +199,13 @@ func (p *Publisher) onInferenceService(old, obj any) {
 	for _, tm := range p.caches.mapsIndexed(indexByService, m.GetNamespace(), m.GetNamespace()+"/"+m.GetName()) {
 		names = append(names, p.caches.mapClaim(tm, nil).Names...)
 	}
-	p.enqueueContenders(names...)
+	p.enqueueContenders(pr, names...)
 }
 
 // enqueueContenders enqueues every map that may claim a name overlapping one of names.
-func (p *Publisher) enqueueContenders(names ...string) {
+func (p *Publisher) enqueueContenders(pr priority, names ...string) {
 	for _, key := range p.caches.contenders(names...) {
-		p.enqueue(key.Namespace, key.Name)
+		p.enqueue(pr, key.Namespace, key.Name)
 	}
 }
 
@@ -148,7 +213,7 @@ func (p *Publisher) enqueueContenders(names ...string) {
 // whose route name it occupies. The xDS snapshot reads an owned route's recorded drains,
 // taints and tolerations (annotations) only, so a change to its spec or status (the
 // gateway's verdict) reconciles the map without rebuilding the snapshot.
-func (p *Publisher) onRoute(old, obj any) {
+func (p *Publisher) onRoute(pr priority, old, obj any) {
 	route, ok := obj.(*gwapiv1.HTTPRoute)
 	if !ok {
 		return
@@ -165,33 +230,33 @@ func (p *Publisher) onRoute(old, obj any) {
 					}
 				}
 			}
-			p.enqueueContenders(names...)
+			p.enqueueContenders(pr, names...)
 		}
 	}
 	if src, ok := httproute.SourceOf(route.Labels); ok {
 		if prev, ok := old.(*gwapiv1.HTTPRoute); ok && maps.Equal(prev.Annotations, route.Annotations) && maps.Equal(prev.Labels, route.Labels) {
-			p.enqueueReconcile(src.Namespace, src.Name)
+			p.enqueueReconcile(pr, src.Namespace, src.Name)
 		} else {
-			p.enqueue(src.Namespace, src.Name)
+			p.enqueue(pr, src.Namespace, src.Name)
 		}
 	}
-	p.enqueueIndexed(indexByRouteName, route.Namespace, route.Namespace+"/"+route.Name)
+	p.enqueueIndexed(pr, indexByRouteName, route.Namespace, route.Namespace+"/"+route.Name)
 }
 
 // onOwnedObject maps an owned backend Service to its TrafficMap. The xDS sink does not
 // read Services, so its snapshot is not rebuilt.
-func (p *Publisher) onOwnedObject(_, obj any) {
+func (p *Publisher) onOwnedObject(pr priority, _, obj any) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return
 	}
 	if src, ok := httproute.SourceOf(m.GetLabels()); ok {
-		p.enqueueReconcile(src.Namespace, src.Name)
+		p.enqueueReconcile(pr, src.Namespace, src.Name)
 	}
 }
 
-func (p *Publisher) enqueueIndexed(index, namespace, value string) {
+func (p *Publisher) enqueueIndexed(pr priority, index, namespace, value string) {
 	for _, tm := range p.caches.mapsIndexed(index, namespace, value) {
-		p.enqueue(tm.Namespace, tm.Name)
+		p.enqueue(pr, tm.Namespace, tm.Name)
 	}
 }

@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 
@@ -36,8 +34,7 @@ func newOwnershipFixture(t *testing.T) *ownershipFixture {
 	route := httproute.Config{Gateway: types.NamespacedName{Namespace: "infra", Name: "global"},
 		HostTemplate: template.Must(template.New("h").Parse("{{.Service}}.{{.Namespace}}.example.com"))}
 	c := clients{kube: kubefake.NewClientset(), gateway: gwfake.NewClientset(), maps: omefake.NewClientset(), meta: metadatafake.NewSimpleMetadataClient(scheme)}
-	p := &Publisher{caches: newCaches(c, cfg, route),
-		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName]())}
+	p := &Publisher{caches: newCaches(c, cfg, route), queue: newQueue()}
 	t.Cleanup(p.queue.ShutDown)
 	return &ownershipFixture{p: p}
 }
@@ -138,18 +135,18 @@ func TestHandOverRequeuesContenders(t *testing.T) {
 	f.addISVC(t, "other", "x", "x.example.com")
 
 	moved := f.addISVC(t, "prod", "chat", "new.example.com")
-	f.p.onInferenceService(old, moved)
+	f.p.onInferenceService(normalPriority, old, moved)
 	assert.ElementsMatch(t, []string{"prod/chat", "staging/chat"}, f.queued())
 
-	f.p.onInferenceService(moved, moved.DeepCopy())
+	f.p.onInferenceService(bulkPriority, moved, moved.DeepCopy())
 	assert.Equal(t, []string{"prod/chat"}, f.queued(), "an unchanged hostname requeues the map alone")
 
 	require.NoError(t, f.p.caches.maps[0].GetIndexer().Delete(prod))
-	f.p.onTrafficMap(nil, prod) // the delete event
+	f.p.onTrafficMap(normalPriority, nil, prod) // the delete event
 	assert.ElementsMatch(t, []string{"prod/chat"}, f.queued(), "no map claims prod's names any more")
 
 	f.addISVC(t, "prod", "chat", "shared.example.com")
-	f.p.onTrafficMap(nil, f.addMap(t, "prod", "chat", "chat", 0)) // an owner appears
+	f.p.onTrafficMap(normalPriority, nil, f.addMap(t, "prod", "chat", "chat", 0)) // an owner appears
 	assert.ElementsMatch(t, []string{"prod/chat", "staging/chat"}, f.queued())
 }
 

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
@@ -48,8 +49,13 @@ type Publisher struct {
 	log     *zap.Logger
 	clients clients
 	caches  *caches
-	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	events  record.EventBroadcaster
+	queue   priorityqueue.PriorityQueue[cache.ObjectName]
+	// queueStop shuts queue down once (shutDownQueue).
+	queueStop sync.Once
+	// reconciled holds the keys of the cached maps reconciled at least once since this
+	// replica started (see requeue); the workers write it, the sinks' callbacks read it.
+	reconciled sync.Map
+	events     record.EventBroadcaster
 	// recorder records Events only while this replica leads.
 	recorder *leaderRecorder
 	rec      *reconciler
@@ -122,14 +128,8 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		log:     log,
 		clients: c,
 		caches:  newCaches(c, cfg, route),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedMaxOfRateLimiter(
-				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, maxRetryDelay),
-				&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: newBucket()},
-			),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "trafficmaps"},
-		),
-		health: newWatchHealth(log),
+		queue:   newQueue(),
+		health:  newWatchHealth(log),
 	}
 	if p.elector, err = newElector(cfg.LeaderElection, c.kube, log); err != nil {
 		return nil, err
@@ -160,7 +160,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		p.board = replicas.NewBoard(c.kube, le.Namespace, le.Name, le.Identity, func(keys []string) {
 			for _, k := range keys {
 				ns, name, _ := strings.Cut(k, "/")
-				p.queue.Add(cache.NewObjectName(ns, name))
+				p.requeue(cache.NewObjectName(ns, name))
 			}
 		}, log.Named("replicas"))
 		peers = p.board.Peers
@@ -172,7 +172,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 			RequireAck: cfg.RequireXDSAck, MinClients: cfg.XDSMinClients, Registerer: p.cfg.Registerer,
 			ReconnectGrace: cfg.XDSReconnectGrace,
 			Plans:          planSource{inputs: p.caches, hosts: route, sinks: func() []sink.Sink { return p.sinks }, reader: xdssink.Name},
-			Requeue:        func(ns, name string) { p.queue.Add(cache.NewObjectName(ns, name)) },
+			Requeue:        func(ns, name string) { p.requeue(cache.NewObjectName(ns, name)) },
 			Peers:          peers,
 		}, log.Named("xds"))
 		if errors.Is(err, xdssink.ErrInvalidConfig) {
@@ -243,14 +243,14 @@ func (p *Publisher) HTTPAddr() net.Addr {
 // It returns an error when the APIs it needs are not served or the caches cannot sync.
 func (p *Publisher) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
-	defer p.queue.ShutDown()
+	defer p.shutDownQueue()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	go func() { // workers blocked on an empty queue return once it is shut
 		<-ctx.Done()
-		p.queue.ShutDown()
+		p.shutDownQueue()
 	}()
 	if p.http != nil {
 		wg.Add(1)
@@ -341,7 +341,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		p.workers(ctx)
 	})
 	cancel()
-	p.queue.ShutDown()
+	p.shutDownQueue()
 	wg.Wait()
 	p.log.Info("stopped")
 	return err
@@ -373,6 +373,7 @@ func (p *Publisher) processNext(ctx context.Context) bool {
 	}
 	log := p.log.With(zap.String("trafficmap", key.String()))
 	hold, err := p.rec.reconcile(ctx, key, log)
+	p.passed(key)
 	p.metrics.reconciled(err)
 	if err != nil {
 		level := zap.InfoLevel
@@ -410,4 +411,20 @@ func (p *Publisher) debugHandlers() map[string]http.Handler {
 		}
 	}
 	return out
+}
+
+// shutDownQueue shuts the work queue down; it may be called more than once (the queue's
+// own ShutDown may not).
+func (p *Publisher) shutDownQueue() { p.queueStop.Do(p.queue.ShutDown) }
+
+// newQueue is the publisher's work queue of TrafficMap keys: deduplicated, one worker per
+// key at a time, ordered by priority (see handle) and FIFO within a priority; retries back
+// off per key (5 ms doubling to maxRetryDelay) and all together (newBucket).
+func newQueue() priorityqueue.PriorityQueue[cache.ObjectName] {
+	return priorityqueue.New("trafficmaps", func(o *priorityqueue.Opts[cache.ObjectName]) {
+		o.RateLimiter = workqueue.NewTypedMaxOfRateLimiter(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, maxRetryDelay),
+			&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: newBucket()},
+		)
+	})
 }

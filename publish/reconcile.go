@@ -203,6 +203,9 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 			return sourceRetry, nil
 		}
 	}
+	if !want.published && log.Core().Enabled(zap.DebugLevel) {
+		log.Debug("not published yet", zap.String("reason", want.condition.Reason), zap.String("message", want.condition.Message))
+	}
 	if _, hold, err = r.status.write(ctx, tm, want, log); err != nil || len(pl.computed.Ramps) == 0 {
 		return hold, err
 	}

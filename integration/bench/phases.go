@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -52,16 +56,10 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 	var published sync.Map
 	var count atomic.Int64
 	all := make(chan time.Time, 1)
-	b.w.maps.setOnEvent(func(obj any) {
-		tm, ok := obj.(*v1beta1.TrafficMap)
-		if !ok || !isPublished(tm) {
-			return
-		}
-		if _, loaded := published.LoadOrStore(tm.Name, true); !loaded && count.Add(1) == int64(b.o.maps) {
-			all <- time.Now()
-		}
-	})
 	defer b.w.maps.setOnEvent(nil)
+	tl := newColdTimeline()
+	b.w.routes.setOnEvent(tl.route)
+	defer b.w.routes.setOnEvent(nil)
 
 	qps, burst := b.o.qps, b.o.burst
 	if qps == 0 {
@@ -71,18 +69,36 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 	if workers == 0 {
 		workers = 4
 	}
+	apiserver, etcd := controlPlanePIDs(b.cfg.Host)
+	meter := cpuMeter{names: []string{"kube-apiserver", "etcd", "bench"}, pids: []int{apiserver, etcd, os.Getpid()}}
 	logf("P2 floor: a bare client makes the same writes at %g QPS (burst %d)", qps, burst)
+	cpu0 := meter.read()
 	bare, bareWritesN, err := bareWrites(ctx, b.cfg, b.o.maps, qps, burst, workers)
 	if err != nil {
 		return err
 	}
-	logf("P2 floor: %d bare writes in %s", bareWritesN, bare.Round(time.Millisecond))
+	floorCPU := meter.cores(cpu0, meter.read(), bare.Seconds(), runtime.NumCPU())
+	logf("P2 floor: %d bare writes in %s; cores used: %s", bareWritesN, bare.Round(time.Millisecond), floorCPU)
 
 	logf("P2: starting the publisher (N=%d, C=%d)", b.o.maps, b.o.clients)
 	start := time.Now()
+	tl.start(start)
+	b.w.maps.setOnEvent(func(obj any) {
+		tm, ok := obj.(*v1beta1.TrafficMap)
+		if !ok || !isPublished(tm) {
+			return
+		}
+		tl.mapPublished(tm.Name)
+		if _, loaded := published.LoadOrStore(tm.Name, true); !loaded && count.Add(1) == int64(b.o.maps) {
+			all <- time.Now()
+		}
+	})
 	if b.pub, err = startPublisher(bin, kubeconfig, filepath.Join(b.o.workDir, "publisher.log"), b.o); err != nil {
 		return err
 	}
+	meter.names = append(meter.names, "publisher")
+	meter.pids = append(meter.pids, b.pub.cmd.Process.Pid)
+	cpu0 = meter.read()
 	cctx, cancel := context.WithCancel(ctx)
 	b.cancel = cancel
 	b.xds = b.o.newClients()
@@ -102,6 +118,8 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 		return fmt.Errorf("P2: publisher exited: %v (log: %s)", err, filepath.Join(b.o.workDir, "publisher.log"))
 	}
 	elapsed := done.Sub(start)
+	coldCPU := meter.cores(cpu0, meter.read(), elapsed.Seconds(), runtime.NumCPU())
+	tl.log()
 	m, err := b.pub.metrics()
 	if err != nil {
 		return err
@@ -114,6 +132,8 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 	b.report.add("P2 cold start: publisher start to every map Published True", dur(elapsed),
 		fmt.Sprintf("<= 1.2x bare-write floor (%s)", dur(time.Duration(1.2*float64(bare)))), float64(elapsed) <= 1.2*float64(bare))
 	b.report.add("P2 floor: a bare client making the same writes at the same QPS, same API server, just before", fmt.Sprintf("%s (%d writes at %g QPS, burst %d)", dur(bare), bareWritesN, qps, burst), "", true)
+	b.report.add("P2 cores used during the floor's writes / during the cold start (the bench process holds the xDS clients, the stand-in gateway and the watches)",
+		floorCPU+" / "+coldCPU, "", true)
 	b.report.add("P2 rate-limit arithmetic (the old floor)", fmt.Sprintf("%s (%d writes)", dur(floor), minWrites), "", true)
 	b.report.add("P2 ratio to the bare-write floor", fmt.Sprintf("%.2fx", float64(elapsed)/float64(max(bare, time.Millisecond))), "<= 1.2x", float64(elapsed) <= 1.2*float64(bare))
 	b.report.add("P2 API writes made by the publisher (routes, Services, status)", fmt.Sprintf("%d", int(writes)), fmt.Sprintf("%d (one status write per map)", minWrites), int(writes) == minWrites)
@@ -204,6 +224,13 @@ func (b *bench) drainLatency(ctx context.Context) error {
 	go func() {
 		profile <- b.pub.profile(ctx, "profile?seconds=20", filepath.Join(b.o.workDir, "cpu-drain.pprof"))
 	}()
+	// The bench's own CPU over the same 20 s (its clients decode what they receive on
+	// the same cores as the publisher): bench-cpu-drain.pprof.
+	stopSelf, err := selfProfile(filepath.Join(b.o.workDir, "bench-cpu-drain.pprof"), 20*time.Second)
+	if err != nil {
+		return err
+	}
+	defer stopSelf()
 	defer func() {
 		if err := <-profile; err != nil {
 			logf("drain cpu profile: %v", err)
@@ -448,4 +475,93 @@ func (b *bench) wrongStates() []string {
 		}
 	}
 	return wrong
+}
+
+// selfProfile profiles the bench process's CPU into file for at most d; the returned
+// function ends it early (and is safe to call after it ended).
+func selfProfile(file string, d time.Duration) (func(), error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("bench cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench cpu profile: %w", err)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}
+	time.AfterFunc(d, stop)
+	return stop, nil
+}
+
+// coldTimeline records, for the cold start, when the bench's watches first saw each map's
+// route stored, accepted by the gateway and the map Published, and logs them per 2 s: which
+// of the three waits on which.
+type coldTimeline struct {
+	mu                          sync.Mutex
+	t0                          time.Time
+	stored, accepted, published map[string]time.Duration
+}
+
+func newColdTimeline() *coldTimeline {
+	return &coldTimeline{stored: map[string]time.Duration{}, accepted: map[string]time.Duration{}, published: map[string]time.Duration{}}
+}
+
+func (t *coldTimeline) start(t0 time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.t0 = t0
+}
+
+func (t *coldTimeline) mark(m map[string]time.Duration, name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := m[name]; !ok && !t.t0.IsZero() {
+		m[name] = time.Since(t.t0)
+	}
+}
+
+func (t *coldTimeline) mapPublished(name string) { t.mark(t.published, name) }
+
+func (t *coldTimeline) route(obj any) {
+	r, ok := obj.(*gwapiv1.HTTPRoute)
+	if !ok {
+		return
+	}
+	t.mark(t.stored, r.Name)
+	for _, p := range r.Status.Parents {
+		if c := meta.FindStatusCondition(p.Conditions, string(gwapiv1.RouteConditionAccepted)); c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == r.Generation {
+			t.mark(t.accepted, r.Name)
+		}
+	}
+}
+
+// log writes, per 2 s since the publisher started, how many routes were first seen stored,
+// accepted, and maps Published, and the median wait from acceptance to Published.
+func (t *coldTimeline) log() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	const bucket = 2 * time.Second
+	counts := map[int][3]int{}
+	last := 0
+	for i, m := range []map[string]time.Duration{t.stored, t.accepted, t.published} {
+		for _, d := range m {
+			k := int(d / bucket)
+			c := counts[k]
+			c[i]++
+			counts[k] = c
+			last = max(last, k)
+		}
+	}
+	var b strings.Builder
+	for k := 0; k <= last; k++ {
+		c := counts[k]
+		fmt.Fprintf(&b, " %ds:%d/%d/%d", k*2, c[0], c[1], c[2])
+	}
+	logf("P2 timeline (routes stored/accepted/maps published, per 2 s):%s", b.String())
 }
