@@ -1,12 +1,18 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // procCPUSeconds is process pid's user plus system CPU time so far.
@@ -76,26 +82,96 @@ type cpuMeter struct {
 	pids  []int // 0: not found (reads as 0)
 }
 
+// cpuSample is the CPU seconds of each process at one moment.
+type cpuSample struct {
+	at      time.Time
+	seconds []float64
+}
+
 // read returns each process's CPU seconds so far.
-func (m cpuMeter) read() []float64 {
-	out := make([]float64, len(m.pids))
+func (m cpuMeter) read() cpuSample {
+	out := cpuSample{at: time.Now(), seconds: make([]float64, len(m.pids))}
 	for i, pid := range m.pids {
 		if pid > 0 {
-			out[i], _ = procCPUSeconds(pid)
+			out.seconds[i], _ = procCPUSeconds(pid)
 		}
 	}
 	return out
 }
 
-// cores describes the cores each process used between two reads over seconds of wall time,
-// e.g. "kube-apiserver 1.27, etcd 0.32, bench 0.19 (total 1.78 of 2)".
-func (m cpuMeter) cores(before, after []float64, seconds float64, ncpu int) string {
+// cores describes the cores each process used between two samples, e.g.
+// "kube-apiserver 1.27, etcd 0.32, bench 0.19 (total 1.78 of 2)".
+func (m cpuMeter) cores(before, after cpuSample, ncpu int) string {
 	var parts []string
 	total := 0.0
+	wall := after.at.Sub(before.at).Seconds()
 	for i, name := range m.names {
-		c := (after[i] - before[i]) / seconds
+		c := 0.0
+		if i < len(before.seconds) && wall > 0 {
+			c = (after.seconds[i] - before.seconds[i]) / wall
+		}
 		total += c
 		parts = append(parts, fmt.Sprintf("%s %.2f", name, c))
 	}
 	return fmt.Sprintf("%s (total %.2f of %d)", strings.Join(parts, ", "), total, ncpu)
+}
+
+// apiRequests reads the API server's request counters (apiserver_request_total) by verb
+// and resource, summed over the other labels.
+func apiRequests(ctx context.Context, kube kubernetes.Interface) (map[string]float64, error) {
+	raw, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read api server metrics: %w", err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		labels, value, ok := strings.Cut(line[len("apiserver_request_total{"):], "} ")
+		if !ok {
+			continue
+		}
+		var verb, res, sub string
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			v = strings.Trim(v, `"`)
+			switch k {
+			case "verb":
+				verb = v
+			case "resource":
+				res = v
+			case "subresource":
+				sub = v
+			}
+		}
+		if sub != "" {
+			res += "/" + sub
+		}
+		n, err := strconv.ParseFloat(value, 64)
+		if err == nil {
+			out[verb+" "+res] += n
+		}
+	}
+	return out, nil
+}
+
+// requestDelta describes the requests made between two reads, largest first.
+func requestDelta(before, after map[string]float64) string {
+	type kv struct {
+		k string
+		n float64
+	}
+	var d []kv
+	for k, n := range after {
+		if n-before[k] >= 1 {
+			d = append(d, kv{k, n - before[k]})
+		}
+	}
+	slices.SortFunc(d, func(a, b kv) int { return cmp.Compare(b.n, a.n) })
+	var parts []string
+	for _, x := range d {
+		parts = append(parts, fmt.Sprintf("%s %.0f", x.k, x.n))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,26 +26,26 @@ const floorNamespace = "bench-floor"
 // on the same API server at the publisher's client rate limit (qps, burst), with as many
 // writers as the publisher has workers times a map's Services. Its objects live in a
 // namespace of their own and are deleted afterwards (not timed).
-func bareWrites(ctx context.Context, cfg *rest.Config, n int, qps float64, burst, workers int) (time.Duration, int, error) {
+func bareWrites(ctx context.Context, cfg *rest.Config, n int, qps float64, burst, workers int, meter cpuMeter) (time.Duration, int, string, error) {
 	fast, err := kubernetes.NewForConfig(cfg) // for the clean-up
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	gw, err := gwclient.NewForConfig(cfg)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return 0, 0, fmt.Errorf("create namespace %s: %w", floorNamespace, err)
+		return 0, 0, "", fmt.Errorf("create namespace %s: %w", floorNamespace, err)
 	}
 	apply := metav1.ApplyOptions{FieldManager: "bench-floor", Force: true}
-	start := time.Now()
+	start, cpu0 := time.Now(), meter.read()
 	err = parallelDo(n*(clustersPerMap+1), max(workers, 1)*clustersPerMap, func(k int) error {
 		if k < n*clustersPerMap {
 			i, j := k/clustersPerMap, k%clustersPerMap
@@ -67,17 +68,17 @@ func bareWrites(ctx context.Context, cfg *rest.Config, n int, qps float64, burst
 					WithMessage("bare write").WithLastTransitionTime(metav1.Now())))), apply)
 		return err
 	})
-	elapsed := time.Since(start)
+	elapsed, cores := time.Since(start), meter.cores(cpu0, meter.read(), runtime.NumCPU())
 	if err != nil {
-		return 0, 0, fmt.Errorf("bare writes: %w", err)
+		return 0, 0, "", fmt.Errorf("bare writes: %w", err)
 	}
 	if err := parallelDo(n*clustersPerMap, 16, func(k int) error {
 		return fast.CoreV1().Services(floorNamespace).Delete(ctx, fmt.Sprintf("%s-%s", mapName(k/clustersPerMap), clusterName(k%clustersPerMap)), metav1.DeleteOptions{})
 	}); err != nil {
-		return 0, 0, fmt.Errorf("delete the bare writer's services: %w", err)
+		return 0, 0, "", fmt.Errorf("delete the bare writer's services: %w", err)
 	}
 	if err := gw.GatewayV1().HTTPRoutes(floorNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		return 0, 0, fmt.Errorf("delete the bare writer's routes: %w", err)
+		return 0, 0, "", fmt.Errorf("delete the bare writer's routes: %w", err)
 	}
-	return elapsed, n * (clustersPerMap + 2), nil
+	return elapsed, n * (clustersPerMap + 2), cores, nil
 }

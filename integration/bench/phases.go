@@ -72,12 +72,10 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 	apiserver, etcd := controlPlanePIDs(b.cfg.Host)
 	meter := cpuMeter{names: []string{"kube-apiserver", "etcd", "bench"}, pids: []int{apiserver, etcd, os.Getpid()}}
 	logf("P2 floor: a bare client makes the same writes at %g QPS (burst %d)", qps, burst)
-	cpu0 := meter.read()
-	bare, bareWritesN, err := bareWrites(ctx, b.cfg, b.o.maps, qps, burst, workers)
+	bare, bareWritesN, floorCPU, err := bareWrites(ctx, b.cfg, b.o.maps, qps, burst, workers, meter)
 	if err != nil {
 		return err
 	}
-	floorCPU := meter.cores(cpu0, meter.read(), bare.Seconds(), runtime.NumCPU())
 	logf("P2 floor: %d bare writes in %s; cores used: %s", bareWritesN, bare.Round(time.Millisecond), floorCPU)
 
 	logf("P2: starting the publisher (N=%d, C=%d)", b.o.maps, b.o.clients)
@@ -98,7 +96,11 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 	}
 	meter.names = append(meter.names, "publisher")
 	meter.pids = append(meter.pids, b.pub.cmd.Process.Pid)
-	cpu0 = meter.read()
+	cpu0 := meter.read()
+	req0, err := apiRequests(ctx, b.c.kube)
+	if err != nil {
+		return err
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	b.cancel = cancel
 	b.xds = b.o.newClients()
@@ -118,8 +120,11 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 		return fmt.Errorf("P2: publisher exited: %v (log: %s)", err, filepath.Join(b.o.workDir, "publisher.log"))
 	}
 	elapsed := done.Sub(start)
-	coldCPU := meter.cores(cpu0, meter.read(), elapsed.Seconds(), runtime.NumCPU())
+	coldCPU := meter.cores(cpu0, meter.read(), runtime.NumCPU())
 	tl.log()
+	if req1, err := apiRequests(ctx, b.c.kube); err == nil {
+		logf("P2: API requests during the cold start (every client): %s", requestDelta(req0, req1))
+	}
 	m, err := b.pub.metrics()
 	if err != nil {
 		return err
