@@ -383,15 +383,23 @@ func (c *typeCache) deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscript
 			}
 		}
 	case hint != nil && returned[seqMark] == strconv.FormatUint(hint.prevSeq, 10):
-		next = maps.Clone(returned)
+		// The stream's map is brought up to date in place, not cloned (a clone copied every
+		// served name per stream per update: at 10,000 maps and 90 wildcard streams, most
+		// of a drain's CPU). It is safe: a map holding seqMark was made by this cache for
+		// this stream alone, and only the stream's goroutine touches it otherwise, after
+		// cancelling the watch under c.mu and after sending every response already given
+		// to it (go-control-plane's delta server drains its responses before a request),
+		// so the map never says the stream holds what it was not sent. When nothing is
+		// sent, the stream is current at this update, as the map now says.
+		next = returned
 		for _, e := range hint.changed {
-			if v, known := returned[e.name]; !known || v != e.version {
+			if v, known := next[e.name]; !known || v != e.version {
 				send = append(send, e)
 			}
 			next[e.name] = e.version
 		}
 		for _, name := range hint.removed {
-			if _, known := returned[name]; known {
+			if _, known := next[name]; known {
 				removed = append(removed, name)
 				delete(next, name)
 			}

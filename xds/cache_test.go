@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -233,4 +234,60 @@ func TestTrackerForwardsLateResponses(t *testing.T) {
 
 	tr.advance(FlavourGRPC, resource.RouteType, "v2", "v3", map[string]struct{}{"prod/chat": {}})
 	assert.Equal(t, "v2", tr.Clients()[0].Acked[resource.RouteType], "v3 changes prod/chat: the stream waits for it")
+}
+
+// A delta wildcard stream follows a run of updates (changes, additions, removals, each
+// acknowledged): after each, what it holds is exactly what is served, each update sends
+// only what changed, and a removal after earlier in-place updates of its versions is sent.
+func TestDeltaWildcardStreamFollowsUpdates(t *testing.T) {
+	srv := NewServer(ServerConfig{Log: zaptest.NewLogger(t)})
+	ctx, ads := serveADS(t, srv)
+	serveGRPC(t, srv, namedService(t, "a", 1, 1), namedService(t, "b", 1, 1), namedService(t, "c", 1, 1))
+	st, err := ads.DeltaAggregatedResources(ctx)
+	require.NoError(t, err)
+	in := xdstest.Stream(st.Recv)
+	require.NoError(t, st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "all", UserAgentName: "gRPC Go"}, TypeUrl: resource.RouteType}))
+	held := map[string]string{}
+	receive := func(step string) []string {
+		t.Helper()
+		r, ok := xdstest.Next(in, 10*time.Second)
+		require.True(t, ok, step)
+		var got []string
+		for _, res := range r.GetResources() {
+			held[res.GetName()] = res.GetVersion()
+			got = append(got, res.GetName())
+		}
+		for _, name := range r.GetRemovedResources() {
+			delete(held, name)
+			got = append(got, "-"+name)
+		}
+		require.NoError(t, st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResponseNonce: r.GetNonce()}))
+		return got
+	}
+	names := func() []string {
+		var out []string
+		for name := range held {
+			out = append(out, name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	assert.ElementsMatch(t, []string{"prod/a", "prod/b", "prod/c"}, receive("first"))
+	for i, step := range []struct {
+		serve []Service
+		sent  []string
+		holds []string
+	}{
+		{[]Service{namedService(t, "a", 0, 1), namedService(t, "b", 1, 1), namedService(t, "c", 1, 1)}, []string{"prod/a"}, []string{"prod/a", "prod/b", "prod/c"}},
+		{[]Service{namedService(t, "a", 0, 1), namedService(t, "c", 1, 1)}, []string{"-prod/b"}, []string{"prod/a", "prod/c"}},
+		{[]Service{namedService(t, "a", 0, 1), namedService(t, "c", 1, 1), namedService(t, "d", 1, 1)}, []string{"prod/d"}, []string{"prod/a", "prod/c", "prod/d"}},
+		{[]Service{namedService(t, "a", 1, 1), namedService(t, "c", 1, 2), namedService(t, "d", 1, 1)}, []string{"prod/a", "prod/c"}, []string{"prod/a", "prod/c", "prod/d"}},
+		{[]Service{namedService(t, "a", 1, 1), namedService(t, "c", 1, 2)}, []string{"-prod/d"}, []string{"prod/a", "prod/c"}},
+	} {
+		serveGRPC(t, srv, step.serve...)
+		assert.ElementsMatch(t, step.sent, receive(fmt.Sprint("step ", i)), "step %d sends only what changed", i)
+		assert.Equal(t, step.holds, names(), "step %d", i)
+	}
+	_, sent := xdstest.Next(in, 300*time.Millisecond) // a bounded look
+	assert.False(t, sent, "nothing more")
 }
