@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -117,41 +120,33 @@ func (m cpuMeter) cores(before, after cpuSample, ncpu int) string {
 }
 
 // apiRequests reads the API server's request counters (apiserver_request_total) by verb
-// and resource, summed over the other labels.
+// and resource (with its subresource), summed over the other labels.
 func apiRequests(ctx context.Context, kube kubernetes.Interface) (map[string]float64, error) {
 	raw, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read api server metrics: %w", err)
 	}
+	return requestCounts(raw)
+}
+
+// requestCounts sums apiserver_request_total in a metrics exposition by "verb resource".
+func requestCounts(raw []byte) (map[string]float64, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("parse api server metrics: %w", err)
+	}
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
-			continue
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
 		}
-		labels, value, ok := strings.Cut(line[len("apiserver_request_total{"):], "} ")
-		if !ok {
-			continue
-		}
-		var verb, res, sub string
-		for _, kv := range strings.Split(labels, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			v = strings.Trim(v, `"`)
-			switch k {
-			case "verb":
-				verb = v
-			case "resource":
-				res = v
-			case "subresource":
-				sub = v
-			}
-		}
-		if sub != "" {
+		res := labels["resource"]
+		if sub := labels["subresource"]; sub != "" {
 			res += "/" + sub
 		}
-		n, err := strconv.ParseFloat(value, 64)
-		if err == nil {
-			out[verb+" "+res] += n
-		}
+		out[labels["verb"]+" "+res] += m.GetCounter().GetValue()
 	}
 	return out, nil
 }

@@ -53,8 +53,6 @@ func createNamespace(ctx context.Context, c clients) error {
 // coldStart is P2: it starts the xDS clients, then the publisher, and times publisher start
 // to every map Published True (with --xds-min-clients C, that includes every client's ACK).
 func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
-	var published sync.Map
-	var count atomic.Int64
 	all := make(chan time.Time, 1)
 	defer b.w.maps.setOnEvent(nil)
 	tl := newColdTimeline()
@@ -86,8 +84,7 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 		if !ok || !isPublished(tm) {
 			return
 		}
-		tl.mapPublished(tm.Name)
-		if _, loaded := published.LoadOrStore(tm.Name, true); !loaded && count.Add(1) == int64(b.o.maps) {
+		if n, first := tl.mapPublished(tm.Name); first && n == b.o.maps {
 			all <- time.Now()
 		}
 	})
@@ -115,7 +112,7 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 	select {
 	case done = <-all:
 	case <-time.After(timeout):
-		return errors.Join(fmt.Errorf("P2: %d/%d maps Published True after %s", count.Load(), b.o.maps, timeout), b.clientErr())
+		return errors.Join(fmt.Errorf("P2: %d/%d maps Published True after %s", tl.publishedCount(), b.o.maps, timeout), b.clientErr())
 	case err := <-b.pub.done:
 		return fmt.Errorf("P2: publisher exited: %v (log: %s)", err, filepath.Join(b.o.workDir, "publisher.log"))
 	}
@@ -523,15 +520,27 @@ func (t *coldTimeline) start(t0 time.Time) {
 	t.t0 = t0
 }
 
-func (t *coldTimeline) mark(m map[string]time.Duration, name string) {
+// mark records name's first time in m; it returns how many m holds and whether this was
+// name's first time.
+func (t *coldTimeline) mark(m map[string]time.Duration, name string) (int, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, ok := m[name]; !ok && !t.t0.IsZero() {
-		m[name] = time.Since(t.t0)
+	if _, ok := m[name]; ok || t.t0.IsZero() {
+		return len(m), false
 	}
+	m[name] = time.Since(t.t0)
+	return len(m), true
 }
 
-func (t *coldTimeline) mapPublished(name string) { t.mark(t.published, name) }
+// mapPublished records map name seen Published: how many maps were, and whether name
+// is new.
+func (t *coldTimeline) mapPublished(name string) (int, bool) { return t.mark(t.published, name) }
+
+func (t *coldTimeline) publishedCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.published)
+}
 
 func (t *coldTimeline) route(obj any) {
 	r, ok := obj.(*gwapiv1.HTTPRoute)

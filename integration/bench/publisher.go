@@ -96,17 +96,7 @@ func (p *publisherProcess) stop() {
 
 // cpuSeconds is the process's user plus system CPU time so far.
 func (p *publisherProcess) cpuSeconds() (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
-	f := strings.Fields(rest)
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	const ticks = 100 // USER_HZ on Linux
-	return (utime + stime) / ticks, nil
+	return procCPUSeconds(p.cmd.Process.Pid)
 }
 
 // rssBytes is the process's resident set size.

@@ -86,3 +86,17 @@ func TestEnvoyClientApplyRoutes(t *testing.T) {
 		}
 	}
 }
+
+func TestRequestCounts(t *testing.T) {
+	raw := []byte(`# HELP apiserver_request_total Counter of apiserver requests.
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",component="apiserver",resource="services",subresource="",verb="APPLY",version="v1"} 5
+apiserver_request_total{code="409",component="apiserver",resource="services",subresource="",verb="APPLY",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",resource="httproutes",subresource="status",verb="PUT",version="v1"} 3
+# TYPE other_total counter
+other_total 9
+`)
+	got, err := requestCounts(raw)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]float64{"APPLY services": 7, "PUT httproutes/status": 3}, got)
+}
