@@ -69,8 +69,13 @@ type Config struct {
 	// XDSListenerAddress is the Envoy listener's host:port (default "0.0.0.0:10080").
 	XDSListenerAddress string
 	// XDSTLSCert, XDSTLSKey and XDSClientCA secure the xDS port (all optional; the CA turns
-	// on mutual TLS).
+	// on mutual TLS). Without the CA every xDS client is anonymous and every client counts
+	// for Published; with it only clients with a certificate it signed connect.
 	XDSTLSCert, XDSTLSKey, XDSClientCA string
+	// XDSClientNamespaces are rules "IDENTITY=NAMESPACE[,NAMESPACE...]" saying which client
+	// certificate identities see (and count for) which namespaces' maps (see
+	// xds.ClientPolicy); they need XDSClientCA. Empty: every authenticated client sees all.
+	XDSClientNamespaces []string
 	// RequireXDSAck makes Published wait until every relevant xDS client (a stream subscribed to the
 	// map's resources) has ACKed a version carrying the map's current weights.
 	RequireXDSAck bool
@@ -85,11 +90,16 @@ type Config struct {
 	// Registerer, when set, receives the publisher's metrics (HTTPAddress serves its own
 	// registry otherwise).
 	Registerer prometheus.Registerer
-	// HTTPAddress, when set, serves /metrics, /healthz, /readyz and /debug/xds.
+	// HTTPAddress, when set, serves /metrics, /healthz, /readyz and, without DebugAddress,
+	// the debug endpoints (/debug/xds, /debug/replicas, /debug/pprof/).
 	HTTPAddress string
+	// DebugAddress, when set, serves the debug endpoints instead of HTTPAddress, e.g. on
+	// loopback ("127.0.0.1:8081") so that no Service exposes them.
+	DebugAddress string
 	// LeaderElection lets several replicas run: only the Lease holder writes.
 	LeaderElection LeaderElection
-	// EnablePprof serves Go's profiles under /debug/pprof/ on HTTPAddress.
+	// EnablePprof serves Go's profiles under /debug/pprof/ (on DebugAddress when set, else
+	// on HTTPAddress).
 	EnablePprof bool
 }
 

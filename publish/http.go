@@ -23,27 +23,52 @@ import (
 
 // httpServer serves /metrics, /healthz (from the start: the process is alive),
 // /readyz (ready once the caches synced and the sinks started, and while no watch is
-// failing) and the sinks' debug endpoints.
+// failing) and the sinks' debug endpoints (/debug/xds, /debug/replicas, and Go's profiles
+// under /debug/pprof/ when enabled). With a debug listener the debug endpoints are served
+// there alone, never on the main listener (which a Service exposes): they list every
+// client, node id and map.
 type httpServer struct {
-	listener net.Listener
+	listener net.Listener // --http-address; nil when off
+	debug    net.Listener // --debug-address; nil: the debug endpoints are on listener
 	registry *prometheus.Registry
 	ready    atomic.Bool
 	health   *watchHealth
 	pprof    bool
 }
 
-func newHTTPServer(address string, health *watchHealth, enablePprof bool) (*httpServer, error) {
-	lis, err := net.Listen("tcp", address)
-	if err != nil {
-		return nil, fmt.Errorf("listen on --http-address %s: %w", address, err)
+// newHTTPServer listens on address (--http-address) and, when set, debugAddress
+// (--debug-address); an empty address is not listened on.
+func newHTTPServer(address, debugAddress string, health *watchHealth, enablePprof bool) (*httpServer, error) {
+	h := &httpServer{health: health, pprof: enablePprof}
+	if address != "" {
+		lis, err := net.Listen("tcp", address)
+		if err != nil {
+			return nil, fmt.Errorf("listen on --http-address %s: %w", address, err)
+		}
+		h.listener = lis
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &httpServer{listener: lis, registry: reg, health: health, pprof: enablePprof}, nil
+	if debugAddress != "" {
+		lis, err := net.Listen("tcp", debugAddress)
+		if err != nil {
+			if h.listener != nil {
+				_ = h.listener.Close()
+			}
+			return nil, fmt.Errorf("listen on --debug-address %s: %w", debugAddress, err)
+		}
+		h.debug = lis
+	}
+	h.registry = prometheus.NewRegistry()
+	h.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return h, nil
 }
 
+// serve serves until ctx is done.
 func (h *httpServer) serve(ctx context.Context, log *zap.Logger, debug map[string]http.Handler) {
 	mux := http.NewServeMux()
+	debugMux := mux
+	if h.debug != nil {
+		debugMux = http.NewServeMux()
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(h.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -58,25 +83,41 @@ func (h *httpServer) serve(ctx context.Context, log *zap.Logger, debug map[strin
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	for path, handler := range debug {
-		mux.Handle(path, handler)
+		debugMux.Handle(path, handler)
 	}
 	if h.pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		debugMux.HandleFunc("/debug/pprof/", pprof.Index)
+		debugMux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		debugMux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		debugMux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		debugMux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	if err := srv.Serve(h.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Error("http server stopped", zap.Error(err))
+	var wg sync.WaitGroup
+	for _, l := range []struct {
+		lis     net.Listener
+		handler http.Handler
+		name    string
+	}{{h.listener, mux, "http server"}, {h.debug, debugMux, "debug http server"}} {
+		if l.lis == nil {
+			continue
+		}
+		srv := &http.Server{Handler: l.handler, ReadHeaderTimeout: 10 * time.Second}
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-ctx.Done()
+			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shutdown)
+		}()
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(l.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error(l.name+" stopped", zap.Error(err))
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // watchFailureWindow is how long a list or watch failure keeps a resource "failing": a

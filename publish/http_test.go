@@ -1,13 +1,18 @@
 package publish
 
 import (
+	"context"
 	"errors"
+	"net"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	corev1 "k8s.io/api/core/v1"
@@ -48,4 +53,42 @@ func TestLeaderRecorder(t *testing.T) {
 		got = append(got, e)
 	}
 	assert.Equal(t, []string{"Normal Published leader 1"}, got)
+}
+
+// With a debug address the debug endpoints (and Go's profiles) are served there alone: the
+// main address, which a Service exposes, serves /metrics, /healthz and /readyz and answers
+// 404 for /debug/*. Without one they stay on the main address.
+func TestDebugEndpointsOnTheirOwnListener(t *testing.T) {
+	get := func(t *testing.T, addr net.Addr, path string) int {
+		t.Helper()
+		resp, err := http.Get("http://" + addr.String() + path)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	debug := map[string]http.Handler{"/debug/xds": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{}")) })}
+	serve := func(t *testing.T, debugAddress string) *httpServer {
+		t.Helper()
+		h, err := newHTTPServer("127.0.0.1:0", debugAddress, newWatchHealth(zaptest.NewLogger(t)), true)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); h.serve(ctx, zaptest.NewLogger(t), debug) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return h
+	}
+
+	h := serve(t, "127.0.0.1:0")
+	require.NotNil(t, h.debug)
+	for _, path := range []string{"/debug/xds", "/debug/pprof/"} {
+		assert.Equal(t, http.StatusNotFound, get(t, h.listener.Addr(), path), "%s is not on the main address", path)
+		assert.Equal(t, http.StatusOK, get(t, h.debug.Addr(), path), "%s is on the debug address", path)
+	}
+	assert.Equal(t, http.StatusOK, get(t, h.listener.Addr(), "/healthz"))
+	assert.Equal(t, http.StatusOK, get(t, h.listener.Addr(), "/metrics"))
+	assert.Equal(t, http.StatusNotFound, get(t, h.debug.Addr(), "/metrics"), "the debug address serves only /debug/*")
+
+	h = serve(t, "")
+	assert.Nil(t, h.debug)
+	assert.Equal(t, http.StatusOK, get(t, h.listener.Addr(), "/debug/xds"), "without a debug address: on the main address")
 }

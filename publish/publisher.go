@@ -138,8 +138,8 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	utilruntime.Must(v1beta1.AddToScheme(scheme))
 	p.events = record.NewBroadcaster()
 	p.recorder = &leaderRecorder{EventRecorder: p.events.NewRecorder(scheme, corev1.EventSource{Component: cfg.FieldManager}), leading: p.elector.leading}
-	if cfg.HTTPAddress != "" {
-		if p.http, err = newHTTPServer(cfg.HTTPAddress, p.health, cfg.EnablePprof); err != nil {
+	if cfg.HTTPAddress != "" || cfg.DebugAddress != "" {
+		if p.http, err = newHTTPServer(cfg.HTTPAddress, cfg.DebugAddress, p.health, cfg.EnablePprof); err != nil {
 			return nil, err
 		}
 		if cfg.Registerer == nil {
@@ -168,7 +168,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	if cfg.sinkOn(SinkXDS) {
 		xs, err := xdssink.New(xdssink.Config{
 			Address: cfg.XDSAddress, ListenerAddress: cfg.XDSListenerAddress,
-			TLSCert: cfg.XDSTLSCert, TLSKey: cfg.XDSTLSKey, ClientCA: cfg.XDSClientCA,
+			TLSCert: cfg.XDSTLSCert, TLSKey: cfg.XDSTLSKey, ClientCA: cfg.XDSClientCA, ClientNamespaces: cfg.XDSClientNamespaces,
 			RequireAck: cfg.RequireXDSAck, MinClients: cfg.XDSMinClients, Registerer: p.cfg.Registerer,
 			ReconnectGrace: cfg.XDSReconnectGrace,
 			Plans:          planSource{inputs: p.caches, hosts: route, sinks: func() []sink.Sink { return p.sinks }, reader: xdssink.Name},
@@ -229,13 +229,21 @@ func (p *Publisher) XDSAddr() net.Addr {
 	return nil
 }
 
-// HTTPAddr is where /metrics, /healthz, /readyz and /debug/xds are served, or nil when
-// the HTTP server is off.
+// HTTPAddr is where /metrics, /healthz, /readyz (and, without DebugAddr, /debug/xds) are
+// served, or nil when the HTTP server is off.
 func (p *Publisher) HTTPAddr() net.Addr {
-	if p.http == nil {
+	if p.http == nil || p.http.listener == nil {
 		return nil
 	}
 	return p.http.listener.Addr()
+}
+
+// DebugAddr is where /debug/* are served when Config.DebugAddress is set, nil otherwise.
+func (p *Publisher) DebugAddr() net.Addr {
+	if p.http == nil || p.http.debug == nil {
+		return nil
+	}
+	return p.http.debug.Addr()
 }
 
 // Run serves /healthz at once, starts the informers, waits for their caches, starts the

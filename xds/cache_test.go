@@ -224,7 +224,7 @@ func TestTrackerForwardsLateResponses(t *testing.T) {
 	tr := NewTracker(nil)
 	key := streamKey{id: 1}
 	node := &corev3.Node{Id: "grpc-1", UserAgentName: "gRPC Go"}
-	tr.open(key, "", "")
+	tr.open(key, "", Access{}, "")
 	tr.request(key, node, resource.RouteType, "", "", "", false, func(s *stream, typ string) { s.subscribeSotW(typ, []string{"prod/chat"}) })
 	tr.advance(FlavourGRPC, resource.RouteType, "v1", "v2", map[string]struct{}{"prod/search": {}})
 	tr.response(key, resource.RouteType, "n1", "v1") // sent at v1, recorded after the update

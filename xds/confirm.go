@@ -278,12 +278,14 @@ type Verdict struct {
 
 // Judge decides whether cl is relevant to the service key served as served (by cl's
 // flavour; a flavour absent from served does not serve it) and whether it has confirmed
-// it. A relevant ADS stream must have ACKed every type the service has resources of (a
+// it. A client that may not see the service's namespace (see ClientState.MaySee) is never
+// relevant: it is not sent the service's resources, so it neither holds nor confirms it. A
+// relevant ADS stream must have ACKed every type the service has resources of (a
 // gRPC client that subscribed to a listener goes on to its route configuration and
 // clusters); a per-type stream only its own type.
 func Judge(cl ClientState, h *History, key string, served map[Flavour]Served) Verdict {
 	sv, ok := served[cl.Flavour]
-	if !ok {
+	if !ok || !cl.MaySee(key) {
 		return Verdict{}
 	}
 	var v Verdict
@@ -313,12 +315,12 @@ func Judge(cl ClientState, h *History, key string, served map[Flavour]Served) Ve
 
 // Confirm checks the ACKs of the clients relevant to the service key (see Judge) for its
 // current content as served. minClients is the number of clients (of the flavours serving
-// it, relevant or not) that must be connected.
+// it, relevant or not, that may see its namespace) that must be connected.
 func Confirm(clients []ClientState, h *History, key string, served map[Flavour]Served, minClients int) Confirmation {
 	var c Confirmation
 	var versions []string
 	for _, cl := range clients {
-		if _, ok := served[cl.Flavour]; !ok {
+		if _, ok := served[cl.Flavour]; !ok || !cl.MaySee(key) {
 			continue
 		}
 		c.Connected++

@@ -94,6 +94,10 @@ type DebugClient struct {
 	// Stream names the stream ("sotw-3", "delta-1"); Peer is its remote address.
 	Stream string `json:"stream,omitempty"`
 	Peer   string `json:"peer,omitempty"`
+	// Identity is the client certificate's identity (mutual TLS); Namespaces, when the
+	// client policy restricts it, the namespace patterns it sees.
+	Identity   string   `json:"identity,omitempty"`
+	Namespaces []string `json:"namespaces,omitempty"`
 	// Type is the stream's one resource type for per-type xDS, empty for ADS.
 	Type string `json:"type,omitempty"`
 	// Acked is the last version the client ACKed, per resource type.
@@ -154,7 +158,7 @@ func (s *Server) DebugHandlerWith(maps func(clients []ClientState) []DebugMap) h
 		}
 		clients := s.tracker.Clients()
 		for _, c := range clients {
-			dc := DebugClient{NodeID: c.NodeID, Flavour: c.Flavour, Stream: c.Stream, Peer: c.Peer,
+			dc := DebugClient{NodeID: c.NodeID, Flavour: c.Flavour, Stream: c.Stream, Peer: c.Peer, Identity: c.Access.Identity, Namespaces: c.Access.namespaces,
 				Acked: map[string]string{}, Nacked: map[string]Nack{}}
 			if c.TypeURL != "" {
 				dc.Type = typeLabel(c.TypeURL)

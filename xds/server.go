@@ -24,7 +24,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -83,7 +82,7 @@ func NewServer(cfg ServerConfig) *Server {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
 	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS.config(log))))
+		opts = append(opts, cfg.TLS.serverOptions(log)...)
 	}
 	s.grpc = grpc.NewServer(opts...)
 	// Ordered ADS: a state-of-the-world ADS stream is sent responses in the order the

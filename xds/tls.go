@@ -11,16 +11,25 @@ import (
 	"sync"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
 
 // TLS is the xDS port's TLS as LoadTLS loaded it: a serving certificate that is reloaded
-// when its files change, and optionally a client CA bundle for mutual TLS. Pass it as
-// ServerConfig.TLS; the server's Serve watches the files for as long as it serves. A TLS
-// serves one Server.
+// when its files change, and optionally a client CA bundle for mutual TLS with a policy of
+// which client identities see which namespaces. Pass it as ServerConfig.TLS; the server's
+// Serve watches the files for as long as it serves. A TLS serves one Server.
+//
+// With mutual TLS only authenticated clients exist for the server: a client without a
+// certificate the CA signed is refused at the handshake (and, as a second lock, any stream
+// without a verified certificate is refused before the tracker sees it), so it can neither
+// read resources nor hold or confirm a map. Without a client CA (server-only TLS) or without
+// TLS, every client is anonymous and every client counts.
 type TLS struct {
 	cert     *certwatcher.CertWatcher
-	clientCA *clientCA // nil without mutual TLS
+	clientCA *clientCA     // nil without mutual TLS
+	policy   *ClientPolicy // which identities see which namespaces; empty: all see all
 }
 
 // LoadTLS loads the xDS port's TLS from PEM files: the server certificate and key, and,
@@ -28,8 +37,16 @@ type TLS struct {
 // by that CA. Empty certFile and keyFile mean plaintext (nil, nil). Unreadable or invalid
 // files are an error here; once serving, a certificate and key that change on disk are used
 // for the next connections (a pair that does not load leaves the last good one in use), and
-// the client CA bundle is read again at each handshake.
-func LoadTLS(certFile, keyFile, clientCAFile string) (*TLS, error) {
+// the client CA bundle is read again at each handshake. clientNamespaces are the rules of
+// a ClientPolicy (see ParseClientPolicy); they need mutual TLS.
+func LoadTLS(certFile, keyFile, clientCAFile string, clientNamespaces ...string) (*TLS, error) {
+	policy, err := ParseClientPolicy(clientNamespaces)
+	if err != nil {
+		return nil, err
+	}
+	if !policy.Empty() && clientCAFile == "" {
+		return nil, errors.New("--xds-client-namespaces needs --xds-client-ca: without mutual TLS no xds client has an identity")
+	}
 	if certFile == "" && keyFile == "" {
 		if clientCAFile != "" {
 			return nil, errors.New("--xds-client-ca needs --xds-tls-cert and --xds-tls-key")
@@ -39,7 +56,7 @@ func LoadTLS(certFile, keyFile, clientCAFile string) (*TLS, error) {
 	if certFile == "" || keyFile == "" {
 		return nil, errors.New("--xds-tls-cert and --xds-tls-key go together")
 	}
-	t := &TLS{}
+	t := &TLS{policy: policy}
 	if clientCAFile != "" {
 		ca := &clientCA{path: clientCAFile}
 		data, err := os.ReadFile(clientCAFile)
@@ -58,6 +75,12 @@ func LoadTLS(certFile, keyFile, clientCAFile string) (*TLS, error) {
 	}
 	t.cert = cw
 	return t, nil
+}
+
+// serverOptions are the gRPC server options of the xDS port's TLS: its credentials and the
+// interceptor that authenticates every stream and gives it its Access.
+func (t *TLS) serverOptions(log *zap.Logger) []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(t.config(log))), grpc.ChainStreamInterceptor(t.streamInterceptor(log))}
 }
 
 // config is the server side tls.Config: the watched certificate and, with a client CA,

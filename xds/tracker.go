@@ -25,6 +25,9 @@ type ClientState struct {
 	Stream string
 	// Peer is the stream's remote address, "" when unknown.
 	Peer string
+	// Access is what the stream may see, from its verified client certificate (see
+	// AccessOf); a client counts only for the maps it may see (MaySee).
+	Access Access
 	// TypeURL is the stream's one resource type for per-type xDS, "" for ADS.
 	TypeURL string
 	// Acked is the last version the client ACKed, per type URL. A stream subscribed by name
@@ -122,6 +125,7 @@ type stream struct {
 	node    *corev3.Node
 	flavour Flavour // of node
 	peer    string
+	access  Access
 	typeURL string                  // the stream's type, for non-ADS streams
 	sent    map[string]string       // type URL -> latest nonce sent
 	version map[string]string       // nonce -> version sent with it
@@ -144,11 +148,11 @@ func NewTracker(onChange func()) *Tracker {
 func (t *Tracker) Callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
 		StreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
-			t.open(streamKey{id: id}, peerOf(ctx), typeURL)
+			t.open(streamKey{id: id}, peerOf(ctx), AccessOf(ctx), typeURL)
 			return nil
 		},
 		DeltaStreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
-			t.open(streamKey{delta: true, id: id}, peerOf(ctx), typeURL)
+			t.open(streamKey{delta: true, id: id}, peerOf(ctx), AccessOf(ctx), typeURL)
 			return nil
 		},
 		StreamClosedFunc:      func(id int64, _ *corev3.Node) { t.close(streamKey{id: id}) },
@@ -186,10 +190,10 @@ func peerOf(ctx context.Context) string {
 	return ""
 }
 
-func (t *Tracker) open(key streamKey, peer, typeURL string) {
+func (t *Tracker) open(key streamKey, peer string, access Access, typeURL string) {
 	t.mu.Lock()
 	t.clients = nil
-	t.streams[key] = &stream{peer: peer, typeURL: typeURL, sent: map[string]string{}, version: map[string]string{},
+	t.streams[key] = &stream{peer: peer, access: access, typeURL: typeURL, sent: map[string]string{}, version: map[string]string{},
 		acked: map[string]string{}, nacked: map[string]Nack{}, subs: map[string]Subscription{}, named: map[string]bool{}}
 	t.mu.Unlock()
 	t.changed()
@@ -592,7 +596,7 @@ func (t *Tracker) Clients() []ClientState {
 	out := make([]ClientState, 0, len(keys))
 	for _, k := range keys {
 		s := t.streams[k]
-		out = append(out, ClientState{NodeID: s.node.GetId(), Flavour: s.flavour, Stream: k.String(), Peer: s.peer,
+		out = append(out, ClientState{NodeID: s.node.GetId(), Flavour: s.flavour, Stream: k.String(), Peer: s.peer, Access: s.access,
 			TypeURL: s.typeURL, Acked: s.acked, Nacked: s.nacked, Subscribed: s.subs})
 	}
 	t.clients = out

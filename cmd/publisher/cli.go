@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -140,10 +141,12 @@ type runFlags struct {
 	xdsAddress                         string
 	xdsListenerAddress                 string
 	xdsTLSCert, xdsTLSKey, xdsClientCA string
+	xdsClientNamespaces                []string
 	requireXDSAck                      bool
 	xdsMinClients                      int
 	xdsReconnectGrace                  time.Duration
 	httpAddress                        string
+	debugAddress                       string
 	leaderElect                        bool
 	leaseNamespace                     string
 	leaseName                          string
@@ -176,11 +179,13 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.xdsListenerAddress, "xds-listener-address", "0.0.0.0:10080", "host:port of the listener the xDS server gives Envoy")
 	fs.StringVar(&f.xdsTLSCert, "xds-tls-cert", "", "PEM certificate for TLS on the xDS port (with --xds-tls-key)")
 	fs.StringVar(&f.xdsTLSKey, "xds-tls-key", "", "PEM key for TLS on the xDS port")
-	fs.StringVar(&f.xdsClientCA, "xds-client-ca", "", "PEM CA bundle: require xDS clients to present a certificate it signed (mutual TLS)")
+	fs.StringVar(&f.xdsClientCA, "xds-client-ca", "", "PEM CA bundle: require xDS clients to present a certificate it signed (mutual TLS); only such clients can read resources and count for Published. Without it every client that reaches the port counts")
+	fs.StringArrayVar(&f.xdsClientNamespaces, "xds-client-namespaces", nil, "IDENTITY=NAMESPACE[,NAMESPACE...] (repeatable; needs --xds-client-ca): xDS clients whose certificate has a URI SAN, DNS SAN or common name matching IDENTITY see, and count for, only the maps of these namespaces; '*' matches any run of characters; a client matching no rule is refused. None: every authenticated client sees every namespace")
 	fs.BoolVar(&f.requireXDSAck, "require-xds-ack", true, "Published waits until every relevant xDS client (one subscribed to the map's resources) has ACKed a version with the map's current weights")
 	fs.IntVar(&f.xdsMinClients, "xds-min-clients", 0, "Published waits until at least this many xDS clients are connected")
 	fs.DurationVar(&f.xdsReconnectGrace, "xds-reconnect-grace", publish.DefaultXDSReconnectGrace, "after the xDS server starts and after becoming leader, a map whose weights were not published before waits this long (and for every relevant client's ACK) before Published is True, so clients still reconnecting with gRPC's backoff count; 0 turns it off")
-	fs.StringVar(&f.httpAddress, "http-address", ":8080", "address serving /metrics, /healthz, /readyz and /debug/xds; empty turns it off")
+	fs.StringVar(&f.httpAddress, "http-address", ":8080", "address serving /metrics, /healthz, /readyz (and /debug/xds, /debug/replicas without --debug-address); empty turns it off")
+	fs.StringVar(&f.debugAddress, "debug-address", "", "address serving /debug/xds, /debug/replicas and /debug/pprof/ instead of --http-address, e.g. 127.0.0.1:8081 so no Service exposes them")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "let several replicas run: only the holder of a Lease writes routes, Services and status; every replica serves xDS")
 	fs.StringVar(&f.leaseNamespace, "leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the Lease (default $POD_NAMESPACE)")
 	fs.StringVar(&f.leaseName, "leader-election-id", "trafficmap-publisher", "name of the Lease")
@@ -188,7 +193,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a Lease lasts without renewal")
 	fs.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it gives up")
 	fs.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
-	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on --http-address")
+	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ (on --debug-address when set, else --http-address)")
 }
 
 // newRunCommand returns 'publisher run'; its usage and configuration errors exit 2.
@@ -241,10 +246,12 @@ func (f runFlags) config() publish.Config {
 		XDSTLSCert:           f.xdsTLSCert,
 		XDSTLSKey:            f.xdsTLSKey,
 		XDSClientCA:          f.xdsClientCA,
+		XDSClientNamespaces:  f.xdsClientNamespaces,
 		RequireXDSAck:        f.requireXDSAck,
 		XDSMinClients:        f.xdsMinClients,
 		XDSReconnectGrace:    f.xdsReconnectGrace,
 		HTTPAddress:          f.httpAddress,
+		DebugAddress:         f.debugAddress,
 		EnablePprof:          f.pprof,
 		LeaderElection: publish.LeaderElection{
 			Enabled: f.leaderElect, Namespace: f.leaseNamespace, Name: f.leaseName, Identity: f.leaseIdentity,
@@ -280,6 +287,14 @@ func runCommand(ctx context.Context, f runFlags, stderr io.Writer) error {
 	}
 	defer func() { _ = log.Sync() }()
 	defer routeLibraryLogs(log)()
+	if slices.Contains(cfg.Sinks, publish.SinkXDS) {
+		switch {
+		case f.xdsTLSCert == "":
+			log.Warn("the xds port is plaintext: any client that reaches it reads every map's resources and counts for Published; set --xds-tls-cert, --xds-tls-key and --xds-client-ca for mutual TLS")
+		case f.xdsClientCA == "":
+			log.Warn("the xds port has no --xds-client-ca: clients are not authenticated, and any client that reaches it reads every map's resources and counts for Published")
+		}
+	}
 
 	rc, err := restConfig(f.kubeconfig, f.context)
 	if err != nil {

@@ -67,6 +67,17 @@ func TestFlagsToConfig(t *testing.T) {
 	assert.True(t, f.config().RequireRouteAccepted, "acceptance is required by default")
 }
 
+// The xDS client policy and the debug address reach the configuration: the policy flag
+// repeats (a rule's namespace list has commas of its own).
+func TestSecurityFlagsToConfig(t *testing.T) {
+	f := parseRunFlags(t, "--gateway", "global", "--xds-client-namespaces", "spiffe://cluster.local/ns/a/*=a,shared",
+		"--xds-client-namespaces", "edge-gateway=*", "--debug-address", "127.0.0.1:8081")
+	cfg := f.config()
+	assert.Equal(t, []string{"spiffe://cluster.local/ns/a/*=a,shared", "edge-gateway=*"}, cfg.XDSClientNamespaces)
+	assert.Equal(t, "127.0.0.1:8081", cfg.DebugAddress)
+	assert.Empty(t, parseRunFlags(t, "--gateway", "global").config().DebugAddress, "without it the debug endpoints stay on --http-address")
+}
+
 // Leader-election durations client-go refuses stop `run` at start-up with exit code 2,
 // before anything contacts the API server or listens.
 func TestRunRefusesLeaderElectionClientGoRefuses(t *testing.T) {

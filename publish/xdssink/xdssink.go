@@ -79,6 +79,8 @@ type Config struct {
 	ListenerAddress string
 	// TLSCert, TLSKey and ClientCA secure the port (optional; the CA turns on mutual TLS).
 	TLSCert, TLSKey, ClientCA string
+	// ClientNamespaces are the rules of an xds.ClientPolicy (need ClientCA).
+	ClientNamespaces []string
 	// RequireAck makes a plan Pending until every relevant client has ACKed it.
 	RequireAck bool
 	// MinClients makes a plan Pending until at least this many clients are connected.
@@ -159,7 +161,7 @@ var (
 
 // New validates cfg, loads TLS and listens on cfg.Address; nothing is served before Start.
 func New(cfg Config, log *zap.Logger) (*Sink, error) {
-	tlsCfg, err := xds.LoadTLS(cfg.TLSCert, cfg.TLSKey, cfg.ClientCA)
+	tlsCfg, err := xds.LoadTLS(cfg.TLSCert, cfg.TLSKey, cfg.ClientCA, cfg.ClientNamespaces...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
