@@ -4,11 +4,17 @@ package charts
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -77,12 +83,17 @@ func TestLint(t *testing.T) {
 	}
 }
 
+// generatedPEM matches the certificates and keys Helm generates anew at each rendering (the
+// xDS CA and the certificates it signs), which golden files hold as "<generated>".
+var generatedPEM = regexp.MustCompile(`(?m)^(  (?:tls\.crt|tls\.key|ca\.crt|ca\.key): )[A-Za-z0-9+/=]{64,}$`)
+
 // TestTemplateGolden renders each case and compares it with testdata/<case>.yaml.
 func TestTemplateGolden(t *testing.T) {
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
 			out, err := runHelm(t, append([]string{"template", "tm", "publisher", "--namespace", "publisher"}, args...)...)
 			require.NoError(t, err, out)
+			out = generatedPEM.ReplaceAllString(out, "${1}<generated>")
 			path := filepath.Join("testdata", name+".yaml")
 			if *update {
 				require.NoError(t, os.WriteFile(path, []byte(out), 0o644))
@@ -171,6 +182,8 @@ spec:
         - name: envoy
           image: envoy
         - {{- include "trafficmap-publisher.container" (index .Subcharts "trafficmap-publisher") | nindent 10 }}
+      volumes:
+        {{- include "trafficmap-publisher.volumes" (index .Subcharts "trafficmap-publisher") | nindent 8 }}
 `,
 	}
 	for name, content := range files {
@@ -205,6 +218,10 @@ spec:
 	assert.Equal(t, "publisher", publisher["name"])
 	assert.Contains(t, publisher["args"], "--xds-address=127.0.0.1:18000", "xDS on loopback for the Envoy in the same pod")
 	assert.Contains(t, publisher["args"], "--gateway=prod/global")
+	assert.Contains(t, publisher["args"], "--xds-client-ca=/etc/publisher/xds-tls/ca.crt", "mutual TLS in sidecar mode too")
+	volumes := pod["volumes"].([]any)
+	require.Len(t, volumes, 1, "the gateway's pod mounts the publisher's xDS TLS Secret")
+	assert.Equal(t, "gw-trafficmap-publisher-xds-tls", volumes[0].(map[string]any)["secret"].(map[string]any)["secretName"])
 }
 
 // renderDocs renders the chart with helm template and returns its documents.
@@ -344,4 +361,145 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// The default values serve xDS with mutual TLS from a CA the chart generates: the publisher
+// gets the serving certificate, its key and the client CA (never the CA's key), the
+// certificates chain to that CA, and a client certificate the chart issues chains to it
+// too. The debug endpoints are on loopback, not on a port the Service exposes.
+func TestDefaultsServeMutualTLSAndHideDebug(t *testing.T) {
+	docs := renderDocs(t, "--set", "publisher.gateway=prod/global", "--set", "xds.tls.clients[0].name=edge-gateway",
+		"--set", "xds.tls.clients[0].dnsNames={edge.gateways.svc}")
+	secrets := map[string]map[string]any{}
+	var pod, svc map[string]any
+	for _, d := range docs {
+		name := d["metadata"].(map[string]any)["name"].(string)
+		switch d["kind"] {
+		case "Secret":
+			secrets[name] = d["data"].(map[string]any)
+		case "Deployment":
+			pod = d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		case "Service":
+			svc = d["spec"].(map[string]any)
+		}
+	}
+	require.NotNil(t, pod)
+	require.NotNil(t, svc)
+	container := pod["containers"].([]any)[0].(map[string]any)
+	args := container["args"]
+	assert.Contains(t, args, "--xds-tls-cert=/etc/publisher/xds-tls/tls.crt")
+	assert.Contains(t, args, "--xds-tls-key=/etc/publisher/xds-tls/tls.key")
+	assert.Contains(t, args, "--xds-client-ca=/etc/publisher/xds-tls/ca.crt", "mutual TLS by default")
+	assert.Contains(t, args, "--debug-address=127.0.0.1:8081", "the debug endpoints on loopback")
+
+	volumes := pod["volumes"].([]any)
+	require.Len(t, volumes, 1)
+	secret := volumes[0].(map[string]any)["secret"].(map[string]any)
+	assert.Equal(t, "tm-trafficmap-publisher-xds-tls", secret["secretName"])
+	var keys []string
+	for _, item := range secret["items"].([]any) {
+		keys = append(keys, item.(map[string]any)["key"].(string))
+	}
+	assert.ElementsMatch(t, []string{"tls.crt", "tls.key", "ca.crt"}, keys, "the CA's key is never mounted")
+
+	pemOf := func(secret, key string) []byte {
+		t.Helper()
+		data, ok := secrets[secret][key].(string)
+		require.True(t, ok, "Secret %s has %s", secret, key)
+		raw, err := base64.StdEncoding.DecodeString(data)
+		require.NoError(t, err)
+		return raw
+	}
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(pemOf("tm-trafficmap-publisher-xds-ca", "ca.crt")))
+	assert.NotEmpty(t, pemOf("tm-trafficmap-publisher-xds-ca", "ca.key"), "the CA's key is kept for upgrades")
+	leaf := func(secret string) *x509.Certificate {
+		t.Helper()
+		block, _ := pem.Decode(pemOf(secret, "tls.crt"))
+		require.NotNil(t, block)
+		cert, err := x509.ParseCertificate(block.Bytes)
+		require.NoError(t, err)
+		assert.Equal(t, pemOf("tm-trafficmap-publisher-xds-ca", "ca.crt"), pemOf(secret, "ca.crt"))
+		_, err = tls.X509KeyPair(pemOf(secret, "tls.crt"), pemOf(secret, "tls.key"))
+		require.NoError(t, err, "%s: the key matches the certificate", secret)
+		return cert
+	}
+	server := leaf("tm-trafficmap-publisher-xds-tls")
+	_, err := server.Verify(x509.VerifyOptions{Roots: roots, DNSName: "tm-trafficmap-publisher.publisher.svc"})
+	assert.NoError(t, err, "the serving certificate is for the Service's name")
+	_, err = server.Verify(x509.VerifyOptions{Roots: roots, DNSName: "127.0.0.1"})
+	assert.NoError(t, err, "and for loopback (sidecar mode)")
+	client := leaf("tm-trafficmap-publisher-xds-client-edge-gateway")
+	_, err = client.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	assert.NoError(t, err, "the client certificate chains to the client CA")
+	assert.Equal(t, "edge-gateway", client.Subject.CommonName)
+	assert.Contains(t, client.DNSNames, "edge.gateways.svc")
+
+	var ports []string
+	for _, p := range svc["ports"].([]any) {
+		ports = append(ports, fmt.Sprint(p.(map[string]any)["port"]))
+	}
+	assert.ElementsMatch(t, []string{"18000", "8080"}, ports, "the Service exposes xDS and metrics only")
+	for _, p := range container["ports"].([]any) {
+		assert.NotEqual(t, float64(8081), p.(map[string]any)["containerPort"], "the debug port is not a container port")
+	}
+}
+
+// Plaintext is an explicit choice, and a client policy needs mutual TLS.
+func TestPlaintextIsExplicitAndPolicyNeedsMutualTLS(t *testing.T) {
+	docs := renderDocs(t, "--set", "publisher.gateway=prod/global", "--set", "xds.tls.mode=plaintext")
+	for _, d := range docs {
+		assert.NotEqual(t, "Secret", d["kind"], "no certificates in plaintext mode")
+		if d["kind"] == "Deployment" {
+			c := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+			for _, a := range c["args"].([]any) {
+				assert.NotContains(t, a, "--xds-tls")
+			}
+		}
+	}
+	out, err := runHelm(t, "template", "tm", "publisher", "--set", "publisher.gateway=g", "--set", "xds.tls.mode=plaintext",
+		"--set", "xds.clientNamespaces={a=b}")
+	require.Error(t, err)
+	assert.Contains(t, out, "xds.clientNamespaces needs mutual TLS")
+	out, err = runHelm(t, "template", "tm", "publisher", "--set", "publisher.gateway=g", "--set", "xds.tls.mode=insecure")
+	require.Error(t, err)
+	assert.Contains(t, out, `xds.tls.mode "insecure": must be generate, cert-manager or plaintext`)
+
+	docs = renderDocs(t, "--set", "publisher.gateway=prod/global", "--set", "xds.clientNamespaces={spiffe://cluster.local/ns/team-a/*=team-a}")
+	for _, d := range docs {
+		if d["kind"] == "Deployment" {
+			c := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+			assert.Contains(t, c["args"], "--xds-client-namespaces=spiffe://cluster.local/ns/team-a/*=team-a")
+		}
+	}
+}
+
+// With xds.tls.mode cert-manager the chart renders cert-manager resources instead of
+// generating certificates: its own CA (self-signed Issuer, CA Certificate, CA Issuer)
+// unless given an issuerRef, the serving Certificate and one per client.
+func TestCertManagerMode(t *testing.T) {
+	kinds := func(docs []map[string]any) map[string]int {
+		out := map[string]int{}
+		for _, d := range docs {
+			out[d["kind"].(string)]++
+		}
+		return out
+	}
+	docs := renderDocs(t, "--set", "publisher.gateway=prod/global", "--set", "xds.tls.mode=cert-manager",
+		"--set", "xds.tls.clients[0].name=edge", "--set", "xds.tls.clients[0].uris={spiffe://cluster.local/ns/gw/sa/edge}")
+	k := kinds(docs)
+	assert.Equal(t, 0, k["Secret"], "cert-manager writes the Secrets")
+	assert.Equal(t, 2, k["Issuer"])
+	assert.Equal(t, 3, k["Certificate"], "CA, serving, one client")
+	docs = renderDocs(t, "--set", "publisher.gateway=prod/global", "--set", "xds.tls.mode=cert-manager",
+		"--set", "xds.tls.certManager.issuerRef.name=corp-ca", "--set", "xds.tls.certManager.issuerRef.kind=ClusterIssuer")
+	k = kinds(docs)
+	assert.Equal(t, 0, k["Issuer"])
+	assert.Equal(t, 1, k["Certificate"])
+	for _, d := range docs {
+		if d["kind"] == "Deployment" {
+			c := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+			assert.Contains(t, c["args"], "--xds-client-ca=/etc/publisher/xds-tls/ca.crt")
+		}
+	}
 }

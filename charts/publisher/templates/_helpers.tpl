@@ -25,6 +25,57 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{/*
+trafficmap-publisher.xdsTLSMode is how the xDS port is secured: "secret" when
+xds.tls.secretName is set, else xds.tls.mode (generate, cert-manager or plaintext).
+*/}}
+{{- define "trafficmap-publisher.xdsTLSMode" -}}
+{{- if .Values.xds.tls.secretName -}}
+secret
+{{- else if has .Values.xds.tls.mode (list "generate" "cert-manager" "plaintext") -}}
+{{- .Values.xds.tls.mode -}}
+{{- else -}}
+{{- fail (printf "xds.tls.mode %q: must be generate, cert-manager or plaintext (or set xds.tls.secretName)" .Values.xds.tls.mode) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the xDS port's tls.crt, tls.key and ca.crt; "" in plaintext mode. */}}
+{{- define "trafficmap-publisher.xdsTLSSecret" -}}
+{{- $mode := include "trafficmap-publisher.xdsTLSMode" . -}}
+{{- if eq $mode "secret" -}}
+{{- .Values.xds.tls.secretName -}}
+{{- else if ne $mode "plaintext" -}}
+{{- printf "%s-xds-tls" (include "trafficmap-publisher.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the xDS port requires client certificates (mutual TLS): "true" or "". */}}
+{{- define "trafficmap-publisher.xdsMutualTLS" -}}
+{{- $mode := include "trafficmap-publisher.xdsTLSMode" . -}}
+{{- if or (and (eq $mode "secret") .Values.xds.tls.clientCA) (has $mode (list "generate" "cert-manager")) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+trafficmap-publisher.volumes are the publisher's pod volumes (the xDS TLS Secret, without
+the CA's key); a gateway chart that includes the container in sidecar mode includes these in
+its pod's volumes.
+*/}}
+{{- define "trafficmap-publisher.volumes" -}}
+{{- with include "trafficmap-publisher.xdsTLSSecret" . -}}
+- name: xds-tls
+  secret:
+    secretName: {{ . }}
+    items:
+      - {key: tls.crt, path: tls.crt}
+      - {key: tls.key, path: tls.key}
+      {{- if include "trafficmap-publisher.xdsMutualTLS" $ }}
+      - {key: ca.crt, path: ca.crt}
+      {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
 trafficmap-publisher.container is the publisher's container spec. In sidecar mode a gateway
 chart that has this chart as a dependency includes it in its pod's containers list, passing
 this chart's context, and sets serviceAccountName to this chart's ServiceAccount; with
@@ -56,14 +107,23 @@ args:
   - --rewrite-hostname={{ .Values.publisher.rewriteHostname }}
   - --xds-address={{ .Values.xds.bindAddress }}:{{ .Values.xds.port }}
   - --xds-listener-address={{ .Values.xds.listenerAddress }}
-  {{- if .Values.xds.tls.secretName }}
+  {{- if include "trafficmap-publisher.xdsTLSSecret" . }}
   - --xds-tls-cert=/etc/publisher/xds-tls/tls.crt
   - --xds-tls-key=/etc/publisher/xds-tls/tls.key
-  {{- if .Values.xds.tls.clientCA }}
+  {{- if include "trafficmap-publisher.xdsMutualTLS" . }}
   - --xds-client-ca=/etc/publisher/xds-tls/ca.crt
   {{- end }}
   {{- end }}
+  {{- range .Values.xds.clientNamespaces }}
+  {{- if not (include "trafficmap-publisher.xdsMutualTLS" $) }}
+  {{- fail "xds.clientNamespaces needs mutual TLS (xds.tls.mode generate or cert-manager, or secretName with clientCA)" }}
+  {{- end }}
+  - --xds-client-namespaces={{ . }}
+  {{- end }}
   - --http-address=:{{ .Values.httpPort }}
+  {{- with .Values.debug.address }}
+  - --debug-address={{ . }}
+  {{- end }}
   {{- if .Values.leaderElection.enabled }}
   - --leader-elect=true
   - --leader-election-id={{ .Values.leaderElection.leaseName }}
@@ -109,7 +169,7 @@ resources:
   {{- toYaml .Values.resources | nindent 2 }}
 securityContext:
   {{- toYaml .Values.securityContext | nindent 2 }}
-{{- if .Values.xds.tls.secretName }}
+{{- if include "trafficmap-publisher.xdsTLSSecret" . }}
 volumeMounts:
   - name: xds-tls
     mountPath: /etc/publisher/xds-tls
