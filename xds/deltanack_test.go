@@ -121,9 +121,11 @@ func TestDeltaNackIsNotErasedByAnotherMapsAck(t *testing.T) {
 			assert.Equal(c, "cluster "+clusterA+" rejected by test", got.Nack.Message)
 		}
 	}, 10*time.Second, 10*time.Millisecond)
-	got := confirm(b1)
-	assert.True(t, got.Done, "A's rejection is not B's: %s", got.Message)
-	assert.Nil(t, got.Nack)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { // once the shared route configuration is ACKed
+		got := confirm(b1)
+		assert.True(c, got.Done, "A's rejection is not B's: %s", got.Message)
+		assert.Nil(c, got.Nack, got.Message)
+	}, 10*time.Second, 10*time.Millisecond)
 
 	// B changes; the client ACKs the response, which carries B's cluster alone.
 	b2 := oneBackend(t, "b", "b2.example.com")
@@ -131,7 +133,7 @@ func TestDeltaNackIsNotErasedByAnotherMapsAck(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.True(c, confirm(b2).Done, confirm(b2).Message)
 	}, 10*time.Second, 10*time.Millisecond)
-	got = confirm(a2)
+	got := confirm(a2)
 	assert.False(t, got.Done, "the client never took A's cluster: %s", got.Message)
 	require.NotNil(t, got.Nack, "A stays rejected: %s", got.Message)
 	assert.Equal(t, "cluster "+clusterA+" rejected by test", got.Nack.Message)
