@@ -143,7 +143,10 @@ func boundMessage(m string) string {
 
 // Tracker records, from the xDS server's callbacks, which version each stream ACKed or
 // NACKed per type URL and what it subscribed to. ACK and NACK are read from the protocol: a
-// request that answers the latest nonce sent on its stream, with error_detail for a NACK;
+// state-of-the-world request that answers the latest nonce sent on its stream, with
+// error_detail for a NACK; a delta request that answers any response the stream has not
+// answered yet, counting for exactly the resources that response carried (see
+// ClientState.Unacked);
 // a delta stream that opens declaring, in initial_resource_versions, the current version of
 // everything it subscribes to has ACKed the current version (the server sends it nothing).
 // Safe for concurrent use.
