@@ -303,10 +303,13 @@ func Judge(cl ClientState, h *History, key string, served map[Flavour]Served) Ve
 		if len(sv.Names[typ]) == 0 || (cl.TypeURL != "" && cl.TypeURL != typ) {
 			continue
 		}
-		if n, bad := cl.Nacked[typ]; bad && v.Nack == nil && h.Carries(cl.Flavour, typ, n.Version, key, sv.Digest) {
+		// A delta stream is judged per resource: only the service's own resources' ACKs
+		// and NACKs count (see ClientState.Unacked).
+		n, bad, behind := cl.held(typ, sv.Names[typ])
+		if bad && v.Nack == nil && h.Carries(cl.Flavour, typ, n.Version, key, sv.Digest) {
 			v.Nack = &ClientNack{NodeID: cl.NodeID, TypeURL: typ, Nack: n}
 		}
-		if !h.Carries(cl.Flavour, typ, cl.Acked[typ], key, sv.Digest) {
+		if behind || !h.Carries(cl.Flavour, typ, cl.Acked[typ], key, sv.Digest) {
 			v.Acked = false
 		}
 	}

@@ -102,7 +102,8 @@ type DebugClient struct {
 	Type string `json:"type,omitempty"`
 	// Acked is the last version the client ACKed, per resource type.
 	Acked map[string]string `json:"acked"`
-	// Nacked is the client's last NACK per resource type, cleared by a later ACK of that type.
+	// Nacked is the client's last NACK per resource type, cleared by a later ACK of that type
+	// (a delta stream's only once no resource of the type stays rejected).
 	Nacked map[string]Nack `json:"nacked,omitempty"`
 	// Subscribed is what the stream subscribed to, per resource type.
 	Subscribed map[string]DebugSubscription `json:"subscribed,omitempty"`

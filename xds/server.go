@@ -244,7 +244,9 @@ func toResources[T types.Resource](in []T) []types.Resource {
 // typeCache: each resource encoded once and shared, updates answered per name). It also
 // stops the NACK resend loop of state-of-the-world wildcard streams: after a NACK, such a
 // client re-requests with its old version, and the cache would resend the rejected version
-// at once, forever. The guard parks such a request until the type's version changes.
+// at once, forever. The guard parks such a request until the type's version changes. The
+// version rejected is the one sent on the NACKing stream itself (Tracker.Rejected), never
+// another stream's of the same node id: many clients may share one.
 type nackGuard struct {
 	caches  map[cacheKey]*typeCache
 	other   *typeCache // never updated: watches of types the publisher does not serve wait
@@ -328,12 +330,12 @@ type parkedWatch struct {
 func (g *nackGuard) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, value chan cachev3.Response) (func(), error) {
 	if req.GetErrorDetail() != nil {
 		hash := NodeHash{}.ID(req.GetNode())
-		rejected, sent := g.tracker.LastSent(req.GetNode().GetId(), req.GetTypeUrl())
+		rejected, sent := g.tracker.Rejected(req)
 		w := &parkedWatch{hash: hash, rejected: rejected, req: req, sub: sub, value: value}
 		if sent && g.park(w) {
 			g.log.Info("client rejected the current version; not resending it until the content changes",
 				zap.String("node", req.GetNode().GetId()), zap.String("type", req.GetTypeUrl()),
-				zap.String("version", rejected), zap.String("error", req.GetErrorDetail().GetMessage()))
+				zap.String("version", rejected), zap.String("error", boundMessage(req.GetErrorDetail().GetMessage())))
 			return func() { g.drop(w) }, nil
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -35,9 +36,23 @@ type ClientState struct {
 	// are the same in both), so it is moved to it without a response. Shared with the
 	// tracker: read it, never modify it.
 	Acked map[string]string
-	// Nacked is the last NACK per type URL, cleared by a later ACK of that type. Shared with
-	// the tracker: read it, never modify it.
+	// Nacked is the last NACK per type URL. A state-of-the-world stream's is cleared by a
+	// later ACK of that type; a delta stream's stays while a resource of the type stays
+	// rejected (see Unacked). Shared with the tracker: read it, never modify it.
 	Nacked map[string]Nack
+	// Unacked, for a delta stream (nil for state of the world), are per type URL the
+	// resources sent to the stream whose latest content it has not ACKed: nil while the
+	// response that carried them is unanswered, the rejection once the stream NACKed it.
+	// Every other resource of the type the stream subscribes to, it holds as in
+	// Acked[type]. An ACK of a response counts only for the resources that response
+	// carried, so the ACK of one map's change never clears another map's rejection. Shared
+	// with the tracker: read it, never modify it.
+	Unacked map[string]map[string]*Nack
+	// Stale, for a delta stream, are per type URL the resources it declared, when it
+	// opened (initial_resource_versions), at a version other than the one served then: the
+	// client holds older content of them until it ACKs a response carrying them. Shared
+	// with the tracker: read it, never modify it.
+	Stale map[string]map[string]struct{}
 	// Subscribed is what the stream subscribed to, per type URL; a type absent here has no
 	// subscription. The map is shared with the tracker: read it, never modify it.
 	Subscribed map[string]Subscription
@@ -45,6 +60,33 @@ type ClientState struct {
 
 // ID names the client uniquely among the connected ones: its node id and stream.
 func (c ClientState) ID() string { return c.NodeID + "/" + c.Stream }
+
+// held is what the stream holds of names (one service's resources) of typeURL: behind
+// when it has not ACKed the latest content sent of one of them (a delta stream: see
+// Unacked), and the rejection that concerns them, if any: for a delta stream the first of
+// names (in their order) that it NACKed, for a state-of-the-world stream the type's last
+// NACK. A stream not behind holds names as in Acked[typeURL].
+func (c ClientState) held(typeURL string, names []string) (nack Nack, rejected, behind bool) {
+	if c.Unacked == nil {
+		nack, rejected = c.Nacked[typeURL]
+		return nack, rejected, false
+	}
+	unacked := c.Unacked[typeURL]
+	if len(unacked) == 0 {
+		return Nack{}, false, false
+	}
+	for _, n := range names {
+		r, ok := unacked[n]
+		if !ok {
+			continue
+		}
+		behind = true
+		if r != nil && !rejected {
+			nack, rejected = *r, true
+		}
+	}
+	return nack, rejected, behind
+}
 
 // Subscription is what one stream subscribed to of one resource type, as go-control-plane
 // reads it: a first state-of-the-world request (or delta subscription) without names is a
@@ -84,9 +126,30 @@ type Nack struct {
 	Message string
 }
 
+// maxNackMessage bounds the bytes of a NACK's error_detail message the tracker keeps: the
+// text is client-chosen, and it is copied into conditions, reports and the debug page.
+const maxNackMessage = 1024
+
+// boundMessage cuts a client's NACK message to maxNackMessage bytes, at a UTF-8 boundary,
+// marking the cut.
+func boundMessage(m string) string {
+	if len(m) <= maxNackMessage {
+		return m
+	}
+	const mark = "…(truncated)"
+	cut := maxNackMessage - len(mark)
+	for cut > 0 && !utf8.RuneStart(m[cut]) {
+		cut--
+	}
+	return m[:cut] + mark
+}
+
 // Tracker records, from the xDS server's callbacks, which version each stream ACKed or
 // NACKed per type URL and what it subscribed to. ACK and NACK are read from the protocol: a
-// request that answers the latest nonce sent on its stream, with error_detail for a NACK;
+// state-of-the-world request that answers the latest nonce sent on its stream, with
+// error_detail for a NACK; a delta request that answers any response the stream has not
+// answered yet, counting for exactly the resources that response carried (see
+// ClientState.Unacked);
 // a delta stream that opens declaring, in initial_resource_versions, the current version of
 // everything it subscribes to has ACKed the current version (the server sends it nothing).
 // Safe for concurrent use.
@@ -122,6 +185,7 @@ func (k streamKey) String() string {
 }
 
 type stream struct {
+	delta   bool
 	node    *corev3.Node
 	flavour Flavour // of node
 	peer    string
@@ -136,7 +200,42 @@ type stream struct {
 	// unserved are the initial_resource_versions a delta stream declared, per type URL,
 	// before its flavour's type was first served: judged when it is (see advance).
 	unserved map[string]map[string]string
+	// req is the state-of-the-world request the stream's goroutine handles now (the server
+	// calls the request callback, then the cache, in that goroutine): see Rejected.
+	req *discoveryv3.DiscoveryRequest
+	// Delta streams only (see deltaState).
+	deltaState
 }
+
+// deltaState is what a delta stream holds of each resource: an ACK or a NACK of a delta
+// response applies to exactly the resources that response carried, so the tracker maps
+// each nonce to the resources it carried until the stream answers it.
+type deltaState struct {
+	seq         uint64                       // counts the stream's responses
+	outstanding map[string]deltaSent         // nonce -> response not answered yet
+	order       []string                     // nonces of outstanding, oldest first
+	ackedSeq    map[string]uint64            // type URL -> seq of the newest response ACKed
+	latest      map[string]map[string]uint64 // type URL -> name -> seq of the latest response carrying it, for the names in unacked
+	// unacked and stale are the ClientState's: the outer maps are replaced on every
+	// change, an inner map is changed in place until Clients hands it out (shared), then
+	// cloned before its next change.
+	unacked map[string]map[string]*Nack
+	stale   map[string]map[string]struct{}
+	shared  map[string]bool // the types whose inner unacked map Clients handed out
+}
+
+// deltaSent is one delta response not answered yet.
+type deltaSent struct {
+	typeURL string
+	seq     uint64
+	version string   // the type version it brought the stream to (see forward)
+	names   []string // the resources it carried and removed
+}
+
+// maxOutstanding bounds the delta responses a stream may leave unanswered that the
+// tracker remembers; the resources of older ones stay unacked until they are sent again
+// (a client that does not answer holds the maps it subscribes to).
+const maxOutstanding = 128
 
 // NewTracker returns a Tracker that calls onChange (if not nil) after every ACK, NACK,
 // connect and disconnect, outside its lock.
@@ -159,7 +258,10 @@ func (t *Tracker) Callbacks() serverv3.Callbacks {
 		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) { t.close(streamKey{delta: true, id: id}) },
 		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
 			t.request(streamKey{id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetVersionInfo(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil,
-				func(s *stream, typeURL string) { s.subscribeSotW(typeURL, req.GetResourceNames()) })
+				func(s *stream, typeURL string) {
+					s.req = req
+					s.subscribeSotW(typeURL, req.GetResourceNames())
+				})
 			return nil
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, req *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
@@ -178,7 +280,12 @@ func (t *Tracker) Callbacks() serverv3.Callbacks {
 			return nil
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
-			t.response(streamKey{delta: true, id: id}, resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo())
+			names := make([]string, 0, len(resp.GetResources())+len(resp.GetRemovedResources()))
+			for _, r := range resp.GetResources() {
+				names = append(names, r.GetName())
+			}
+			names = append(names, resp.GetRemovedResources()...)
+			t.deltaResponse(streamKey{delta: true, id: id}, resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo(), names)
 		},
 	}
 }
@@ -193,7 +300,7 @@ func peerOf(ctx context.Context) string {
 func (t *Tracker) open(key streamKey, peer string, access Access, typeURL string) {
 	t.mu.Lock()
 	t.clients = nil
-	t.streams[key] = &stream{peer: peer, access: access, typeURL: typeURL, sent: map[string]string{}, version: map[string]string{},
+	t.streams[key] = &stream{delta: key.delta, peer: peer, access: access, typeURL: typeURL, sent: map[string]string{}, version: map[string]string{},
 		acked: map[string]string{}, nacked: map[string]Nack{}, subs: map[string]Subscription{}, named: map[string]bool{}}
 	t.mu.Unlock()
 	t.changed()
@@ -225,6 +332,136 @@ func (t *Tracker) response(key streamKey, typeURL, nonce, version string) {
 	}
 	s.sent[typeURL] = nonce
 	s.version[nonce] = t.forward(s, typeURL, version)
+}
+
+// deltaResponse records a delta response: the resources it carries (and removes) are
+// unacked by the stream until it ACKs this response or a later one that carries them.
+func (t *Tracker) deltaResponse(key streamKey, typeURL, nonce, version string, names []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.streams[key]
+	if s == nil {
+		return
+	}
+	if typeURL == "" {
+		typeURL = s.typeURL
+	}
+	d := &s.deltaState
+	if d.outstanding == nil {
+		d.outstanding, d.ackedSeq, d.latest = map[string]deltaSent{}, map[string]uint64{}, map[string]map[string]uint64{}
+	}
+	d.seq++
+	d.outstanding[nonce] = deltaSent{typeURL: typeURL, seq: d.seq, version: t.forward(s, typeURL, version), names: names}
+	d.order = append(d.order, nonce)
+	if len(d.order) > maxOutstanding {
+		delete(d.outstanding, d.order[0])
+		d.order = slices.Delete(d.order, 0, 1)
+	}
+	if len(names) == 0 {
+		return
+	}
+	latest := d.latest[typeURL]
+	if latest == nil {
+		latest = make(map[string]uint64, len(names))
+		d.latest[typeURL] = latest
+	}
+	var unacked map[string]*Nack
+	for _, n := range names {
+		latest[n] = d.seq
+		if r, ok := d.unacked[typeURL][n]; ok && r == nil {
+			continue // already unanswered: what the ClientState says is unchanged
+		}
+		if unacked == nil {
+			unacked = d.writable(typeURL, len(names))
+		}
+		unacked[n] = nil
+	}
+	if unacked != nil {
+		t.clients = nil
+	}
+}
+
+// writable returns the stream's unacked map of typeURL for a change: the outer map is
+// replaced, the inner one cloned when Clients handed it out. Called with t.mu held.
+func (d *deltaState) writable(typeURL string, hint int) map[string]*Nack {
+	outer := make(map[string]map[string]*Nack, len(d.unacked)+1)
+	maps.Copy(outer, d.unacked)
+	inner := outer[typeURL]
+	switch {
+	case inner == nil:
+		inner = make(map[string]*Nack, hint)
+	case d.shared[typeURL]:
+		inner = maps.Clone(inner)
+		delete(d.shared, typeURL)
+	}
+	outer[typeURL] = inner
+	d.unacked = outer
+	return inner
+}
+
+// answer applies a delta stream's ACK or NACK of the response sent with nonce to exactly
+// the resources that response carried (those no later response carried again), and
+// reports whether it was one. Called with t.mu held.
+func (t *Tracker) answer(s *stream, nonce string, rejected bool, message string) (typeURL string, ok bool) {
+	d := &s.deltaState
+	rec, ok := d.outstanding[nonce]
+	if !ok {
+		return "", false
+	}
+	var nack *Nack
+	if rejected {
+		nack = &Nack{Version: rec.version, Message: message}
+	}
+	delete(d.outstanding, nonce)
+	if i := slices.Index(d.order, nonce); i >= 0 {
+		d.order = slices.Delete(d.order, i, i+1)
+	}
+	typeURL = rec.typeURL
+	latest := d.latest[typeURL]
+	var unacked map[string]*Nack
+	var stale map[string]struct{}
+	for _, n := range rec.names {
+		if latest[n] != rec.seq {
+			continue // sent again since: the later response's answer counts
+		}
+		if unacked == nil {
+			unacked = d.writable(typeURL, 0)
+		}
+		if nack != nil {
+			unacked[n] = nack
+			continue
+		}
+		delete(latest, n)
+		delete(unacked, n)
+		if _, ok := d.stale[typeURL][n]; ok {
+			if stale == nil {
+				stale = maps.Clone(d.stale[typeURL])
+			}
+			delete(stale, n)
+		}
+	}
+	if stale != nil {
+		outer := maps.Clone(d.stale)
+		if len(stale) == 0 {
+			delete(outer, typeURL)
+		} else {
+			outer[typeURL] = stale
+		}
+		d.stale = outer
+	}
+	if nack != nil {
+		nacked := maps.Clone(s.nacked)
+		nacked[typeURL] = *nack
+		s.nacked = nacked
+		return typeURL, true
+	}
+	if rec.seq > d.ackedSeq[typeURL] {
+		d.ackedSeq[typeURL] = rec.seq
+		s.ack(typeURL, t.forward(s, typeURL, rec.version))
+	} else {
+		s.clearNack(typeURL)
+	}
+	return typeURL, true
 }
 
 // subscribeSotW records a state-of-the-world request's resource names: they replace the
@@ -316,19 +553,65 @@ func (t *Tracker) declared(s *stream, typeURL string, versions map[string]string
 	sub := s.subs[typeURL]
 	if version, ok := c.declaredCurrent(sub.Wildcard, sub.Names, versions); ok {
 		s.ack(typeURL, version)
+		return
+	}
+	if stale := c.staleDeclared(sub.Wildcard, sub.Names, versions); len(stale) > 0 {
+		outer := maps.Clone(s.stale)
+		if outer == nil {
+			outer = map[string]map[string]struct{}{}
+		}
+		outer[typeURL] = stale
+		s.stale = outer
 	}
 }
 
-// ack records an ACK of version for typeURL, which clears its NACK.
+// staleDeclared returns the resources served of the type that a stream subscribed as
+// wildcard/names declares (delta initial_resource_versions) at a version other than the one
+// served: the client holds older content of them. Only served names are kept, so what
+// the tracker stores is bounded by what the publisher serves, not by the client.
+func (c *typeCache) staleDeclared(wildcard bool, names map[string]struct{}, versions map[string]string) map[string]struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out map[string]struct{}
+	for name, v := range versions {
+		e, ok := c.resources[name]
+		if !ok || v == e.version {
+			continue
+		}
+		if _, sub := names[name]; !wildcard && !sub {
+			continue
+		}
+		if out == nil {
+			out = map[string]struct{}{}
+		}
+		out[name] = struct{}{}
+	}
+	return out
+}
+
+// ack records an ACK of version for typeURL, which clears its NACK (a delta stream's
+// only once no resource of the type stays rejected).
 func (s *stream) ack(typeURL, version string) {
 	acked := maps.Clone(s.acked)
 	acked[typeURL] = version
 	s.acked = acked
-	if _, ok := s.nacked[typeURL]; ok {
-		nacked := maps.Clone(s.nacked)
-		delete(nacked, typeURL)
-		s.nacked = nacked
+	s.clearNack(typeURL)
+}
+
+// clearNack clears the type's last NACK, unless the stream is a delta one with a
+// resource of the type still rejected.
+func (s *stream) clearNack(typeURL string) {
+	if _, ok := s.nacked[typeURL]; !ok {
+		return
 	}
+	for _, r := range s.deltaState.unacked[typeURL] {
+		if r != nil {
+			return
+		}
+	}
+	nacked := maps.Clone(s.nacked)
+	delete(nacked, typeURL)
+	s.nacked = nacked
 }
 
 // advance moves the streams of flavour subscribed to typeURL by name, none of them in
@@ -373,6 +656,12 @@ func (t *Tracker) advance(flavour Flavour, typeURL, from, to string, touched map
 		if nonce, ok := s.sent[typeURL]; ok && s.version[nonce] == from {
 			s.version[nonce] = to
 		}
+		for nonce, rec := range s.outstanding {
+			if rec.typeURL == typeURL && rec.version == from {
+				rec.version = to
+				s.outstanding[nonce] = rec
+			}
+		}
 	}
 }
 
@@ -387,9 +676,9 @@ func (t *Tracker) firstServed(flavour Flavour, typeURL string) {
 			continue
 		}
 		delete(s.unserved, typeURL)
-		before := s.acked[typeURL]
+		before, staleBefore := s.acked[typeURL], len(s.stale[typeURL])
 		t.declared(s, typeURL, versions)
-		if s.acked[typeURL] != before {
+		if s.acked[typeURL] != before || len(s.stale[typeURL]) != staleBefore {
 			t.clients = nil
 			changed = true
 		}
@@ -488,17 +777,26 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 	}
 	if subscribe != nil && typeURL != "" {
 		before, had := s.subs[typeURL]
-		beforeAcked := s.acked[typeURL]
+		beforeAcked, beforeStale := s.acked[typeURL], len(s.stale[typeURL])
 		subscribe(s, typeURL)
 		after := s.subs[typeURL]
-		changed = changed || !had || before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names) || beforeAcked != s.acked[typeURL]
+		changed = changed || !had || before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names) || beforeAcked != s.acked[typeURL] ||
+			beforeStale != len(s.stale[typeURL])
 	}
+	message = boundMessage(message)
 	switch {
 	case nonce == "" && version != "" && !nack:
 		// A stream's first request carries the version the client last accepted (for
 		// example from a publisher process before a restart): it holds that version.
 		s.ack(typeURL, version)
 		changed, answered = true, true
+	case s.delta && nonce != "":
+		// Every delta response is answered on its own, and its answer counts for the
+		// resources it carried, whichever response was sent last.
+		if typ, ok := t.answer(s, nonce, nack, message); ok {
+			typeURL = typ
+			changed, answered = true, true
+		}
 	case nonce != "" && s.sent[typeURL] == nonce:
 		// Only an answer to the latest nonce sent counts; the server drops stale ones.
 		sentVersion := s.version[nonce]
@@ -550,18 +848,26 @@ func (t *Tracker) Membership() uint64 {
 	return t.members
 }
 
-// LastSent returns the version last sent to node for typeURL on any of its streams, and
-// whether there is one.
-func (t *Tracker) LastSent(nodeID, typeURL string) (string, bool) {
+// Rejected returns the version of req's type last sent on the state-of-the-world stream
+// that made req (the request its goroutine handles now), and whether there is one: a
+// NACK in req rejects that version. Streams are told apart, never merged by node id:
+// many clients may send one node id, and another stream's version says nothing of what
+// this one was sent.
+func (t *Tracker) Rejected(req *discoveryv3.DiscoveryRequest) (string, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, s := range t.streams {
-		if s.node.GetId() != nodeID {
+	for k, s := range t.streams {
+		if k.delta || s.req != req {
 			continue
+		}
+		typeURL := req.GetTypeUrl()
+		if typeURL == "" {
+			typeURL = s.typeURL
 		}
 		if nonce, ok := s.sent[typeURL]; ok {
 			return s.version[nonce], true
 		}
+		return "", false
 	}
 	return "", false
 }
@@ -596,8 +902,21 @@ func (t *Tracker) Clients() []ClientState {
 	out := make([]ClientState, 0, len(keys))
 	for _, k := range keys {
 		s := t.streams[k]
-		out = append(out, ClientState{NodeID: s.node.GetId(), Flavour: s.flavour, Stream: k.String(), Peer: s.peer, Access: s.access,
-			TypeURL: s.typeURL, Acked: s.acked, Nacked: s.nacked, Subscribed: s.subs})
+		cs := ClientState{NodeID: s.node.GetId(), Flavour: s.flavour, Stream: k.String(), Peer: s.peer, Access: s.access,
+			TypeURL: s.typeURL, Acked: s.acked, Nacked: s.nacked, Subscribed: s.subs}
+		if k.delta {
+			cs.Unacked, cs.Stale = s.unacked, s.stale
+			if cs.Unacked == nil {
+				cs.Unacked = map[string]map[string]*Nack{}
+			}
+			for typ := range s.unacked {
+				if s.shared == nil {
+					s.shared = map[string]bool{}
+				}
+				s.shared[typ] = true
+			}
+		}
+		out = append(out, cs)
 	}
 	t.clients = out
 	return out

@@ -2,14 +2,17 @@ package xds_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/trafficmap/publisher/xds"
 	"github.com/trafficmap/publisher/xds/xdstest"
@@ -234,4 +237,67 @@ func TestDeltaReconnectBeforeFlavourServed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, vs[resource.ClusterType], srv.Tracker().Clients()[0].Acked[resource.ClusterType], "the declaration is judged when the flavour is served")
 	assert.Nil(t, recv(t, ch, 300*time.Millisecond), "current declarations: the server sends nothing")
+}
+
+// A delta stream's answers count per response, whichever was sent last: a late NACK of an
+// older response marks the resources it carried (those no later response carried again)
+// rejected even after a newer response was ACKed; a resource sent again is judged by the
+// answer to the later response; an ACK clears the type's NACK only once no resource of it
+// stays rejected. NACK texts are bounded.
+func TestTrackerDeltaAnswersPerResponse(t *testing.T) {
+	tr := xds.NewTracker(nil)
+	cb := tr.Callbacks()
+	require.NoError(t, cb.OnDeltaStreamOpen(context.Background(), 1, resource.AnyType))
+	require.NoError(t, cb.OnStreamDeltaRequest(1, &discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "e"}, TypeUrl: resource.ClusterType}))
+	send := func(nonce, version string, names ...string) {
+		var res []*discoveryv3.Resource
+		for _, n := range names {
+			res = append(res, &discoveryv3.Resource{Name: n})
+		}
+		cb.OnStreamDeltaResponse(1, nil, &discoveryv3.DeltaDiscoveryResponse{TypeUrl: resource.ClusterType, Nonce: nonce, SystemVersionInfo: version, Resources: res})
+	}
+	answer := func(nonce, nack string) {
+		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: nonce}
+		if nack != "" {
+			req.ErrorDetail = &status.Status{Message: nack}
+		}
+		require.NoError(t, cb.OnStreamDeltaRequest(1, req))
+	}
+	state := func() xds.ClientState {
+		clients := tr.Clients()
+		require.Len(t, clients, 1)
+		return clients[0]
+	}
+
+	send("1", "v1", "a", "b")
+	assert.Equal(t, map[string]*xds.Nack{"a": nil, "b": nil}, state().Unacked[resource.ClusterType], "sent, not answered")
+	send("2", "v2", "b", "c")
+	answer("2", "")
+	assert.Equal(t, "v2", state().Acked[resource.ClusterType])
+	assert.Equal(t, map[string]*xds.Nack{"a": nil}, state().Unacked[resource.ClusterType], "b's latest content was ACKed")
+	held := state().Unacked[resource.ClusterType]
+
+	long := strings.Repeat("é", 4096)
+	answer("1", long) // late: it rejects a only, b was sent again since
+	rejected := state().Unacked[resource.ClusterType]
+	require.Len(t, rejected, 1)
+	require.NotNil(t, rejected["a"])
+	assert.Equal(t, "v1", rejected["a"].Version)
+	assert.LessOrEqual(t, len(rejected["a"].Message), 1024, "a client's NACK text is bounded")
+	assert.True(t, strings.HasSuffix(rejected["a"].Message, "(truncated)"))
+	assert.True(t, utf8.ValidString(rejected["a"].Message))
+	assert.Nil(t, held["a"], "a state handed out never changes")
+	assert.Equal(t, "v2", state().Acked[resource.ClusterType], "an older answer does not move the version back")
+
+	send("3", "v3", "c")
+	answer("3", "")
+	assert.Contains(t, state().Nacked, resource.ClusterType, "a stays rejected: an ACK of other resources keeps the type's NACK")
+	send("4", "v4", "a")
+	assert.Equal(t, map[string]*xds.Nack{"a": nil}, state().Unacked[resource.ClusterType], "a's new content is sent, not yet answered")
+	answer("4", "")
+	assert.Empty(t, state().Unacked[resource.ClusterType])
+	assert.Empty(t, state().Nacked)
+	assert.Equal(t, "v4", state().Acked[resource.ClusterType])
+	answer("9", "") // no such response
+	assert.Equal(t, "v4", state().Acked[resource.ClusterType])
 }

@@ -16,7 +16,9 @@
 // Reconnect grace: for Config.ReconnectGrace after Start and after Leading, a plan that was
 // not published before (sink.Plan.PublishedBefore) is Pending whatever its clients say, so
 // clients of the previous publisher still reconnecting with backoff ACK it before it is
-// confirmed; the maps it held are requeued when the window ends.
+// confirmed; the maps it held are requeued when the window ends. Content confirmed before
+// keeps its condition through the window while its clients are still reconnecting or
+// resubscribing, never while a client declared (or ACKed) older content of it.
 //
 // State: the rebuild loop alone uses the translator and the pacer; everything else that
 // changes (dirty set, served content, invalid maps, client membership) is guarded by mu.
@@ -307,6 +309,13 @@ func (s *Sink) endGrace() {
 	}
 }
 
+// graceOpen reports whether the reconnect grace window is open.
+func (s *Sink) graceOpen() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Now().Before(s.grace.end)
+}
+
 // waive reports whether the reconnect grace window is open, and if so marks the map to be
 // requeued when it ends.
 func (s *Sink) waive(key string) bool {
@@ -453,19 +462,26 @@ func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error)
 	if invalid != nil {
 		return sink.Confirmation{Sink: Name, State: sink.Refused, Reason: ReasonInvalid, Message: invalidMessage(key, invalid)}, nil
 	}
-	c := xds.Confirm(s.server.Tracker().Clients(), s.history, key, xds.ServedBy(s.envoy, svc), s.cfg.MinClients)
+	clients, by := s.server.Tracker().Clients(), xds.ServedBy(s.envoy, svc)
+	c := xds.Confirm(clients, s.history, key, by, s.cfg.MinClients)
 	if c.Done || c.Nack != nil {
 		s.mu.Lock()
 		delete(s.pending, key)
 		s.mu.Unlock()
-	} else if p.Confirmed && s.waive(key) {
-		// Clients of the previous publisher are still reconnecting and resubscribing (too
-		// few connected, or a stream that has not ACKed yet): content confirmed before the
-		// start keeps its condition through the window. It stays pending, so ACKs and the
-		// window's end judge it again by the usual rules.
-		c.Done = true
-		c.Message = fmt.Sprintf("content confirmed before the start; within --xds-reconnect-grace %d/%d reconnected clients ACKed it so far (%d connected, --xds-min-clients %d)",
-			c.Acked, c.Total, c.Connected, s.cfg.MinClients)
+	} else if p.Confirmed && s.graceOpen() {
+		if old := holdingOld(clients, s.history, key, by); old > 0 {
+			c.Message += fmt.Sprintf("; %d relevant xds client(s) hold older content (declared or ACKed on reconnecting), which --xds-reconnect-grace does not waive", old)
+		} else if s.waive(key) {
+			// Clients of the previous publisher are still reconnecting and resubscribing
+			// (too few connected, or a stream that has neither declared nor ACKed a
+			// version of the map's types yet): content confirmed before the start keeps
+			// its condition through the window. A client that declared an older version
+			// holds the map (see holdingOld). It stays pending, so ACKs and the window's
+			// end judge it again by the usual rules.
+			c.Done = true
+			c.Message = fmt.Sprintf("content confirmed before the start; within --xds-reconnect-grace %d/%d reconnected clients ACKed it so far (%d connected, --xds-min-clients %d)",
+				c.Acked, c.Total, c.Connected, s.cfg.MinClients)
+		}
 	}
 	conf := sink.Confirmation{Sink: Name, Message: c.Message,
 		Progress: &sink.Progress{Confirmed: c.Acked, Total: c.Total, Required: s.cfg.MinClients}}
@@ -496,6 +512,19 @@ func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error)
 		}
 	}
 	return conf, nil
+}
+
+// holdingOld counts the clients relevant to the map key served as by that hold older
+// content of it than the current one (xds.HoldsOld): the reconnect grace waives only
+// clients still reconnecting or resubscribing, never one that routes by older content.
+func holdingOld(clients []xds.ClientState, h *xds.History, key string, by map[xds.Flavour]xds.Served) int {
+	n := 0
+	for _, cl := range clients {
+		if xds.HoldsOld(cl, h, key, by) {
+			n++
+		}
+	}
+	return n
 }
 
 // Delete implements sink.Sink: the map's resources leave the next snapshot (Changed was
