@@ -121,4 +121,3 @@ func (s *Server) Fenced() bool {
 	defer s.fence.mu.Unlock()
 	return s.fence.up
 }
-
