@@ -356,16 +356,20 @@ func fit(r Report, ratio float64) (string, error) {
 		}
 		k = min(upTo(0.7*float64(cum[k])), k-1)
 	}
-	if k := upTo(1.15 * float64(cum[lo])); k > lo && k < hi {
+	for { // up by 15% at a time while that fits
+		k := max(upTo(1.15*float64(cum[lo])), lo+1)
+		if k >= hi {
+			break
+		}
 		v, fits, err := try(k)
 		if err != nil {
 			return "", err
 		}
-		if fits {
-			lo, best = k, v
-		} else {
+		if !fits {
 			hi = k
+			break
 		}
+		lo, best = k, v
 	}
 	for hi-lo > max(1, hi/64) {
 		mid := lo + (hi-lo)/2
