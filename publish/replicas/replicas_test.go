@@ -99,7 +99,7 @@ func TestEncodeBoundsClientChosenStrings(t *testing.T) {
 	}
 }
 
-// One namespace's count never leaves another's maps out: 3,000 NACKed maps with long
+// One namespace's count never leaves another's maps out: 1,200 NACKed maps with long
 // names and messages in aaa (far more than fit) leave out maps of aaa alone; ccc's map,
 // waiting, is listed with its detail; bbb's, ACKed everywhere, is released; every map of
 // aaa is held, those listed as rejected.
@@ -107,11 +107,11 @@ func TestEncodeSharesSpaceByNamespace(t *testing.T) {
 	rng := rand.New(rand.NewPCG(25, 4))
 	r := Report{Identity: "pub-b", Clients: 3}
 	var keys []string
-	for range 3000 {
-		key := "aaa/" + hexString(rng, 160)
+	for range 1200 {
+		key := "aaa/" + hexString(rng, 300)
 		keys = append(keys, key)
 		r.Maps = append(r.Maps, Map{Key: key, Digest: "d", Relevant: 1, Waiting: []string{"envoy-1/sotw-1"},
-			Nack: &Nack{Client: "envoy-1/sotw-1", Version: "v1", Type: "Cluster", Message: hexString(rng, 100)}})
+			Nack: &Nack{Client: "envoy-1/sotw-1", Version: "v1", Type: "Cluster", Message: hexString(rng, 40)}})
 	}
 	r.Maps = append(r.Maps, Map{Key: "bbb/chat", Digest: "ok", Relevant: 3, Acked: 3},
 		Map{Key: "ccc/chat", Digest: "c", Relevant: 3, Acked: 2, Waiting: []string{"grpc-1/sotw-2"}})
