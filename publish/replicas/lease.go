@@ -130,10 +130,9 @@ func (w *Writer) renew(start time.Time) {
 // expire fences the replica once FenceAfter has passed since the last renewal.
 func (w *Writer) expire() {
 	w.fmu.Lock()
-	due := time.Since(w.renewed) >= FenceAfter(w.Duration)
-	w.fmu.Unlock()
-	if due {
-		w.fence()
+	defer w.fmu.Unlock()
+	if time.Since(w.renewed) >= FenceAfter(w.Duration) { // not renewed meanwhile
+		w.fenceLocked()
 	}
 }
 
@@ -141,6 +140,11 @@ func (w *Writer) expire() {
 func (w *Writer) fence() {
 	w.fmu.Lock()
 	defer w.fmu.Unlock()
+	w.fenceLocked()
+}
+
+// fenceLocked is fence with fmu held.
+func (w *Writer) fenceLocked() {
 	if w.fenced {
 		return
 	}
