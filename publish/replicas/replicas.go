@@ -132,8 +132,10 @@ func Encode(r Report) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("encode report: %w", err)
 	}
-	// JSON this large never compresses within MaxEncoded (reports compress about 3 to 10
-	// times): the fit starts from a guess instead of compressing it.
+	// JSON this large is a report far beyond its bound (reports compress about 3 to 10
+	// times): the fit starts from a guess instead of compressing it all, and so never
+	// tries keeping every map (at worst one is left out that would have fit: held, as
+	// any map left out).
 	ratio := 0.3
 	if len(raw) <= 32*MaxEncoded {
 		v, err := compress(raw)
