@@ -191,7 +191,10 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 			le := p.elector.cfg
 			p.report = &replicas.Writer{Kube: c.kube, Namespace: le.Namespace, Election: le.Name, Identity: le.Identity,
 				Duration: le.LeaseDuration, FieldManager: cfg.FieldManager, Log: log.Named("replicas"),
-				Build: func() replicas.Report { return xs.Report(p.caches.unconfirmed()) }}
+				Build: func() replicas.Report { return xs.Report(p.caches.unconfirmed()) },
+				// A replica that cannot renew its report stops serving before the leader
+				// stops counting it, so its clients move to replicas that count.
+				Fence: xs.Fence, Unfence: xs.Unfence}
 		}
 	}
 	p.rec = &reconciler{
@@ -313,7 +316,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		// Reported before any client is served: the leader counts this replica's clients
 		// from the first one on.
 		if err := p.report.First(ctx); err != nil {
-			p.log.Info("first xds report not written; retrying while serving", zap.Error(err))
+			p.log.Info("first xds report not written; xds is fenced (no stream served) until a write lands", zap.Error(err))
 		}
 	}
 	for _, s := range p.sinks {

@@ -47,6 +47,8 @@ type Server struct {
 	setMu sync.Mutex
 	// onSet, when set (by tests), is called after each per-type snapshot is set.
 	onSet func(flavour Flavour, typeURL, version string, resources []types.Resource)
+	// fence ends and refuses streams while the replica is fenced (see Fence).
+	fence fence
 }
 
 // ServerConfig configures a Server.
@@ -80,6 +82,7 @@ func NewServer(cfg ServerConfig) *Server {
 	opts := []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.ChainStreamInterceptor(s.fence.intercept),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, cfg.TLS.serverOptions(log)...)
@@ -109,7 +112,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		defer func() { stop(); <-watched }()
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- s.grpc.Serve(lis) }()
+	go func() { errc <- s.grpc.Serve(s.fence.listener(lis)) }()
 	select {
 	case <-ctx.Done():
 		// Stop, not GracefulStop: xDS streams never end on their own, and clients keep

@@ -1,7 +1,9 @@
 package replicas
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"reflect"
@@ -15,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -28,6 +31,19 @@ const Interval = 250 * time.Millisecond
 // Writer keeps this replica's report Lease: it builds the report every Interval, writes it
 // when it changed, renews it every Duration/3 otherwise, and deletes it when it stops. It
 // is the Lease's only writer; First and then Run are called from one goroutine.
+//
+// Every write carries a Seq above the one the Lease holds, so no two writes of the Lease
+// carry the same report even when its content goes back to an earlier one. A write that
+// fails may still have landed, so after a failure the next tick writes again whatever the
+// content: the Lease never keeps a report older than the replica's state while the Writer
+// takes it for current.
+//
+// Fencing: a replica whose report is not renewed stops counting for the leader once the
+// report expires, while its clients would still be served what it has. So when no write
+// has succeeded for FenceAfter (two thirds of Duration: the leader expires a report no
+// sooner than Duration after the write that renewed it), or the first write fails, the
+// Writer calls Fence (the replica closes its xDS connections and refuses streams, so its
+// clients move to replicas that count), and Unfence once a write succeeds again.
 type Writer struct {
 	Kube kubernetes.Interface
 	// Namespace and Election locate the election Lease; the report Lease lives beside it.
@@ -42,29 +58,113 @@ type Writer struct {
 	// FieldManager names the writer.
 	FieldManager string
 	Log          *zap.Logger
+	// Fence and Unfence, when set, stop and resume serving (see the type's doc); reason
+	// is for clients and says nothing of the API server's errors. They are never called
+	// concurrently.
+	Fence   func(reason string)
+	Unfence func()
 
-	last    string    // the report last written
-	renewed time.Time // when
+	last []byte // the content (the report's JSON without Seq) last written; nil after a failed write
+	seq  uint64 // the Seq last written
+
+	fmu     sync.Mutex  // guards what follows, shared with the fence timer
+	renewed time.Time   // when the last successful write started
+	fenced  bool        // Fence was called, Unfence not since
+	timer   *time.Timer // fences once FenceAfter passes without a renewal
 }
 
+// FenceAfter is how long after the start of its last successful write a Writer of a
+// report lasting d fences its replica.
+func FenceAfter(d time.Duration) time.Duration { return max(d*2/3, 2*Interval) }
+
 // First writes the report once, before the replica serves any client, so the leader
-// counts the replica from its first client on. A failure is returned (and Run retries).
+// counts the replica from its first client on. A failure fences the replica (Run unfences
+// it once a write succeeds) and is returned.
 func (w *Writer) First(ctx context.Context) error {
-	value, err := w.encode()
+	r, content, err := w.build()
 	if err != nil {
 		return err
 	}
-	if err := w.write(ctx, LeaseName(w.Election, w.Identity), value); err != nil {
+	start := time.Now()
+	if err := w.write(ctx, LeaseName(w.Election, w.Identity), r); err != nil {
+		w.fence()
 		return fmt.Errorf("write report lease: %w", err)
 	}
-	w.last, w.renewed = value, time.Now()
+	w.last = content
+	w.renew(start)
 	return nil
 }
 
-func (w *Writer) encode() (string, error) {
+// build returns the current report and its content without Seq.
+func (w *Writer) build() (Report, []byte, error) {
 	r := w.Build()
-	r.Identity = w.Identity
-	return Encode(r)
+	r.Identity, r.Seq = w.Identity, 0
+	content, err := json.Marshal(r)
+	if err != nil {
+		return r, nil, fmt.Errorf("encode report: %w", err)
+	}
+	return r, content, nil
+}
+
+// renew notes a successful write started at start: the fence timer starts over and a
+// fenced replica is unfenced.
+func (w *Writer) renew(start time.Time) {
+	w.fmu.Lock()
+	defer w.fmu.Unlock()
+	w.renewed = start
+	after := FenceAfter(w.Duration) - time.Since(start)
+	if w.timer == nil {
+		w.timer = time.AfterFunc(after, w.expire)
+	} else {
+		w.timer.Reset(after)
+	}
+	if w.fenced {
+		w.fenced = false
+		w.Log.Info("report lease renewed: serving xds again")
+		if w.Unfence != nil {
+			w.Unfence()
+		}
+	}
+}
+
+// expire fences the replica once FenceAfter has passed since the last renewal.
+func (w *Writer) expire() {
+	w.fmu.Lock()
+	defer w.fmu.Unlock()
+	if time.Since(w.renewed) >= FenceAfter(w.Duration) { // not renewed meanwhile
+		w.fenceLocked()
+	}
+}
+
+// fence fences the replica unless it is fenced.
+func (w *Writer) fence() {
+	w.fmu.Lock()
+	defer w.fmu.Unlock()
+	w.fenceLocked()
+}
+
+// fenceLocked is fence with fmu held.
+func (w *Writer) fenceLocked() {
+	if w.fenced {
+		return
+	}
+	w.fenced = true
+	since := "its start"
+	if !w.renewed.IsZero() {
+		since = w.renewed.UTC().Format(time.RFC3339)
+	}
+	w.Log.Warn("report lease not renewed: fencing this replica's xds server until it is", zap.String("since", since),
+		zap.Duration("fenceAfter", FenceAfter(w.Duration)))
+	if w.Fence != nil {
+		w.Fence(fmt.Sprintf("replica %s has not renewed its report since %s; the leader does not count its clients: connect to another replica", w.Identity, since))
+	}
+}
+
+// renewedAt is when the last successful write started.
+func (w *Writer) renewedAt() time.Time {
+	w.fmu.Lock()
+	defer w.fmu.Unlock()
+	return w.renewed
 }
 
 // Run writes the report until ctx is done, then deletes it (a replica that stops cleanly
@@ -73,6 +173,13 @@ func (w *Writer) Run(ctx context.Context) {
 	name := LeaseName(w.Election, w.Identity)
 	tick := time.NewTicker(Interval)
 	defer tick.Stop()
+	defer func() {
+		w.fmu.Lock()
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+		w.fmu.Unlock()
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -84,30 +191,50 @@ func (w *Writer) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		value, err := w.encode()
+		r, content, err := w.build()
 		if err != nil {
 			w.Log.Error("report not encoded", zap.Error(err))
 			continue
 		}
-		if value == w.last && time.Since(w.renewed) < w.Duration/3 {
+		if w.last != nil && bytes.Equal(content, w.last) && time.Since(w.renewedAt()) < w.Duration/3 {
 			continue
 		}
-		if err := w.write(ctx, name, value); err != nil {
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, max(w.Duration/3, Interval))
+		err = w.write(wctx, name, r)
+		cancel()
+		if err != nil {
+			w.last = nil // it may have landed: write again, whatever the content
 			if ctx.Err() == nil {
 				w.Log.Info("report lease not written; retrying", zap.String("lease", name), zap.Error(err))
 			}
 			continue
 		}
-		w.last, w.renewed = value, time.Now()
+		w.last = content
+		w.renew(start)
 	}
 }
 
-// write stores value as the report, renewing the Lease.
-func (w *Writer) write(ctx context.Context, name, value string) error {
+// write stores r as the report, renewing the Lease, with a Seq above the one it holds.
+func (w *Writer) write(ctx context.Context, name string, r Report) error {
 	leases := w.Kube.CoordinationV1().Leases(w.Namespace)
 	now := metav1.NewMicroTime(time.Now())
 	seconds := int32(max(w.Duration/time.Second, 1))
 	cur, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err == nil {
+		if held, derr := Decode(cur.Annotations[Annotation]); derr == nil {
+			w.seq = max(w.seq, held.Seq)
+		}
+	}
+	w.seq++
+	r.Seq = w.seq
+	value, eerr := Encode(r)
+	if eerr != nil {
+		return eerr
+	}
 	if apierrors.IsNotFound(err) {
 		l := &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.Namespace,
@@ -117,9 +244,6 @@ func (w *Writer) write(ctx context.Context, name, value string) error {
 				AcquireTime: &now, RenewTime: &now},
 		}
 		_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: w.FieldManager})
-		return err
-	}
-	if err != nil {
 		return err
 	}
 	l := cur.DeepCopy()
@@ -156,6 +280,7 @@ type Board struct {
 }
 
 type seen struct {
+	uid      types.UID
 	version  string
 	observed time.Time
 	duration time.Duration
@@ -230,9 +355,13 @@ type Replica struct {
 	Live bool `json:"live"`
 	// Clients is how many client streams are connected to it.
 	Clients int `json:"clients"`
-	// Unconfirmed counts the maps its report lists (Overflow: more than that).
-	Unconfirmed int  `json:"unconfirmed"`
-	Overflow    bool `json:"overflow,omitempty"`
+	// Unconfirmed counts the maps its report lists (Overflow: maps were left out to keep it
+	// within MaxEncoded, of the namespaces Truncated names and maybe more).
+	Unconfirmed int      `json:"unconfirmed"`
+	Overflow    bool     `json:"overflow,omitempty"`
+	Truncated   []string `json:"truncated,omitempty"`
+	// Seq is the report's sequence number.
+	Seq uint64 `json:"seq,omitempty"`
 	// Renewed is when this process last saw the report change.
 	Renewed time.Time `json:"renewed"`
 }
@@ -246,7 +375,8 @@ func (b *Board) Replicas() []Replica {
 	for _, s := range b.reports {
 		out = append(out, Replica{Identity: s.report.Identity, Self: s.report.Identity == b.self,
 			Live: now.Before(s.observed.Add(s.duration)), Clients: s.report.Clients,
-			Unconfirmed: len(s.report.Maps), Overflow: s.report.Overflow, Renewed: s.observed})
+			Unconfirmed: len(s.report.Maps), Overflow: s.report.Overflow || len(s.report.Truncated) > 0,
+			Truncated: s.report.Truncated, Seq: s.report.Seq, Renewed: s.observed})
 	}
 	slices.SortFunc(out, func(a, c Replica) int { return strings.Compare(a.Identity, c.Identity) })
 	return out
@@ -273,7 +403,15 @@ func (b *Board) observe(obj any) {
 		b.mu.Unlock()
 		return
 	}
-	b.reports[l.Name] = &seen{version: l.ResourceVersion, observed: b.now(), duration: d, report: r}
+	if prev != nil && prev.uid == l.UID && r.Seq != 0 && r.Seq <= prev.report.Seq {
+		// Not newer than the report already seen on this Lease (its writers each write a Seq
+		// above the Lease's): never taken for the current one, nor as a renewal.
+		b.mu.Unlock()
+		b.log.Info("ignoring a report older than the one seen", zap.String("lease", l.Namespace+"/"+l.Name),
+			zap.Uint64("seq", r.Seq), zap.Uint64("seen", prev.report.Seq))
+		return
+	}
+	b.reports[l.Name] = &seen{uid: l.UID, version: l.ResourceVersion, observed: b.now(), duration: d, report: r}
 	b.mu.Unlock()
 	var keys []string
 	switch {

@@ -1,15 +1,20 @@
 // Package replicas lets every replica of a publisher tell the leader what its own xDS
 // clients have confirmed, with Kubernetes as the shared state and nothing else: each
 // replica owns one Lease (its report), renewed like a leader-election Lease, whose
-// annotation lists the maps it has not seen confirmed (Published not True) with what its
-// clients did with them. The leader reads every replica's report from an informer and
-// counts a replica only while its report is renewed (Board), so a dead replica stops
-// counting once its report expires and nothing waits on it for longer.
+// annotation lists the maps it has not seen confirmed (Published not True) and serves
+// content for, with what its clients did with them. The leader reads every replica's
+// report from an informer and counts a replica only while its report is renewed (Board),
+// so a dead replica stops counting once its report expires and nothing waits on it for
+// longer. A replica that cannot renew its report fences itself before it could expire
+// (Writer.Fence): it closes its xDS connections and refuses streams, so its clients move
+// to replicas that count, and it serves again once a renewal lands.
 //
 // The report does not grow with the number of maps in steady state: a map enters it while
 // its Published condition is not True, and leaves once it is. Content versions are
 // digests (xds.Service.Digest), so every replica names the same content the same way; a
 // replica whose digest differs from the leader's has not caught up with the inputs yet.
+// A report is bounded in bytes (MaxEncoded, Encode): what does not fit is left out
+// namespace by namespace in turn, and a map left out is held, never released (Judge).
 package replicas
 
 import (
@@ -21,35 +26,63 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 )
 
 // Annotation holds a report on its Lease: the JSON of Report, gzip-compressed and
-// base64-encoded.
+// base64-encoded, at most MaxEncoded bytes.
 const Annotation = "publisher.trafficmap.dev/xds-report"
 
 // LabelFor labels a report Lease with the name of the election Lease its replica takes part
 // in; the Board lists the reports of one election by it.
 const LabelFor = "publisher.trafficmap.dev/report-for"
 
-// MaxMaps bounds the maps one report lists (a cold start of many new maps); the rest are
-// summed up by Report.Overflow.
-const MaxMaps = 2000
+// MaxEncoded bounds an encoded report (the annotation value): Kubernetes limits all of an
+// object's annotations together to 256 KiB, and the rest is left for the key and others.
+const MaxEncoded = 192 << 10
 
-// MaxWaiting bounds the stream names listed per map.
-const MaxWaiting = 8
+// Bounds of the fields a report copies from client-chosen strings (node ids, stream names,
+// NACK text) and of what it lists; longer strings are cut (ending in "…").
+const (
+	// MaxWaiting bounds the stream names listed per map.
+	MaxWaiting = 8
+	// MaxField bounds a stream name, a NACK's client, version and type, and a digest.
+	MaxField = 128
+	// MaxMessage bounds a NACK message.
+	MaxMessage = 512
+	// MaxKey bounds a map key (a namespace is at most 63 bytes, a name 253); a map whose
+	// key is longer is left out (and so held, see Judge).
+	MaxKey = 320
+	// MaxTruncated bounds the namespaces Report.Truncated names.
+	MaxTruncated = 64
+)
 
 // Report is what one replica's xDS clients did with the maps not yet Published.
 type Report struct {
 	// Identity is the replica's leader-election identity.
 	Identity string `json:"identity"`
+	// Seq is set by the Writer and increases with every write of the report Lease, so a
+	// report is never taken for an older one with the same content (see Board).
+	Seq uint64 `json:"seq,omitempty"`
 	// Clients is how many client streams are connected to the replica.
 	Clients int `json:"clients"`
-	// Maps are the maps whose Published condition the replica saw not True, sorted by key,
-	// at most MaxMaps.
+	// Maps are the maps whose Published condition the replica saw not True and for which
+	// it serves content, sorted by key: those whose relevant clients all ACKed it (the
+	// positive evidence the leader needs that this replica serves the same content and
+	// nothing waits on it here), and those some client still waits on (not ACKed, or
+	// NACKed). A map it serves nothing for (its plan fails there, for example a missing
+	// service) is not listed: nothing of it can wait on this replica's clients, and the
+	// leader, whose content it would be, holds a map absent from a report (see Judge).
 	Maps []Map `json:"maps,omitempty"`
-	// Overflow says that more maps were not confirmed than Maps lists.
+	// Truncated names the namespaces, sorted, of which maps (or their detail, see
+	// Map.Trimmed) were left out to keep the report within MaxEncoded; at most MaxTruncated.
+	// A map left out is held, as any map absent from a report; the space is shared out
+	// namespace by namespace (see Encode), so one namespace's count never leaves out another's
+	// maps before its own.
+	Truncated []string `json:"truncated,omitempty"`
+	// Overflow says that maps of more namespaces were left out than Truncated names.
 	Overflow bool `json:"overflow,omitempty"`
 }
 
@@ -58,7 +91,7 @@ type Map struct {
 	// Key is the map's namespace/name.
 	Key string `json:"key"`
 	// Digest is the content the replica serves for the map (xds.Service.Digest); "" when
-	// it serves none (not built yet, or its resources fail validation there).
+	// it serves none (reports of older replicas list such maps).
 	Digest string `json:"digest"`
 	// Relevant and Acked count the replica's client streams subscribed to the map's
 	// resources and those that ACKed its content.
@@ -68,7 +101,13 @@ type Map struct {
 	Waiting []string `json:"waiting,omitempty"`
 	// Nack is a relevant stream's rejection of the content, nil when none.
 	Nack *Nack `json:"nack,omitempty"`
+	// Trimmed says that Waiting and the NACK's client and message were left out to keep
+	// the report within MaxEncoded.
+	Trimmed bool `json:"trimmed,omitempty"`
 }
+
+// waits reports whether a client of the replica waits on the map's content.
+func (m Map) waits() bool { return m.Acked < m.Relevant || m.Nack != nil }
 
 // Nack is a client's rejection of a version carrying a map's content.
 type Nack struct {
@@ -78,12 +117,46 @@ type Nack struct {
 	Message string `json:"message"`
 }
 
-// Encode returns the annotation value of r.
+// Encode returns the annotation value of r, at most MaxEncoded bytes. Client-chosen strings
+// are cut to their bounds (MaxField, MaxMessage) and Maps sorted by key first. When the
+// whole report does not fit, it keeps what fits of Maps, namespace by namespace in turn
+// (sorted namespaces, each one's maps in key order, maps no client waits on first): first
+// each namespace's maps without their detail (Waiting, the NACK's client and message:
+// Trimmed), then their detail. The namespaces with anything left out are named in Truncated.
+// Leaving a map out never releases it (the leader holds a map absent from a report that is
+// not Published), and a namespace with fewer maps than its share keeps them all whatever
+// the others hold. Encode is deterministic.
 func Encode(r Report) (string, error) {
+	r = sanitize(r)
 	raw, err := json.Marshal(r)
 	if err != nil {
 		return "", fmt.Errorf("encode report: %w", err)
 	}
+	// JSON this large is a report far beyond its bound (reports compress about 3 to 10
+	// times): the fit starts from a guess instead of compressing it all, and so never
+	// tries keeping every map (at worst one is left out that would have fit: held, as
+	// any map left out).
+	ratio := 0.3
+	if len(raw) <= 32*MaxEncoded {
+		v, err := compress(raw)
+		if err != nil || len(v) <= MaxEncoded {
+			return v, err
+		}
+		ratio = float64(len(v)) / float64(len(raw))
+	}
+	return fit(r, ratio)
+}
+
+func encode(r Report) (string, error) {
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return "", fmt.Errorf("encode report: %w", err)
+	}
+	return compress(raw)
+}
+
+// compress is the annotation value of a report's JSON.
+func compress(raw []byte) (string, error) {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	if _, err := zw.Write(raw); err != nil {
@@ -95,11 +168,237 @@ func Encode(r Report) (string, error) {
 	return base64.StdEncoding.EncodeToString(buf.Bytes()), nil
 }
 
+// cut returns s cut to at most n bytes at a rune boundary, ending in "…" when cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const ellipsis = "…"
+	return strings.ToValidUTF8(s[:n-len(ellipsis)], "") + ellipsis
+}
+
+// sanitize returns a copy of r with its maps sorted by key, its strings within their
+// bounds, and a map whose key exceeds MaxKey left out (its namespace named in Truncated).
+func sanitize(r Report) Report {
+	out := r
+	out.Maps = make([]Map, 0, len(r.Maps))
+	out.Truncated = slices.Clone(r.Truncated)
+	for _, m := range r.Maps {
+		if len(m.Key) > MaxKey {
+			out.Truncated = append(out.Truncated, cut(namespace(m.Key), MaxField))
+			continue
+		}
+		m.Digest = cut(m.Digest, MaxField)
+		if len(m.Waiting) > 0 {
+			w := make([]string, 0, min(len(m.Waiting), MaxWaiting))
+			for _, id := range m.Waiting[:min(len(m.Waiting), MaxWaiting)] {
+				w = append(w, cut(id, MaxField))
+			}
+			m.Waiting = w
+		}
+		if m.Nack != nil {
+			m.Nack = &Nack{Client: cut(m.Nack.Client, MaxField), Version: cut(m.Nack.Version, MaxField),
+				Type: cut(m.Nack.Type, MaxField), Message: cut(m.Nack.Message, MaxMessage)}
+		}
+		out.Maps = append(out.Maps, m)
+	}
+	slices.SortStableFunc(out.Maps, func(a, b Map) int { return strings.Compare(a.Key, b.Key) })
+	out.Truncated, out.Overflow = boundNamespaces(out.Truncated, out.Overflow)
+	return out
+}
+
+// boundNamespaces sorts and dedupes namespaces and keeps at most MaxTruncated of them
+// (overflow set when some are left out).
+func boundNamespaces(ns []string, overflow bool) ([]string, bool) {
+	slices.Sort(ns)
+	ns = slices.Compact(ns)
+	if len(ns) > MaxTruncated {
+		ns, overflow = ns[:MaxTruncated], true
+	}
+	if len(ns) == 0 {
+		ns = nil
+	}
+	return ns, overflow
+}
+
+// namespace is the namespace of a map key.
+func namespace(key string) string {
+	ns, _, _ := strings.Cut(key, "/")
+	return ns
+}
+
+// trimmed is m without its detail.
+func trimmed(m Map) Map {
+	if len(m.Waiting) == 0 && m.Nack == nil {
+		return m
+	}
+	t := Map{Key: m.Key, Digest: m.Digest, Relevant: m.Relevant, Acked: m.Acked, Trimmed: true}
+	if m.Nack != nil {
+		t.Nack = &Nack{Version: m.Nack.Version, Type: m.Nack.Type}
+	}
+	return t
+}
+
+// fit is r (sanitized; its JSON compresses about ratio times) with as much of Maps as
+// fits MaxEncoded: see Encode.
+func fit(r Report, ratio float64) (string, error) {
+	// The order in which maps are kept: namespace by namespace in turn, first without
+	// detail, then the detail of those that have some.
+	byNS := map[string][]int{}
+	for i, m := range r.Maps {
+		ns := namespace(m.Key)
+		byNS[ns] = append(byNS[ns], i)
+	}
+	names := slices.Sorted(maps.Keys(byNS))
+	for _, ns := range names {
+		idx := byNS[ns]
+		slices.SortStableFunc(idx, func(a, b int) int { // no client waits on it first
+			wa, wb := r.Maps[a].waits(), r.Maps[b].waits()
+			switch {
+			case wa == wb:
+				return 0
+			case !wa:
+				return -1
+			default:
+				return 1
+			}
+		})
+	}
+	// Each namespace's items: its maps without detail, then the detail of those that have
+	// some; the order takes one item of each namespace in turn.
+	type item struct {
+		i      int  // index in r.Maps
+		detail bool // the map's detail, not the map
+	}
+	seqs := make([][]item, len(names))
+	for n, ns := range names {
+		for _, i := range byNS[ns] {
+			seqs[n] = append(seqs[n], item{i: i})
+		}
+		for _, i := range byNS[ns] {
+			if len(r.Maps[i].Waiting) > 0 || r.Maps[i].Nack != nil {
+				seqs[n] = append(seqs[n], item{i: i, detail: true})
+			}
+		}
+	}
+	var order []item
+	for round := 0; ; round++ {
+		more := false
+		for _, seq := range seqs {
+			if round < len(seq) {
+				more = true
+				order = append(order, seq[round])
+			}
+		}
+		if !more {
+			break
+		}
+	}
+	build := func(k int) Report {
+		kept := make([]bool, len(r.Maps))
+		full := make([]bool, len(r.Maps))
+		for _, it := range order[:k] {
+			if it.detail {
+				full[it.i] = true
+			} else {
+				kept[it.i] = true
+			}
+		}
+		out := Report{Identity: r.Identity, Seq: r.Seq, Clients: r.Clients, Truncated: slices.Clone(r.Truncated), Overflow: r.Overflow}
+		for i, m := range r.Maps {
+			switch {
+			case !kept[i]:
+				out.Truncated = append(out.Truncated, namespace(m.Key))
+			case full[i]:
+				out.Maps = append(out.Maps, m)
+			default:
+				t := trimmed(m)
+				if t.Trimmed {
+					out.Truncated = append(out.Truncated, namespace(m.Key))
+				}
+				out.Maps = append(out.Maps, t)
+			}
+		}
+		out.Truncated, out.Overflow = boundNamespaces(out.Truncated, out.Overflow)
+		return out
+	}
+	// The largest k that fits, nearly: the search starts from the size the compression
+	// ratio predicts and stops within 1/64 of the answer, so a report that does not fit
+	// costs a handful of encodings, not one per halving of every map.
+	cum := make([]int, len(order)+1) // cum[k]: the JSON bytes of the first k items
+	for j, it := range order {
+		size := jsonSize(trimmed(r.Maps[it.i]))
+		if it.detail {
+			size = jsonSize(r.Maps[it.i]) - size
+		}
+		cum[j+1] = cum[j] + size
+	}
+	upTo := func(raw float64) int { // the largest k whose items take at most raw bytes
+		k, _ := slices.BinarySearch(cum, int(raw)+1)
+		return max(k-1, 0)
+	}
+	try := func(k int) (string, bool, error) {
+		v, err := encode(build(k))
+		return v, err == nil && len(v) <= MaxEncoded, err
+	}
+	lo, hi := -1, len(order) // lo fits, hi does not
+	var best string
+	for k := min(upTo(0.9*MaxEncoded/ratio), hi-1); ; {
+		v, fits, err := try(k)
+		if err != nil {
+			return "", err
+		}
+		if fits {
+			lo, best = k, v
+			break
+		}
+		hi = k
+		if k == 0 { // not even the namespaces fit: say that maps are left out
+			return encode(Report{Identity: r.Identity, Seq: r.Seq, Clients: r.Clients, Overflow: true})
+		}
+		k = min(upTo(0.7*float64(cum[k])), k-1)
+	}
+	for { // up by 15% at a time while that fits
+		k := max(upTo(1.15*float64(cum[lo])), lo+1)
+		if k >= hi {
+			break
+		}
+		v, fits, err := try(k)
+		if err != nil {
+			return "", err
+		}
+		if !fits {
+			hi = k
+			break
+		}
+		lo, best = k, v
+	}
+	for hi-lo > max(1, hi/64) {
+		mid := lo + (hi-lo)/2
+		v, fits, err := try(mid)
+		if err != nil {
+			return "", err
+		}
+		if fits {
+			lo, best = mid, v
+		} else {
+			hi = mid
+		}
+	}
+	return best, nil
+}
+
+// jsonSize is the size of m's JSON.
+func jsonSize(m Map) int {
+	raw, _ := json.Marshal(m) // a Map always marshals
+	return len(raw)
+}
+
 // maxDecoded bounds a decoded report (a corrupt or hostile annotation cannot blow up the
 // leader's memory).
 const maxDecoded = 8 << 20
 
-// Decode parses an annotation value written by Encode.
+// Decode parses an annotation value written by Encode; its maps are sorted by key.
 func Decode(value string) (Report, error) {
 	var r Report
 	raw, err := base64.StdEncoding.DecodeString(value)
@@ -120,6 +419,7 @@ func Decode(value string) (Report, error) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return r, fmt.Errorf("parse report: %w", err)
 	}
+	slices.SortStableFunc(r.Maps, func(a, b Map) int { return strings.Compare(a.Key, b.Key) })
 	return r, nil
 }
 
@@ -147,11 +447,18 @@ type Verdict struct {
 	Message string
 }
 
+// maxMessage bounds Verdict.Message (it goes into a condition message).
+const maxMessage = 4096
+
 // Judge is the verdict of peers (the other replicas' live reports) on the map key whose
 // content is digest. published says that the map's Published condition is True at its
-// generation: a replica lists only maps it saw not True, so a map absent from its report is
-// unconfirmed there only while the condition is not True (its report is then behind). It
-// is pure.
+// generation. A peer releases the map only on positive evidence: its report lists the map
+// at digest with every relevant client ACKed and no NACK. A map absent from a peer's report
+// is held while it is not Published: the peer serves nothing for it (it has not caught up
+// with the inputs), its report is behind, or the map was left out to keep the report
+// within its size (Truncated, Overflow) - never taken as nothing to wait for. A published
+// map absent from a report is not held: a replica lists only maps it sees not True. It is
+// pure.
 func Judge(peers []Report, key, digest string, published bool) Verdict {
 	v := Verdict{Done: true}
 	var waits []string
@@ -160,9 +467,9 @@ func Judge(peers []Report, key, digest string, published bool) Verdict {
 		if !found {
 			switch {
 			case published:
-			case p.Overflow:
+			case slices.Contains(p.Truncated, namespace(key)) || p.Overflow:
 				v.Done = false
-				waits = append(waits, fmt.Sprintf("replica %s lists more unconfirmed maps than its report holds", p.Identity))
+				waits = append(waits, fmt.Sprintf("replica %s left maps of namespace %s out of its report to keep it within %d bytes (held until listed)", p.Identity, namespace(key), MaxEncoded))
 			default:
 				v.Done = false
 				waits = append(waits, fmt.Sprintf("replica %s has not reported on it yet", p.Identity))
@@ -192,11 +499,19 @@ func Judge(peers []Report, key, digest string, published bool) Verdict {
 	switch {
 	case v.Nack != nil:
 		v.Done = false
-		v.Message = fmt.Sprintf("xds client %s of replica %s rejected version %s (%s): %s", v.Nack.Client, v.Replica, v.Nack.Version, v.Nack.Type, v.Nack.Message)
+		client, message := v.Nack.Client, v.Nack.Message
+		if client == "" {
+			client = "(name left out of the report)"
+		}
+		if message == "" {
+			message = "(message left out of the report)"
+		}
+		v.Message = fmt.Sprintf("xds client %s of replica %s rejected version %s (%s): %s", client, v.Replica, v.Nack.Version, v.Nack.Type, message)
 	case len(waits) > 0:
 		v.Message = strings.Join(waits, "; ")
 	case len(peers) > 0:
 		v.Message = fmt.Sprintf("%d other replicas: %d/%d relevant clients ACKed", len(peers), v.Acked, v.Total)
 	}
+	v.Message = cut(v.Message, maxMessage)
 	return v
 }

@@ -1,8 +1,13 @@
 package replicas
 
 import (
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -28,16 +33,124 @@ func TestEncodeDecode(t *testing.T) {
 	}
 }
 
-// A cold start of many maps stays small enough for an annotation (256 KiB with the rest).
-func TestEncodeMaxMapsFitsAnAnnotation(t *testing.T) {
+// A cold start of many maps stays small enough for an annotation, with no map left out.
+func TestEncodeColdStartFitsAnAnnotation(t *testing.T) {
 	r := Report{Identity: "pub-b", Clients: 100}
-	for i := range MaxMaps {
-		r.Maps = append(r.Maps, Map{Key: "namespace-" + strings.Repeat("x", 20) + "/map-" + string(rune('a'+i%26)) + strings.Repeat("0", i%7),
+	for i := range 2000 {
+		r.Maps = append(r.Maps, Map{Key: fmt.Sprintf("namespace-%s/map-%05d", strings.Repeat("x", 20), i),
 			Digest: "0123456789abcdef", Relevant: 100, Acked: 90, Waiting: []string{"grpc-client-0001/sotw-17", "grpc-client-0002/sotw-18"}})
 	}
 	v, err := Encode(r)
 	require.NoError(t, err)
 	assert.Less(t, len(v), 200<<10, "encoded size %d", len(v))
+	back, err := Decode(v)
+	require.NoError(t, err)
+	assert.Equal(t, r.Maps, back.Maps)
+	assert.Empty(t, back.Truncated)
+}
+
+// hexString is n random hex characters (deterministic per rng).
+func hexString(rng *rand.Rand, n int) string {
+	b := make([]byte, (n+1)/2)
+	for i := range b {
+		b[i] = byte(rng.IntN(256))
+	}
+	return hex.EncodeToString(b)[:n]
+}
+
+// Issue 25, item 2: client-chosen node ids and NACK text are copied into a report, so it
+// grew past the 256 KiB annotation limit (and the leader's 8 MiB decode cap), and the
+// leader lost the whole replica. Encoded, it stays within the limit; every map it was about
+// is still held (listed and waiting, or left out and so held), none released; a map of
+// another namespace whose clients all ACKed is still released.
+func TestEncodeBoundsClientChosenStrings(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 2))
+	r := Report{Identity: "pub-b", Clients: 9}
+	for i := range 100 {
+		m := Map{Key: fmt.Sprintf("aaa/map-%03d", i), Digest: "d-" + strconv.Itoa(i), Relevant: 9, Acked: 1,
+			Nack: &Nack{Client: hexString(rng, 4<<10), Version: hexString(rng, 1<<10), Type: "Cluster", Message: hexString(rng, 64<<10)}}
+		for range 8 {
+			m.Waiting = append(m.Waiting, hexString(rng, 4<<10)+"/sotw-1")
+		}
+		r.Maps = append(r.Maps, m)
+	}
+	r.Maps = append(r.Maps, Map{Key: "bbb/chat", Digest: "ok", Relevant: 2, Acked: 2})
+	v, err := Encode(r)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, len(v), 256<<10, "the encoded report fits an annotation")
+	back, err := Decode(v)
+	require.NoError(t, err)
+	assert.Equal(t, "pub-b", back.Identity)
+	for i := range 100 {
+		key := fmt.Sprintf("aaa/map-%03d", i)
+		verdict := Judge([]Report{back}, key, "d-"+strconv.Itoa(i), false)
+		assert.False(t, verdict.Done, "%s is held: %s", key, verdict.Message)
+	}
+	verdict := Judge([]Report{back}, "bbb/chat", "ok", false)
+	assert.True(t, verdict.Done, verdict.Message)
+	for _, m := range back.Maps {
+		for _, w := range m.Waiting {
+			assert.LessOrEqual(t, len(w), 128)
+		}
+		if m.Nack != nil {
+			assert.LessOrEqual(t, len(m.Nack.Message), 512)
+			assert.LessOrEqual(t, len(m.Nack.Client), 128)
+		}
+	}
+}
+
+// One namespace's count never leaves another's maps out: 1,200 NACKed maps with long
+// names and messages in aaa (far more than fit) leave out maps of aaa alone; ccc's map,
+// waiting, is listed with its detail; bbb's, ACKed everywhere, is released; every map of
+// aaa is held, those listed as rejected.
+func TestEncodeSharesSpaceByNamespace(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 4))
+	r := Report{Identity: "pub-b", Clients: 3}
+	var keys []string
+	for range 1200 {
+		key := "aaa/" + hexString(rng, 300)
+		keys = append(keys, key)
+		r.Maps = append(r.Maps, Map{Key: key, Digest: "d", Relevant: 1, Waiting: []string{"envoy-1/sotw-1"},
+			Nack: &Nack{Client: "envoy-1/sotw-1", Version: "v1", Type: "Cluster", Message: hexString(rng, 40)}})
+	}
+	r.Maps = append(r.Maps, Map{Key: "bbb/chat", Digest: "ok", Relevant: 3, Acked: 3},
+		Map{Key: "ccc/chat", Digest: "c", Relevant: 3, Acked: 2, Waiting: []string{"grpc-1/sotw-2"}})
+	v, err := Encode(r)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, len(v), MaxEncoded)
+	back, err := Decode(v)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"aaa"}, back.Truncated)
+	assert.False(t, back.Overflow)
+	assert.True(t, Judge([]Report{back}, "bbb/chat", "ok", false).Done)
+	ccc := Judge([]Report{back}, "ccc/chat", "c", false)
+	assert.False(t, ccc.Done)
+	assert.Equal(t, "replica pub-b: 2/3 relevant clients ACKed, waiting for grpc-1/sotw-2", ccc.Message)
+	listed := 0
+	for _, key := range keys {
+		verdict := Judge([]Report{back}, key, "d", false)
+		require.False(t, verdict.Done)
+		if verdict.Nack != nil {
+			listed++
+		} else {
+			assert.Contains(t, verdict.Message, "left maps of namespace aaa out of its report")
+		}
+	}
+	assert.Positive(t, listed)
+	assert.Less(t, listed, len(keys))
+
+	again, err := Encode(r)
+	require.NoError(t, err)
+	assert.Equal(t, v, again, "deterministic")
+}
+
+// cut keeps a string within n bytes, valid UTF-8, marked when cut.
+func TestEncodeCutsStrings(t *testing.T) {
+	assert.Equal(t, "abc", cut("abc", 10))
+	got := cut(strings.Repeat("é", 100), 11)
+	assert.LessOrEqual(t, len(got), 11)
+	assert.True(t, strings.HasSuffix(got, "…"))
+	assert.True(t, utf8.ValidString(got))
 }
 
 func TestLeaseName(t *testing.T) {
@@ -75,7 +188,11 @@ func TestJudge(t *testing.T) {
 		{"a published map is absent from reports", []Report{b(Map{Key: "prod/other", Digest: "x"})}, true, true, 0, 0,
 			"1 other replicas: 0/0 relevant clients ACKed"},
 		{"an overflowing report", []Report{{Identity: "pub-b", Overflow: true}}, false, false, 0, 0,
-			"replica pub-b lists more unconfirmed maps than its report holds"},
+			"replica pub-b left maps of namespace prod out of its report to keep it within 196608 bytes (held until listed)"},
+		{"a report that left out maps of the namespace", []Report{{Identity: "pub-b", Truncated: []string{"prod"}}}, false, false, 0, 0,
+			"replica pub-b left maps of namespace prod out of its report to keep it within 196608 bytes (held until listed)"},
+		{"a report that left out maps of another namespace", []Report{{Identity: "pub-b", Truncated: []string{"other"}}}, false, false, 0, 0,
+			"replica pub-b has not reported on it yet"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

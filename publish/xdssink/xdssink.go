@@ -345,15 +345,15 @@ func (s *Sink) graceHolds(p *sink.Plan) (string, bool) {
 }
 
 // Report is this replica's report on the maps keys (those whose Published condition it
-// sees not True), sorted by key and bounded by replicas.MaxMaps: per map, the content it
-// serves and what its relevant client streams did with it.
+// sees not True), sorted by key: per map it serves content for, that content and what its
+// relevant client streams did with it. A map it serves nothing for is left out (its plan
+// fails here, for example a missing service: nothing of it waits on this replica's
+// clients, and the leader holds a map absent from a report while it is not Published).
+// The report is bounded in bytes when encoded (replicas.Encode), not here.
 func (s *Sink) Report(keys []string) replicas.Report {
 	clients := s.server.Tracker().Clients()
 	r := replicas.Report{Clients: len(clients)}
 	keys = slices.Sorted(slices.Values(keys))
-	if len(keys) > replicas.MaxMaps {
-		keys, r.Overflow = keys[:replicas.MaxMaps], true
-	}
 	served := make(map[string]xds.Service, len(keys))
 	s.mu.Lock()
 	for _, key := range keys {
@@ -365,7 +365,6 @@ func (s *Sink) Report(keys []string) replicas.Report {
 	for _, key := range keys {
 		svc, ok := served[key]
 		if !ok {
-			r.Maps = append(r.Maps, replicas.Map{Key: key})
 			continue
 		}
 		m := replicas.Map{Key: key, Digest: svc.Digest()}
@@ -390,6 +389,14 @@ func (s *Sink) Report(keys []string) replicas.Report {
 	}
 	return r
 }
+
+// Fence stops serving: every xDS connection is closed and new streams are refused with
+// reason (xds.Server.Fence), until Unfence. For a replica whose report the leader may no
+// longer count (replicas.Writer).
+func (s *Sink) Fence(reason string) { s.server.Fence(reason) }
+
+// Unfence serves again after Fence.
+func (s *Sink) Unfence() { s.server.Unfence() }
 
 // Changed implements sink.Notified: the map's plan may have changed.
 func (s *Sink) Changed(namespace, name string) {
