@@ -23,7 +23,7 @@ import (
 
 // httpServer serves /metrics, /healthz (from the start: the process is alive),
 // /readyz (ready once the caches synced and the sinks started, and while no watch is
-// failing) and the sinks' debug endpoints (/debug/xds, /debug/replicas, and Go's profiles
+// failing and the xDS server is not fenced) and the sinks' debug endpoints (/debug/xds, /debug/replicas, and Go's profiles
 // under /debug/pprof/ when enabled). With a debug listener the debug endpoints are served
 // there alone, never on the main listener (which a Service exposes): they list every
 // client, node id and map.
@@ -34,6 +34,10 @@ type httpServer struct {
 	ready    atomic.Bool
 	health   *watchHealth
 	pprof    bool
+	// fenced reports whether the xDS server is fenced (replicas.Writer could not renew this
+	// replica's report): the replica is then not ready, so a Service stops sending it new
+	// clients. nil: never fenced. Set before serve.
+	fenced func() bool
 }
 
 // newHTTPServer listens on address (--http-address) and, when set, debugAddress
@@ -74,6 +78,10 @@ func (h *httpServer) serve(ctx context.Context, log *zap.Logger, debug map[strin
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !h.ready.Load() {
 			http.Error(w, "informer caches not synced or sinks not started", http.StatusServiceUnavailable)
+			return
+		}
+		if h.fenced != nil && h.fenced() {
+			http.Error(w, "xds server fenced: this replica's report to the leader is not renewed", http.StatusServiceUnavailable)
 			return
 		}
 		if failing := h.health.failing(time.Now()); len(failing) > 0 {

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -91,4 +91,29 @@ func TestDebugEndpointsOnTheirOwnListener(t *testing.T) {
 	h = serve(t, "")
 	assert.Nil(t, h.debug)
 	assert.Equal(t, http.StatusOK, get(t, h.listener.Addr(), "/debug/xds"), "without a debug address: on the main address")
+}
+
+// A fenced replica (its report to the leader not renewed) is not ready, so a Service stops
+// sending it new clients; it is ready again once unfenced.
+func TestReadyzFollowsTheFence(t *testing.T) {
+	h, err := newHTTPServer("127.0.0.1:0", "", newWatchHealth(zaptest.NewLogger(t)), false)
+	require.NoError(t, err)
+	var fenced atomic.Bool
+	h.fenced = fenced.Load
+	h.ready.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.serve(ctx, zaptest.NewLogger(t), nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	readyz := func() int {
+		resp, err := http.Get("http://" + h.listener.Addr().String() + "/readyz")
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusOK, readyz())
+	fenced.Store(true)
+	assert.Equal(t, http.StatusServiceUnavailable, readyz(), "fenced: not ready")
+	fenced.Store(false)
+	assert.Equal(t, http.StatusOK, readyz(), "unfenced: ready again")
 }

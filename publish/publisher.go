@@ -195,6 +195,9 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 				// A replica that cannot renew its report stops serving before the leader
 				// stops counting it, so its clients move to replicas that count.
 				Fence: xs.Fence, Unfence: xs.Unfence}
+			if p.http != nil {
+				p.http.fenced = xs.Fenced // a fenced replica is not ready
+			}
 		}
 	}
 	p.rec = &reconciler{

@@ -398,6 +398,9 @@ func (s *Sink) Fence(reason string) { s.server.Fence(reason) }
 // Unfence serves again after Fence.
 func (s *Sink) Unfence() { s.server.Unfence() }
 
+// Fenced reports whether the sink is fenced (Fence without Unfence since).
+func (s *Sink) Fenced() bool { return s.server.Fenced() }
+
 // Changed implements sink.Notified: the map's plan may have changed.
 func (s *Sink) Changed(namespace, name string) {
 	s.mu.Lock()
