@@ -30,7 +30,7 @@ func newOwnershipFixture(t *testing.T) *ownershipFixture {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	require.NoError(t, metav1.AddMetaToScheme(scheme))
-	cfg := Config{Sinks: []string{SinkHTTPRoute, SinkXDS}}
+	cfg := Config{Sinks: []string{SinkHTTPRoute, SinkXDS}, FieldManager: testPublisher}
 	route := httproute.Config{Gateway: types.NamespacedName{Namespace: "infra", Name: "global"},
 		HostTemplate: template.Must(template.New("h").Parse("{{.Service}}.{{.Namespace}}.example.com"))}
 	c := clients{kube: kubefake.NewClientset(), gateway: gwfake.NewClientset(), maps: omefake.NewClientset(), meta: metadatafake.NewSimpleMetadataClient(scheme)}
@@ -57,6 +57,16 @@ func (f *ownershipFixture) addISVC(t *testing.T, ns, name, host string) *metav1.
 	return m
 }
 
+// journal puts names into the cached map's claim journal, as a reconcile would.
+func (f *ownershipFixture) journal(t *testing.T, tm *v1beta1.TrafficMap, names ...string) *v1beta1.TrafficMap {
+	t.Helper()
+	tm = tm.DeepCopy()
+	tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: testPublisher,
+		ClaimedTargets: claimTargets(GRPCName(tm.Namespace, tm.Spec.Service), names)}
+	require.NoError(t, f.p.caches.maps[0].GetIndexer().Update(tm))
+	return tm
+}
+
 // ownership is what the plan step decides for the cached map.
 func (f *ownershipFixture) ownership(t *testing.T, tm *v1beta1.TrafficMap) Ownership {
 	t.Helper()
@@ -81,31 +91,44 @@ func (f *ownershipFixture) queued() []string {
 }
 
 // The caches' view finds the contenders through the indexes: an annotation, a template
-// name and a wildcard; the oldest holds the name; a foreign route older than the map's
-// route holds it too.
+// name, a wildcard and a journal; a journaled name holds against every claim not
+// journaled, whatever the ages; a foreign route older than the map's route holds it too.
 func TestOwnershipFromCaches(t *testing.T) {
 	f := newOwnershipFixture(t)
-	prod := f.addMap(t, "prod", "chat", "chat", 0)
+	prod := f.addMap(t, "prod", "chat", "chat", 5)
 	f.addISVC(t, "prod", "chat", "shared.example.com")
-	staging := f.addMap(t, "staging", "chat", "chat", 5)
+	prod = f.journal(t, prod, "chat.prod", "shared.example.com")
+	staging := f.addMap(t, "staging", "chat", "chat", 0) // older, claiming later
 	f.addISVC(t, "staging", "chat", "shared.example.com")
 	tmpl := f.addMap(t, "dev", "embed", "embed", 1) // no annotation: embed.dev.example.com
 	f.addISVC(t, "dev", "embed", "")
-	wild := f.addMap(t, "edge", "all", "all", 10)
+	tmpl = f.journal(t, tmpl, "embed.dev", "embed.dev.example.com")
+	wild := f.addMap(t, "edge", "all", "all", 0)
 	f.addISVC(t, "edge", "all", "*.dev.example.com")
 
 	assert.Equal(t, []string{"chat.prod", "shared.example.com"}, f.ownership(t, prod).Owned)
 	own := f.ownership(t, staging)
-	assert.Equal(t, []string{"chat.staging"}, own.Owned)
+	assert.Equal(t, []string{"chat.staging"}, own.Claimable)
 	require.Len(t, own.Conflicts, 1)
 	assert.Equal(t, "prod", own.Conflicts[0].Owner.Namespace)
 	assert.Equal(t, []string{"embed.dev", "embed.dev.example.com"}, f.ownership(t, tmpl).Owned)
 	own = f.ownership(t, wild)
-	assert.Equal(t, []string{"all.edge"}, own.Owned)
+	assert.Equal(t, []string{"all.edge"}, own.Claimable)
 	require.Len(t, own.Conflicts, 1)
-	assert.Equal(t, "embed.dev.example.com", own.Conflicts[0].Owner.Hostname, "the wildcard overlaps the older template name")
+	assert.Equal(t, "embed.dev.example.com", own.Conflicts[0].Owner.Hostname, "the wildcard overlaps the journaled template name")
 
-	// A foreign route on the Gateway with the shared hostname, older than prod's route.
+	// prod moves to another hostname: its journal still holds the old one (until the sinks
+	// stopped serving it), so staging cannot take it yet; found through the journal index.
+	f.addISVC(t, "prod", "chat", "moved.example.com")
+	own = f.ownership(t, staging)
+	require.Len(t, own.Conflicts, 1)
+	assert.Equal(t, "prod", own.Conflicts[0].Owner.Namespace)
+	prod = f.journal(t, prod, "chat.prod", "moved.example.com")
+	assert.Equal(t, []string{"chat.staging", "shared.example.com"}, f.ownership(t, staging).Claimable, "dropped from the journal: free")
+	f.addISVC(t, "prod", "chat", "shared.example.com")
+	prod = f.journal(t, prod, "chat.prod", "shared.example.com")
+
+// A foreign route on the Gateway with the shared hostname, older than prod's route.
 	foreign := &gwapiv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "legacy", CreationTimestamp: metav1.NewTime(t0)},
 		Spec: gwapiv1.HTTPRouteSpec{Hostnames: []gwapiv1.Hostname{"shared.example.com"},
 			CommonRouteSpec: gwapiv1.CommonRouteSpec{ParentRefs: []gwapiv1.ParentReference{{Name: "global", Namespace: ptrTo(gwapiv1.Namespace("infra"))}}},
