@@ -128,7 +128,7 @@ func TestOwnershipFromCaches(t *testing.T) {
 	f.addISVC(t, "prod", "chat", "shared.example.com")
 	prod = f.journal(t, prod, "chat.prod", "shared.example.com")
 
-// A foreign route on the Gateway with the shared hostname, older than prod's route.
+	// A foreign route on the Gateway with the shared hostname, older than prod's route.
 	foreign := &gwapiv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "legacy", CreationTimestamp: metav1.NewTime(t0)},
 		Spec: gwapiv1.HTTPRouteSpec{Hostnames: []gwapiv1.Hostname{"shared.example.com"},
 			CommonRouteSpec: gwapiv1.CommonRouteSpec{ParentRefs: []gwapiv1.ParentReference{{Name: "global", Namespace: ptrTo(gwapiv1.Namespace("infra"))}}},
