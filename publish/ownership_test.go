@@ -174,3 +174,34 @@ func TestHandOverRequeuesContenders(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// The scenario through the caches: prod/chat claimed and journaled chat.prod and
+// chat.example.com; a map in namespace evil, created BEFORE prod's, then claims chat.prod,
+// chat.example.com or *.prod through its annotation. It takes nothing from prod (prod owns
+// both its names, evil none of them), whatever evil's age. On main the older evil map won.
+func TestOlderNamespaceTakesNothingFromCaches(t *testing.T) {
+	for _, host := range []string{"chat.prod", "chat.example.com", "*.prod"} {
+		t.Run(host, func(t *testing.T) {
+			f := newOwnershipFixture(t)
+			evil := f.addMap(t, "evil", "chat", "chat", 0)
+			f.addISVC(t, "evil", "chat", "")
+			prod := f.addMap(t, "prod", "chat", "chat", 10)
+			f.addISVC(t, "prod", "chat", "chat.example.com")
+			prod = prod.DeepCopy()
+			prod.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: testPublisher,
+				ClaimedTargets: []string{"grpc:chat.prod", "hostname:chat.example.com"}}
+			require.NoError(t, f.p.caches.maps[0].GetIndexer().Update(prod))
+
+			f.addISVC(t, "evil", "chat", host) // the new claim, on the older map
+			assert.Equal(t, []string{"chat.example.com", "chat.prod"}, f.ownership(t, prod).Owned, "prod keeps its names")
+			assert.Empty(t, f.ownership(t, prod).Conflicts)
+			own := f.ownership(t, evil)
+			for _, n := range own.Owned {
+				assert.False(t, HostnamesOverlap(n, "chat.prod") || HostnamesOverlap(n, "chat.example.com"), "evil owns %s", n)
+			}
+			for _, c := range own.Conflicts {
+				assert.Equal(t, "prod/chat", c.Owner.Namespace+"/"+c.Owner.Name)
+			}
+		})
+	}
+}

@@ -120,6 +120,8 @@ type fakeInputs struct {
 	noSource    bool
 	err         error
 	claims      []Claim // other maps' claims on names
+	global      string  // the ome.io/global-host annotation; "" is chat.example.com
+	policy      ClaimPolicy
 	// cachedRV and liveRV are the InferenceService's resourceVersion in the cache and on
 	// the API server; they differ while the cache is behind.
 	cachedRV, liveRV string
@@ -155,8 +157,12 @@ func (f *fakeInputs) gather(tm *v1beta1.TrafficMap) (gathered, error) {
 	}
 	isvc := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: tm.Namespace, Name: tm.Spec.Service, Annotations: f.annotations,
 		ResourceVersion: f.cachedRV}}
-	return gathered{isvc: isvc, globalHost: "chat.example.com", inputs: Inputs{TrafficMap: tm, SourceAnnotations: f.annotations}, claims: f.claims,
-		publisher: testPublisher}, nil
+	global := f.global
+	if global == "" {
+		global = "chat.example.com"
+	}
+	return gathered{isvc: isvc, globalHost: global, inputs: Inputs{TrafficMap: tm, SourceAnnotations: f.annotations}, claims: f.claims,
+		publisher: testPublisher, policy: f.policy}, nil
 }
 
 // testPublisher is the publisherName of the unit tests' claim journals.
