@@ -130,8 +130,9 @@ type tableHolder struct {
 }
 
 // reserve grants key each of names that no other map holds in the table (no overlapping
-// name), and returns the granted ones and, for the others, who holds them.
-func (t *claimTable) reserve(key string, names []string) (granted []string, held map[string]tableHolder) {
+// name), and returns the granted ones, those of them key did not hold before (added: what
+// to release should the journal write fail) and, for the others, who holds them.
+func (t *claimTable) reserve(key string, names []string) (granted, added []string, held map[string]tableHolder) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, n := range uniqueNames(names) {
@@ -146,13 +147,14 @@ func (t *claimTable) reserve(key string, names []string) (granted []string, held
 		if t.holder[n] == key {
 			continue
 		}
+		added = append(added, n)
 		t.holder[n] = key
 		t.byKey[key] = append(t.byKey[key], n)
 		for _, k := range hostIndexKeys(n) {
 			t.index[k] = append(t.index[k], n)
 		}
 	}
-	return granted, held
+	return granted, added, held
 }
 
 // overlapping returns a name another map than key holds that overlaps n.

@@ -58,7 +58,7 @@ func TestClaimTableGrantsOnce(t *testing.T) {
 			if i%2 == 1 {
 				name = "*.example.com"
 			}
-			wins[i], _ = table.reserve(fmt.Sprintf("ns/m%d", i), []string{name, fmt.Sprintf("m%d.ns", i)})
+			wins[i], _, _ = table.reserve(fmt.Sprintf("ns/m%d", i), []string{name, fmt.Sprintf("m%d.ns", i)})
 		}()
 	}
 	wg.Wait()
@@ -72,19 +72,21 @@ func TestClaimTableGrantsOnce(t *testing.T) {
 	assert.Equal(t, 1, winners, "one map is granted the overlapping names: %v", wins)
 
 	table = newClaimTable()
-	granted, held := table.reserve("prod/chat", []string{"chat.example.com"})
+	granted, added, held := table.reserve("prod/chat", []string{"chat.example.com"})
 	assert.Equal(t, []string{"chat.example.com"}, granted)
+	assert.Equal(t, granted, added)
 	assert.Empty(t, held)
-	granted, held = table.reserve("prod/chat", []string{"chat.example.com"})
+	granted, added, _ = table.reserve("prod/chat", []string{"chat.example.com"})
 	assert.Equal(t, []string{"chat.example.com"}, granted, "granting again to the holder is a no-op")
-	granted, held = table.reserve("evil/chat", []string{"*.example.com"})
+	assert.Empty(t, added)
+	granted, _, held = table.reserve("evil/chat", []string{"*.example.com"})
 	assert.Empty(t, granted)
 	assert.Equal(t, map[string]tableHolder{"*.example.com": {Key: "prod/chat", Name: "chat.example.com"}}, held)
 	table.release("evil/chat", []string{"chat.example.com"})
-	_, held = table.reserve("evil/chat", []string{"chat.example.com"})
+	_, _, held = table.reserve("evil/chat", []string{"chat.example.com"})
 	assert.NotEmpty(t, held, "only the holder releases")
 	table.release("prod/chat", []string{"chat.example.com"})
-	granted, _ = table.reserve("evil/chat", []string{"*.example.com"})
+	granted, _, _ = table.reserve("evil/chat", []string{"*.example.com"})
 	assert.Equal(t, []string{"*.example.com"}, granted)
 	table.forget("evil/chat")
 	assert.Empty(t, table.holder)
@@ -223,4 +225,29 @@ func (s *journalSink) Apply(ctx context.Context, p *sink.Plan) (sink.Confirmatio
 	}
 	s.journalAtApply = append(s.journalAtApply, targets)
 	return s.fakeSink.Apply(ctx, p)
+}
+
+// A name another worker is granting right now (in the claim table, not yet in the cache)
+// is not granted twice: the map reports the conflict naming the holder and is looked at
+// again after claimRetry.
+func TestReconcileClaimTableHeld(t *testing.T) {
+	s := inPlace("route stored")
+	f := newFixture(t, s)
+	f.inputs.tm.Status.Publisher.ClaimedTargets = []string{"grpc:chat.prod"}
+	f.api.tm = f.inputs.tm.DeepCopy()
+	f.rec.claims.reserve("staging/other", []string{"*.example.com"})
+	hold, err := f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, claimRetry, hold)
+	assert.Equal(t, ReasonHostnameConflict, f.published().Reason)
+	assert.Contains(t, f.published().Message, "hostname chat.example.com is held by trafficmap staging/other (hostname *.example.com, being granted)")
+	require.Len(t, s.applied, 1)
+	assert.Empty(t, s.applied[0].Hostnames)
+	assert.Equal(t, []string{"grpc:chat.prod"}, f.api.tm.Status.Publisher.ClaimedTargets)
+
+	f.rec.claims.forget("staging/other") // its journal write failed, or it was deleted
+	_, err = f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, metav1.ConditionTrue, f.published().Status)
+	assert.Equal(t, []string{"grpc:chat.prod", "hostname:chat.example.com"}, f.api.tm.Status.Publisher.ClaimedTargets)
 }

@@ -135,8 +135,9 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		_, hold, err = r.status.write(ctx, tm, decide(tm, pl, []sink.Confirmation{*refused}), log)
 		return hold, err
 	}
+	tableHeld := false // a name is being granted to another map: look again soon
 	if len(pl.claimable) > 0 {
-		tm, pl, err = r.claim(ctx, tm, g, pl, log)
+		tm, pl, tableHeld, err = r.claim(ctx, tm, g, pl, log)
 		if errors.As(err, &ue) {
 			return r.fail(ctx, tm, ue, log)
 		}
@@ -230,6 +231,11 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		log.Debug("not published yet", zap.String("reason", want.condition.Reason), zap.String("message", want.condition.Message))
 	}
 	written, hold, err := r.status.write(ctx, tm, want, log)
+	if tableHeld && (hold <= 0 || hold > claimRetry) {
+		// The holder's journal write reconciles this map again; a failed write of it or its
+		// deletion may not, so it is looked at again after claimRetry anyway.
+		hold = claimRetry
+	}
 	if err == nil && hold == 0 && len(dropped) > 0 && !slices.Equal(JournaledNames(written, r.publisher), JournaledNames(tm, r.publisher)) {
 		r.claims.release(key.String(), dropped)
 		log.Info("claim journal dropped names no longer claimed", zap.Strings("names", dropped))
@@ -296,39 +302,57 @@ func (r *reconciler) advanceRamps(ctx context.Context, tm *v1beta1.TrafficMap, g
 	return 0, nil
 }
 
+// claimRetry is how soon a map whose name another map is being granted (claim table) is
+// reconciled again.
+const claimRetry = time.Second
+
 // claim grants the map its claimable names that no other map holds in the claim table and
 // writes them into its claim journal, before any sink serves them. It returns the map as
 // stored and the plan made again from it (the granted names are then owned). A name the
-// table holds for another map stays a conflict naming that map; the journal write of the
-// holder reconciles this map again.
-func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g gathered, pl *planned, log *zap.Logger) (*v1beta1.TrafficMap, *planned, error) {
+// table holds for another map stays a conflict naming that map, and held is true; the
+// grants of a holder the cache no longer has (deleted) are dropped first.
+func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g gathered, pl *planned, log *zap.Logger) (
+	_ *v1beta1.TrafficMap, _ *planned, held bool, _ error) {
 	key := tm.Namespace + "/" + tm.Name
-	granted, held := r.claims.reserve(key, pl.claimable)
+	granted, added, holders := r.claims.reserve(key, pl.claimable)
+	stale := false
+	for _, h := range holders {
+		ns, name, _ := strings.Cut(h.Key, "/")
+		if other, err := r.inputs.trafficMap(ns, name); err == nil && (other == nil || other.DeletionTimestamp != nil) {
+			r.claims.forget(h.Key) // its delete is being reconciled; its grants are void
+			stale = true
+		}
+	}
+	if stale {
+		var more []string
+		granted, more, holders = r.claims.reserve(key, pl.claimable)
+		added = append(added, more...)
+	}
 	if len(granted) > 0 {
 		j, err := journalOf(tm, r.publisher, r.digest, append(JournaledNames(tm, r.publisher), granted...))
 		if err != nil {
-			r.claims.release(key, granted)
-			return tm, pl, err
+			r.claims.release(key, added)
+			return tm, pl, false, err
 		}
 		updated, err := r.status.writeJournal(ctx, tm, j)
 		if err != nil {
-			r.claims.release(key, granted)
-			return tm, pl, err
+			r.claims.release(key, added)
+			return tm, pl, false, err
 		}
 		log.Info("claimed names", zap.Strings("names", granted), zap.Strings("journal", j.ClaimedTargets))
 		tm = updated
 		g.inputs.TrafficMap = tm
 		if pl, err = planMap(r.hosts, g); err != nil {
-			return tm, pl, err
+			return tm, pl, false, err
 		}
 	}
 	for i, c := range pl.plan.Conflicts {
-		if h, ok := held[c.Hostname]; ok && c.Unjournaled {
+		if h, ok := holders[c.Hostname]; ok && c.Unjournaled {
 			ns, name, _ := strings.Cut(h.Key, "/")
 			pl.plan.Conflicts[i] = sink.Conflict{Hostname: c.Hostname, Owner: sink.Owner{Kind: KindTrafficMap, Namespace: ns, Name: name, Hostname: h.Name}}
 		}
 	}
-	return tm, pl, nil
+	return tm, pl, len(holders) > 0, nil
 }
 
 // keptNames are the names tm's journal keeps after a plan for self was applied: the
