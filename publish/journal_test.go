@@ -202,12 +202,25 @@ func TestReconcileClaimsBeforeSinks(t *testing.T) {
 		"the old name is still journaled while the sink may serve it")
 	assert.Equal(t, []string{"grpc:chat.prod", "hostname:chat2.example.com"}, f.api.tm.Status.Publisher.ClaimedTargets)
 
+	// The hostname moves to a name another map holds: the sinks are not given the new
+	// name, and a sink may keep the old one (the route sink leaves its route as it was), so
+	// the old name stays journaled.
+	other := claim("staging", "x", 0, "x.staging", "held.example.com")
+	other.Journaled = other.Names
+	f.inputs.claims = []Claim{other}
+	f.inputs.global = "held.example.com"
+	_, err = f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, ReasonHostnameConflict, f.published().Reason)
+	assert.Equal(t, []string{"grpc:chat.prod", "hostname:chat2.example.com"}, f.api.tm.Status.Publisher.ClaimedTargets)
+	f.inputs.claims = nil
+
 	// A journal write that fails grants nothing: no sink is applied, and the table is free.
 	f.inputs.global = "chat3.example.com"
 	f.api.conflicts = 1
 	_, err = f.run(t)
 	require.Error(t, err)
-	assert.Len(t, s.applied, 2)
+	assert.Len(t, s.applied, 3)
 	assert.NotContains(t, f.rec.claims.holder, "chat3.example.com")
 }
 

@@ -208,8 +208,13 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	want := decide(tm, pl, confs)
 	// Every sink applied the plan: names the map no longer claims are not served for it any
 	// more, so they leave its journal now (and other maps may be granted them).
-	dropped := journaledNotClaimed(tm, r.publisher, pl.self)
-	if want.journal, err = journalOf(tm, r.publisher, r.digest, keptNames(tm, r.publisher, pl.self)); err != nil {
+	// A sink that refused the plan (a contested hostname, a retained last positive route)
+	// may still serve the old names: then they stay.
+	dropped, keep := journaledNotClaimed(tm, r.publisher, pl.self), keptNames(tm, r.publisher, pl.self)
+	if slices.ContainsFunc(confs, func(c sink.Confirmation) bool { return c.State == sink.Refused }) || len(pl.plan.Conflicts) > 0 {
+		dropped, keep = nil, JournaledNames(tm, r.publisher)
+	}
+	if want.journal, err = journalOf(tm, r.publisher, r.digest, keep); err != nil {
 		return 0, err
 	}
 	if want.published && !publishedTrue(tm) && findPublished(tm) != nil {
