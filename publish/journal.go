@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/publish/sink"
 )
 
 // The claim journal: status.publisher of each TrafficMap (OME's TrafficMapPublisherStatus),
@@ -20,6 +21,8 @@ import (
 //     name, and the pruned journal it writes after the sinks applied the plan (a name the
 //     map no longer claims leaves the journal only then, so no other map is granted a
 //     name while this one may still serve it);
+//   - lastPositive, the last plan fully in place with a positive weight, written with the
+//     True condition that says so;
 //   - the claim table (claimTable), the one lock that makes granting a name and journaling
 //     it one step for the workers of this process.
 //
@@ -95,9 +98,30 @@ func journalOf(tm *v1beta1.TrafficMap, publisher, digest string, names []string)
 		j.ClaimedTargets = targets
 	}
 	if prev := tm.Status.Publisher; prev != nil && prev.PublisherName == publisher {
-		j.LastPositive = prev.LastPositive // not written by this publisher; kept as it is
+		j.LastPositive = prev.LastPositive // replaced only by withLastPositive
 	}
 	return j, nil
+}
+
+// lastPositive is status.publisher.lastPositive for a plan fully in place (Published True)
+// with a positive weight: the map and source generations it was built from, its shape's
+// digest (the options digest, the hostnames and each target's endpoint: a retained plan is
+// replayable only while these still match) and each entry cluster's effective weight. It
+// is nil when the plan has no positive weight or does not fit the schema (no source
+// generation, more than 128 targets).
+func lastPositive(tm *v1beta1.TrafficMap, p *sink.Plan, optionsDigest string) *v1beta1.TrafficMapPublisherLastPositive {
+	res := p.Result
+	if res.AllZero() || tm.Generation < 1 || tm.Spec.ObservedISVCGeneration < 1 || len(res.Entries) > maxJournalTargets {
+		return nil
+	}
+	lp := &v1beta1.TrafficMapPublisherLastPositive{TrafficMapGeneration: tm.Generation, ObservedISVCGeneration: tm.Spec.ObservedISVCGeneration}
+	shape := []string{"options=" + optionsDigest, "hostnames=" + strings.Join(p.Hostnames, ",")}
+	for _, e := range res.Entries {
+		lp.Targets = append(lp.Targets, v1beta1.TrafficMapPublisherTarget{Target: e.Cluster, Weight: int64(e.Effective)})
+		shape = append(shape, "target="+e.Cluster+"="+e.Endpoint.URL)
+	}
+	lp.PlanCompatibilityDigest = OptionsDigest(shape)
+	return lp
 }
 
 // OptionsDigest is observedOptionsDigest: the sha256 of the publisher options that shape

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/publish/sink"
 )
 
@@ -263,4 +264,33 @@ func TestReconcileClaimTableHeld(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, metav1.ConditionTrue, f.published().Status)
 	assert.Equal(t, []string{"grpc:chat.prod", "hostname:chat.example.com"}, f.api.tm.Status.Publisher.ClaimedTargets)
+}
+
+// lastPositive is written with the True condition of a plan with a positive weight, and
+// kept while the map is not published or publishes only zeros.
+func TestReconcileLastPositive(t *testing.T) {
+	s := inPlace("route stored")
+	f := newFixture(t, s)
+	f.inputs.tm.Spec.ObservedISVCGeneration = 7
+	f.api.tm = f.inputs.tm.DeepCopy()
+	_, err := f.run(t)
+	require.NoError(t, err)
+	require.Equal(t, metav1.ConditionTrue, f.published().Status)
+	lp := f.api.tm.Status.Publisher.LastPositive
+	require.NotNil(t, lp)
+	assert.Equal(t, int64(3), lp.TrafficMapGeneration)
+	assert.Equal(t, int64(7), lp.ObservedISVCGeneration)
+	assert.Equal(t, []v1beta1.TrafficMapPublisherTarget{{Target: "worker-a", Weight: 1}, {Target: "worker-b", Weight: 1}}, lp.Targets)
+	assert.Regexp(t, `^sha256:[0-9a-f]{64}$`, lp.PlanCompatibilityDigest)
+	applies := f.api.applies
+
+	_, err = f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, applies, f.api.applies, "no write when nothing changed")
+
+	// Everything drained: True with zeros; the last positive plan stays.
+	f.inputs.annotations = map[string]string{"ome.io/traffic-drain": `{"m-a":{"cluster":"worker-a","reason":"r"},"m-b":{"cluster":"worker-b","reason":"r"}}`}
+	_, err = f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, lp, f.api.tm.Status.Publisher.LastPositive)
 }

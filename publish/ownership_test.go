@@ -205,3 +205,28 @@ func TestOlderNamespaceTakesNothingFromCaches(t *testing.T) {
 		})
 	}
 }
+
+// A status-only update that moves a map's claim journal reconciles the map (the xDS sink
+// plans from the cache, so a newly journaled name is served only now) and every map that
+// wants one of the names it took or dropped; other status-only updates requeue nothing.
+func TestJournalChangeRequeuesContenders(t *testing.T) {
+	f := newOwnershipFixture(t)
+	prod := f.addMap(t, "prod", "chat", "chat", 5)
+	f.addISVC(t, "prod", "chat", "shared.example.com")
+	f.addMap(t, "staging", "chat", "chat", 0)
+	f.addISVC(t, "staging", "chat", "shared.example.com")
+	f.addMap(t, "other", "x", "x", 7)
+	f.addISVC(t, "other", "x", "x.example.com")
+	prod.ResourceVersion = "1"
+
+	journaled := f.journal(t, prod, "chat.prod", "shared.example.com")
+	journaled.ResourceVersion = "2"
+	f.p.onTrafficMap(normalPriority, prod, journaled)
+	assert.ElementsMatch(t, []string{"prod/chat", "staging/chat"}, f.queued())
+
+	again := journaled.DeepCopy()
+	again.ResourceVersion = "3"
+	again.Status.Published = true
+	f.p.onTrafficMap(normalPriority, journaled, again)
+	assert.Empty(t, f.queued(), "a status write that leaves the journal as it was")
+}

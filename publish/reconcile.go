@@ -217,6 +217,11 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	if want.journal, err = journalOf(tm, r.publisher, r.digest, keep); err != nil {
 		return 0, err
 	}
+	if want.published {
+		if lp := lastPositive(tm, &pl.plan, r.digest); lp != nil {
+			want.journal.LastPositive = lp
+		}
+	}
 	if want.published && !publishedTrue(tm) && findPublished(tm) != nil {
 		// Turning True: the decision must not be older than the InferenceService it was
 		// made from. A drain patched after the cache was read (`publisher drain` flips

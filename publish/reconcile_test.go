@@ -106,6 +106,14 @@ func (f *fakeStatusAPI) ApplyStatus(_ context.Context, ac *omeac.TrafficMapApply
 	if j := st.Publisher; j != nil {
 		tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: *j.PublisherName, ClaimedTargets: j.ClaimedTargets,
 			ObservedOptionsDigest: ptr.Deref(j.ObservedOptionsDigest, "")}
+		if lp := j.LastPositive; lp != nil {
+			out := &v1beta1.TrafficMapPublisherLastPositive{TrafficMapGeneration: *lp.TrafficMapGeneration,
+				ObservedISVCGeneration: *lp.ObservedISVCGeneration, PlanCompatibilityDigest: *lp.PlanCompatibilityDigest}
+			for _, t := range lp.Targets {
+				out.Targets = append(out.Targets, v1beta1.TrafficMapPublisherTarget{Target: *t.Target, Weight: *t.Weight})
+			}
+			tm.Status.Publisher.LastPositive = out
+		}
 	}
 	tm.ResourceVersion += "1"
 	f.tm = tm
