@@ -63,6 +63,9 @@ func TestOlderNamespaceTakesNothing(t *testing.T) {
 	assert.Equal(t, publish.DefaultFieldManager, held.Status.Publisher.PublisherName)
 	assert.Equal(t, []string{"grpc:" + grpcName, "hostname:" + shared}, held.Status.Publisher.ClaimedTargets)
 	assert.Regexp(t, `^sha256:[0-9a-f]{64}$`, held.Status.Publisher.ObservedOptionsDigest)
+	if lp := held.Status.Publisher.LastPositive; assert.NotNil(t, lp, "the positive plan in place is journaled") {
+		assert.Equal(t, []v1beta1.TrafficMapPublisherTarget{{Target: "worker-a", Weight: 1}, {Target: "worker-b", Weight: 1}}, lp.Targets)
+	}
 	evil.waitPublished()
 	route := prod.route()
 	require.NotNil(t, route)
