@@ -152,5 +152,5 @@ func publishingCondition(tm *v1beta1.TrafficMap, message string, now time.Time) 
 // fields as publish writes them (published, the Published condition, and
 // observedTrafficMapGeneration and gatewayRef as tm has them), at tm's resourceVersion.
 func FlipConfiguration(tm *v1beta1.TrafficMap, cond metav1.Condition) *omeac.TrafficMapApplyConfiguration {
-	return publish.StatusApplyConfiguration(tm, false, tm.Status.ObservedTrafficMapGeneration, tm.Status.GatewayRef, cond)
+	return publish.StatusApplyConfiguration(tm, false, tm.Status.ObservedTrafficMapGeneration, tm.Status.GatewayRef, cond, tm.Status.Publisher)
 }

@@ -65,10 +65,16 @@ type caches struct {
 	// annotation (writeRamps) as fieldManager.
 	meta         metadata.Interface
 	fieldManager string
+
+	// publisher is the publisherName whose claim journals count (journal.go); policy says
+	// which namespace may claim which hostname (policy.go).
+	publisher string
+	policy    ClaimPolicy
 }
 
 func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 	cs := &caches{scopes: cfg.Namespaces, route: route, meta: c.meta, fieldManager: cfg.FieldManager,
+		publisher: cfg.publisherName(), policy: cfg.claimPolicy(),
 		scoped: !cfg.sinkOn(SinkXDS) && route.Gateway.Namespace == ""}
 	if len(cs.scopes) == 0 {
 		cs.scopes = []string{corev1.NamespaceAll}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"text/template"
 	"time"
 
@@ -101,6 +102,47 @@ type Config struct {
 	// EnablePprof serves Go's profiles under /debug/pprof/ (on DebugAddress when set, else
 	// on HTTPAddress).
 	EnablePprof bool
+	// PublisherName is status.publisher.publisherName of the claim journals this publisher
+	// writes and honours; default the FieldManager.
+	PublisherName string
+	// HostnameEntitlements is the optional entitlement policy (policy.go): each rule gives
+	// a domain to a list of namespaces. None: any namespace may claim any name that is not
+	// another namespace's gRPC-form name.
+	HostnameEntitlements []Entitlement
+}
+
+// publisherName is PublisherName or its default.
+func (c Config) publisherName() string {
+	switch {
+	case c.PublisherName != "":
+		return c.PublisherName
+	case c.FieldManager != "":
+		return c.FieldManager
+	}
+	return DefaultFieldManager
+}
+
+// claimPolicy is the policy of who may claim which hostname.
+func (c Config) claimPolicy() ClaimPolicy {
+	return ClaimPolicy{Entitlements: c.HostnameEntitlements, GRPCNames: c.sinkOn(SinkXDS)}
+}
+
+// optionsDigest is status.publisher.observedOptionsDigest: the digest of the options that
+// shape how a map is published (its names, where and how its weights go).
+func (c Config) optionsDigest() string {
+	opts := []string{
+		"publisherName=" + c.publisherName(),
+		"gateway=" + c.Gateway.String(),
+		"gatewaySection=" + c.GatewaySection,
+		"hostTemplate=" + c.HostTemplate,
+		fmt.Sprintf("rewriteHostname=%t", c.RewriteHostname),
+		"noPositivePolicy=" + string(c.NoPositivePolicy),
+		"sinks=" + strings.Join(slices.Sorted(slices.Values(c.Sinks)), ","),
+	}
+	for _, e := range c.HostnameEntitlements {
+		opts = append(opts, "hostnameEntitlement="+e.String())
+	}
+	return OptionsDigest(opts)
 }
 
 // The sinks.
@@ -167,6 +209,14 @@ func (c Config) Validate() error {
 	if c.GatewaySection != "" {
 		if msgs := validation.IsDNS1123Subdomain(c.GatewaySection); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("%w: --gateway-section %q: %s", ErrInvalidConfig, c.GatewaySection, msgs[0]))
+		}
+	}
+	if n := len(c.PublisherName); n > 128 {
+		errs = append(errs, fmt.Errorf("%w: --publisher-name is %d bytes: at most 128 (status.publisher.publisherName)", ErrInvalidConfig, n))
+	}
+	for _, e := range c.HostnameEntitlements {
+		if _, err := ParseEntitlement(e.String()); err != nil {
+			errs = append(errs, fmt.Errorf("%w: --hostname-entitlement: %w", ErrInvalidConfig, err))
 		}
 	}
 	switch c.NoPositivePolicy {

@@ -2,6 +2,7 @@ package publish
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +39,9 @@ type publisherStatus struct {
 	// it turned True, so clients that come and go (or reconnect after a restart) cost no
 	// status write per map.
 	tail string
+	// journal is the claim journal to write (status.publisher); nil keeps the map's as it
+	// is.
+	journal *v1beta1.TrafficMapPublisherStatus
 }
 
 func condition(tm *v1beta1.TrafficMap, status metav1.ConditionStatus, reason, message string) metav1.Condition {
@@ -71,8 +75,10 @@ func decide(tm *v1beta1.TrafficMap, pl *planned, confs []sink.Confirmation) publ
 			ref = c.GatewayRef
 		}
 	}
-	if len(pl.plan.Conflicts) > 0 {
-		parts := []string{describeConflicts(pl.plan.Conflicts)}
+	// A name not journaled yet is no conflict: the pipeline journals it before the sinks
+	// apply (a plan refused before that step is described by the refusal).
+	if conflicts := slices.DeleteFunc(slices.Clone(pl.plan.Conflicts), func(c sink.Conflict) bool { return c.Unjournaled }); len(conflicts) > 0 {
+		parts := []string{describeConflicts(conflicts)}
 		for _, c := range confs {
 			parts = append(parts, c.Message)
 		}
@@ -141,8 +147,16 @@ func describeConflicts(conflicts []sink.Conflict) string {
 	parts := make([]string, 0, len(conflicts))
 	for _, c := range conflicts {
 		o := c.Owner
-		parts = append(parts, fmt.Sprintf("hostname %s is held by %s %s/%s (hostname %s, created %s)",
-			c.Hostname, strings.ToLower(o.Kind), o.Namespace, o.Name, o.Hostname, o.Created.UTC().Format(time.RFC3339)))
+		switch {
+		case c.Unjournaled:
+			parts = append(parts, fmt.Sprintf("hostname %s is not in this map's claim journal yet", c.Hostname))
+		case o.Created.IsZero():
+			parts = append(parts, fmt.Sprintf("hostname %s is held by %s %s/%s (hostname %s, being granted)",
+				c.Hostname, strings.ToLower(o.Kind), o.Namespace, o.Name, o.Hostname))
+		default:
+			parts = append(parts, fmt.Sprintf("hostname %s is held by %s %s/%s (hostname %s, created %s)",
+				c.Hostname, strings.ToLower(o.Kind), o.Namespace, o.Name, o.Hostname, o.Created.UTC().Format(time.RFC3339)))
+		}
 	}
 	return strings.Join(parts, ", ") + ", which takes precedence: no sink serves it for this map until the owner is deleted or gives it up"
 }

@@ -22,6 +22,10 @@ type gathered struct {
 	// (Caches.claims); foreign are the claims of foreign routes on the same Gateway
 	// listener that overlap its names.
 	claims, foreign []Claim
+	// publisher is the publisherName whose journals count; policy decides which hostname
+	// the map's namespace may claim.
+	publisher string
+	policy    ClaimPolicy
 }
 
 // gather reads the map's inputs from the caches. A foreign route at the map's route name
@@ -75,5 +79,7 @@ func (c *caches) gather(tm *v1beta1.TrafficMap) (gathered, error) {
 		inputs:     in,
 		claims:     c.claims(self),
 		foreign:    c.foreignClaims(tm.Namespace, self.Names),
+		publisher:  c.publisher,
+		policy:     c.policy,
 	}, nil
 }

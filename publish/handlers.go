@@ -156,6 +156,12 @@ func (p *Publisher) onTrafficMap(pr priority, old, obj any) {
 		prev.Status.SourceUID == tm.Status.SourceUID &&
 		maps.Equal(prev.Labels, tm.Labels) && maps.Equal(prev.Annotations, tm.Annotations) &&
 		prev.DeletionTimestamp.Equal(tm.DeletionTimestamp) {
+		if pj, tj := JournaledNames(prev, ""), JournaledNames(tm, ""); !slices.Equal(pj, tj) {
+			// The claim journal moved: the map's newly granted names may be served now (the
+			// xDS sink plans from the cache) and a name it dropped may go to a contender.
+			p.enqueue(pr, tm.Namespace, tm.Name)
+			p.enqueueContenders(pr, append(pj, tj...)...)
+		}
 		return
 	}
 	p.enqueue(pr, tm.Namespace, tm.Name)
@@ -165,7 +171,8 @@ func (p *Publisher) onTrafficMap(pr priority, old, obj any) {
 		for _, m := range []*v1beta1.TrafficMap{prev, tm} {
 			if m != nil {
 				isvc, _ := p.caches.inferenceService(m.Namespace, m.Spec.Service)
-				names = append(names, p.caches.mapClaim(m, isvc).Names...)
+				cl := p.caches.mapClaim(m, isvc)
+				names = append(append(names, cl.Names...), cl.Journaled...)
 			}
 		}
 		p.enqueueContenders(pr, names...)

@@ -19,12 +19,25 @@ import (
 // "*.b.example.com", never "example.com"). Names compare case-insensitively, without a
 // trailing dot.
 //
-// Among the claims on overlapping names the oldest wins: the TrafficMap with the older
-// metadata.creationTimestamp, ties broken by namespace/name (Gateway API's route
-// precedence, applied to the maps because both sinks must decide alike and the xDS sink
-// has no route). A name is granted to a claim when it overlaps no name already granted to an
-// older claim; a name lost to an older claim is served for no one but that owner, by either
-// sink.
+// Ownership goes by claim time, and the claim journal (status.publisher.claimedTargets,
+// journal.go) is the record of it: a map holds a name once the name is in its journal,
+// written before any sink serves it. Among the claims on overlapping names:
+//
+//  1. a name journaled by another map wins over a claim not journaled yet, whatever the
+//     maps' ages: a new annotation on an old map is a new claim and loses to a name
+//     already held;
+//  2. when both journaled overlapping names (a race between publishers, a restored
+//     object), the older map wins: the older metadata.creationTimestamp, ties broken by
+//     namespace/name (Gateway API's route precedence);
+//  3. among claims journaled by no one, the older claimant is first to be granted (so a
+//     cold start over maps that never journaled decides deterministically); a name no
+//     one holds and no older claimant wants is Claimable: the pipeline grants it (claim
+//     table, journal.go) by writing it into the map's journal, and only then is it Owned.
+//
+// Only Owned names are served, by either sink; a name lost is served for no one but its
+// owner. Which names a map may claim at all (a gRPC-form name of another namespace, a
+// domain the entitlement policy gives to other namespaces) is decided before, by
+// ClaimPolicy (policy.go): a refused name is no claim.
 
 // Claim is one map's claim on names.
 type Claim struct {
@@ -34,15 +47,19 @@ type Claim struct {
 	Namespace, Name string
 	// Created is the claimant's metadata.creationTimestamp.
 	Created time.Time
-	// Names are the names it claims.
+	// Names are the names it claims (the ones its policy allows).
 	Names []string
+	// Journaled are the names its claim journal holds: the ones it was granted, including
+	// names it no longer claims but whose journal entry is not dropped yet (a name leaves
+	// the journal only after the sinks stopped serving it). A route's claim has none.
+	Journaled []string
 }
 
 // Key is the claimant's namespace/name.
 func (c Claim) Key() string { return c.Namespace + "/" + c.Name }
 
-// Precedes reports whether a wins over b: a is older, or as old and first by
-// namespace/name.
+// Precedes reports whether a wins over b in a tie between two journaled (or two
+// unjournaled) claims: a is older, or as old and first by namespace/name.
 func Precedes(a, b Claim) bool { return compareClaims(a, b) < 0 }
 
 func compareClaims(a, b Claim) int {
@@ -81,17 +98,16 @@ func HostnamesOverlap(a, b string) bool {
 	return false
 }
 
-// ForeignConflicts moves to the conflicts each of own's names that an older foreign route
-// overlaps: a route the publisher does not manage, attached to the same Gateway listener
-// with a "/" match, created before the map's own route (routeCreated; nil when the map has
-// no route yet, which a new route would be younger than). That is the gateway's own
-// precedence between routes, so the map never claims traffic the gateway gives to the
-// foreign route.
+// ForeignConflicts moves to the conflicts each of own's owned and claimable names that an
+// older foreign route overlaps: a route the publisher does not manage, attached to the same
+// Gateway listener with a "/" match, created before the map's own route (routeCreated; nil
+// when the map has no route yet, which a new route would be younger than). That is the
+// gateway's own precedence between routes, so the map never claims traffic the gateway
+// gives to the foreign route.
 func ForeignConflicts(own Ownership, routeCreated *time.Time, foreign []Claim) Ownership {
 	out := Ownership{Conflicts: slices.Clone(own.Conflicts)}
 	foreign = slices.SortedFunc(slices.Values(foreign), compareClaims) // the gateway's oldest route first
-	for _, n := range own.Owned {
-		lost := false
+	lost := func(n string) bool {
 		for _, f := range foreign {
 			if routeCreated != nil && !f.Created.Before(*routeCreated) {
 				continue
@@ -100,72 +116,94 @@ func ForeignConflicts(own Ownership, routeCreated *time.Time, foreign []Claim) O
 				if HostnamesOverlap(n, fn) {
 					out.Conflicts = append(out.Conflicts, sink.Conflict{Hostname: n,
 						Owner: sink.Owner{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Hostname: fn, Created: f.Created}})
-					lost = true
-					break
+					return true
 				}
 			}
-			if lost {
-				break
-			}
 		}
-		if !lost {
+		return false
+	}
+	for _, n := range own.Owned {
+		if !lost(n) {
 			out.Owned = append(out.Owned, n)
 		}
 	}
-	slices.SortFunc(out.Conflicts, func(a, b sink.Conflict) int { return cmp.Compare(a.Hostname, b.Hostname) })
+	for _, n := range own.Claimable {
+		if !lost(n) {
+			out.Claimable = append(out.Claimable, n)
+		}
+	}
+	sortConflicts(out.Conflicts)
 	return out
 }
 
 // Ownership is the outcome of ResolveHostnames for one claim.
 type Ownership struct {
-	// Owned are the claim's names no older claim overlaps, sorted.
+	// Owned are the claim's journaled names no other claim takes precedence over, sorted:
+	// the names the sinks serve for it.
 	Owned []string
+	// Claimable are its names no one holds and no older claim journaled by no one wants,
+	// sorted: the pipeline grants them by journaling them; until then no sink serves them.
+	Claimable []string
 	// Conflicts are its other names, each with the claim that holds it, sorted by name.
 	Conflicts []sink.Conflict
 }
 
-// ResolveHostnames decides which of self's names self owns, given claims: every claim that
-// may hold a name overlapping one of self's (the others are ignored; self may be among
-// them). The result is the same as granting names oldest claim first over every claim
-// there is, as long as claims holds each older claim that overlaps self or, recursively,
-// such a claim.
+// ResolveHostnames decides which of self's names self owns, given claims: every other
+// claim that may hold or want a name overlapping one of self's (the others are ignored;
+// self may be among them, and is skipped). See the rules at the top of this file. Two
+// claims never both own overlapping names: between two journaled claims exactly one
+// precedes the other, and an unjournaled name is never Owned.
 func ResolveHostnames(self Claim, claims []Claim) Ownership {
-	order := slices.Clone(claims)
-	order = slices.DeleteFunc(order, func(c Claim) bool { return c.Kind == self.Kind && c.Key() == self.Key() })
-	order = append(order, self)
-	slices.SortFunc(order, compareClaims)
-	type grant struct {
-		name  string
-		owner Claim
-	}
-	var granted []grant
-	for _, c := range order {
-		isSelf := c.Kind == self.Kind && c.Key() == self.Key()
-		var mine []grant
-		var out Ownership
-		for _, n := range uniqueNames(c.Names) {
-			holder := -1
-			for i, g := range granted {
-				if HostnamesOverlap(n, g.name) {
-					holder = i
-					break
+	rivals := slices.DeleteFunc(slices.Clone(claims), func(c Claim) bool { return c.Kind == self.Kind && c.Key() == self.Key() })
+	slices.SortFunc(rivals, compareClaims)
+	journaled := uniqueNames(self.Journaled)
+	var out Ownership
+	for _, n := range uniqueNames(self.Names) {
+		mine := slices.Contains(journaled, n)
+		var holder, wanter *sink.Conflict
+		for _, r := range rivals {
+			if holder == nil {
+				if hn, ok := overlapping(n, r.Journaled); ok && (!mine || Precedes(r, self)) {
+					holder = &sink.Conflict{Hostname: n, Owner: ownerOf(r, hn)}
 				}
 			}
-			if holder < 0 {
-				mine = append(mine, grant{n, c})
-				out.Owned = append(out.Owned, n)
-				continue
+			if wanter == nil && !mine && Precedes(r, self) {
+				if wn, ok := overlapping(n, r.Names); ok && !slices.Contains(uniqueNames(r.Journaled), wn) {
+					wanter = &sink.Conflict{Hostname: n, Owner: ownerOf(r, wn)}
+				}
 			}
-			g := granted[holder]
-			out.Conflicts = append(out.Conflicts, sink.Conflict{Hostname: n,
-				Owner: sink.Owner{Kind: g.owner.Kind, Namespace: g.owner.Namespace, Name: g.owner.Name, Hostname: g.name, Created: g.owner.Created}})
 		}
-		if isSelf {
-			return out
+		switch {
+		case holder != nil:
+			out.Conflicts = append(out.Conflicts, *holder)
+		case mine:
+			out.Owned = append(out.Owned, n)
+		case wanter != nil:
+			out.Conflicts = append(out.Conflicts, *wanter)
+		default:
+			out.Claimable = append(out.Claimable, n)
 		}
-		granted = append(granted, mine...)
 	}
-	return Ownership{} // not reached: self is in order
+	sortConflicts(out.Conflicts)
+	return out
+}
+
+// overlapping returns the first of names (normalized, sorted) that overlaps n.
+func overlapping(n string, names []string) (string, bool) {
+	for _, m := range uniqueNames(names) {
+		if HostnamesOverlap(n, m) {
+			return m, true
+		}
+	}
+	return "", false
+}
+
+func ownerOf(c Claim, name string) sink.Owner {
+	return sink.Owner{Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Hostname: name, Created: c.Created}
+}
+
+func sortConflicts(cs []sink.Conflict) {
+	slices.SortStableFunc(cs, func(a, b sink.Conflict) int { return cmp.Compare(a.Hostname, b.Hostname) })
 }
 
 // uniqueNames are names normalized, sorted and without repeats.

@@ -3,6 +3,7 @@ package publish
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,49 +68,109 @@ func TestHostIndexKeysFindOverlaps(t *testing.T) {
 	}
 }
 
+// journaled is c with every name in its claim journal.
+func journaled(c Claim) Claim {
+	c.Journaled = c.Names
+	return c
+}
+
 func TestResolveHostnamesOrder(t *testing.T) {
-	prod := claim("prod", "chat", 0, "chat.prod", "chat.example.com")
-	staging := claim("staging", "chat", 5, "chat.staging", "chat.example.com")
+	prod := journaled(claim("prod", "chat", 5, "chat.prod", "chat.example.com"))
+	staging := claim("staging", "chat", 0, "chat.staging", "chat.example.com") // older, claiming later
 
 	own := ResolveHostnames(staging, []Claim{prod})
-	assert.Equal(t, []string{"chat.staging"}, own.Owned, "the newer map keeps its unshared name")
+	assert.Equal(t, []string{"chat.staging"}, own.Claimable, "its unshared name is free to journal")
+	assert.Empty(t, own.Owned, "nothing is owned before it is journaled")
 	require.Len(t, own.Conflicts, 1)
 	assert.Equal(t, sink.Conflict{Hostname: "chat.example.com", Owner: sink.Owner{Kind: KindTrafficMap, Namespace: "prod", Name: "chat",
-		Hostname: "chat.example.com", Created: prod.Created}}, own.Conflicts[0])
+		Hostname: "chat.example.com", Created: prod.Created}}, own.Conflicts[0], "a journaled name beats an older map's new claim")
+
+	staging.Journaled = []string{"chat.staging"}
+	own = ResolveHostnames(staging, []Claim{prod})
+	assert.Equal(t, []string{"chat.staging"}, own.Owned)
+	assert.Empty(t, own.Claimable)
 
 	own = ResolveHostnames(prod, []Claim{staging})
-	assert.Equal(t, []string{"chat.example.com", "chat.prod"}, own.Owned, "the older map keeps everything")
+	assert.Equal(t, []string{"chat.example.com", "chat.prod"}, own.Owned, "the holder keeps everything")
 	assert.Empty(t, own.Conflicts)
 
-	t.Run("same creation time: namespace/name decides", func(t *testing.T) {
-		a, b := claim("a", "chat", 0, "h.example.com"), claim("b", "chat", 0, "h.example.com")
-		assert.Empty(t, ResolveHostnames(a, []Claim{b}).Conflicts)
+	t.Run("both journaled (a race, a restore): the older wins, then namespace/name", func(t *testing.T) {
+		a, b := journaled(claim("a", "chat", 0, "h.example.com")), journaled(claim("b", "chat", 0, "h.example.com"))
+		assert.Equal(t, []string{"h.example.com"}, ResolveHostnames(a, []Claim{b}).Owned)
 		assert.Equal(t, "a", ResolveHostnames(b, []Claim{a}).Conflicts[0].Owner.Namespace)
-		c := claim("a", "zz", 0, "h.example.com")
+		c := journaled(claim("a", "zz", 0, "h.example.com"))
 		assert.Equal(t, "chat", ResolveHostnames(c, []Claim{a}).Conflicts[0].Owner.Name)
+		old := journaled(claim("z", "z", -1, "h.example.com"))
+		assert.Equal(t, "z", ResolveHostnames(a, []Claim{b, old}).Conflicts[0].Owner.Namespace)
 	})
 
-	t.Run("wildcard against exact: the older wins either way", func(t *testing.T) {
-		wild, exact := claim("w", "m", 0, "*.example.com"), claim("e", "m", 1, "chat.example.com")
+	t.Run("no one journaled: the older claimant is granted first", func(t *testing.T) {
+		a, b := claim("b", "old", 0, "h.example.com"), claim("a", "new", 1, "h.example.com")
+		assert.Equal(t, []string{"h.example.com"}, ResolveHostnames(a, []Claim{b}).Claimable)
+		own := ResolveHostnames(b, []Claim{a})
+		assert.Empty(t, own.Claimable)
+		require.Len(t, own.Conflicts, 1)
+		assert.Equal(t, "old", own.Conflicts[0].Owner.Name)
+		assert.Equal(t, "new", ResolveHostnames(a, []Claim{journaled(b)}).Conflicts[0].Owner.Name, "once the younger journaled it, it holds it")
+	})
+
+	t.Run("wildcard against exact: the holder wins either way", func(t *testing.T) {
+		wild, exact := journaled(claim("w", "m", 5, "*.example.com")), claim("e", "m", 1, "chat.example.com")
 		assert.Equal(t, "*.example.com", ResolveHostnames(exact, []Claim{wild}).Conflicts[0].Owner.Hostname)
-		wild.Created = t0.Add(time.Hour)
+		wild, exact = claim("w", "m", 0, "*.example.com"), journaled(claim("e", "m", 1, "chat.example.com"))
 		assert.Equal(t, "chat.example.com", ResolveHostnames(wild, []Claim{exact}).Conflicts[0].Owner.Hostname)
 	})
 
-	t.Run("a name lost to an older claim does not hold anything", func(t *testing.T) {
-		a := claim("ns", "a", 0, "a.example.com")
-		b := claim("ns", "b", 1, "*.example.com") // loses to a
-		c := claim("ns", "c", 2, "c.example.com") // overlaps b's wildcard, which b does not hold
-		own := ResolveHostnames(c, []Claim{a, b})
-		assert.Equal(t, []string{"c.example.com"}, own.Owned)
-		assert.Empty(t, own.Conflicts)
+	t.Run("a journaled name no longer claimed still holds until it is dropped", func(t *testing.T) {
+		a := claim("ns", "a", 5, "a.example.com")
+		a.Journaled = []string{"a.example.com", "old.example.com"}
+		b := claim("ns", "b", 0, "old.example.com")
+		own := ResolveHostnames(b, []Claim{a})
+		require.Len(t, own.Conflicts, 1)
+		assert.Equal(t, "a", own.Conflicts[0].Owner.Name)
 	})
 
-	t.Run("the gRPC name counts", func(t *testing.T) {
-		a := claim("prod", "chat", 0, "chat.prod", "chat.example.com")
-		b := claim("x", "y", 1, "y.x", "chat.prod") // a hostname equal to a's gRPC name
+	t.Run("the gRPC name counts within its namespace", func(t *testing.T) {
+		a := journaled(claim("prod", "chat", 5, "chat.prod", "chat.example.com"))
+		b := claim("prod", "y", 1, "y.prod", "chat.prod") // a hostname equal to a's gRPC name, same namespace
 		assert.Equal(t, "chat.prod", ResolveHostnames(b, []Claim{a}).Conflicts[0].Hostname)
 	})
+}
+
+// The scenario, on the pure level: prod/chat journaled its names; an OLDER map in
+// namespace evil claims chat.prod, chat.example.com and *.prod. It takes nothing: the
+// gRPC-form names are no claim at all (ClaimPolicy), chat.example.com loses to prod's
+// journal, and prod's ownership does not change. On main the older map won all three.
+func TestOlderNamespaceTakesNothing(t *testing.T) {
+	policy := ClaimPolicy{GRPCNames: true}
+	prod := journaled(claim("prod", "chat", 10, "chat.prod", "chat.example.com"))
+	for _, host := range []string{"chat.prod", "chat.example.com", "*.prod"} {
+		t.Run(host, func(t *testing.T) {
+			evil := claim("evil", "chat", 0, "chat.evil")
+			refused := policy.Check("evil", host)
+			if host != "chat.example.com" {
+				require.NotNil(t, refused, "a gRPC-form name of namespace prod is not evil's to claim")
+				assert.Contains(t, refused.Rule, "gRPC name of namespace prod")
+			} else {
+				require.Nil(t, refused)
+				evil.Names = append(evil.Names, host)
+			}
+			own := ResolveHostnames(evil, []Claim{prod})
+			assert.Equal(t, []string{"chat.evil"}, own.Claimable, "evil keeps only its own gRPC name")
+			assert.Empty(t, own.Owned)
+			for _, c := range own.Conflicts {
+				assert.Equal(t, "prod/chat", c.Owner.Namespace+"/"+c.Owner.Name)
+			}
+			// prod's ownership does not move.
+			own = ResolveHostnames(prod, []Claim{evil})
+			assert.Equal(t, []string{"chat.example.com", "chat.prod"}, own.Owned)
+			assert.Empty(t, own.Conflicts)
+		})
+	}
+	// A map in prod itself may claim a gRPC-form name of prod; the claim competes by claim
+	// time with prod's gRPC names.
+	assert.Nil(t, policy.Check("prod", "*.prod"))
+	assert.Nil(t, ClaimPolicy{}.Check("evil", "chat.prod"), "without the xDS sink gRPC names are not served")
 }
 
 func TestForeignConflicts(t *testing.T) {
@@ -145,7 +206,17 @@ func TestOwnedNamesNeverDuplicate(t *testing.T) {
 			if rng.IntN(4) == 0 {
 				host = "*." + domains[rng.IntN(len(domains))]
 			}
-			c := claim(ns, fmt.Sprintf("m%d", i), rng.IntN(3), svc+"."+ns, host)
+			c := claim(ns, fmt.Sprintf("m%d", i), rng.IntN(3), svc+"."+ns)
+			if (ClaimPolicy{GRPCNames: true}).Check(ns, host) == nil {
+				c.Names = append(c.Names, host)
+			}
+			// Any journal: a race or a restore may have journaled overlapping names, and a
+			// name no longer claimed may still be in it.
+			for _, n := range append(slices.Clone(c.Names), labels[rng.IntN(len(labels))]+"."+domains[rng.IntN(len(domains))]) {
+				if rng.IntN(2) == 0 {
+					c.Journaled = append(c.Journaled, n)
+				}
+			}
 			claims = append(claims, c)
 		}
 		var services []xds.Service
@@ -154,13 +225,14 @@ func TestOwnedNamesNeverDuplicate(t *testing.T) {
 			own := ResolveHostnames(c, claims)
 			svc := xds.Service{Namespace: c.Namespace, Name: c.Name, Service: strings.TrimSuffix(c.Names[0], "."+c.Namespace), Result: res}
 			for _, n := range own.Owned {
-				if n == c.Names[1] {
+				if len(c.Names) > 1 && n == c.Names[1] {
 					svc.Hostnames = []string{n}
 				}
 			}
 			for _, cf := range own.Conflicts {
 				svc.Withheld = append(svc.Withheld, cf.Hostname)
 			}
+			svc.Withheld = append(svc.Withheld, own.Claimable...) // served once journaled
 			services = append(services, svc)
 			if len(svc.Hostnames) > 0 {
 				withHosts = append(withHosts, svc)

@@ -25,9 +25,9 @@ const (
 	KindHTTPRoute = "HTTPRoute"
 )
 
-// indexTrafficMapByHostname indexes a map under its gRPC name and its --host-template name
-// (a map whose InferenceService has the annotation is found through that index instead;
-// lookups check each candidate's real names).
+// indexTrafficMapByHostname indexes a map under its gRPC name, its --host-template name
+// and the names its claim journal holds (a map whose InferenceService has the annotation is
+// found through that index instead; lookups check each candidate's real names).
 func (c *caches) indexTrafficMapByHostname(obj any) ([]string, error) {
 	tm, ok := obj.(*v1beta1.TrafficMap)
 	if !ok {
@@ -37,7 +37,11 @@ func (c *caches) indexTrafficMapByHostname(obj any) ([]string, error) {
 	if host, err := c.route.Hostname(httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service}); err == nil {
 		keys = append(keys, hostIndexKeys(host)...)
 	}
-	return keys, nil
+	for _, n := range JournaledNames(tm, "") {
+		keys = append(keys, hostIndexKeys(n)...)
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
 }
 
 func indexInferenceServiceByHostname(obj any) ([]string, error) {
@@ -68,14 +72,16 @@ func globalHost(isvc *metav1.PartialObjectMetadata) string {
 }
 
 // mapClaim is tm's claim with isvc (nil when missing) supplying the annotation: its
-// hostname when one can be derived, and its gRPC name.
+// hostname when one can be derived and the policy lets its namespace claim it, its gRPC
+// name, and the names its journal holds.
 func (c *caches) mapClaim(tm *v1beta1.TrafficMap, isvc *metav1.PartialObjectMetadata) Claim {
 	names := []string{GRPCName(tm.Namespace, tm.Spec.Service)}
 	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service, GlobalHost: globalHost(isvc)}
-	if host, err := c.route.Hostname(src); err == nil {
+	if host, err := c.route.Hostname(src); err == nil && c.policy.Check(tm.Namespace, host) == nil {
 		names = append(names, host)
 	}
-	return Claim{Kind: KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time, Names: names}
+	return Claim{Kind: KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time, Names: names,
+		Journaled: JournaledNames(tm, c.publisher)}
 }
 
 // byIndex lists the objects of every informer in infs whose index holds one of keys.
@@ -119,8 +125,8 @@ func (c *caches) mapsNamed(name string) []*v1beta1.TrafficMap {
 	return out
 }
 
-// rivals returns the claims of the other maps whose names overlap name, in the same scope
-// as namespace.
+// rivals returns the claims of the other maps that claim or journaled a name overlapping
+// name, in the same scope as namespace.
 func (c *caches) rivals(name, namespace, self string) []Claim {
 	var out []Claim
 	for _, tm := range c.mapsNamed(name) {
@@ -129,30 +135,24 @@ func (c *caches) rivals(name, namespace, self string) []Claim {
 		}
 		isvc, _ := c.inferenceService(tm.Namespace, tm.Spec.Service)
 		cl := c.mapClaim(tm, isvc)
-		if slices.ContainsFunc(cl.Names, func(n string) bool { return HostnamesOverlap(n, name) }) {
+		over := func(n string) bool { return HostnamesOverlap(n, name) }
+		if slices.ContainsFunc(cl.Names, over) || slices.ContainsFunc(cl.Journaled, over) {
 			out = append(out, cl)
 		}
 	}
 	return out
 }
 
-// claims gathers what decides self's names: every older map claim that overlaps one of
-// self's names or, recursively, one of such a claim's names.
+// claims gathers what decides self's names (ResolveHostnames): the claim of every other
+// map that claims or journaled a name overlapping one of self's.
 func (c *caches) claims(self Claim) []Claim {
 	seen := map[string]bool{self.Key(): true}
 	var out []Claim
-	queue := []Claim{self}
-	for len(queue) > 0 {
-		cl := queue[0]
-		queue = queue[1:]
-		for _, n := range uniqueNames(cl.Names) {
-			for _, r := range c.rivals(n, self.Namespace, cl.Key()) {
-				if seen[r.Key()] || !Precedes(r, cl) {
-					continue
-				}
+	for _, n := range uniqueNames(self.Names) {
+		for _, r := range c.rivals(n, self.Namespace, self.Key()) {
+			if !seen[r.Key()] {
 				seen[r.Key()] = true
 				out = append(out, r)
-				queue = append(queue, r)
 			}
 		}
 	}

@@ -30,7 +30,7 @@ func newOwnershipFixture(t *testing.T) *ownershipFixture {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	require.NoError(t, metav1.AddMetaToScheme(scheme))
-	cfg := Config{Sinks: []string{SinkHTTPRoute, SinkXDS}}
+	cfg := Config{Sinks: []string{SinkHTTPRoute, SinkXDS}, FieldManager: testPublisher}
 	route := httproute.Config{Gateway: types.NamespacedName{Namespace: "infra", Name: "global"},
 		HostTemplate: template.Must(template.New("h").Parse("{{.Service}}.{{.Namespace}}.example.com"))}
 	c := clients{kube: kubefake.NewClientset(), gateway: gwfake.NewClientset(), maps: omefake.NewClientset(), meta: metadatafake.NewSimpleMetadataClient(scheme)}
@@ -57,6 +57,16 @@ func (f *ownershipFixture) addISVC(t *testing.T, ns, name, host string) *metav1.
 	return m
 }
 
+// journal puts names into the cached map's claim journal, as a reconcile would.
+func (f *ownershipFixture) journal(t *testing.T, tm *v1beta1.TrafficMap, names ...string) *v1beta1.TrafficMap {
+	t.Helper()
+	tm = tm.DeepCopy()
+	tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: testPublisher,
+		ClaimedTargets: claimTargets(GRPCName(tm.Namespace, tm.Spec.Service), names)}
+	require.NoError(t, f.p.caches.maps[0].GetIndexer().Update(tm))
+	return tm
+}
+
 // ownership is what the plan step decides for the cached map.
 func (f *ownershipFixture) ownership(t *testing.T, tm *v1beta1.TrafficMap) Ownership {
 	t.Helper()
@@ -81,29 +91,42 @@ func (f *ownershipFixture) queued() []string {
 }
 
 // The caches' view finds the contenders through the indexes: an annotation, a template
-// name and a wildcard; the oldest holds the name; a foreign route older than the map's
-// route holds it too.
+// name, a wildcard and a journal; a journaled name holds against every claim not
+// journaled, whatever the ages; a foreign route older than the map's route holds it too.
 func TestOwnershipFromCaches(t *testing.T) {
 	f := newOwnershipFixture(t)
-	prod := f.addMap(t, "prod", "chat", "chat", 0)
+	prod := f.addMap(t, "prod", "chat", "chat", 5)
 	f.addISVC(t, "prod", "chat", "shared.example.com")
-	staging := f.addMap(t, "staging", "chat", "chat", 5)
+	prod = f.journal(t, prod, "chat.prod", "shared.example.com")
+	staging := f.addMap(t, "staging", "chat", "chat", 0) // older, claiming later
 	f.addISVC(t, "staging", "chat", "shared.example.com")
 	tmpl := f.addMap(t, "dev", "embed", "embed", 1) // no annotation: embed.dev.example.com
 	f.addISVC(t, "dev", "embed", "")
-	wild := f.addMap(t, "edge", "all", "all", 10)
+	tmpl = f.journal(t, tmpl, "embed.dev", "embed.dev.example.com")
+	wild := f.addMap(t, "edge", "all", "all", 0)
 	f.addISVC(t, "edge", "all", "*.dev.example.com")
 
 	assert.Equal(t, []string{"chat.prod", "shared.example.com"}, f.ownership(t, prod).Owned)
 	own := f.ownership(t, staging)
-	assert.Equal(t, []string{"chat.staging"}, own.Owned)
+	assert.Equal(t, []string{"chat.staging"}, own.Claimable)
 	require.Len(t, own.Conflicts, 1)
 	assert.Equal(t, "prod", own.Conflicts[0].Owner.Namespace)
 	assert.Equal(t, []string{"embed.dev", "embed.dev.example.com"}, f.ownership(t, tmpl).Owned)
 	own = f.ownership(t, wild)
-	assert.Equal(t, []string{"all.edge"}, own.Owned)
+	assert.Equal(t, []string{"all.edge"}, own.Claimable)
 	require.Len(t, own.Conflicts, 1)
-	assert.Equal(t, "embed.dev.example.com", own.Conflicts[0].Owner.Hostname, "the wildcard overlaps the older template name")
+	assert.Equal(t, "embed.dev.example.com", own.Conflicts[0].Owner.Hostname, "the wildcard overlaps the journaled template name")
+
+	// prod moves to another hostname: its journal still holds the old one (until the sinks
+	// stopped serving it), so staging cannot take it yet; found through the journal index.
+	f.addISVC(t, "prod", "chat", "moved.example.com")
+	own = f.ownership(t, staging)
+	require.Len(t, own.Conflicts, 1)
+	assert.Equal(t, "prod", own.Conflicts[0].Owner.Namespace)
+	prod = f.journal(t, prod, "chat.prod", "moved.example.com")
+	assert.Equal(t, []string{"chat.staging", "shared.example.com"}, f.ownership(t, staging).Claimable, "dropped from the journal: free")
+	f.addISVC(t, "prod", "chat", "shared.example.com")
+	prod = f.journal(t, prod, "chat.prod", "shared.example.com")
 
 	// A foreign route on the Gateway with the shared hostname, older than prod's route.
 	foreign := &gwapiv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "legacy", CreationTimestamp: metav1.NewTime(t0)},
@@ -151,3 +174,59 @@ func TestHandOverRequeuesContenders(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// The scenario through the caches: prod/chat claimed and journaled chat.prod and
+// chat.example.com; a map in namespace evil, created BEFORE prod's, then claims chat.prod,
+// chat.example.com or *.prod through its annotation. It takes nothing from prod (prod owns
+// both its names, evil none of them), whatever evil's age. On main the older evil map won.
+func TestOlderNamespaceTakesNothingFromCaches(t *testing.T) {
+	for _, host := range []string{"chat.prod", "chat.example.com", "*.prod"} {
+		t.Run(host, func(t *testing.T) {
+			f := newOwnershipFixture(t)
+			evil := f.addMap(t, "evil", "chat", "chat", 0)
+			f.addISVC(t, "evil", "chat", "")
+			prod := f.addMap(t, "prod", "chat", "chat", 10)
+			f.addISVC(t, "prod", "chat", "chat.example.com")
+			prod = prod.DeepCopy()
+			prod.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: testPublisher,
+				ClaimedTargets: []string{"grpc:chat.prod", "hostname:chat.example.com"}}
+			require.NoError(t, f.p.caches.maps[0].GetIndexer().Update(prod))
+
+			f.addISVC(t, "evil", "chat", host) // the new claim, on the older map
+			assert.Equal(t, []string{"chat.example.com", "chat.prod"}, f.ownership(t, prod).Owned, "prod keeps its names")
+			assert.Empty(t, f.ownership(t, prod).Conflicts)
+			own := f.ownership(t, evil)
+			for _, n := range own.Owned {
+				assert.False(t, HostnamesOverlap(n, "chat.prod") || HostnamesOverlap(n, "chat.example.com"), "evil owns %s", n)
+			}
+			for _, c := range own.Conflicts {
+				assert.Equal(t, "prod/chat", c.Owner.Namespace+"/"+c.Owner.Name)
+			}
+		})
+	}
+}
+
+// A status-only update that moves a map's claim journal reconciles the map (the xDS sink
+// plans from the cache, so a newly journaled name is served only now) and every map that
+// wants one of the names it took or dropped; other status-only updates requeue nothing.
+func TestJournalChangeRequeuesContenders(t *testing.T) {
+	f := newOwnershipFixture(t)
+	prod := f.addMap(t, "prod", "chat", "chat", 5)
+	f.addISVC(t, "prod", "chat", "shared.example.com")
+	f.addMap(t, "staging", "chat", "chat", 0)
+	f.addISVC(t, "staging", "chat", "shared.example.com")
+	f.addMap(t, "other", "x", "x", 7)
+	f.addISVC(t, "other", "x", "x.example.com")
+	prod.ResourceVersion = "1"
+
+	journaled := f.journal(t, prod, "chat.prod", "shared.example.com")
+	journaled.ResourceVersion = "2"
+	f.p.onTrafficMap(normalPriority, prod, journaled)
+	assert.ElementsMatch(t, []string{"prod/chat", "staging/chat"}, f.queued())
+
+	again := journaled.DeepCopy()
+	again.ResourceVersion = "3"
+	again.Status.Published = true
+	f.p.onTrafficMap(normalPriority, journaled, again)
+	assert.Empty(t, f.queued(), "a status write that leaves the journal as it was")
+}

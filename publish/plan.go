@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/publish/sink"
 	"github.com/trafficmap/publisher/weights"
@@ -32,6 +33,11 @@ type planned struct {
 	// inputReason so the operator learns the input was not taken.
 	inputReason string
 	inputErr    error
+	// self is the map's claim; claimable are its names no one holds that its journal does
+	// not hold yet (Ownership.Claimable): the pipeline journals them before any sink
+	// serves them.
+	self      Claim
+	claimable []string
 }
 
 // hostnamer derives a map's hostname (httproute.Config.Hostname).
@@ -64,12 +70,20 @@ func planMap(hosts hostnamer, g gathered) (*planned, error) {
 	}}
 	host, err := hosts.Hostname(httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service, GlobalHost: g.globalHost})
 	self := Claim{Kind: KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time,
-		Names: []string{GRPCName(tm.Namespace, tm.Spec.Service)}}
+		Names: []string{GRPCName(tm.Namespace, tm.Spec.Service)}, Journaled: JournaledNames(tm, g.publisher)}
 	if err == nil {
+		if refused := g.policy.Check(tm.Namespace, host); refused != nil {
+			return nil, &userError{ReasonHostnameNotEntitled, notEntitledMessage(tm, g, host, refused)}
+		}
 		self.Names = append(self.Names, host)
 	}
 	own := ForeignConflicts(ResolveHostnames(self, g.claims), routeCreated(g.inputs.Route), g.foreign)
+	pl.self, pl.claimable = self, own.Claimable
 	pl.plan.Conflicts = own.Conflicts
+	for _, n := range own.Claimable {
+		pl.plan.Conflicts = append(pl.plan.Conflicts, sink.Conflict{Hostname: n, Unjournaled: true})
+	}
+	sortConflicts(pl.plan.Conflicts)
 	switch {
 	case err != nil:
 		pl.plan.HostnameErr = err
@@ -100,6 +114,17 @@ func planMap(hosts hostnamer, g gathered) (*planned, error) {
 		pl.inputErr = errors.New(joinLines(errors.Join(errs...)))
 	}
 	return pl, nil
+}
+
+// notEntitledMessage says which hostname the map's namespace may not claim, where it comes
+// from and the rule.
+func notEntitledMessage(tm *v1beta1.TrafficMap, g gathered, host string, refused *Refusal) string {
+	from := fmt.Sprintf("inferenceservice %s/%s metadata.annotations[%s] %q", g.isvc.Namespace, g.isvc.Name, v1beta1.AnnotationGlobalHost, host)
+	if g.globalHost == "" {
+		from = fmt.Sprintf("hostname %q rendered by --host-template for trafficmap %s/%s", host, tm.Namespace, tm.Name)
+	}
+	return fmt.Sprintf("%s may not be claimed from namespace %s: %s; trafficmap %s/%s claims nothing under it and keeps what it published before",
+		from, tm.Namespace, refused.Rule, tm.Namespace, tm.Name)
 }
 
 // joinLines flattens a joined error onto one line for a condition message.

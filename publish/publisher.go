@@ -206,6 +206,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		sinks:   p.sinks,
 		status:  newStatusWriter(clientStatusAPI{maps: c.maps, manager: cfg.FieldManager}, p.recorder, p.metrics),
 		metrics: p.metrics,
+		claims:  newClaimTable(), publisher: cfg.publisherName(), digest: cfg.optionsDigest(),
 	}
 	if !cfg.sinkOn(SinkHTTPRoute) {
 		p.rec.record = &recordStore{kube: c.kube, manager: cfg.FieldManager, cached: p.caches.record}

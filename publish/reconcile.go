@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -25,11 +26,14 @@ import (
 //	plan   (plan.go)    effective weights and the sink-neutral plan; pure
 //	check  (sinks)      every enabled sink says whether it can carry the plan; pure. A plan
 //	                    one sink refuses goes to no sink (each keeps its last good)
+//	claim  (journal.go) names no one holds are granted (claim table) and written into the
+//	                    map's claim journal, before any sink serves them
 //	apply  (sinks)      each enabled sink applies the plan and answers with a typed confirmation
 //	record (recorded.go) with the HTTPRoute sink off, the last valid drains, taints and
 //	                    tolerations, in an owned ConfigMap, once every sink applied the plan
 //	decide (decide.go)  the Published condition from the confirmations; pure
-//	write  (status.go)  the status, only when it differs
+//	write  (status.go)  the status, only when it differs, with the claim journal pruned
+//	                    of names the map no longer claims (the sinks no longer serve them)
 //
 // Data flows one way; no step calls back into an earlier one.
 
@@ -84,6 +88,10 @@ type reconciler struct {
 	// record keeps the fallback state when no sink records it (the HTTPRoute sink is off);
 	// nil otherwise.
 	record *recordStore
+	// claims is the claim table; publisher and digest are the claim journal's
+	// publisherName and observedOptionsDigest.
+	claims            *claimTable
+	publisher, digest string
 }
 
 // reconcile converges one TrafficMap. It returns an error only for transient failures,
@@ -126,6 +134,16 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	if refused := refusal(r.sinks, &pl.plan); refused != nil {
 		_, hold, err = r.status.write(ctx, tm, decide(tm, pl, []sink.Confirmation{*refused}), log)
 		return hold, err
+	}
+	tableHeld := false // a name is being granted to another map: look again soon
+	if len(pl.claimable) > 0 {
+		tm, pl, tableHeld, err = r.claim(ctx, tm, g, pl, log)
+		if errors.As(err, &ue) {
+			return r.fail(ctx, tm, ue, log)
+		}
+		if err != nil {
+			return 0, err
+		}
 	}
 
 	carried, durable, kept := true, false, true
@@ -188,6 +206,22 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		}
 	}
 	want := decide(tm, pl, confs)
+	// Every sink applied the plan: names the map no longer claims are not served for it any
+	// more, so they leave its journal now (and other maps may be granted them).
+	// A sink that refused the plan (a contested hostname, a retained last positive route)
+	// may still serve the old names: then they stay.
+	dropped, keep := journaledNotClaimed(tm, r.publisher, pl.self), keptNames(tm, r.publisher, pl.self)
+	if slices.ContainsFunc(confs, func(c sink.Confirmation) bool { return c.State == sink.Refused }) || len(pl.plan.Conflicts) > 0 {
+		dropped, keep = nil, JournaledNames(tm, r.publisher)
+	}
+	if want.journal, err = journalOf(tm, r.publisher, r.digest, keep); err != nil {
+		return 0, err
+	}
+	if want.published {
+		if lp := lastPositive(tm, &pl.plan, r.digest); lp != nil {
+			want.journal.LastPositive = lp
+		}
+	}
 	if want.published && !publishedTrue(tm) && findPublished(tm) != nil {
 		// Turning True: the decision must not be older than the InferenceService it was
 		// made from. A drain patched after the cache was read (`publisher drain` flips
@@ -206,7 +240,17 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	if !want.published && log.Core().Enabled(zap.DebugLevel) {
 		log.Debug("not published yet", zap.String("reason", want.condition.Reason), zap.String("message", want.condition.Message))
 	}
-	if _, hold, err = r.status.write(ctx, tm, want, log); err != nil || len(pl.computed.Ramps) == 0 {
+	written, hold, err := r.status.write(ctx, tm, want, log)
+	if tableHeld && (hold <= 0 || hold > claimRetry) {
+		// The holder's journal write reconciles this map again; a failed write of it or its
+		// deletion may not, so it is looked at again after claimRetry anyway.
+		hold = claimRetry
+	}
+	if err == nil && hold == 0 && len(dropped) > 0 && !slices.Equal(JournaledNames(written, r.publisher), JournaledNames(tm, r.publisher)) {
+		r.claims.release(key.String(), dropped)
+		log.Info("claim journal dropped names no longer claimed", zap.Strings("names", dropped))
+	}
+	if err != nil || len(pl.computed.Ramps) == 0 {
 		return hold, err
 	}
 	next, err := r.advanceRamps(ctx, tm, g, pl, confs, log)
@@ -268,6 +312,72 @@ func (r *reconciler) advanceRamps(ctx context.Context, tm *v1beta1.TrafficMap, g
 	return 0, nil
 }
 
+// claimRetry is how soon a map whose name another map is being granted (claim table) is
+// reconciled again.
+const claimRetry = time.Second
+
+// claim grants the map its claimable names that no other map holds in the claim table and
+// writes them into its claim journal, before any sink serves them. It returns the map as
+// stored and the plan made again from it (the granted names are then owned). A name the
+// table holds for another map stays a conflict naming that map, and held is true; the
+// grants of a holder the cache no longer has (deleted) are dropped first.
+func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g gathered, pl *planned, log *zap.Logger) (
+	_ *v1beta1.TrafficMap, _ *planned, held bool, _ error) {
+	key := tm.Namespace + "/" + tm.Name
+	granted, added, holders := r.claims.reserve(key, pl.claimable)
+	stale := false
+	for _, h := range holders {
+		ns, name, _ := strings.Cut(h.Key, "/")
+		if other, err := r.inputs.trafficMap(ns, name); err == nil && (other == nil || other.DeletionTimestamp != nil) {
+			r.claims.forget(h.Key) // its delete is being reconciled; its grants are void
+			stale = true
+		}
+	}
+	if stale {
+		var more []string
+		granted, more, holders = r.claims.reserve(key, pl.claimable)
+		added = append(added, more...)
+	}
+	if len(granted) > 0 {
+		j, err := journalOf(tm, r.publisher, r.digest, append(JournaledNames(tm, r.publisher), granted...))
+		if err != nil {
+			r.claims.release(key, added)
+			return tm, pl, false, err
+		}
+		updated, err := r.status.writeJournal(ctx, tm, j)
+		if err != nil {
+			r.claims.release(key, added)
+			return tm, pl, false, err
+		}
+		log.Info("claimed names", zap.Strings("names", granted), zap.Strings("journal", j.ClaimedTargets))
+		tm = updated
+		g.inputs.TrafficMap = tm
+		if pl, err = planMap(r.hosts, g); err != nil {
+			return tm, pl, false, err
+		}
+	}
+	for i, c := range pl.plan.Conflicts {
+		if h, ok := holders[c.Hostname]; ok && c.Unjournaled {
+			ns, name, _ := strings.Cut(h.Key, "/")
+			pl.plan.Conflicts[i] = sink.Conflict{Hostname: c.Hostname, Owner: sink.Owner{Kind: KindTrafficMap, Namespace: ns, Name: name, Hostname: h.Name}}
+		}
+	}
+	return tm, pl, len(holders) > 0, nil
+}
+
+// keptNames are the names tm's journal keeps after a plan for self was applied: the
+// journaled ones self still claims.
+func keptNames(tm *v1beta1.TrafficMap, publisher string, self Claim) []string {
+	claimed := uniqueNames(self.Names)
+	return slices.DeleteFunc(JournaledNames(tm, publisher), func(n string) bool { return !slices.Contains(claimed, n) })
+}
+
+// journaledNotClaimed are the names tm's journal holds that self no longer claims.
+func journaledNotClaimed(tm *v1beta1.TrafficMap, publisher string, self Claim) []string {
+	claimed := uniqueNames(self.Names)
+	return slices.DeleteFunc(JournaledNames(tm, publisher), func(n string) bool { return slices.Contains(claimed, n) })
+}
+
 // finalWord names what a ramp's last step is: the drain's weights (down) or the undrain's.
 func finalWord(d weights.RampDirection) string {
 	if d == weights.RampUp {
@@ -318,6 +428,7 @@ func (r *reconciler) fail(ctx context.Context, tm *v1beta1.TrafficMap, ue *userE
 func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.Logger) error {
 	r.metrics.forget(key)
 	r.status.forget(key)
+	r.claims.forget(key.String())
 	var errs []error
 	for _, s := range r.sinks {
 		n, err := s.Delete(ctx, key.Namespace, key.Name)

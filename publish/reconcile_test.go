@@ -97,9 +97,24 @@ func (f *fakeStatusAPI) ApplyStatus(_ context.Context, ac *omeac.TrafficMapApply
 	if r := st.GatewayRef; r != nil {
 		tm.Status.GatewayRef = &v1beta1.TrafficMapGatewayRef{Group: ptr.Deref(r.Group, ""), Kind: *r.Kind, Name: *r.Name, Namespace: ptr.Deref(r.Namespace, "")}
 	}
-	c := st.Conditions[0]
-	meta.SetStatusCondition(&tm.Status.Conditions, metav1.Condition{Type: *c.Type, Status: *c.Status, Reason: *c.Reason,
-		Message: *c.Message, ObservedGeneration: *c.ObservedGeneration, LastTransitionTime: *c.LastTransitionTime})
+	if len(st.Conditions) > 0 {
+		c := st.Conditions[0]
+		meta.SetStatusCondition(&tm.Status.Conditions, metav1.Condition{Type: *c.Type, Status: *c.Status, Reason: *c.Reason,
+			Message: *c.Message, ObservedGeneration: *c.ObservedGeneration, LastTransitionTime: *c.LastTransitionTime})
+	}
+	tm.Status.Publisher = nil
+	if j := st.Publisher; j != nil {
+		tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: *j.PublisherName, ClaimedTargets: j.ClaimedTargets,
+			ObservedOptionsDigest: ptr.Deref(j.ObservedOptionsDigest, "")}
+		if lp := j.LastPositive; lp != nil {
+			out := &v1beta1.TrafficMapPublisherLastPositive{TrafficMapGeneration: *lp.TrafficMapGeneration,
+				ObservedISVCGeneration: *lp.ObservedISVCGeneration, PlanCompatibilityDigest: *lp.PlanCompatibilityDigest}
+			for _, t := range lp.Targets {
+				out.Targets = append(out.Targets, v1beta1.TrafficMapPublisherTarget{Target: *t.Target, Weight: *t.Weight})
+			}
+			tm.Status.Publisher.LastPositive = out
+		}
+	}
 	tm.ResourceVersion += "1"
 	f.tm = tm
 	return tm.DeepCopy(), nil
@@ -113,6 +128,8 @@ type fakeInputs struct {
 	noSource    bool
 	err         error
 	claims      []Claim // other maps' claims on names
+	global      string  // the ome.io/global-host annotation; "" is chat.example.com
+	policy      ClaimPolicy
 	// cachedRV and liveRV are the InferenceService's resourceVersion in the cache and on
 	// the API server; they differ while the cache is behind.
 	cachedRV, liveRV string
@@ -148,8 +165,16 @@ func (f *fakeInputs) gather(tm *v1beta1.TrafficMap) (gathered, error) {
 	}
 	isvc := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: tm.Namespace, Name: tm.Spec.Service, Annotations: f.annotations,
 		ResourceVersion: f.cachedRV}}
-	return gathered{isvc: isvc, globalHost: "chat.example.com", inputs: Inputs{TrafficMap: tm, SourceAnnotations: f.annotations}, claims: f.claims}, nil
+	global := f.global
+	if global == "" {
+		global = "chat.example.com"
+	}
+	return gathered{isvc: isvc, globalHost: global, inputs: Inputs{TrafficMap: tm, SourceAnnotations: f.annotations}, claims: f.claims,
+		publisher: testPublisher, policy: f.policy}, nil
 }
+
+// testPublisher is the publisherName of the unit tests' claim journals.
+const testPublisher = DefaultFieldManager
 
 type fixture struct {
 	inputs   *fakeInputs
@@ -166,6 +191,10 @@ func newFixture(t *testing.T, sinks ...*fakeSink) *fixture {
 	t.Helper()
 	tm := fleetMap()
 	tm.UID, tm.Generation, tm.ResourceVersion = types.UID("uid-1"), 3, "1"
+	// Its names are journaled already (a map the publisher claimed for before); the claim
+	// step is tested on its own (TestReconcileClaimsBeforeSinks).
+	tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: testPublisher,
+		ClaimedTargets: []string{"grpc:chat.prod", "hostname:chat.example.com"}, ObservedOptionsDigest: OptionsDigest(nil)}
 	f := &fixture{inputs: &fakeInputs{tm: tm}, api: &fakeStatusAPI{tm: tm}, sinks: sinks, events: record.NewFakeRecorder(32),
 		clock: time.Unix(1000, 0), key: cache.NewObjectName("prod", "chat")}
 	var ss []sink.Sink
@@ -174,7 +203,8 @@ func newFixture(t *testing.T, sinks ...*fakeSink) *fixture {
 	}
 	status := newStatusWriter(f.api, f.events, nil)
 	status.now = func() time.Time { return f.clock }
-	f.rec = &reconciler{inputs: f.inputs, hosts: httproute.Config{Gateway: types.NamespacedName{Name: "g"}}, sinks: ss, status: status}
+	f.rec = &reconciler{inputs: f.inputs, hosts: httproute.Config{Gateway: types.NamespacedName{Name: "g"}}, sinks: ss, status: status,
+		claims: newClaimTable(), publisher: testPublisher, digest: OptionsDigest(nil)}
 	return f
 }
 
@@ -371,16 +401,18 @@ func TestReconcile(t *testing.T) {
 	})
 }
 
-// A map whose hostname an older map holds: the sinks get a plan without it (the contested
-// name in Conflicts, the unshared gRPC name still owned), Published is False with
-// HostnameConflict naming the owner, with a Warning Event; once the owner is gone, the next
-// reconcile publishes the hostname.
+// A map whose hostname another map journaled first holds: the sinks get a plan without it
+// (the contested name in Conflicts, the unshared gRPC name still owned), Published is False
+// with HostnameConflict naming the owner, with a Warning Event; the claim is not journaled.
+// Once the owner is gone, the next reconcile journals the hostname before any sink gets it,
+// and publishes it.
 func TestReconcileHostnameConflict(t *testing.T) {
 	s := inPlace("xds version v1 ACKed by 1/1 clients")
 	f := newFixture(t, s)
-	f.inputs.tm.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+	f.inputs.tm.Status.Publisher.ClaimedTargets = []string{"grpc:chat.prod"} // the hostname is a new claim
 	f.api.tm = f.inputs.tm.DeepCopy()
-	owner := claim("staging", "chat", 0, "chat.staging", "chat.example.com")
+	owner := claim("staging", "chat", 60, "chat.staging", "chat.example.com") // younger, but journaled first
+	owner.Journaled = owner.Names
 	f.inputs.claims = []Claim{owner}
 	_, err := f.run(t)
 	require.NoError(t, err)
@@ -388,16 +420,17 @@ func TestReconcileHostnameConflict(t *testing.T) {
 	require.NotNil(t, c)
 	assert.Equal(t, metav1.ConditionFalse, c.Status)
 	assert.Equal(t, ReasonHostnameConflict, c.Reason)
-	assert.Contains(t, c.Message, "hostname chat.example.com is held by trafficmap staging/chat (hostname chat.example.com, created 2026-12-03T10:00:00Z)")
+	assert.Contains(t, c.Message, "hostname chat.example.com is held by trafficmap staging/chat (hostname chat.example.com, created 2026-12-03T11:00:00Z)")
 	assert.False(t, f.api.tm.Status.Published)
 	assert.Contains(t, f.event(), "Warning HostnameConflict hostname chat.example.com is held by trafficmap staging/chat")
 	require.Len(t, s.applied, 1)
 	p := s.applied[0]
 	assert.Empty(t, p.Hostnames, "the contested hostname is not in the plan")
 	assert.Equal(t, []sink.Conflict{{Hostname: "chat.example.com", Owner: sink.Owner{Kind: "TrafficMap", Namespace: "staging", Name: "chat",
-		Hostname: "chat.example.com", Created: t0}}}, p.Conflicts)
+		Hostname: "chat.example.com", Created: t0.Add(time.Hour)}}}, p.Conflicts)
 	assert.True(t, p.Withheld("chat.example.com"))
 	assert.False(t, p.Withheld("chat.prod"), "its gRPC name is its own")
+	assert.Equal(t, []string{"grpc:chat.prod"}, f.api.tm.Status.Publisher.ClaimedTargets, "a lost claim is not journaled")
 
 	// Hand-over: the owner is gone.
 	f.inputs.claims = nil
@@ -406,13 +439,19 @@ func TestReconcileHostnameConflict(t *testing.T) {
 	assert.Equal(t, metav1.ConditionTrue, f.published().Status)
 	assert.Equal(t, []string{"chat.example.com"}, s.applied[1].Hostnames)
 	assert.Empty(t, s.applied[1].Conflicts)
+	assert.Equal(t, []string{"grpc:chat.prod", "hostname:chat.example.com"}, f.api.tm.Status.Publisher.ClaimedTargets)
 
-	// A younger map holding the same name changes nothing for this one.
-	f.inputs.claims = []Claim{claim("zeta", "chat", 120, "chat.zeta", "chat.example.com")}
-	_, err = f.run(t)
-	require.NoError(t, err)
-	assert.Equal(t, metav1.ConditionTrue, f.published().Status)
-	assert.Equal(t, []string{"chat.example.com"}, s.applied[2].Hostnames)
+	// Another map claiming the same name now, journaled or not, changes nothing for this
+	// one: not journaled, it loses to the journal; journaled too (a race), this map is older.
+	for _, other := range []Claim{claim("zeta", "chat", 120, "chat.zeta", "chat.example.com"),
+		{Kind: KindTrafficMap, Namespace: "zeta", Name: "chat", Created: t0.Add(120 * time.Minute), Names: []string{"chat.zeta", "chat.example.com"},
+			Journaled: []string{"chat.zeta", "chat.example.com"}}} {
+		f.inputs.claims = []Claim{other}
+		_, err = f.run(t)
+		require.NoError(t, err)
+		assert.Equal(t, metav1.ConditionTrue, f.published().Status)
+		assert.Equal(t, []string{"chat.example.com"}, s.applied[len(s.applied)-1].Hostnames)
+	}
 }
 
 // A Pending answer that only updates a consumer count is rewritten at most once per

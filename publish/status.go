@@ -205,7 +205,8 @@ func same(tm *v1beta1.TrafficMap, want publisherStatus) bool {
 	if prev == nil || prev.Status != want.condition.Status || prev.Reason != want.condition.Reason ||
 		prev.ObservedGeneration != want.condition.ObservedGeneration ||
 		tm.Status.Published != want.published || tm.Status.ObservedTrafficMapGeneration != want.observed ||
-		!equality.Semantic.DeepEqual(tm.Status.GatewayRef, want.gatewayRef) {
+		!equality.Semantic.DeepEqual(tm.Status.GatewayRef, want.gatewayRef) ||
+		want.journal != nil && !equality.Semantic.DeepEqual(tm.Status.Publisher, want.journal) {
 		return false
 	}
 	if prev.Message == want.condition.Message {
@@ -246,20 +247,47 @@ func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want p
 // status fields, at the resourceVersion the decision was made for (so a decision based on
 // a stale read conflicts).
 func applyConfiguration(tm *v1beta1.TrafficMap, want publisherStatus, cond metav1.Condition) *omeac.TrafficMapApplyConfiguration {
-	return StatusApplyConfiguration(tm, want.published, want.observed, want.gatewayRef, cond)
+	journal := want.journal
+	if journal == nil {
+		journal = tm.Status.Publisher
+	}
+	return statusApply(tm, want.published, want.observed, want.gatewayRef, &cond, journal)
+}
+
+// writeJournal writes journal as tm's claim journal (status.publisher), restating the
+// other publisher-owned status fields as tm has them, and returns the map as stored. A
+// stale tm conflicts (the caller reconciles again).
+func (w *statusWriter) writeJournal(ctx context.Context, tm *v1beta1.TrafficMap, journal *v1beta1.TrafficMapPublisherStatus) (*v1beta1.TrafficMap, error) {
+	updated, err := w.api.ApplyStatus(ctx, statusApply(tm, tm.Status.Published, tm.Status.ObservedTrafficMapGeneration,
+		tm.Status.GatewayRef, findPublished(tm), journal))
+	if err != nil {
+		return tm, fmt.Errorf("apply trafficmap %s/%s claim journal: %w", tm.Namespace, tm.Name, err)
+	}
+	w.wrote(updated)
+	return updated, nil
 }
 
 // StatusApplyConfiguration is the server-side apply request for the publisher-owned part
-// of tm's status: status.published, the Published condition cond, and
-// observedTrafficMapGeneration and gatewayRef (omitted when zero), at tm's resourceVersion
-// so that a request decided from a stale read conflicts. Everything that writes these
-// fields under the publisher's field manager (the publisher, `publisher drain`) builds its
-// request here, so they never disagree on which fields they own.
+// of tm's status: status.published, the Published condition cond, observedTrafficMapGeneration
+// and gatewayRef (omitted when zero) and the claim journal status.publisher (journal,
+// omitted when nil: pass tm.Status.Publisher to keep it), at tm's resourceVersion so that a
+// request decided from a stale read conflicts. Everything that writes these fields under
+// the publisher's field manager (the publisher, `publisher drain`) builds its request here,
+// so they never disagree on which fields they own (a field left out of a request is
+// removed).
 func StatusApplyConfiguration(tm *v1beta1.TrafficMap, published bool, observed int64, gatewayRef *v1beta1.TrafficMapGatewayRef,
-	cond metav1.Condition) *omeac.TrafficMapApplyConfiguration {
-	st := omeac.TrafficMapStatus().WithPublished(published).WithConditions(metav1ac.Condition().
-		WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).WithMessage(cond.Message).
-		WithObservedGeneration(cond.ObservedGeneration).WithLastTransitionTime(cond.LastTransitionTime))
+	cond metav1.Condition, journal *v1beta1.TrafficMapPublisherStatus) *omeac.TrafficMapApplyConfiguration {
+	return statusApply(tm, published, observed, gatewayRef, &cond, journal)
+}
+
+func statusApply(tm *v1beta1.TrafficMap, published bool, observed int64, gatewayRef *v1beta1.TrafficMapGatewayRef,
+	cond *metav1.Condition, journal *v1beta1.TrafficMapPublisherStatus) *omeac.TrafficMapApplyConfiguration {
+	st := omeac.TrafficMapStatus().WithPublished(published)
+	if cond != nil {
+		st.WithConditions(metav1ac.Condition().
+			WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).WithMessage(cond.Message).
+			WithObservedGeneration(cond.ObservedGeneration).WithLastTransitionTime(cond.LastTransitionTime))
+	}
 	if observed != 0 {
 		st.WithObservedTrafficMapGeneration(observed)
 	}
@@ -272,6 +300,24 @@ func StatusApplyConfiguration(tm *v1beta1.TrafficMap, published bool, observed i
 			ref.WithNamespace(r.Namespace)
 		}
 		st.WithGatewayRef(ref)
+	}
+	if j := journal; j != nil {
+		pj := omeac.TrafficMapPublisherStatus().WithPublisherName(j.PublisherName)
+		if len(j.ClaimedTargets) > 0 {
+			pj.WithClaimedTargets(j.ClaimedTargets...)
+		}
+		if j.ObservedOptionsDigest != "" {
+			pj.WithObservedOptionsDigest(j.ObservedOptionsDigest)
+		}
+		if lp := j.LastPositive; lp != nil {
+			alp := omeac.TrafficMapPublisherLastPositive().WithTrafficMapGeneration(lp.TrafficMapGeneration).
+				WithObservedISVCGeneration(lp.ObservedISVCGeneration).WithPlanCompatibilityDigest(lp.PlanCompatibilityDigest)
+			for _, t := range lp.Targets {
+				alp.WithTargets(omeac.TrafficMapPublisherTarget().WithTarget(t.Target).WithWeight(t.Weight))
+			}
+			pj.WithLastPositive(alp)
+		}
+		st.WithPublisher(pj)
 	}
 	ac := omeac.TrafficMap(tm.Name, tm.Namespace).WithStatus(st)
 	if tm.ResourceVersion != "" {

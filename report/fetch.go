@@ -267,7 +267,7 @@ func (r Reader) claims(ctx context.Context, tm *v1beta1.TrafficMap) (claims []pu
 			continue
 		}
 		c := publish.Claim{Kind: publish.KindTrafficMap, Namespace: m.Namespace, Name: m.Name, Created: m.CreationTimestamp.Time,
-			Names: []string{publish.GRPCName(m.Namespace, m.Spec.Service)}}
+			Names: []string{publish.GRPCName(m.Namespace, m.Spec.Service)}, Journaled: publish.JournaledNames(&m, "")}
 		if h := hosts[m.Namespace+"/"+m.Spec.Service]; h != "" {
 			c.Names = append(c.Names, h)
 		}

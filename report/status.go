@@ -353,7 +353,7 @@ func Build(o Objects) Status {
 func hostnames(o Objects, route *gwapiv1.HTTPRoute) []Hostname {
 	tm := o.TrafficMap
 	self := publish.Claim{Kind: publish.KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time,
-		Names: []string{publish.GRPCName(tm.Namespace, tm.Spec.Service)}}
+		Names: []string{publish.GRPCName(tm.Namespace, tm.Spec.Service)}, Journaled: publish.JournaledNames(tm, "")}
 	host := ""
 	if o.Source != nil {
 		host = strings.TrimSpace(o.Source.Annotations[v1beta1.AnnotationGlobalHost])
@@ -366,7 +366,8 @@ func hostnames(o Objects, route *gwapiv1.HTTPRoute) []Hostname {
 	}
 	own := publish.ResolveHostnames(self, o.Claims)
 	out := make([]Hostname, 0, len(own.Owned)+len(own.Conflicts))
-	for _, n := range own.Owned {
+	// A name no one holds is the map's: the publisher journals it before it serves it.
+	for _, n := range append(own.Owned, own.Claimable...) {
 		out = append(out, Hostname{Name: n, Held: true})
 	}
 	for _, c := range own.Conflicts {

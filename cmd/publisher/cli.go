@@ -155,6 +155,8 @@ type runFlags struct {
 	renewDeadline                      time.Duration
 	retryPeriod                        time.Duration
 	pprof                              bool
+	publisherName                      string
+	hostnameEntitlements               []string
 }
 
 // register adds the flags of 'publisher run' to fs.
@@ -194,6 +196,8 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it gives up")
 	fs.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ (on --debug-address when set, else --http-address)")
+	fs.StringVar(&f.publisherName, "publisher-name", "", "status.publisher.publisherName of the claim journals this publisher writes and honours (default: its field manager, "+publish.DefaultFieldManager+")")
+	fs.StringArrayVar(&f.hostnameEntitlements, "hostname-entitlement", nil, "DOMAIN=NAMESPACE[,NAMESPACE...]: only these namespaces may claim DOMAIN and names below it (repeatable); without any, every namespace may claim any hostname that is not another namespace's gRPC-form name, first claim first served")
 }
 
 // newRunCommand returns 'publisher run'; its usage and configuration errors exit 2.
@@ -253,6 +257,7 @@ func (f runFlags) config() publish.Config {
 		HTTPAddress:          f.httpAddress,
 		DebugAddress:         f.debugAddress,
 		EnablePprof:          f.pprof,
+		PublisherName:        f.publisherName,
 		LeaderElection: publish.LeaderElection{
 			Enabled: f.leaderElect, Namespace: f.leaseNamespace, Name: f.leaseName, Identity: f.leaseIdentity,
 			LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RetryPeriod: f.retryPeriod,
@@ -272,6 +277,14 @@ func (f runFlags) config() publish.Config {
 		if ns = strings.TrimSpace(ns); ns != "" {
 			cfg.Namespaces = append(cfg.Namespaces, ns)
 		}
+	}
+	for _, raw := range f.hostnameEntitlements {
+		e, err := publish.ParseEntitlement(raw)
+		if err != nil { // kept as given: Validate names the flag and the rule
+			domain, list, _ := strings.Cut(raw, "=")
+			e = publish.Entitlement{Domain: domain, Namespaces: strings.Split(list, ",")}
+		}
+		cfg.HostnameEntitlements = append(cfg.HostnameEntitlements, e)
 	}
 	return cfg
 }

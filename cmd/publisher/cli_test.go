@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
+
+	"github.com/trafficmap/publisher/publish"
 )
 
 func TestExitCodes(t *testing.T) {
@@ -61,6 +63,23 @@ func TestFlagsToConfig(t *testing.T) {
 	assert.Equal(t, []string{"prod", "staging"}, cfg.Namespaces)
 	assert.False(t, cfg.RequireRouteAccepted)
 	assert.Equal(t, "RetainLastPositive", string(cfg.NoPositivePolicy))
+
+	assert.Empty(t, cfg.HostnameEntitlements, "no entitlement policy by default")
+	assert.Empty(t, cfg.PublisherName, "the field manager by default")
+
+	f = parseRunFlags(t, "--gateway", "g", "--publisher-name", "edge", "--hostname-entitlement", "Example.com=staging, prod",
+		"--hostname-entitlement", "internal.example.org=ops")
+	cfg = f.config()
+	assert.Equal(t, "edge", cfg.PublisherName)
+	assert.Equal(t, []publish.Entitlement{{Domain: "example.com", Namespaces: []string{"prod", "staging"}},
+		{Domain: "internal.example.org", Namespaces: []string{"ops"}}}, cfg.HostnameEntitlements)
+	require.NoError(t, cfg.Validate())
+	for _, bad := range []string{"example.com", "*.example.com=prod", "example.com=Prod_1", "=prod"} {
+		cfg = parseRunFlags(t, "--gateway", "g", "--hostname-entitlement", bad).config()
+		err := cfg.Validate()
+		require.ErrorIs(t, err, publish.ErrInvalidConfig, bad)
+		assert.Contains(t, err.Error(), "--hostname-entitlement", bad)
+	}
 
 	f = parseRunFlags(t, "--gateway", "global")
 	assert.Equal(t, types.NamespacedName{Name: "global"}, f.config().Gateway)

@@ -79,12 +79,16 @@ type Plan struct {
 // another claim (Plan.Conflicts); a sink that refuses a plan for that reason reports it.
 const ReasonHostnameConflict = "HostnameConflict"
 
-// Conflict is one of a map's names that another claim holds.
+// Conflict is one of a map's names that another claim holds, or that the map claims but
+// has not journaled yet (no sink serves a name before it is in the map's claim journal).
 type Conflict struct {
 	// Hostname is the map's name.
 	Hostname string
-	// Owner is who holds it.
+	// Owner is who holds it; zero when Unjournaled.
 	Owner Owner
+	// Unjournaled: no one holds the name, but the map's claim on it is not in its journal
+	// yet (the pipeline journals it before it applies a plan).
+	Unjournaled bool
 }
 
 // Owner is the holder of a contested name.

@@ -99,6 +99,12 @@ args:
   {{- with .Values.publisher.namespaces }}
   - --namespace={{ join "," . }}
   {{- end }}
+  {{- with .Values.publisher.publisherName }}
+  - --publisher-name={{ . }}
+  {{- end }}
+  {{- range .Values.publisher.hostnameEntitlements }}
+  - --hostname-entitlement={{ required "publisher.hostnameEntitlements[].domain is required" .domain }}={{ join "," (required "publisher.hostnameEntitlements[].namespaces is required" .namespaces) }}
+  {{- end }}
   - --sinks={{ join "," .Values.publisher.sinks }}
   - --require-route-accepted={{ .Values.publisher.requireRouteAccepted }}
   - --require-xds-ack={{ .Values.publisher.requireXDSAck }}
