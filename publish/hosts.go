@@ -30,8 +30,9 @@ import (
 //     object), the older map wins: the older metadata.creationTimestamp, ties broken by
 //     namespace/name (Gateway API's route precedence);
 //  3. among claims journaled by no one, the older claimant is first to be granted (so a
-//     cold start over maps that never journaled decides deterministically); a name no
-//     one holds and no older claimant wants is Claimable: the pipeline grants it (claim
+//     cold start over maps that never journaled decides deterministically), unless the
+//     older claimant's name already lost to a journaled one (it will never be granted, so
+//     it holds nothing back); a name no one holds and no older claimant wants is Claimable: the pipeline grants it (claim
 //     table, journal.go) by writing it into the map's journal, and only then is it Owned.
 //
 // Only Owned names are served, by either sink; a name lost is served for no one but its
@@ -168,7 +169,7 @@ func ResolveHostnames(self Claim, claims []Claim) Ownership {
 				}
 			}
 			if wanter == nil && !mine && Precedes(r, self) {
-				if wn, ok := overlapping(n, r.Names); ok && !slices.Contains(uniqueNames(r.Journaled), wn) {
+				if wn, ok := overlapping(n, r.Names); ok && !slices.Contains(uniqueNames(r.Journaled), wn) && !heldAgainst(wn, r, self, rivals) {
 					wanter = &sink.Conflict{Hostname: n, Owner: ownerOf(r, wn)}
 				}
 			}
@@ -186,6 +187,25 @@ func ResolveHostnames(self Claim, claims []Claim) Ownership {
 	}
 	sortConflicts(out.Conflicts)
 	return out
+}
+
+// heldAgainst reports whether wanter's unjournaled name wn is already lost: another claim
+// (self or one of rivals) journaled a name overlapping it. Such a wanter will never be
+// granted wn, so it must not hold back a younger claim (rule 3 applies to names that can
+// still be granted; a neighbour's hopeless claim withholds nothing).
+func heldAgainst(wn string, wanter, self Claim, rivals []Claim) bool {
+	if _, ok := overlapping(wn, self.Journaled); ok {
+		return true
+	}
+	for _, q := range rivals {
+		if q.Kind == wanter.Kind && q.Key() == wanter.Key() {
+			continue
+		}
+		if _, ok := overlapping(wn, q.Journaled); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // overlapping returns the first of names (normalized, sorted) that overlaps n.

@@ -121,6 +121,20 @@ func TestResolveHostnamesOrder(t *testing.T) {
 		assert.Equal(t, "chat.example.com", ResolveHostnames(wild, []Claim{exact}).Conflicts[0].Owner.Hostname)
 	})
 
+	t.Run("an older claim that already lost to a holder holds nothing back", func(t *testing.T) {
+		// evil (oldest) wants *.example.com, which prod's journaled chat.example.com already
+		// beats: evil will never be granted it, so api.example.com of a younger map is free.
+		prod := journaled(claim("prod", "chat", 5, "chat.example.com"))
+		evil := claim("evil", "wild", 0, "*.example.com")
+		api := claim("team", "api", 9, "api.example.com")
+		own := ResolveHostnames(api, []Claim{evil, prod})
+		assert.Equal(t, []string{"api.example.com"}, own.Claimable)
+		assert.Empty(t, own.Conflicts)
+		assert.Equal(t, "prod", ResolveHostnames(evil, []Claim{prod, api}).Conflicts[0].Owner.Namespace)
+		// Without the holder, the older wildcard goes first (rule 3).
+		assert.Equal(t, "evil", ResolveHostnames(api, []Claim{evil}).Conflicts[0].Owner.Namespace)
+	})
+
 	t.Run("a journaled name no longer claimed still holds until it is dropped", func(t *testing.T) {
 		a := claim("ns", "a", 5, "a.example.com")
 		a.Journaled = []string{"a.example.com", "old.example.com"}

@@ -144,7 +144,8 @@ func (c *caches) rivals(name, namespace, self string) []Claim {
 }
 
 // claims gathers what decides self's names (ResolveHostnames): the claim of every other
-// map that claims or journaled a name overlapping one of self's.
+// map that claims or journaled a name overlapping one of self's, and of every map that
+// journaled a name overlapping one such rival's unjournaled names.
 func (c *caches) claims(self Claim) []Claim {
 	seen := map[string]bool{self.Key(): true}
 	var out []Claim
@@ -153,6 +154,23 @@ func (c *caches) claims(self Claim) []Claim {
 			if !seen[r.Key()] {
 				seen[r.Key()] = true
 				out = append(out, r)
+			}
+		}
+	}
+	// The holders of the rivals' unjournaled names: a rival whose claim already lost to one
+	// holds nothing back (ResolveHostnames, rule 3).
+	direct := len(out)
+	for _, r := range out[:direct] {
+		journaled := uniqueNames(r.Journaled)
+		for _, n := range uniqueNames(r.Names) {
+			if slices.Contains(journaled, n) {
+				continue
+			}
+			for _, q := range c.rivals(n, self.Namespace, r.Key()) {
+				if !seen[q.Key()] && len(q.Journaled) > 0 {
+					seen[q.Key()] = true
+					out = append(out, q)
+				}
 			}
 		}
 	}

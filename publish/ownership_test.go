@@ -230,3 +230,24 @@ func TestJournalChangeRequeuesContenders(t *testing.T) {
 	f.p.onTrafficMap(normalPriority, journaled, again)
 	assert.Empty(t, f.queued(), "a status write that leaves the journal as it was")
 }
+
+// An older map whose wildcard already lost to a journaled name holds back no younger map
+// under that domain: the caches' view brings the wildcard's holder along, so the decision
+// sees the wildcard will never be granted.
+func TestHopelessOlderClaimHoldsNothingBack(t *testing.T) {
+	f := newOwnershipFixture(t)
+	prod := f.addMap(t, "prod", "chat", "chat", 5)
+	f.addISVC(t, "prod", "chat", "chat.shop.example.com")
+	f.journal(t, prod, "chat.prod", "chat.shop.example.com")
+	evil := f.addMap(t, "evil", "wild", "wild", 0) // the oldest
+	f.addISVC(t, "evil", "wild", "*.shop.example.com")
+	api := f.addMap(t, "team", "api", "api", 9)
+	f.addISVC(t, "team", "api", "api.shop.example.com")
+
+	own := f.ownership(t, evil)
+	require.Len(t, own.Conflicts, 1)
+	assert.Equal(t, "prod", own.Conflicts[0].Owner.Namespace, "the wildcard lost to prod's journal")
+	own = f.ownership(t, api)
+	assert.Equal(t, []string{"api.shop.example.com", "api.team"}, own.Claimable, "evil's hopeless wildcard withholds nothing")
+	assert.Empty(t, own.Conflicts)
+}
