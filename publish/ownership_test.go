@@ -251,3 +251,47 @@ func TestHopelessOlderClaimHoldsNothingBack(t *testing.T) {
 	assert.Equal(t, []string{"api.shop.example.com", "api.team"}, own.Claimable, "evil's hopeless wildcard withholds nothing")
 	assert.Empty(t, own.Conflicts)
 }
+
+// The xDS sink's plans (planSource): a map published by a version without claim journals
+// keeps its unheld names served while its first reconcile journals them (an upgrade does not
+// withdraw every gRPC listener); a new map's names are served only once journaled; a name
+// another map journaled is never served provisionally.
+func TestPlanSourceServesMapsPublishedBeforeJournals(t *testing.T) {
+	f := newOwnershipFixture(t)
+	route := httproute.Config{Gateway: types.NamespacedName{Namespace: "infra", Name: "global"},
+		HostTemplate: template.Must(template.New("h").Parse("{{.Service}}.{{.Namespace}}.example.com"))}
+	src := planSource{inputs: f.p.caches, hosts: route}
+	unjournaled := func(t *testing.T, ns, name string) []string {
+		t.Helper()
+		pl, ok, err := src.Plan(ns, name)
+		require.NoError(t, err)
+		require.True(t, ok)
+		var out []string
+		for _, c := range pl.Conflicts {
+			if c.Unjournaled {
+				out = append(out, c.Hostname)
+			}
+		}
+		return out
+	}
+
+	f.addMap(t, "team", "fresh", "fresh", 1)
+	f.addISVC(t, "team", "fresh", "")
+	assert.Equal(t, []string{"fresh.team", "fresh.team.example.com"}, unjournaled(t, "team", "fresh"), "a new map waits for its journal")
+
+	legacy := f.addMap(t, "prod", "chat", "chat", 0)
+	f.addISVC(t, "prod", "chat", "shared.example.com")
+	legacy = legacy.DeepCopy()
+	legacy.Status.Published = true
+	legacy.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionPublished, Status: metav1.ConditionTrue, Reason: ReasonPublished}}
+	require.NoError(t, f.p.caches.maps[0].GetIndexer().Update(legacy))
+	assert.Empty(t, unjournaled(t, "prod", "chat"), "published before journals: served while being journaled")
+
+	holder := f.addMap(t, "other", "chat", "chat", 5)
+	f.addISVC(t, "other", "chat", "shared.example.com")
+	f.journal(t, holder, "chat.other", "shared.example.com")
+	pl, _, err := src.Plan("prod", "chat")
+	require.NoError(t, err)
+	require.Len(t, pl.Conflicts, 1)
+	assert.Equal(t, "other", pl.Conflicts[0].Owner.Namespace, "a name another map journaled is not served provisionally")
+}

@@ -488,5 +488,20 @@ func (s planSource) Plan(namespace, name string) (*sink.Plan, bool, error) {
 	if refused := refusal(others, &pl.plan); refused != nil {
 		return nil, true, &refusedError{conf: refused}
 	}
+	if servedBeforeJournals(tm) {
+		// Published by a version without claim journals: keep serving the names no one
+		// holds while its first reconcile journals them (an upgrade's journal wave takes
+		// minutes at fleet scale, and a proxyless client reconnecting to an upgraded
+		// replica would otherwise find no listener for its name). Names another map
+		// journaled stay conflicts.
+		pl.plan.Conflicts = slices.DeleteFunc(pl.plan.Conflicts, func(c sink.Conflict) bool { return c.Unjournaled })
+	}
 	return &pl.plan, true, nil
+}
+
+// servedBeforeJournals reports whether tm was published by a publisher version that wrote
+// no claim journal: it has a Published condition but no status.publisher. A new map (no
+// condition yet) is served only once journaled.
+func servedBeforeJournals(tm *v1beta1.TrafficMap) bool {
+	return tm.Status.Publisher == nil && findPublished(tm) != nil
 }
