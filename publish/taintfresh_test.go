@@ -2,22 +2,27 @@ package publish
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"text/template"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/metadata/metadatainformer"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	gwfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
@@ -162,4 +167,99 @@ func TestReconcileClusterTaintsFresh(t *testing.T) {
 // API server agrees with whatever a decision used.
 func (f *fakeInputs) staleClusters(context.Context, *v1beta1.TrafficMap, []ClusterTaints) (string, error) {
 	return "", nil
+}
+
+// The discovery starts a taint source's informer once its API is served, without a
+// restart, and reconciles the maps of its clusters; it stops it once the API is gone. A
+// kick (staleClusters finding a taint on an unwatched source) checks at once.
+func TestTaintDiscovery(t *testing.T) {
+	live := clusterObject(InferenceClustersResource, KindInferenceCluster, "worker-a", "8", maintJSON)
+	f := newFreshFixture(t, live)
+	var unserved atomic.Bool
+	unserved.Store(true)
+	kc := kubefake.NewClientset()
+	disc := kc.Discovery().(*fakediscovery.FakeDiscovery)
+	disc.Resources = []*metav1.APIResourceList{{GroupVersion: InferenceClustersResource.GroupVersion().String(),
+		APIResources: []metav1.APIResource{{Name: InferenceClustersResource.Resource}}}}
+	disc.PrependReactor("get", "resource", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if unserved.Load() {
+			return true, nil, apierrors.NewNotFound(schema.GroupResource{}, "modelplane.ai/v1alpha1")
+		}
+		return false, nil, nil
+	})
+	log := zaptest.NewLogger(t)
+	p := &Publisher{cfg: Config{ResyncPeriod: time.Hour}, log: log, health: newWatchHealth(log), caches: f.caches, queue: newQueue(),
+		clients: clients{kube: kc, dyn: f.caches.live.dyn}}
+	t.Cleanup(p.queue.ShutDown)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+
+	synced, err := p.startTaintSources(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, synced, "nothing served at the start")
+	assert.Nil(t, f.caches.taintInformer(KindInferenceCluster))
+
+	tm, err := f.caches.trafficMap("prod", "chat")
+	require.NoError(t, err)
+	stale, err := f.caches.staleClusters(ctx, tm, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "InferenceCluster worker-a: the caches say taints none, the API server says taints maintenance=planned:NoExecute", stale)
+
+	unserved.Store(false) // the CRD is installed; the stale check above kicked the discovery
+	require.Eventually(t, func() bool { return f.caches.taintInformer(KindInferenceCluster) != nil }, 10*time.Second, 10*time.Millisecond)
+	cts, err := f.caches.clusterTaints(tm)
+	require.NoError(t, err)
+	assert.Equal(t, []ClusterTaints{{Kind: KindInferenceCluster, Cluster: "worker-a", Taints: []weights.Taint{maint}}}, cts)
+	require.Eventually(t, func() bool { return p.queue.Len() > 0 }, 10*time.Second, 10*time.Millisecond)
+	key, _ := p.queue.Get()
+	assert.Equal(t, "prod/chat", key.String(), "the maps of its clusters are reconciled")
+	p.queue.Done(key)
+
+	unserved.Store(true) // the CRD is removed
+	f.caches.kickDiscovery()
+	require.Eventually(t, func() bool { return f.caches.taintInformer(KindInferenceCluster) == nil }, 10*time.Second, 10*time.Millisecond)
+	cts, err = f.caches.clusterTaints(tm)
+	require.NoError(t, err)
+	assert.Empty(t, cts)
+}
+
+// A live read starts after the call: a read asked while a list is in flight waits for the
+// next list, and sees what was written before it asked.
+func TestLiveTaintsRoundStartsAfterCall(t *testing.T) {
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		InferenceClustersResource: "InferenceClusterList", WorkloadClustersResource: "WorkloadClusterList"})
+	var state atomic.Pointer[unstructured.Unstructured] // the API server's InferenceCluster
+	state.Store(clusterObject(InferenceClustersResource, KindInferenceCluster, "worker-a", "1", ""))
+	entered, release := make(chan struct{}), make(chan struct{})
+	var lists atomic.Int32
+	dyn.PrependReactor("list", "inferenceclusters", func(clienttesting.Action) (bool, runtime.Object, error) {
+		snap := state.Load() // a list answers with the state at its start
+		if lists.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceClusterList"},
+			Items: []unstructured.Unstructured{*snap}}
+		return true, list, nil
+	})
+	l := &liveTaints{dyn: dyn}
+	read := func(out chan<- map[string]map[string]ClusterTaints) {
+		got, err := l.read(t.Context())
+		assert.NoError(t, err)
+		out <- got
+	}
+	first, second := make(chan map[string]map[string]ClusterTaints, 1), make(chan map[string]map[string]ClusterTaints, 1)
+	go read(first)
+	<-entered // the first round's list is in flight
+	state.Store(clusterObject(InferenceClustersResource, KindInferenceCluster, "worker-a", "2", maintJSON))
+	go read(second)
+	require.Eventually(t, func() bool { // the second caller waits for the next round
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.next != nil
+	}, 10*time.Second, time.Millisecond)
+	close(release)
+	assert.Empty(t, (<-first)[KindInferenceCluster]["worker-a"].Taints, "the first round began before the taint")
+	assert.Equal(t, []weights.Taint{maint}, (<-second)[KindInferenceCluster]["worker-a"].Taints, "the second call's round began after it")
+	assert.Equal(t, int32(2), lists.Load())
 }
