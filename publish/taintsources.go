@@ -240,6 +240,9 @@ func (d *taintDiscovery) start(ctx context.Context, src taintSource) cache.Share
 // run checks discovery every period (sooner, with backoff, after a failed check) and
 // when kicked, until ctx ends.
 func (d *taintDiscovery) run(ctx context.Context, period time.Duration) {
+	if period <= 0 {
+		period = DefaultTaintSourcePeriod
+	}
 	timer := time.NewTimer(period)
 	defer timer.Stop()
 	var last time.Time
