@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,9 +40,10 @@ const (
 )
 
 // caches are the publisher's informers, one set per watched namespace ("" = all), and the
-// reads the pipeline makes from them. The informers are built in New and started in Run;
-// the optional taint sources are set in Run before any worker starts and never change
-// afterwards, so reads need no lock. Objects read from the caches are never modified.
+// reads the pipeline makes from them. The informers are built in New and started in Run and
+// never change afterwards, so reads need no lock, except the optional taint sources: the
+// taint source discovery (taintsources.go) sets and clears them while workers run, under
+// sourcesMu. Objects read from the caches are never modified.
 type caches struct {
 	// route derives hostnames (the annotation, else the template) and says which foreign
 	// routes contend with the publisher's.
@@ -58,8 +60,15 @@ type caches struct {
 	// is on, whose routes record the fallback state instead.
 	records []cache.SharedIndexInformer
 
+	// sourcesMu guards inferenceClusters and workloadClusters: each is set once its API is
+	// served and its informer synced, and cleared when the API is no longer served.
+	sourcesMu         sync.RWMutex
 	inferenceClusters cache.SharedIndexInformer // nil while the API is not served
 	workloadClusters  cache.SharedIndexInformer // nil while the API is not served
+	// live reads the taint sources past the caches (staleClusters); discover is kicked when
+	// it finds a taint on a source no informer watches yet (buffered 1, never blocks).
+	live     *liveTaints
+	discover chan struct{}
 
 	// meta reads an InferenceService past the cache (sourceVersion) and writes its ramp
 	// annotation (writeRamps) as fieldManager.
@@ -75,7 +84,8 @@ type caches struct {
 func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 	cs := &caches{scopes: cfg.Namespaces, route: route, meta: c.meta, fieldManager: cfg.FieldManager,
 		publisher: cfg.publisherName(), policy: cfg.claimPolicy(),
-		scoped: !cfg.sinkOn(SinkXDS) && route.Gateway.Namespace == ""}
+		scoped: !cfg.sinkOn(SinkXDS) && route.Gateway.Namespace == "",
+		live:   &liveTaints{dyn: c.dyn}, discover: make(chan struct{}, 1)}
 	if len(cs.scopes) == 0 {
 		cs.scopes = []string{corev1.NamespaceAll}
 	}
@@ -328,9 +338,10 @@ var _ httproute.Store = (*caches)(nil)
 // clusterTaints reads every enabled taint source for the map's entry clusters.
 func (c *caches) clusterTaints(tm *v1beta1.TrafficMap) ([]ClusterTaints, error) {
 	var out []ClusterTaints
+	ics, wcs := c.taintInformer(KindInferenceCluster), c.taintInformer(KindWorkloadCluster)
 	for _, e := range tm.Spec.Entries {
-		if c.inferenceClusters != nil {
-			obj, ok, err := c.inferenceClusters.GetIndexer().GetByKey(e.Cluster)
+		if ics != nil {
+			obj, ok, err := ics.GetIndexer().GetByKey(e.Cluster)
 			if err != nil {
 				return nil, fmt.Errorf("read cached inferencecluster %s: %w", e.Cluster, err)
 			}
@@ -338,8 +349,8 @@ func (c *caches) clusterTaints(tm *v1beta1.TrafficMap) ([]ClusterTaints, error) 
 				out = append(out, InferenceClusterTaints(u))
 			}
 		}
-		if c.workloadClusters != nil {
-			obj, ok, err := c.workloadClusters.GetIndexer().GetByKey(e.Cluster)
+		if wcs != nil {
+			obj, ok, err := wcs.GetIndexer().GetByKey(e.Cluster)
 			if err != nil {
 				return nil, fmt.Errorf("read cached workloadcluster %s: %w", e.Cluster, err)
 			}

@@ -58,6 +58,11 @@ type Config struct {
 	Workers int
 	// ResyncPeriod re-reconciles every TrafficMap this often to repair drift; default 10m.
 	ResyncPeriod time.Duration
+	// TaintSourcePeriod is how often the publisher checks discovery for a taint source API
+	// (InferenceCluster, WorkloadCluster) served or removed since it started; default
+	// DefaultTaintSourcePeriod. It also checks at once when a map's live taints show a
+	// source it does not watch.
+	TaintSourcePeriod time.Duration
 	// QPS and Burst bound the API client; defaults 50 and 100.
 	QPS   float32
 	Burst int
@@ -174,6 +179,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ResyncPeriod <= 0 {
 		c.ResyncPeriod = 10 * time.Minute
+	}
+	if c.TaintSourcePeriod <= 0 {
+		c.TaintSourcePeriod = DefaultTaintSourcePeriod
 	}
 	if c.QPS <= 0 {
 		c.QPS = 50

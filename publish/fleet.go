@@ -213,18 +213,37 @@ func describeTolerations(tols []weights.Toleration) string {
 }
 
 // startTaintSources enables each taint source whose API is served, starts its informer and
-// returns the informers' sync functions. A source that is not served stays off; the
-// publisher works without either.
+// returns the informers' sync functions; then it starts the discovery (taintsources.go)
+// that enables a source served later and disables one no longer served. The publisher
+// works without either source.
 func (p *Publisher) startTaintSources(ctx context.Context) ([]cache.InformerSynced, error) {
+	d := &taintDiscovery{p: p, stops: map[string]context.CancelFunc{}}
 	var synced []cache.InformerSynced
-	ic, err := p.served(InferenceClustersResource)
-	if err != nil {
-		return nil, err
+	on := make([]zap.Field, 0, len(taintSources))
+	for _, src := range taintSources {
+		served, err := p.served(src.gvr)
+		if err != nil {
+			return nil, err
+		}
+		if served {
+			inf := d.start(ctx, src)
+			p.caches.setTaintInformer(src.kind, inf) // no worker runs before it synced
+			synced = append(synced, inf.HasSynced)
+		}
+		on = append(on, zap.Bool(src.kind, served))
 	}
-	if ic {
-		inf := dynamicinformer.NewFilteredDynamicInformer(p.clients.dyn, InferenceClustersResource, corev1.NamespaceAll,
+	p.log.Info("taint sources", on...)
+	go d.run(ctx, p.cfg.TaintSourcePeriod)
+	return synced, nil
+}
+
+// newTaintInformer builds the informer of src, with its handlers (handleCluster): the
+// InferenceClusters' with their spec, the WorkloadClusters' with their metadata only.
+func (p *Publisher) newTaintInformer(src taintSource) cache.SharedIndexInformer {
+	var inf cache.SharedIndexInformer
+	if src.kind == KindInferenceCluster {
+		inf = dynamicinformer.NewFilteredDynamicInformer(p.clients.dyn, src.gvr, corev1.NamespaceAll,
 			p.cfg.ResyncPeriod, cache.Indexers{}, nil).Informer()
-		_ = inf.SetTransform(dropManagedFields)
 		p.handleCluster(inf, func(obj any) (ClusterTaints, string, bool) {
 			u, ok := obj.(*unstructured.Unstructured)
 			if !ok {
@@ -233,19 +252,9 @@ func (p *Publisher) startTaintSources(ctx context.Context) ([]cache.InformerSync
 			raw, _ := rawInferenceClusterTaints(u)
 			return InferenceClusterTaints(u), raw, true
 		})
-		p.caches.inferenceClusters = inf
-		_ = inf.SetWatchErrorHandlerWithContext(p.health.handler("inferenceclusters.modelplane.ai"))
-		go inf.RunWithContext(ctx)
-		synced = append(synced, inf.HasSynced)
-	}
-	wc, err := p.served(WorkloadClustersResource)
-	if err != nil {
-		return nil, err
-	}
-	if wc {
-		inf := metadatainformer.NewFilteredMetadataInformer(p.clients.meta, WorkloadClustersResource, corev1.NamespaceAll,
+	} else {
+		inf = metadatainformer.NewFilteredMetadataInformer(p.clients.meta, src.gvr, corev1.NamespaceAll,
 			p.cfg.ResyncPeriod, cache.Indexers{}, nil).Informer()
-		_ = inf.SetTransform(dropManagedFields)
 		p.handleCluster(inf, func(obj any) (ClusterTaints, string, bool) {
 			m, err := meta.Accessor(obj)
 			if err != nil {
@@ -257,13 +266,10 @@ func (p *Publisher) startTaintSources(ctx context.Context) ([]cache.InformerSync
 			}
 			return WorkloadClusterTaints(m.GetName(), m.GetAnnotations()), raw, true
 		})
-		p.caches.workloadClusters = inf
-		_ = inf.SetWatchErrorHandlerWithContext(p.health.handler("workloadclusters.ome.io"))
-		go inf.RunWithContext(ctx)
-		synced = append(synced, inf.HasSynced)
 	}
-	p.log.Info("taint sources", zap.Bool(KindInferenceCluster, ic), zap.Bool(KindWorkloadCluster, wc))
-	return synced, nil
+	_ = inf.SetTransform(dropManagedFields)                                 // cannot fail before the informer runs
+	_ = inf.SetWatchErrorHandlerWithContext(p.health.handler(src.resource)) // cannot fail before the informer runs
+	return inf
 }
 
 // served reports whether the API server serves gvr.

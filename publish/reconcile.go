@@ -72,6 +72,10 @@ type mapInputs interface {
 	// sourceVersion is the live resourceVersion of the InferenceService namespace/name,
 	// read from the API server ("" when it does not exist).
 	sourceVersion(ctx context.Context, namespace, name string) (string, error)
+	// staleClusters compares the cluster taints a decision about tm used with the taint
+	// sources on the API server, read after the call began: "" when they agree, else the
+	// first difference (taintsources.go).
+	staleClusters(ctx context.Context, tm *v1beta1.TrafficMap, used []ClusterTaints) (string, error)
 	// writeRamps stores value as the InferenceService's weights.RampAnnotation ("" removes
 	// it), guarded by its resourceVersion (a conflict error when it moved on).
 	writeRamps(ctx context.Context, namespace, name, resourceVersion, value string) error
@@ -235,6 +239,12 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 			log.Debug("inferenceservice changed since the cache was read; deciding again",
 				zap.String("cached", g.isvc.ResourceVersion), zap.String("live", live))
 			return sourceRetry, nil
+		}
+		// The same for the taints of its clusters, which `publisher taint` patches after its
+		// flip, and whose source no informer may watch yet.
+		if stale, err := r.inputs.staleClusters(ctx, tm, g.inputs.Clusters); err != nil || stale != "" {
+			log.Debug("cluster taints changed since the cache was read; deciding again", zap.String("stale", stale), zap.Error(err))
+			return sourceRetry, err
 		}
 	}
 	if !want.published && log.Core().Enabled(zap.DebugLevel) {
