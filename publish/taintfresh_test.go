@@ -81,6 +81,10 @@ func newFreshFixture(t *testing.T, live ...runtime.Object) *freshFixture {
 	tm.UID, tm.Generation, tm.ResourceVersion = "uid-1", 3, "1"
 	tm.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse,
 		Reason: ReasonPublishing, Message: "publisher taint requested; not yet published", ObservedGeneration: 3}}
+	// Its names are journaled (a map published before): every status write the tests count
+	// is a condition's.
+	tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: testPublisher,
+		ClaimedTargets: claimTargets(GRPCName(tm.Namespace, tm.Spec.Service), []string{"chat.prod", "chat.prod.example.com"})}
 	require.NoError(t, cs.maps[0].GetIndexer().Add(tm))
 	cached := isvc.DeepCopy()
 	cached.TypeMeta = metav1.TypeMeta{}
@@ -88,7 +92,8 @@ func newFreshFixture(t *testing.T, live ...runtime.Object) *freshFixture {
 
 	f := &freshFixture{caches: cs, api: &fakeStatusAPI{tm: tm.DeepCopy()}, key: cache.NewObjectName("prod", "chat")}
 	status := newStatusWriter(f.api, record.NewFakeRecorder(32), nil)
-	f.rec = &reconciler{inputs: cs, hosts: route, sinks: []sink.Sink{inPlace("xds version v1 ACKed by 1/1 clients")}, status: status}
+	f.rec = &reconciler{inputs: cs, hosts: route, sinks: []sink.Sink{inPlace("xds version v1 ACKed by 1/1 clients")}, status: status,
+		claims: newClaimTable(), publisher: testPublisher, digest: OptionsDigest(nil)}
 	return f
 }
 
