@@ -202,6 +202,21 @@ func (h *History) Carries(f Flavour, typeURL, version, key, digest string) bool 
 	return false
 }
 
+// ServesCurrent reports whether the version of typeURL served to flavour now carries the
+// service key with digest: the current content is out, so a client's other version of the
+// type is older content (not a version this process has not built yet, as right after a
+// restart, before its first snapshot).
+func (h *History) ServesCurrent(f Flavour, typeURL, key, digest string) bool {
+	h.mu.Lock()
+	fh := h.flavours[f]
+	current := ""
+	if fh != nil && fh.served[typeURL] != nil {
+		current = fh.served[typeURL].current
+	}
+	h.mu.Unlock()
+	return current != "" && h.Carries(f, typeURL, current, key, digest)
+}
+
 // confirmTypes are the resource types that carry a service's weights and endpoints.
 var confirmTypes = []string{resource.ListenerType, resource.RouteType, resource.ClusterType}
 

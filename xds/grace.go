@@ -9,7 +9,9 @@ package xds
 // resubscribing: it routes by the older content until it ACKs the current one, so a
 // reconnect grace must never waive it. A client that has neither declared nor ACKed
 // anything of those types yet (still subscribing, or waiting for its first response)
-// holds nothing older.
+// holds nothing older. Versions are content-derived, so a version declared before this
+// process served the current content may be the current content itself (a restart): it
+// is judged only once the current content is served (History.ServesCurrent).
 func HoldsOld(cl ClientState, h *History, key string, served map[Flavour]Served) bool {
 	sv, ok := served[cl.Flavour]
 	if !ok {
@@ -23,7 +25,7 @@ func HoldsOld(cl ClientState, h *History, key string, served map[Flavour]Served)
 		if len(names) == 0 || (cl.TypeURL != "" && cl.TypeURL != typ) {
 			continue
 		}
-		if a := cl.Acked[typ]; a != "" && !h.Carries(cl.Flavour, typ, a, key, sv.Digest) {
+		if a := cl.Acked[typ]; a != "" && !h.Carries(cl.Flavour, typ, a, key, sv.Digest) && h.ServesCurrent(cl.Flavour, typ, key, sv.Digest) {
 			return true
 		}
 		for _, n := range names {
