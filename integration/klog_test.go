@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // klogTarget is where client-go's klog output goes while a test wants it (nowhere
@@ -20,6 +21,9 @@ func routeKlog() {
 	nop := zapcore.NewNopCore()
 	klogTarget.Store(&nop)
 	klog.SetLoggerWithOptions(zapr.NewLogger(zap.New(forwardCore{}).Named("client-go")), klog.ContextualLogger(true))
+	// controller-runtime's loggers (its certwatcher, used by the xDS TLS) go the same way, as
+	// the command's do (cmd/publisher/logs.go).
+	ctrllog.SetLogger(zapr.NewLogger(zap.New(forwardCore{}).Named("controller-runtime")))
 }
 
 // captureKlog sends klog's output to core until the returned function is called.
