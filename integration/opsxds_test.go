@@ -125,7 +125,7 @@ func TestOpsStatusShowsXDSClients(t *testing.T) {
 	routeOnly := f.startPublisher(func(c *publish.Config) { c.HTTPAddress = "127.0.0.1:0" })
 	got := op.run(t, "status", "chat", "-n", f.ns, "--publisher-url", "http://"+routeOnly.pub.HTTPAddr().String())
 	assert.Equal(t, 1, got.code)
-	assert.Contains(t, got.stderr, "404 Not Found: the publisher serves /debug/xds only with its xds sink on, at its --http-address\n")
+	assert.Contains(t, got.stderr, "404 Not Found: the publisher serves /debug/xds only with its xds sink on, at its --debug-address when set, else its --http-address\n")
 }
 
 func statusWith(t *testing.T, u opsUser, ns string, args ...string) report.Status {

@@ -41,7 +41,7 @@ type Reader struct {
 	// GatewayRef and GatewaySection override the route's parentRef for the verdict.
 	GatewayRef     types.NamespacedName
 	GatewaySection string
-	// PublisherURL is the publisher's --http-address as a URL (http://HOST:PORT); when set,
+	// PublisherURL is the publisher's --debug-address (else --http-address) as a URL (http://HOST:PORT); when set,
 	// Status reads its /debug/xds with HTTP (http.DefaultClient when nil).
 	PublisherURL string
 	HTTP         *http.Client
@@ -109,7 +109,7 @@ func ReadReplicas(ctx context.Context, client *http.Client, url string) ([]repli
 // MaxDebugXDSBytes bounds the /debug/xds document ReadXDS accepts.
 const MaxDebugXDSBytes = 16 << 20
 
-// DebugXDSURL returns the /debug/xds URL of the publisher whose --http-address is publisher,
+// DebugXDSURL returns the /debug/xds URL of the publisher whose --debug-address (else --http-address) is publisher,
 // given as http://HOST:PORT or https://HOST:PORT (a path is kept as a prefix).
 func DebugXDSURL(publisher string) (string, error) {
 	u, err := url.Parse(publisher)
@@ -137,7 +137,7 @@ func ReadXDS(ctx context.Context, client *http.Client, debugURL string) (*xds.De
 	defer func() { _ = resp.Body.Close() }()
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return nil, fmt.Errorf("read %s: 404 Not Found: the publisher serves /debug/xds only with its xds sink on, at its --http-address", debugURL)
+		return nil, fmt.Errorf("read %s: 404 Not Found: the publisher serves /debug/xds only with its xds sink on, at its --debug-address when set, else its --http-address", debugURL)
 	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("read %s: %s", debugURL, resp.Status)
 	}

@@ -219,7 +219,7 @@ func plain(s string) string {
 }
 
 // XDSUnavailable is the table's xDS line when the publisher's /debug/xds was not read.
-const XDSUnavailable = "client state not available: it is read from the publisher's /debug/xds, with --publisher-url http://HOST:PORT (its --http-address)"
+const XDSUnavailable = "client state not available: it is read from the publisher's /debug/xds, with --publisher-url http://HOST:PORT (its --debug-address when set, else its --http-address)"
 
 // xdsLine is the table's xDS summary: where it was read, what is served, how many clients.
 func xdsLine(x XDSSink) string {

@@ -325,7 +325,7 @@ func TestReadXDSFromDebugHandler(t *testing.T) {
 	missing := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(missing.Close)
 	_, err = ReadXDS(context.Background(), missing.Client(), missing.URL+"/debug/xds")
-	assert.ErrorContains(t, err, "404 Not Found: the publisher serves /debug/xds only with its xds sink on, at its --http-address")
+	assert.ErrorContains(t, err, "404 Not Found: the publisher serves /debug/xds only with its xds sink on, at its --debug-address when set, else its --http-address")
 
 	for _, bad := range []string{"127.0.0.1:8080", "ftp://h", "http://", "http://h?x=1", "http://u:p@h"} {
 		_, err := DebugXDSURL(bad)
