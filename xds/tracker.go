@@ -317,15 +317,23 @@ func (t *Tracker) close(key streamKey) {
 	t.changed()
 }
 
+// sentOn returns the stream of key and the type URL a response of typeURL was sent for (a
+// stream's own type when typeURL is empty: a single-type stream); nil for a closed
+// stream. t.mu is held.
+func (t *Tracker) sentOn(key streamKey, typeURL string) (*stream, string) {
+	s := t.streams[key]
+	if s != nil && typeURL == "" {
+		typeURL = s.typeURL
+	}
+	return s, typeURL
+}
+
 func (t *Tracker) response(key streamKey, typeURL, nonce, version string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.streams[key]
+	s, typeURL := t.sentOn(key, typeURL)
 	if s == nil {
 		return
-	}
-	if typeURL == "" {
-		typeURL = s.typeURL
 	}
 	if old, ok := s.sent[typeURL]; ok {
 		delete(s.version, old)
@@ -339,12 +347,9 @@ func (t *Tracker) response(key streamKey, typeURL, nonce, version string) {
 func (t *Tracker) deltaResponse(key streamKey, typeURL, nonce, version string, names []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.streams[key]
+	s, typeURL := t.sentOn(key, typeURL)
 	if s == nil {
 		return
-	}
-	if typeURL == "" {
-		typeURL = s.typeURL
 	}
 	d := &s.deltaState
 	if d.outstanding == nil {
