@@ -126,20 +126,6 @@ func (p *Publisher) enqueue(pr priority, namespace, name string) {
 	}
 }
 
-// enqueueSoon is enqueue for a change no client waits on yet: sinks that coalesce such
-// changes (sink.Coalesced) take it in their next rebuild within a short while.
-func (p *Publisher) enqueueSoon(pr priority, namespace, name string) {
-	p.add(pr, cache.NewObjectName(namespace, name))
-	for _, s := range p.sinks {
-		switch n := s.(type) {
-		case sink.Coalesced:
-			n.ChangedSoon(namespace, name)
-		case sink.Notified:
-			n.Changed(namespace, name)
-		}
-	}
-}
-
 // enqueueReconcile queues the map alone, for a change that cannot alter its plan (only
 // what a sink's consumers said about it).
 func (p *Publisher) enqueueReconcile(pr priority, namespace, name string) {
@@ -172,9 +158,8 @@ func (p *Publisher) onTrafficMap(pr priority, old, obj any) {
 		prev.DeletionTimestamp.Equal(tm.DeletionTimestamp) {
 		if pj, tj := JournaledNames(prev, ""), JournaledNames(tm, ""); !slices.Equal(pj, tj) {
 			// The claim journal moved: the map's newly granted names may be served now (the
-			// xDS sink plans from the cache; a sink that can coalesces it with the journals
-			// that follow, as in a cold start) and a name it dropped may go to a contender.
-			p.enqueueSoon(pr, tm.Namespace, tm.Name)
+			// xDS sink plans from the cache) and a name it dropped may go to a contender.
+			p.enqueue(pr, tm.Namespace, tm.Name)
 			p.enqueueContenders(pr, append(pj, tj...)...)
 		}
 		return

@@ -211,13 +211,6 @@ type Notified interface {
 	Changed(namespace, name string)
 }
 
-// Coalesced is a Notified sink that can take a change that is not urgent (a map's claim
-// journal moved: newly granted names, nothing a client waits on yet) together with the
-// changes that follow it, in its next rebuild within a short while, instead of at once.
-type Coalesced interface {
-	ChangedSoon(namespace, name string)
-}
-
 // Durable is a sink whose published state outlives the publisher (an object in the API
 // server, such as the HTTPRoute): right after a start its Carries tells whether a plan is
 // what was published before the start. Durable itself does nothing.

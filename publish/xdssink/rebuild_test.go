@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/assert"
@@ -148,32 +147,4 @@ func msgs[T proto.Message](in []T) []proto.Message {
 		out[i] = m
 	}
 	return out
-}
-
-// A change no client waits on yet (a map's claim journal moved) is rebuilt within
-// coalesceClaims, together with what follows it, not at once; a change (Changed) is queued
-// at once and takes the waiting ones along (one dirty set).
-func TestChangedSoonCoalesces(t *testing.T) {
-	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, Plans: &memPlans{plans: map[string]*sink.Plan{}},
-		Requeue: func(string, string) {}}, zaptest.NewLogger(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { s.queue.ShutDown(); _ = s.listener.Close() })
-	var _ sink.Coalesced = s
-
-	s.ChangedSoon("prod", "a")
-	s.ChangedSoon("prod", "b")
-	assert.Zero(t, s.queue.Len(), "not queued at once")
-	s.mu.Lock()
-	assert.True(t, s.dirty["prod/a"] && s.dirty["prod/b"], "both wait in the dirty set")
-	s.mu.Unlock()
-	require.Eventually(t, func() bool { return s.queue.Len() == 1 }, 10*time.Second, 10*time.Millisecond, "one rebuild within coalesceClaims")
-
-	key, _ := s.queue.Get()
-	s.queue.Done(key)
-	s.ChangedSoon("prod", "c")
-	s.Changed("prod", "d")
-	assert.Equal(t, 1, s.queue.Len(), "a change is queued at once and carries the waiting one")
-	s.mu.Lock()
-	assert.True(t, s.dirty["prod/c"] && s.dirty["prod/d"])
-	s.mu.Unlock()
 }

@@ -409,21 +409,6 @@ func (s *Sink) Changed(namespace, name string) {
 	s.queue.Add(snapshotKey)
 }
 
-// coalesceClaims is how long a rebuild for a change that is not urgent (ChangedSoon) may
-// wait for the changes after it: a cold start journals every map's names one reconcile at
-// a time, and a rebuild per journal would serve (and send every Envoy) one snapshot per few
-// maps.
-const coalesceClaims = time.Second
-
-// ChangedSoon implements sink.Coalesced: the map's plan may have changed, and the rebuild
-// that serves it may wait up to coalesceClaims (any earlier rebuild takes it along).
-func (s *Sink) ChangedSoon(namespace, name string) {
-	s.mu.Lock()
-	s.dirty[namespace+"/"+name] = true
-	s.mu.Unlock()
-	s.queue.AddAfter(snapshotKey, coalesceClaims)
-}
-
 // view is the sink's form of a plan.
 func view(p *sink.Plan) xds.Service {
 	svc := xds.Service{Namespace: p.Namespace, Name: p.Name, Service: p.Service, Result: p.Result, Hostnames: p.Hostnames}
