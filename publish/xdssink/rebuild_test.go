@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/assert"
@@ -147,4 +148,46 @@ func msgs[T proto.Message](in []T) []proto.Message {
 		out[i] = m
 	}
 	return out
+}
+
+// A rebuild whose only changes are maps served for the first time (a cold start's maps,
+// each once its claim journal lands) waits for more of them, up to coalesceNew after the
+// last snapshot, and serves them together; a change to a served map is served at once and
+// takes the waiting ones along.
+func TestNewMapsCoalesce(t *testing.T) {
+	endpoints := []string{"https://chat.worker-a.example.com", "https://chat.worker-b.example.com"}
+	plans := &memPlans{plans: map[string]*sink.Plan{}}
+	plans.set(chatPlan(t, endpoints, false))
+	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, Plans: plans, Requeue: func(string, string) {}}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { s.queue.ShutDown(); _ = s.listener.Close() })
+	served := func(key string) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.served[key]
+		return ok
+	}
+	require.NoError(t, s.rebuild(t.Context())) // the first, full rebuild
+	require.True(t, served("prod/chat"))
+
+	embed := chatPlan(t, endpoints, false)
+	embed.Name, embed.Service, embed.Hostnames = "embed", "embed", []string{"embed.example.com"}
+	plans.set(embed)
+	s.Changed("prod", "embed")
+	key, _ := s.queue.Get()
+	s.queue.Done(key)
+	require.NoError(t, s.rebuild(t.Context()))
+	assert.False(t, served("prod/embed"), "a new map right after a snapshot waits for more")
+	s.mu.Lock()
+	assert.True(t, s.dirty["prod/embed"], "and stays dirty")
+	s.mu.Unlock()
+	require.Eventually(t, func() bool { return s.queue.Len() == 1 }, 10*time.Second, 10*time.Millisecond, "its rebuild is queued within coalesceNew")
+
+	plans.set(chatPlan(t, endpoints, true)) // a drain of a served map
+	s.Changed("prod", "chat")
+	require.NoError(t, s.rebuild(t.Context()))
+	assert.True(t, served("prod/embed"), "a change to a served map is served at once, with the waiting new map")
+	s.mu.Lock()
+	assert.True(t, s.served["prod/chat"].Result.Entries[0].Effective == 0, "the drain is served")
+	s.mu.Unlock()
 }

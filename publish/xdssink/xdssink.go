@@ -117,9 +117,11 @@ type Sink struct {
 	listener net.Listener
 	history  *xds.History
 	queue    workqueue.TypedRateLimitingInterface[string]
-	// translator and pacer are used by the rebuild loop alone.
+	// translator, pacer and lastServed (when resources were last handed to the server) are
+	// used by the rebuild loop alone.
 	translator *xds.Translator
 	pacer      pacer
+	lastServed time.Time
 	envoy      xds.EnvoyOptions
 
 	// owner is which map serves each name (gRPC listener name, which covers the Envoy
@@ -635,6 +637,18 @@ func (s *Sink) rebuild(ctx context.Context) (err error) {
 			}
 		}
 	}
+	if wait := s.newOnlyWait(changed, removed, requeue, build, full, prevServed); wait > 0 {
+		// Only maps served for the first time (a cold start journals them one reconcile at
+		// a time): they go out with the ones after them, in one snapshot, within
+		// coalesceNew of the last; a change to served content never waits.
+		s.mu.Lock()
+		for key := range keys {
+			s.dirty[key] = true
+		}
+		s.mu.Unlock()
+		s.queue.AddAfter(snapshotKey, wait)
+		return nil
+	}
 	if len(changed) > 0 || len(removed) > 0 || len(build) > 0 || full {
 		update := changed
 		if full { // after a failed rebuild the translator may hold content never served
@@ -659,6 +673,9 @@ func (s *Sink) rebuild(ctx context.Context) (err error) {
 				s.history.Record(f, versions, ofFlavour(f, changed), append(removed, notOfFlavour(f, changed)...))
 			}
 		}
+	}
+	if len(changed) > 0 || len(removed) > 0 || len(build) > 0 || full {
+		s.lastServed = time.Now()
 	}
 	s.commit(keys, next, nextInvalid, build)
 	for _, key := range requeue {
@@ -813,6 +830,27 @@ func (s *Sink) exclusive(keys map[string]bool, full bool, prevServed, next map[s
 		}
 	}
 	return retry
+}
+
+// coalesceNew is how long after the last snapshot a rebuild whose only changes are maps
+// served for the first time waits for more of them (see newOnlyWait).
+const coalesceNew = time.Second
+
+// newOnlyWait is how long the rebuild should wait before serving changed: zero unless every
+// change is a map served for the first time (no removal, no flavour to build, no full
+// rebuild, nothing else to requeue) and the last snapshot is younger than coalesceNew.
+// Such maps have no Published condition that waits on them yet; serving them together
+// turns a cold start's one snapshot per few maps into one per coalesceNew.
+func (s *Sink) newOnlyWait(changed []xds.Service, removed, requeue []string, build []xds.Flavour, full bool, prev map[string]xds.Service) time.Duration {
+	if full || len(build) > 0 || len(removed) > 0 || len(changed) == 0 || len(requeue) != len(changed) || s.lastServed.IsZero() {
+		return 0
+	}
+	for _, svc := range changed {
+		if _, ok := prev[svc.Key()]; ok {
+			return 0
+		}
+	}
+	return max(0, coalesceNew-time.Since(s.lastServed))
 }
 
 // takeDirty returns and clears the maps marked dirty, and whether every map is.
