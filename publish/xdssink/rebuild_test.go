@@ -183,10 +183,33 @@ func TestNewMapsCoalesce(t *testing.T) {
 	s.mu.Unlock()
 	require.Eventually(t, func() bool { return s.queue.Len() == 1 }, 10*time.Second, 10*time.Millisecond, "its rebuild is queued within coalesceNew")
 
+	// A map whose every name is withheld (claimed, not journaled yet) is not served (the
+	// Envoy flavour refuses it); once journaled, it is new content like embed's and waits.
+	key, _ = s.queue.Get()
+	s.queue.Done(key)
+	require.NoError(t, s.rebuild(t.Context())) // serves embed
+	require.True(t, served("prod/embed"))
+	held := chatPlan(t, endpoints, false)
+	held.Name, held.Service, held.Hostnames = "held", "held", []string{"held.example.com"}
+	held.Conflicts = []sink.Conflict{{Hostname: "held.example.com", Unjournaled: true}, {Hostname: "held.prod", Unjournaled: true}}
+	plans.set(held)
+	s.Changed("prod", "held")
+	require.NoError(t, s.rebuild(t.Context()))
+	require.False(t, served("prod/held"))
+	held = chatPlan(t, endpoints, false)
+	held.Name, held.Service, held.Hostnames = "held", "held", []string{"held.example.com"}
+	plans.set(held) // journaled: its names may be served
+	s.Changed("prod", "held")
+	require.NoError(t, s.rebuild(t.Context()))
+	assert.False(t, served("prod/held"), "a journaled map right after a snapshot waits for more")
+
 	plans.set(chatPlan(t, endpoints, true)) // a drain of a served map
 	s.Changed("prod", "chat")
 	require.NoError(t, s.rebuild(t.Context()))
 	assert.True(t, served("prod/embed"), "a change to a served map is served at once, with the waiting new map")
+	s.mu.Lock()
+	assert.NotEmpty(t, xds.ListenerNames(s.served["prod/held"]), "and the waiting names")
+	s.mu.Unlock()
 	s.mu.Lock()
 	assert.True(t, s.served["prod/chat"].Result.Entries[0].Effective == 0, "the drain is served")
 	s.mu.Unlock()

@@ -638,9 +638,9 @@ func (s *Sink) rebuild(ctx context.Context) (err error) {
 		}
 	}
 	if wait := s.newOnlyWait(changed, removed, requeue, build, full, prevServed); wait > 0 {
-		// Only maps served for the first time (a cold start journals them one reconcile at
+		// Only maps no client could reach yet (a cold start journals them one reconcile at
 		// a time): they go out with the ones after them, in one snapshot, within
-		// coalesceNew of the last; a change to served content never waits.
+		// coalesceNew of the last; a change to reachable content never waits.
 		s.mu.Lock()
 		for key := range keys {
 			s.dirty[key] = true
@@ -833,21 +833,23 @@ func (s *Sink) exclusive(keys map[string]bool, full bool, prevServed, next map[s
 }
 
 // coalesceNew is how long after the last snapshot a rebuild whose only changes are maps
-// served for the first time waits for more of them (see newOnlyWait).
+// no client could reach yet waits for more of them (see newOnlyWait).
 const coalesceNew = time.Second
 
 // newOnlyWait is how long the rebuild should wait before serving changed: zero unless every
-// change is a map served for the first time (no removal, no flavour to build, no full
-// rebuild, nothing else to requeue) and the last snapshot is younger than coalesceNew.
-// Such maps have no Published condition that waits on them yet; serving them together
-// turns a cold start's one snapshot per few maps into one per coalesceNew.
+// change is a map no client could reach before (not served, or served with every name
+// withheld: a new map whose claim journal has just landed) and nothing else changed (no
+// removal, no flavour to build, no full rebuild, nothing else to requeue), and the last
+// snapshot is younger than coalesceNew. No client routes by such a map yet, and its
+// Published condition waits for its content anyway; serving them together turns a cold
+// start's one snapshot per few maps into one per coalesceNew.
 func (s *Sink) newOnlyWait(changed []xds.Service, removed, requeue []string, build []xds.Flavour, full bool, prev map[string]xds.Service) time.Duration {
 	if full || len(build) > 0 || len(removed) > 0 || len(changed) == 0 || len(requeue) != len(changed) || s.lastServed.IsZero() {
 		return 0
 	}
 	for _, svc := range changed {
-		if _, ok := prev[svc.Key()]; ok {
-			return 0
+		if a, ok := prev[svc.Key()]; ok && len(xds.ListenerNames(a)) > 0 {
+			return 0 // reachable: a change to it is served at once
 		}
 	}
 	return max(0, coalesceNew-time.Since(s.lastServed))
