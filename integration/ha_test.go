@@ -21,8 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model/replicas"
 	"github.com/trafficmap/publisher/publish"
-	"github.com/trafficmap/publisher/publish/replicas"
 )
 
 // haLease names the election Lease of the HA tests.

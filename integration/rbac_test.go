@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/trafficmap/publisher/integration/testenv"
+	"github.com/trafficmap/publisher/model/replicas"
 	"github.com/trafficmap/publisher/publish"
-	"github.com/trafficmap/publisher/publish/replicas"
 )
 
 func helmBinary(t *testing.T) string {

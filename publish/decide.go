@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -68,7 +68,7 @@ func notPublished(tm *v1beta1.TrafficMap, reason, message string, ref *v1beta1.T
 // weights, Published is False with reason Ramping and the ramp's progress, whether its
 // current step is in place or still publishing (an operator waiting for PUBLISHED never
 // starts maintenance mid-ramp); a sink that refuses or rejects the step says why instead.
-func decide(tm *v1beta1.TrafficMap, pl *planned, confs []sink.Confirmation) publisherStatus {
+func decide(tm *v1beta1.TrafficMap, pl *planned, confs []model.Confirmation) publisherStatus {
 	var ref *v1beta1.TrafficMapGatewayRef
 	for _, c := range confs {
 		if c.GatewayRef != nil {
@@ -77,7 +77,7 @@ func decide(tm *v1beta1.TrafficMap, pl *planned, confs []sink.Confirmation) publ
 	}
 	// A name not journaled yet is no conflict: the pipeline journals it before the sinks
 	// apply (a plan refused before that step is described by the refusal).
-	if conflicts := slices.DeleteFunc(slices.Clone(pl.plan.Conflicts), func(c sink.Conflict) bool { return c.Unjournaled }); len(conflicts) > 0 {
+	if conflicts := slices.DeleteFunc(slices.Clone(pl.plan.Conflicts), func(c model.Conflict) bool { return c.Unjournaled }); len(conflicts) > 0 {
 		parts := []string{describeConflicts(conflicts)}
 		for _, c := range confs {
 			parts = append(parts, c.Message)
@@ -90,9 +90,9 @@ func decide(tm *v1beta1.TrafficMap, pl *planned, confs []sink.Confirmation) publ
 	}
 	for _, c := range confs {
 		switch c.State {
-		case sink.InPlace:
+		case model.InPlace:
 			continue
-		case sink.Pending:
+		case model.Pending:
 			reason, msg := ReasonPublishing, c.Message
 			if ramps := pl.computed.Progress; len(ramps) > 0 {
 				reason, msg = ReasonRamping, describeRamps(ramps, false)+"; "+c.Message
@@ -143,7 +143,7 @@ func decide(tm *v1beta1.TrafficMap, pl *planned, confs []sink.Confirmation) publ
 // chat.example.com is held by trafficmap prod/chat (hostname chat.example.com, created
 // 2026-12-03T10:00:00Z), which takes precedence: no sink serves it for this map until the
 // owner is deleted or gives it up`.
-func describeConflicts(conflicts []sink.Conflict) string {
+func describeConflicts(conflicts []model.Conflict) string {
 	parts := make([]string, 0, len(conflicts))
 	for _, c := range conflicts {
 		o := c.Owner

@@ -13,7 +13,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 )
 
 // priority orders the work queue: every key waiting at normalPriority is reconciled before
@@ -120,7 +120,7 @@ func (p *Publisher) registerHandlers() {
 func (p *Publisher) enqueue(pr priority, namespace, name string) {
 	p.add(pr, cache.NewObjectName(namespace, name))
 	for _, s := range p.sinks {
-		if n, ok := s.(sink.Notified); ok {
+		if n, ok := s.(model.Notified); ok {
 			n.Changed(namespace, name)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 )
 
 // Hostname ownership: one owner per name. Everything in this file is pure.
@@ -115,8 +115,8 @@ func ForeignConflicts(own Ownership, routeCreated *time.Time, foreign []Claim) O
 			}
 			for _, fn := range uniqueNames(f.Names) {
 				if HostnamesOverlap(n, fn) {
-					out.Conflicts = append(out.Conflicts, sink.Conflict{Hostname: n,
-						Owner: sink.Owner{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Hostname: fn, Created: f.Created}})
+					out.Conflicts = append(out.Conflicts, model.Conflict{Hostname: n,
+						Owner: model.Owner{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Hostname: fn, Created: f.Created}})
 					return true
 				}
 			}
@@ -146,7 +146,7 @@ type Ownership struct {
 	// sorted: the pipeline grants them by journaling them; until then no sink serves them.
 	Claimable []string
 	// Conflicts are its other names, each with the claim that holds it, sorted by name.
-	Conflicts []sink.Conflict
+	Conflicts []model.Conflict
 }
 
 // ResolveHostnames decides which of self's names self owns, given claims: every other
@@ -161,16 +161,16 @@ func ResolveHostnames(self Claim, claims []Claim) Ownership {
 	var out Ownership
 	for _, n := range uniqueNames(self.Names) {
 		mine := slices.Contains(journaled, n)
-		var holder, wanter *sink.Conflict
+		var holder, wanter *model.Conflict
 		for _, r := range rivals {
 			if holder == nil {
 				if hn, ok := overlapping(n, r.Journaled); ok && (!mine || Precedes(r, self)) {
-					holder = &sink.Conflict{Hostname: n, Owner: ownerOf(r, hn)}
+					holder = &model.Conflict{Hostname: n, Owner: ownerOf(r, hn)}
 				}
 			}
 			if wanter == nil && !mine && Precedes(r, self) {
 				if wn, ok := overlapping(n, r.Names); ok && !slices.Contains(uniqueNames(r.Journaled), wn) && !heldAgainst(wn, r, self, rivals) {
-					wanter = &sink.Conflict{Hostname: n, Owner: ownerOf(r, wn)}
+					wanter = &model.Conflict{Hostname: n, Owner: ownerOf(r, wn)}
 				}
 			}
 		}
@@ -218,12 +218,12 @@ func overlapping(n string, names []string) (string, bool) {
 	return "", false
 }
 
-func ownerOf(c Claim, name string) sink.Owner {
-	return sink.Owner{Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Hostname: name, Created: c.Created}
+func ownerOf(c Claim, name string) model.Owner {
+	return model.Owner{Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Hostname: name, Created: c.Created}
 }
 
-func sortConflicts(cs []sink.Conflict) {
-	slices.SortStableFunc(cs, func(a, b sink.Conflict) int { return cmp.Compare(a.Hostname, b.Hostname) })
+func sortConflicts(cs []model.Conflict) {
+	slices.SortStableFunc(cs, func(a, b model.Conflict) int { return cmp.Compare(a.Hostname, b.Hostname) })
 }
 
 // uniqueNames are names normalized, sorted and without repeats.

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
 )
@@ -82,7 +82,7 @@ func TestResolveHostnamesOrder(t *testing.T) {
 	assert.Equal(t, []string{"chat.staging"}, own.Claimable, "its unshared name is free to journal")
 	assert.Empty(t, own.Owned, "nothing is owned before it is journaled")
 	require.Len(t, own.Conflicts, 1)
-	assert.Equal(t, sink.Conflict{Hostname: "chat.example.com", Owner: sink.Owner{Kind: KindTrafficMap, Namespace: "prod", Name: "chat",
+	assert.Equal(t, model.Conflict{Hostname: "chat.example.com", Owner: model.Owner{Kind: KindTrafficMap, Namespace: "prod", Name: "chat",
 		Hostname: "chat.example.com", Created: prod.Created}}, own.Conflicts[0], "a journaled name beats an older map's new claim")
 
 	staging.Journaled = []string{"chat.staging"}

@@ -34,7 +34,7 @@ type httpServer struct {
 	ready    atomic.Bool
 	health   *watchHealth
 	pprof    bool
-	// fenced reports whether the xDS server is fenced (replicas.Writer could not renew this
+	// fenced reports whether the xDS server is fenced (lease.Writer could not renew this
 	// replica's report): the replica is then not ready, so a Service stops sending it new
 	// clients. nil: never fenced. Set before serve.
 	fenced func() bool

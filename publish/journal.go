@@ -9,7 +9,7 @@ import (
 	"sync"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 )
 
 // The claim journal: status.publisher of each TrafficMap (OME's TrafficMapPublisherStatus),
@@ -109,7 +109,7 @@ func journalOf(tm *v1beta1.TrafficMap, publisher, digest string, names []string)
 // replayable only while these still match) and each entry cluster's effective weight. It
 // is nil when the plan has no positive weight or does not fit the schema (no source
 // generation, more than 128 targets).
-func lastPositive(tm *v1beta1.TrafficMap, p *sink.Plan, optionsDigest string) *v1beta1.TrafficMapPublisherLastPositive {
+func lastPositive(tm *v1beta1.TrafficMap, p *model.Plan, optionsDigest string) *v1beta1.TrafficMapPublisherLastPositive {
 	res := p.Result
 	if res.AllZero() || tm.Generation < 1 || tm.Spec.ObservedISVCGeneration < 1 || len(res.Entries) > maxJournalTargets {
 		return nil

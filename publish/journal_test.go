@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 )
 
 func TestJournalContents(t *testing.T) {
@@ -179,7 +179,7 @@ func TestReconcileHostnameNotEntitled(t *testing.T) {
 func TestReconcileClaimsBeforeSinks(t *testing.T) {
 	f := newFixture(t)
 	s := &journalSink{fakeSink: inPlace("route stored"), api: f.api}
-	f.rec.sinks = []sink.Sink{s}
+	f.rec.sinks = []model.Sink{s}
 	f.inputs.tm.Status.Publisher = nil // a new map: nothing journaled yet
 	f.api.tm = f.inputs.tm.DeepCopy()
 	_, err := f.run(t)
@@ -232,7 +232,7 @@ type journalSink struct {
 	journalAtApply [][]string
 }
 
-func (s *journalSink) Apply(ctx context.Context, p *sink.Plan) (sink.Confirmation, error) {
+func (s *journalSink) Apply(ctx context.Context, p *model.Plan) (model.Confirmation, error) {
 	var targets []string
 	if j := s.api.tm.Status.Publisher; j != nil {
 		targets = j.ClaimedTargets

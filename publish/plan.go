@@ -8,7 +8,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -26,7 +26,7 @@ func (e *userError) Error() string { return e.reason + ": " + e.message }
 
 // planned is the outcome of the plan step for one map.
 type planned struct {
-	plan     sink.Plan
+	plan     model.Plan
 	computed Computed
 	// inputReason and inputErr describe malformed inputs that fell back to the last valid
 	// state recorded on the route: the plan is published, but Published says False with
@@ -63,7 +63,7 @@ func planMap(hosts hostnamer, g gathered) (*planned, error) {
 		return nil, &userError{ReasonInvalidTrafficMap, fmt.Sprintf("trafficmap %s/%s is invalid; the published route is left as it was: %s",
 			tm.Namespace, tm.Name, joinLines(err))}
 	}
-	pl := &planned{computed: computed, plan: sink.Plan{
+	pl := &planned{computed: computed, plan: model.Plan{
 		Namespace: tm.Namespace, Name: tm.Name, UID: string(tm.UID), Generation: tm.Generation,
 		Service: tm.Spec.Service, GlobalHost: g.globalHost,
 		Result: computed.Result, Drains: computed.Drains, Taints: noExecute(computed.Taints), Tolerations: computed.Tolerations,
@@ -81,7 +81,7 @@ func planMap(hosts hostnamer, g gathered) (*planned, error) {
 	pl.self, pl.claimable = self, own.Claimable
 	pl.plan.Conflicts = own.Conflicts
 	for _, n := range own.Claimable {
-		pl.plan.Conflicts = append(pl.plan.Conflicts, sink.Conflict{Hostname: n, Unjournaled: true})
+		pl.plan.Conflicts = append(pl.plan.Conflicts, model.Conflict{Hostname: n, Unjournaled: true})
 	}
 	sortConflicts(pl.plan.Conflicts)
 	switch {

@@ -30,9 +30,10 @@ import (
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/publish/replicas"
+	"github.com/trafficmap/publisher/model"
+	"github.com/trafficmap/publisher/model/replicas"
+	"github.com/trafficmap/publisher/publish/lease"
 	"github.com/trafficmap/publisher/publish/routesink"
-	"github.com/trafficmap/publisher/publish/sink"
 	"github.com/trafficmap/publisher/publish/xdssink"
 	"github.com/trafficmap/publisher/xds"
 )
@@ -59,7 +60,7 @@ type Publisher struct {
 	// recorder records Events only while this replica leads.
 	recorder *leaderRecorder
 	rec      *reconciler
-	sinks    []sink.Sink
+	sinks    []model.Sink
 	elector  *elector
 	health   *watchHealth
 	// http serves metrics, health and debug endpoints; nil when off.
@@ -68,8 +69,8 @@ type Publisher struct {
 	metrics *metrics
 	// board and report exchange the replicas' xDS confirmations (package replicas); nil
 	// without leader election or without the xDS sink.
-	board  *replicas.Board
-	report *replicas.Writer
+	board  *lease.Board
+	report *lease.Writer
 }
 
 type clients struct {
@@ -157,7 +158,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	}
 	var peers func() []replicas.Report
 	if le := p.elector.cfg; le.Enabled && cfg.sinkOn(SinkXDS) {
-		p.board = replicas.NewBoard(c.kube, le.Namespace, le.Name, le.Identity, func(keys []string) {
+		p.board = lease.NewBoard(c.kube, le.Namespace, le.Name, le.Identity, func(keys []string) {
 			for _, k := range keys {
 				ns, name, _ := strings.Cut(k, "/")
 				p.requeue(cache.NewObjectName(ns, name))
@@ -171,7 +172,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 			TLSCert: cfg.XDSTLSCert, TLSKey: cfg.XDSTLSKey, ClientCA: cfg.XDSClientCA, ClientNamespaces: cfg.XDSClientNamespaces,
 			RequireAck: cfg.RequireXDSAck, MinClients: cfg.XDSMinClients, Registerer: p.cfg.Registerer,
 			ReconnectGrace: cfg.XDSReconnectGrace,
-			Plans:          planSource{inputs: p.caches, hosts: route, sinks: func() []sink.Sink { return p.sinks }, reader: xdssink.Name},
+			Plans:          planSource{inputs: p.caches, hosts: route, sinks: func() []model.Sink { return p.sinks }, reader: xdssink.Name},
 			Requeue:        func(ns, name string) { p.requeue(cache.NewObjectName(ns, name)) },
 			Peers:          peers,
 		}, log.Named("xds"))
@@ -189,7 +190,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 				}
 			}
 			le := p.elector.cfg
-			p.report = &replicas.Writer{Kube: c.kube, Namespace: le.Namespace, Election: le.Name, Identity: le.Identity,
+			p.report = &lease.Writer{Kube: c.kube, Namespace: le.Namespace, Election: le.Name, Identity: le.Identity,
 				Duration: le.LeaseDuration, FieldManager: cfg.FieldManager, Log: log.Named("replicas"),
 				Build: func() replicas.Report { return xs.Report(p.caches.unconfirmed()) },
 				// A replica that cannot renew its report stops serving before the leader
@@ -324,7 +325,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		}
 	}
 	for _, s := range p.sinks {
-		if st, ok := s.(sink.Starter); ok {
+		if st, ok := s.(model.Starter); ok {
 			wait, err := st.Start(ctx)
 			if err != nil {
 				return fmt.Errorf("start %s sink: %w", s.Name(), err)
@@ -348,7 +349,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	}
 	err = p.elector.run(ctx, func(ctx context.Context) {
 		for _, s := range p.sinks {
-			if l, ok := s.(sink.Leading); ok {
+			if l, ok := s.(model.Leading); ok {
 				l.Leading() // clients of the previous leader may be reconnecting here
 			}
 		}
@@ -419,7 +420,7 @@ func (p *Publisher) debugHandlers() map[string]http.Handler {
 		})
 	}
 	for _, s := range p.sinks {
-		if d, ok := s.(sink.Debugger); ok {
+		if d, ok := s.(model.Debugger); ok {
 			for path, h := range d.DebugHandlers() {
 				out[path] = h
 			}

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -67,7 +67,7 @@ func TestReconcileRamp(t *testing.T) {
 
 func TestReconcileRampWaitsForEverySink(t *testing.T) {
 	route := inPlace("route stored")
-	xds := &fakeSink{name: "xds", conf: sink.Confirmation{State: sink.Pending, Message: "waiting for 1/2 xds clients to ACK"}}
+	xds := &fakeSink{name: "xds", conf: model.Confirmation{State: model.Pending, Message: "waiting for 1/2 xds clients to ACK"}}
 	f := newFixture(t, route, xds)
 	ramp := weights.Ramp{Cluster: "worker-a", Direction: weights.RampDown, Start: f.clock, Duration: 4 * time.Second, Steps: 4, Step: 1, From: 1, Holds: []string{"m-1"}}
 	f.inputs.annotations = map[string]string{
@@ -84,7 +84,7 @@ func TestReconcileRampWaitsForEverySink(t *testing.T) {
 	assert.True(t, strings.HasPrefix(c.Message, "ramping worker-a down: publishing step 1 of 4, 75% of its weight (3 of 4); next step due "), c.Message)
 	assert.Contains(t, c.Message, "waiting for 1/2 xds clients to ACK")
 
-	xds.conf = sink.Confirmation{State: sink.InPlace, Message: "xds ACKed"}
+	xds.conf = model.Confirmation{State: model.InPlace, Message: "xds ACKed"}
 	f.inputs.liveRV = "11" // someone else wrote the InferenceService since the cache was read
 	hold, err := f.run(t)
 	require.NoError(t, err)
@@ -115,7 +115,7 @@ func TestReconcileInvalidRampKeepsWhatIsPublished(t *testing.T) {
 // The last step: once the ramp is removed, the drain's weights are still being published;
 // Published stays Ramping (not Publishing) until they are in place, then turns True.
 func TestReconcileRampLastStepSaysRamping(t *testing.T) {
-	route := &fakeSink{name: "route", conf: sink.Confirmation{State: sink.InPlace, Message: "route accepted"}}
+	route := &fakeSink{name: "route", conf: model.Confirmation{State: model.InPlace, Message: "route accepted"}}
 	f := newFixture(t, route)
 	ramp := weights.Ramp{Cluster: "worker-a", Direction: weights.RampDown, Start: f.clock, Duration: 2 * time.Second, Steps: 2, Step: 1, From: 1, Holds: []string{"m-1"}}
 	f.inputs.annotations = map[string]string{
@@ -131,7 +131,7 @@ func TestReconcileRampLastStepSaysRamping(t *testing.T) {
 	_, err = f.run(t) // step 1 is in place and the end is due: the ramp is removed
 	require.NoError(t, err)
 	require.Equal(t, []string{""}, f.inputs.rampWrites)
-	route.conf = sink.Confirmation{State: sink.Pending, Message: "waiting for gateway prod/g"}
+	route.conf = model.Confirmation{State: model.Pending, Message: "waiting for gateway prod/g"}
 	f.clock = f.clock.Add(progressInterval)
 	_, err = f.run(t)
 	require.NoError(t, err)
@@ -139,7 +139,7 @@ func TestReconcileRampLastStepSaysRamping(t *testing.T) {
 	assert.Equal(t, ReasonRamping, c.Reason)
 	assert.Equal(t, "no ramp shapes the weights any more, publishing where it ends; waiting for gateway prod/g", c.Message)
 
-	route.conf = sink.Confirmation{State: sink.InPlace, Message: "route accepted"}
+	route.conf = model.Confirmation{State: model.InPlace, Message: "route accepted"}
 	_, err = f.run(t)
 	require.NoError(t, err)
 	assert.Equal(t, metav1.ConditionTrue, f.published().Status)

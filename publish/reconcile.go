@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish/routesink"
-	"github.com/trafficmap/publisher/publish/sink"
 	"github.com/trafficmap/publisher/publish/xdssink"
 	"github.com/trafficmap/publisher/weights"
 )
@@ -49,7 +49,7 @@ const (
 	ReasonInvalidRamp            = "InvalidRampAnnotation"
 	ReasonRamping                = "Ramping"
 	ReasonSourceNotFound         = "SourceNotFound"
-	ReasonHostnameConflict       = sink.ReasonHostnameConflict
+	ReasonHostnameConflict       = model.ReasonHostnameConflict
 	ReasonRouteConflict          = routesink.ReasonConflict
 	ReasonRouteRefused           = routesink.ReasonRefused
 	ReasonRouteNotAccepted       = routesink.ReasonNotAccepted
@@ -86,7 +86,7 @@ type mapInputs interface {
 type reconciler struct {
 	inputs  mapInputs
 	hosts   hostnamer
-	sinks   []sink.Sink
+	sinks   []model.Sink
 	status  *statusWriter
 	metrics *metrics
 	// record keeps the fallback state when no sink records it (the HTTPRoute sink is off);
@@ -136,7 +136,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	}
 
 	if refused := refusal(r.sinks, &pl.plan); refused != nil {
-		_, hold, err = r.status.write(ctx, tm, decide(tm, pl, []sink.Confirmation{*refused}), log)
+		_, hold, err = r.status.write(ctx, tm, decide(tm, pl, []model.Confirmation{*refused}), log)
 		return hold, err
 	}
 	tableHeld := false // a name is being granted to another map: look again soon
@@ -154,7 +154,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	for _, s := range r.sinks {
 		c := s.Carries(&pl.plan)
 		carried = carried && c
-		if _, ok := s.(sink.Durable); ok {
+		if _, ok := s.(model.Durable); ok {
 			durable, kept = true, kept && c
 		}
 	}
@@ -182,7 +182,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	}
 
 	pl.plan.Published = publishedTrue(tm)
-	confs := make([]sink.Confirmation, 0, len(r.sinks))
+	confs := make([]model.Confirmation, 0, len(r.sinks))
 	for _, s := range r.sinks {
 		c, err := s.Apply(ctx, &pl.plan)
 		r.metrics.routeWritten(c.Writes)
@@ -192,7 +192,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		if c.Writes > 0 {
 			log.Info("sink wrote", zap.String("sink", s.Name()), zap.Int("writes", c.Writes), zap.String("weights", describeWeights(pl.plan.Result)))
 		}
-		if c.State == sink.InPlace {
+		if c.State == model.InPlace {
 			r.metrics.sinkConfirmed(key, s.Name())
 		}
 		confs = append(confs, c)
@@ -215,7 +215,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	// A sink that refused the plan (a contested hostname, a retained last positive route)
 	// may still serve the old names: then they stay.
 	dropped, keep := journaledNotClaimed(tm, r.publisher, pl.self), keptNames(tm, r.publisher, pl.self)
-	if slices.ContainsFunc(confs, func(c sink.Confirmation) bool { return c.State == sink.Refused }) || len(pl.plan.Conflicts) > 0 {
+	if slices.ContainsFunc(confs, func(c model.Confirmation) bool { return c.State == model.Refused }) || len(pl.plan.Conflicts) > 0 {
 		dropped, keep = nil, JournaledNames(tm, r.publisher)
 	}
 	if want.journal, err = journalOf(tm, r.publisher, r.digest, keep); err != nil {
@@ -279,12 +279,12 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 // that ended. It returns how long until a step is due (0 for none), or sourceRetry when the
 // InferenceService moved on since it was read. The annotation is the ramp's only state:
 // a restarted publisher or a new leader continues from the step stored there.
-func (r *reconciler) advanceRamps(ctx context.Context, tm *v1beta1.TrafficMap, g gathered, pl *planned, confs []sink.Confirmation, log *zap.Logger) (time.Duration, error) {
+func (r *reconciler) advanceRamps(ctx context.Context, tm *v1beta1.TrafficMap, g gathered, pl *planned, confs []model.Confirmation, log *zap.Logger) (time.Duration, error) {
 	if len(pl.plan.Conflicts) > 0 {
 		return 0, nil // the step is not served for this map's hostname: wait for the owner
 	}
 	for _, c := range confs {
-		if c.State != sink.InPlace {
+		if c.State != model.InPlace {
 			return 0, nil // the sink's confirmation reconciles the map again
 		}
 	}
@@ -369,7 +369,7 @@ func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g gather
 	for i, c := range pl.plan.Conflicts {
 		if h, ok := holders[c.Hostname]; ok && c.Unjournaled {
 			ns, name, _ := strings.Cut(h.Key, "/")
-			pl.plan.Conflicts[i] = sink.Conflict{Hostname: c.Hostname, Owner: sink.Owner{Kind: KindTrafficMap, Namespace: ns, Name: name, Hostname: h.Name}}
+			pl.plan.Conflicts[i] = model.Conflict{Hostname: c.Hostname, Owner: model.Owner{Kind: KindTrafficMap, Namespace: ns, Name: name, Hostname: h.Name}}
 		}
 	}
 	return tm, pl, len(holders) > 0, nil
@@ -407,13 +407,13 @@ func (r *reconciler) event(tm *v1beta1.TrafficMap, reason, message string) {
 // after the cache was read (the informer's event normally comes first).
 const sourceRetry = time.Second
 
-// refusal is the first refusal, in sink order, of plan by sinks (sink.Sink.Check), its
+// refusal is the first refusal, in sink order, of plan by sinks (model.Sink.Check), its
 // message saying that no sink publishes the plan; nil when every sink can carry it.
-func refusal(sinks []sink.Sink, plan *sink.Plan) *sink.Confirmation {
+func refusal(sinks []model.Sink, plan *model.Plan) *model.Confirmation {
 	for _, s := range sinks {
 		if c := s.Check(plan); c != nil {
 			refused := *c
-			refused.Sink, refused.State = s.Name(), sink.Refused
+			refused.Sink, refused.State = s.Name(), model.Refused
 			refused.Message += fmt.Sprintf("; the %s sink refuses these weights, so no sink publishes them and each keeps what it published before", s.Name())
 			return &refused
 		}
@@ -421,8 +421,8 @@ func refusal(sinks []sink.Sink, plan *sink.Plan) *sink.Confirmation {
 	return nil
 }
 
-// refusedError is a plan an enabled sink refuses (sink.Sink.Check).
-type refusedError struct{ conf *sink.Confirmation }
+// refusedError is a plan an enabled sink refuses (model.Sink.Check).
+type refusedError struct{ conf *model.Confirmation }
 
 func (e *refusedError) Error() string {
 	return e.conf.Sink + " sink refuses the plan: " + e.conf.Message
@@ -463,7 +463,7 @@ type planSource struct {
 	hosts  hostnamer
 	// sinks returns the enabled sinks; reader names the sink reading the plans, which
 	// checks its plans on its own and is skipped.
-	sinks  func() []sink.Sink
+	sinks  func() []model.Sink
 	reader string
 }
 
@@ -471,7 +471,7 @@ type planSource struct {
 func (s planSource) Keys() []string { return s.inputs.keys() }
 
 // Plan implements xdssink.Plans.
-func (s planSource) Plan(namespace, name string) (*sink.Plan, bool, error) {
+func (s planSource) Plan(namespace, name string) (*model.Plan, bool, error) {
 	tm, err := s.inputs.trafficMap(namespace, name)
 	if err != nil {
 		return nil, true, err
@@ -487,7 +487,7 @@ func (s planSource) Plan(namespace, name string) (*sink.Plan, bool, error) {
 	if err != nil {
 		return nil, true, err
 	}
-	var others []sink.Sink
+	var others []model.Sink
 	if s.sinks != nil {
 		for _, sk := range s.sinks() {
 			if sk.Name() != s.reader {
@@ -504,7 +504,7 @@ func (s planSource) Plan(namespace, name string) (*sink.Plan, bool, error) {
 		// minutes at fleet scale, and a proxyless client reconnecting to an upgraded
 		// replica would otherwise find no listener for its name). Names another map
 		// journaled stay conflicts.
-		pl.plan.Conflicts = slices.DeleteFunc(pl.plan.Conflicts, func(c sink.Conflict) bool { return c.Unjournaled })
+		pl.plan.Conflicts = slices.DeleteFunc(pl.plan.Conflicts, func(c model.Conflict) bool { return c.Unjournaled })
 	}
 	return &pl.plan, true, nil
 }

@@ -23,7 +23,7 @@ import (
 	omeac "github.com/trafficmap/publisher/api/client/applyconfiguration/api/v1beta1"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -32,34 +32,34 @@ import (
 type fakeSink struct {
 	name    string
 	carries bool
-	conf    sink.Confirmation
+	conf    model.Confirmation
 	err     error
-	refuses func(*sink.Plan) *sink.Confirmation
+	refuses func(*model.Plan) *model.Confirmation
 
 	mu      sync.Mutex
-	applied []sink.Plan
+	applied []model.Plan
 	deleted []string
 }
 
 func (f *fakeSink) Name() string { return f.name }
-func (f *fakeSink) Check(p *sink.Plan) *sink.Confirmation {
+func (f *fakeSink) Check(p *model.Plan) *model.Confirmation {
 	if f.refuses == nil {
 		return nil
 	}
 	return f.refuses(p)
 }
-func (f *fakeSink) Carries(*sink.Plan) bool {
+func (f *fakeSink) Carries(*model.Plan) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.carries
 }
-func (f *fakeSink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error) {
+func (f *fakeSink) Apply(_ context.Context, p *model.Plan) (model.Confirmation, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applied = append(f.applied, *p)
 	c := f.conf
 	c.Sink = f.name
-	if f.err == nil && c.State != sink.Refused {
+	if f.err == nil && c.State != model.Refused {
 		f.carries = true // what it applied is what it carries
 	}
 	return c, f.err
@@ -197,7 +197,7 @@ func newFixture(t *testing.T, sinks ...*fakeSink) *fixture {
 		ClaimedTargets: []string{"grpc:chat.prod", "hostname:chat.example.com"}, ObservedOptionsDigest: OptionsDigest(nil)}
 	f := &fixture{inputs: &fakeInputs{tm: tm}, api: &fakeStatusAPI{tm: tm}, sinks: sinks, events: record.NewFakeRecorder(32),
 		clock: time.Unix(1000, 0), key: cache.NewObjectName("prod", "chat")}
-	var ss []sink.Sink
+	var ss []model.Sink
 	for _, s := range sinks {
 		ss = append(ss, s)
 	}
@@ -230,7 +230,7 @@ func (f *fixture) event() string {
 }
 
 func inPlace(msg string) *fakeSink {
-	return &fakeSink{name: "a", conf: sink.Confirmation{State: sink.InPlace, Message: msg}}
+	return &fakeSink{name: "a", conf: model.Confirmation{State: model.InPlace, Message: msg}}
 }
 
 func TestReconcile(t *testing.T) {
@@ -261,7 +261,7 @@ func TestReconcile(t *testing.T) {
 	})
 
 	t.Run("pending: one sink waits", func(t *testing.T) {
-		f := newFixture(t, inPlace("route stored"), &fakeSink{name: "b", conf: sink.Confirmation{State: sink.Pending, Message: "waiting for gateway prod/g"}})
+		f := newFixture(t, inPlace("route stored"), &fakeSink{name: "b", conf: model.Confirmation{State: model.Pending, Message: "waiting for gateway prod/g"}})
 		hold, err := f.run(t)
 		require.NoError(t, err)
 		assert.Equal(t, freshQuiet, hold, "a new map's first status waits while it only says Publishing")
@@ -277,7 +277,7 @@ func TestReconcile(t *testing.T) {
 	})
 
 	t.Run("refusal: the sink cannot carry the plan", func(t *testing.T) {
-		f := newFixture(t, &fakeSink{name: "a", conf: sink.Confirmation{State: sink.Refused, Reason: ReasonRouteConflict,
+		f := newFixture(t, &fakeSink{name: "a", conf: model.Confirmation{State: model.Refused, Reason: ReasonRouteConflict,
 			Message: `httproute prod/chat-global exists and is not owned by the publisher`}})
 		_, err := f.run(t)
 		require.NoError(t, err, "a user error is not retried")
@@ -288,7 +288,7 @@ func TestReconcile(t *testing.T) {
 	})
 
 	t.Run("rejection: a consumer rejected the content", func(t *testing.T) {
-		f := newFixture(t, inPlace("route stored"), &fakeSink{name: "b", conf: sink.Confirmation{State: sink.Rejected, Reason: ReasonXDSRejected,
+		f := newFixture(t, inPlace("route stored"), &fakeSink{name: "b", conf: model.Confirmation{State: model.Rejected, Reason: ReasonXDSRejected,
 			Message: "xds client node-1 rejected version v2 (RouteConfiguration): bad"}})
 		_, err := f.run(t)
 		require.NoError(t, err)
@@ -365,7 +365,7 @@ func TestReconcile(t *testing.T) {
 		require.Equal(t, metav1.ConditionTrue, f.published().Status)
 
 		route.carries = false
-		route.conf = sink.Confirmation{State: sink.Pending, Message: "waiting for gateway prod/g to accept route prod/chat-global generation 2"}
+		route.conf = model.Confirmation{State: model.Pending, Message: "waiting for gateway prod/g to accept route prod/chat-global generation 2"}
 		f.inputs.annotations = map[string]string{weights.DrainAnnotation: `{"m-a":{"cluster":"worker-a","reason":"maintenance"}}`}
 		before := f.api.applies
 		hold, err := f.run(t)
@@ -374,14 +374,14 @@ func TestReconcile(t *testing.T) {
 		assert.Equal(t, progressInterval, hold, "reconciled again when the restated message may be written")
 		assert.Equal(t, "publishing weights worker-a=0 (drained by m-a), worker-b=1", f.published().Message)
 
-		route.conf = sink.Confirmation{State: sink.InPlace, Message: "route accepted"}
+		route.conf = model.Confirmation{State: model.InPlace, Message: "route accepted"}
 		_, err = f.run(t)
 		require.NoError(t, err)
 		assert.Equal(t, before+2, f.api.applies)
 		assert.Equal(t, metav1.ConditionTrue, f.published().Status)
 
 		// A gateway that takes longer: the pending message is written once the interval passed.
-		route.conf = sink.Confirmation{State: sink.Pending, Message: "waiting for gateway prod/g to accept route prod/chat-global generation 3"}
+		route.conf = model.Confirmation{State: model.Pending, Message: "waiting for gateway prod/g to accept route prod/chat-global generation 3"}
 		f.inputs.annotations = map[string]string{}
 		_, err = f.run(t)
 		require.NoError(t, err)
@@ -426,7 +426,7 @@ func TestReconcileHostnameConflict(t *testing.T) {
 	require.Len(t, s.applied, 1)
 	p := s.applied[0]
 	assert.Empty(t, p.Hostnames, "the contested hostname is not in the plan")
-	assert.Equal(t, []sink.Conflict{{Hostname: "chat.example.com", Owner: sink.Owner{Kind: "TrafficMap", Namespace: "staging", Name: "chat",
+	assert.Equal(t, []model.Conflict{{Hostname: "chat.example.com", Owner: model.Owner{Kind: "TrafficMap", Namespace: "staging", Name: "chat",
 		Hostname: "chat.example.com", Created: t0.Add(time.Hour)}}}, p.Conflicts)
 	assert.True(t, p.Withheld("chat.example.com"))
 	assert.False(t, p.Withheld("chat.prod"), "its gRPC name is its own")
@@ -457,8 +457,8 @@ func TestReconcileHostnameConflict(t *testing.T) {
 // A Pending answer that only updates a consumer count is rewritten at most once per
 // progressInterval; anything else is written at once.
 func TestReconcileProgressHold(t *testing.T) {
-	s := &fakeSink{name: "xds", conf: sink.Confirmation{State: sink.Pending, Message: "waiting for xds clients: 0/100 ACKed",
-		Progress: &sink.Progress{Confirmed: 0, Total: 100}}}
+	s := &fakeSink{name: "xds", conf: model.Confirmation{State: model.Pending, Message: "waiting for xds clients: 0/100 ACKed",
+		Progress: &model.Progress{Confirmed: 0, Total: 100}}}
 	f := newFixture(t, s)
 	hold, err := f.run(t)
 	require.NoError(t, err)
@@ -485,7 +485,7 @@ func TestReconcileProgressHold(t *testing.T) {
 	assert.Contains(t, f.published().Message, "40/100")
 
 	f.clock = f.clock.Add(100 * time.Millisecond)
-	s.conf = sink.Confirmation{State: sink.InPlace, Message: "xds version v1 ACKed by 100/100 clients"}
+	s.conf = model.Confirmation{State: model.InPlace, Message: "xds version v1 ACKed by 100/100 clients"}
 	hold, err = f.run(t)
 	require.NoError(t, err)
 	assert.Zero(t, hold, "another phase is written at once")
@@ -536,13 +536,13 @@ func TestReconcileStatusStaleCache(t *testing.T) {
 	require.Equal(t, metav1.ConditionTrue, f.published().Status)
 	stale := f.inputs.tm.DeepCopy()
 
-	s.conf = sink.Confirmation{State: sink.Pending, Message: "waiting for gateway prod/g"}
+	s.conf = model.Confirmation{State: model.Pending, Message: "waiting for gateway prod/g"}
 	_, err = f.run(t) // B: Published False
 	require.NoError(t, err)
 	require.Equal(t, metav1.ConditionFalse, f.published().Status)
 
 	f.inputs.tm = stale // the informer has not delivered B yet
-	s.conf = sink.Confirmation{State: sink.InPlace, Message: "route stored"}
+	s.conf = model.Confirmation{State: model.InPlace, Message: "route stored"}
 	_, err = f.rec.reconcile(t.Context(), f.key, zaptest.NewLogger(t)) // A again
 	require.NoError(t, err)
 	assert.Equal(t, metav1.ConditionTrue, f.published().Status, "the live status is A again, not left at B")
@@ -558,12 +558,12 @@ func TestReconcileStatusStaleCache(t *testing.T) {
 // published, and Published False names the refusing sink with its reason. The refusal is
 // the plan's alone: another map's plan is applied and published as usual.
 func TestReconcileOneDecision(t *testing.T) {
-	refuseMap := func(key string) func(*sink.Plan) *sink.Confirmation {
-		return func(p *sink.Plan) *sink.Confirmation {
+	refuseMap := func(key string) func(*model.Plan) *model.Confirmation {
+		return func(p *model.Plan) *model.Confirmation {
 			if p.Key() != key {
 				return nil
 			}
-			return &sink.Confirmation{State: sink.Refused, Reason: ReasonRouteRefused,
+			return &model.Confirmation{State: model.Refused, Reason: ReasonRouteRefused,
 				Message: "httproute sink cannot publish trafficmap " + key + ": 17 entries, more than 16"}
 		}
 	}
@@ -601,7 +601,7 @@ func TestReconcileOneDecision(t *testing.T) {
 	})
 }
 
-// durableSink is a fakeSink whose state outlives the publisher (sink.Durable).
+// durableSink is a fakeSink whose state outlives the publisher (model.Durable).
 type durableSink struct{ *fakeSink }
 
 func (durableSink) Durable() {}
@@ -632,8 +632,8 @@ func TestReconcilePublishedBefore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			route := &fakeSink{name: "httproute", carries: tt.carries, conf: sink.Confirmation{State: sink.InPlace, Message: "route stored"}}
-			xds := &fakeSink{name: "xds", carries: true, conf: sink.Confirmation{State: sink.InPlace, Message: "xds ACKed"}}
+			route := &fakeSink{name: "httproute", carries: tt.carries, conf: model.Confirmation{State: model.InPlace, Message: "route stored"}}
+			xds := &fakeSink{name: "xds", carries: true, conf: model.Confirmation{State: model.InPlace, Message: "xds ACKed"}}
 			f := newFixture(t, route, xds)
 			f.rec.sinks[0] = route
 			if tt.durable {
@@ -653,15 +653,15 @@ func TestReconcilePublishedBefore(t *testing.T) {
 // A True condition is kept while only the consumer counts in its message change (clients
 // that come and go cost no status write); other news in a True message is written.
 func TestReconcileKeepsTrueCounts(t *testing.T) {
-	s := &fakeSink{name: "xds", conf: sink.Confirmation{State: sink.InPlace, Message: "xds version v1 ACKed by 1/1 clients",
-		Progress: &sink.Progress{Confirmed: 1, Total: 1}}}
+	s := &fakeSink{name: "xds", conf: model.Confirmation{State: model.InPlace, Message: "xds version v1 ACKed by 1/1 clients",
+		Progress: &model.Progress{Confirmed: 1, Total: 1}}}
 	f := newFixture(t, s)
 	_, err := f.run(t)
 	require.NoError(t, err)
 	require.Equal(t, 1, f.api.applies)
 	before := *f.published()
 
-	s.conf.Message, s.conf.Progress = "xds version v1 ACKed by 7/7 clients", &sink.Progress{Confirmed: 7, Total: 7}
+	s.conf.Message, s.conf.Progress = "xds version v1 ACKed by 7/7 clients", &model.Progress{Confirmed: 7, Total: 7}
 	_, err = f.run(t)
 	require.NoError(t, err)
 	assert.Equal(t, 1, f.api.applies, "only the count changed")

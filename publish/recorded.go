@@ -18,7 +18,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -33,7 +33,7 @@ const (
 	RecordKeyDrains      = "drains"
 	RecordKeyTaints      = "cluster-taints"
 	RecordKeyTolerations = "service-tolerations"
-	// RecordKeyContent holds sink.Plan.Digest of the plan the record was written for: with
+	// RecordKeyContent holds model.Plan.Digest of the plan the record was written for: with
 	// the map's Published condition True at its generation, it proves after a restart that
 	// the condition is about the content the plan publishes (see recordStore.carries).
 	RecordKeyContent = "content"
@@ -125,7 +125,7 @@ type recordStore struct {
 // did not carry it yet, so a Published condition True at the map's generation together
 // with a record that carries the plan means that content was confirmed before: the proof
 // the reconnect grace needs after a restart when no Durable sink is enabled.
-func (s *recordStore) carries(tm *v1beta1.TrafficMap, plan *sink.Plan) (bool, error) {
+func (s *recordStore) carries(tm *v1beta1.TrafficMap, plan *model.Plan) (bool, error) {
 	want := plan.Digest()
 	s.mu.Lock()
 	got, ok := s.content[plan.Key()]

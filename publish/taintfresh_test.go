@@ -30,7 +30,7 @@ import (
 	omefake "github.com/trafficmap/publisher/api/client/clientset/versioned/fake"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -92,7 +92,7 @@ func newFreshFixture(t *testing.T, live ...runtime.Object) *freshFixture {
 
 	f := &freshFixture{caches: cs, api: &fakeStatusAPI{tm: tm.DeepCopy()}, key: cache.NewObjectName("prod", "chat")}
 	status := newStatusWriter(f.api, record.NewFakeRecorder(32), nil)
-	f.rec = &reconciler{inputs: cs, hosts: route, sinks: []sink.Sink{inPlace("xds version v1 ACKed by 1/1 clients")}, status: status,
+	f.rec = &reconciler{inputs: cs, hosts: route, sinks: []model.Sink{inPlace("xds version v1 ACKed by 1/1 clients")}, status: status,
 		claims: newClaimTable(), publisher: testPublisher, digest: OptionsDigest(nil)}
 	return f
 }

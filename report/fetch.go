@@ -22,8 +22,8 @@ import (
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model/replicas"
 	"github.com/trafficmap/publisher/publish"
-	"github.com/trafficmap/publisher/publish/replicas"
 	"github.com/trafficmap/publisher/xds"
 )
 

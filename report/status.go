@@ -15,8 +15,8 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model/replicas"
 	"github.com/trafficmap/publisher/publish"
-	"github.com/trafficmap/publisher/publish/replicas"
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
 )

@@ -32,7 +32,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 )
 
 // Name is the sink's name in --sinks.
@@ -91,11 +91,11 @@ type serviceExpectation struct {
 func (e *expectations) empty() bool { return e.route == nil && len(e.services) == 0 }
 
 var (
-	_ sink.Sink    = (*Sink)(nil)
-	_ sink.Durable = (*Sink)(nil)
+	_ model.Sink    = (*Sink)(nil)
+	_ model.Durable = (*Sink)(nil)
 )
 
-// Durable implements sink.Durable: the route outlives the publisher, so its Carries right
+// Durable implements model.Durable: the route outlives the publisher, so its Carries right
 // after a start tells what was published before.
 func (s *Sink) Durable() {}
 
@@ -104,10 +104,10 @@ func New(cfg Config, writer *httproute.Writer, store httproute.Store) *Sink {
 	return &Sink{cfg: cfg, writer: writer, store: store, expected: map[types.NamespacedName]*expectations{}}
 }
 
-// Name implements sink.Sink.
+// Name implements model.Sink.
 func (s *Sink) Name() string { return Name }
 
-func source(p *sink.Plan) httproute.Source {
+func source(p *model.Plan) httproute.Source {
 	return httproute.Source{Namespace: p.Namespace, Name: p.Name, Service: p.Service, GlobalHost: p.GlobalHost, UID: types.UID(p.UID)}
 }
 
@@ -313,7 +313,7 @@ func (s *Sink) expectServices(namespace, name string, applied, pruned []*corev1.
 }
 
 // owned returns route when it is the publisher's route of the plan's map, nil otherwise.
-func owned(p *sink.Plan, route *gwapiv1.HTTPRoute) *gwapiv1.HTTPRoute {
+func owned(p *model.Plan, route *gwapiv1.HTTPRoute) *gwapiv1.HTTPRoute {
 	if route != nil && !httproute.Owned(route.Labels, source(p)) {
 		return nil
 	}
@@ -350,13 +350,13 @@ func (s *Sink) pin(src httproute.Source, route *gwapiv1.HTTPRoute, services []*c
 	return pinned{Store: s.store, namespace: src.Namespace, name: src.Name, route: route, services: services}
 }
 
-func (s *Sink) build(p *sink.Plan) (*httproute.Desired, error) {
+func (s *Sink) build(p *model.Plan) (*httproute.Desired, error) {
 	return httproute.Build(s.cfg.Route, source(p), p.Result, httproute.Inputs{Generation: p.Generation, Drains: p.Drains,
 		Taints: p.Taints, Tolerations: p.Tolerations})
 }
 
 // retains reports whether the policy keeps route's last positive weights for p.
-func (s *Sink) retains(p *sink.Plan, route *gwapiv1.HTTPRoute) bool {
+func (s *Sink) retains(p *model.Plan, route *gwapiv1.HTTPRoute) bool {
 	if !s.cfg.RetainLastPositive || !p.Result.AllZero() || route == nil {
 		return false
 	}
@@ -365,7 +365,7 @@ func (s *Sink) retains(p *sink.Plan, route *gwapiv1.HTTPRoute) bool {
 }
 
 // contested returns the route's hostname when another claim holds it (Plan.Conflicts).
-func (s *Sink) contested(p *sink.Plan) (string, bool) {
+func (s *Sink) contested(p *model.Plan) (string, bool) {
 	host, err := s.cfg.Route.Hostname(source(p))
 	if err != nil || !p.Withheld(host) {
 		return "", false
@@ -378,12 +378,12 @@ func carriesHost(route *gwapiv1.HTTPRoute, host string) bool {
 	return route != nil && slices.Contains(route.Spec.Hostnames, gwapiv1.Hostname(host))
 }
 
-// Carries implements sink.Sink: the stored route holds exactly the plan's route (a plan
+// Carries implements model.Sink: the stored route holds exactly the plan's route (a plan
 // the policy answers by keeping the stored weights changes nothing either). A plan whose
 // hostname is contested is carried once no route of the map lists that hostname. The
 // stored route is the cached one or, while the cache is older than the sink's last write,
 // that write (see view; Carries makes no API read).
-func (s *Sink) Carries(p *sink.Plan) bool {
+func (s *Sink) Carries(p *model.Plan) bool {
 	route, _, err := s.view(p.Namespace, p.Name)
 	if err != nil {
 		return false
@@ -402,39 +402,39 @@ func (s *Sink) Carries(p *sink.Plan) bool {
 	return route != nil && httproute.Matches(desired.Route, route)
 }
 
-// Check implements sink.Sink: a plan that cannot be built as a route (for example more
+// Check implements model.Sink: a plan that cannot be built as a route (for example more
 // entries than httproute.MaxBackends) is Refused with ReasonRefused. A plan whose hostname
 // is contested passes: Apply handles it without writing its content.
-func (s *Sink) Check(p *sink.Plan) *sink.Confirmation {
+func (s *Sink) Check(p *model.Plan) *model.Confirmation {
 	if _, ok := s.contested(p); ok {
 		return nil
 	}
 	if _, err := s.build(p); err != nil {
-		return &sink.Confirmation{Sink: Name, State: sink.Refused, Reason: ReasonRefused, Message: refusedMessage(p, err)}
+		return &model.Confirmation{Sink: Name, State: model.Refused, Reason: ReasonRefused, Message: refusedMessage(p, err)}
 	}
 	return nil
 }
 
-func refusedMessage(p *sink.Plan, err error) string {
+func refusedMessage(p *model.Plan, err error) string {
 	return fmt.Sprintf("httproute sink cannot publish trafficmap %s: %s", p.Key(), err)
 }
 
-// Apply implements sink.Sink: it stores the route and its Services (only what differs)
+// Apply implements model.Sink: it stores the route and its Services (only what differs)
 // and reads the gateway's verdict. When the route's hostname is held by another claim the
-// route is neither written nor updated (Refused, sink.ReasonHostnameConflict); a stored
+// route is neither written nor updated (Refused, model.ReasonHostnameConflict); a stored
 // route of the map that lists that hostname is removed with its Services, so the gateway
 // never holds two of the publisher's routes for one hostname. The route it compares with,
 // writes over and reads the verdict from is at least as new as its own last write of it
 // (see the package doc); so is each backend Service it compares and writes over, and a
 // Service it pruned is not seen again.
-func (s *Sink) Apply(ctx context.Context, p *sink.Plan) (sink.Confirmation, error) {
-	c := sink.Confirmation{Sink: Name}
+func (s *Sink) Apply(ctx context.Context, p *model.Plan) (model.Confirmation, error) {
+	c := model.Confirmation{Sink: Name}
 	if host, ok := s.contested(p); ok {
 		return s.refuseContested(ctx, p, host)
 	}
 	desired, err := s.build(p)
 	if err != nil {
-		c.State, c.Reason = sink.Refused, ReasonRefused
+		c.State, c.Reason = model.Refused, ReasonRefused
 		c.Message = refusedMessage(p, err)
 		return c, nil
 	}
@@ -445,7 +445,7 @@ func (s *Sink) Apply(ctx context.Context, p *sink.Plan) (sink.Confirmation, erro
 	route := owned(p, live)
 	if s.retains(p, route) {
 		kept, _ := httproute.RouteWeights(route)
-		c.State, c.Reason, c.GatewayRef = sink.Refused, ReasonLastPositiveRetained, GatewayRef(route)
+		c.State, c.Reason, c.GatewayRef = model.Refused, ReasonLastPositiveRetained, GatewayRef(route)
 		c.Message = fmt.Sprintf("every effective weight is 0; --no-positive-policy RetainLastPositive keeps the last positive weights on route %s/%s (%s)",
 			route.Namespace, route.Name, describe(kept))
 		return c, nil
@@ -461,7 +461,7 @@ func (s *Sink) Apply(ctx context.Context, p *sink.Plan) (sink.Confirmation, erro
 	}
 	s.expectServices(p.Namespace, p.Name, synced.Services, synced.Pruned)
 	if errors.Is(err, httproute.ErrConflict) {
-		c.State, c.Reason, c.Message = sink.Refused, ReasonConflict, err.Error()
+		c.State, c.Reason, c.Message = model.Refused, ReasonConflict, err.Error()
 		return c, nil
 	}
 	if err != nil {
@@ -469,7 +469,7 @@ func (s *Sink) Apply(ctx context.Context, p *sink.Plan) (sink.Confirmation, erro
 	}
 	c.GatewayRef = GatewayRef(synced.Route)
 	if !s.cfg.RequireAccepted {
-		c.State = sink.InPlace
+		c.State = model.InPlace
 		c.Message = "route " + synced.Route.Namespace + "/" + synced.Route.Name + " stored (gateway acceptance not required)"
 		return c, nil
 	}
@@ -477,17 +477,17 @@ func (s *Sink) Apply(ctx context.Context, p *sink.Plan) (sink.Confirmation, erro
 	c.Message = acc.Message
 	switch acc.Verdict {
 	case httproute.Pending:
-		c.State, c.Reason = sink.Pending, ReasonWaiting
+		c.State, c.Reason = model.Pending, ReasonWaiting
 	case httproute.Rejected:
-		c.State, c.Reason = sink.Rejected, ReasonNotAccepted
+		c.State, c.Reason = model.Rejected, ReasonNotAccepted
 	default:
-		c.State = sink.InPlace
+		c.State = model.InPlace
 	}
 	return c, nil
 }
 
-func (s *Sink) refuseContested(ctx context.Context, p *sink.Plan, host string) (sink.Confirmation, error) {
-	c := sink.Confirmation{Sink: Name, State: sink.Refused, Reason: sink.ReasonHostnameConflict}
+func (s *Sink) refuseContested(ctx context.Context, p *model.Plan, host string) (model.Confirmation, error) {
+	c := model.Confirmation{Sink: Name, State: model.Refused, Reason: model.ReasonHostnameConflict}
 	live, err := s.current(ctx, p.Namespace, p.Name)
 	if err != nil {
 		return c, err
@@ -518,7 +518,7 @@ func (s *Sink) refuseContested(ctx context.Context, p *sink.Plan, host string) (
 	return c, nil
 }
 
-// Delete implements sink.Sink: the map's route and Services go (those the sink last wrote
+// Delete implements model.Sink: the map's route and Services go (those the sink last wrote
 // too, when the cache does not hold them yet); once they are gone the map's expectations
 // are forgotten. When a delete fails, the Service expectations are dropped (some of those
 // Services may be gone).

@@ -24,8 +24,8 @@ import (
 	gwfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish/routesink"
-	"github.com/trafficmap/publisher/publish/sink"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -262,22 +262,22 @@ var (
 	entryB = weights.Entry{Cluster: "worker-b", Endpoint: "https://chat.worker-b.example.com", Weight: 1}
 )
 
-func plan(t *testing.T, drains ...weights.Drain) *sink.Plan {
+func plan(t *testing.T, drains ...weights.Drain) *model.Plan {
 	t.Helper()
 	return planOf(t, []weights.Entry{entryA, entryB}, drains...)
 }
 
 // planOf is the plan of map prod/chat with entries.
-func planOf(t *testing.T, entries []weights.Entry, drains ...weights.Drain) *sink.Plan {
+func planOf(t *testing.T, entries []weights.Entry, drains ...weights.Drain) *model.Plan {
 	t.Helper()
 	res, err := weights.Compute(weights.Input{Drains: drains, Entries: entries})
 	require.NoError(t, err)
-	return &sink.Plan{Namespace: "prod", Name: "chat", UID: "tm-uid", Generation: 1, Service: "chat",
+	return &model.Plan{Namespace: "prod", Name: "chat", UID: "tm-uid", Generation: 1, Service: "chat",
 		GlobalHost: "chat.example.com", Result: res, Drains: drains}
 }
 
 // planWeights are the route weights p stands for.
-func planWeights(t *testing.T, p *sink.Plan) map[string]int32 {
+func planWeights(t *testing.T, p *model.Plan) map[string]int32 {
 	t.Helper()
 	d, err := httproute.Build(cfg, httproute.Source{Namespace: p.Namespace, Name: p.Name, Service: p.Service, GlobalHost: p.GlobalHost},
 		p.Result, httproute.Inputs{Generation: p.Generation, Drains: p.Drains})
@@ -308,12 +308,12 @@ func TestApplyStaleCache(t *testing.T) {
 			s, api, store := newSink(t, requireAccepted)
 			undrained := plan(t)
 			drained := plan(t, weights.Drain{ID: "m-a", Cluster: "worker-a", Reason: "maintenance"})
-			apply := func(p *sink.Plan) sink.Confirmation {
+			apply := func(p *model.Plan) model.Confirmation {
 				t.Helper()
 				c, err := s.Apply(t.Context(), p)
 				require.NoError(t, err)
 				live, _ := httproute.RouteWeights(api.get())
-				if c.State == sink.InPlace {
+				if c.State == model.InPlace {
 					assert.Equal(t, planWeights(t, p), live, "in place for weights the live route does not hold")
 				}
 				if s.Carries(p) {
@@ -325,7 +325,7 @@ func TestApplyStaleCache(t *testing.T) {
 			apply(undrained)
 			api.accept()
 			store.deliver() // the cache is current: the undrained route, accepted
-			assert.Equal(t, sink.InPlace, apply(undrained).State)
+			assert.Equal(t, model.InPlace, apply(undrained).State)
 
 			apply(drained) // drain; the cache keeps the undrained route from here on
 			api.accept()
@@ -333,14 +333,14 @@ func TestApplyStaleCache(t *testing.T) {
 			undrainedConf := apply(undrained) // undrain: must be written, the cache's copy is stale
 			assert.Equal(t, planWeights(t, undrained), func() map[string]int32 { w, _ := httproute.RouteWeights(api.get()); return w }())
 			if requireAccepted {
-				assert.Equal(t, sink.Pending, undrainedConf.State, undrainedConf.Message)
+				assert.Equal(t, model.Pending, undrainedConf.State, undrainedConf.Message)
 			}
 			apply(drained) // re-drain
 			api.accept()
 			store.deliver()
 			rv := api.get().ResourceVersion
 			c := apply(drained)
-			assert.Equal(t, sink.InPlace, c.State, c.Message)
+			assert.Equal(t, model.InPlace, c.State, c.Message)
 			assert.Equal(t, rv, api.get().ResourceVersion, "the route already holds the drained weights: no write")
 		})
 	}
@@ -379,7 +379,7 @@ var (
 )
 
 // applied applies p and returns the writes the sink reports.
-func applied(t *testing.T, s *routesink.Sink, p *sink.Plan) int {
+func applied(t *testing.T, s *routesink.Sink, p *model.Plan) int {
 	t.Helper()
 	c, err := s.Apply(t.Context(), p)
 	require.NoError(t, err)

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
 )
@@ -30,9 +30,9 @@ func BenchmarkRebuildOneDrain(b *testing.B) {
 }
 
 func benchmarkRebuild(b *testing.B, n int) {
-	plans := &memPlans{plans: map[string]*sink.Plan{}}
+	plans := &memPlans{plans: map[string]*model.Plan{}}
 	inputs := make([]weights.Input, n)
-	plan := func(i int, drained bool) *sink.Plan {
+	plan := func(i int, drained bool) *model.Plan {
 		in := inputs[i]
 		if drained {
 			in.Drains = []weights.Drain{{ID: "m", Cluster: "worker-0", Reason: "r"}}
@@ -42,7 +42,7 @@ func benchmarkRebuild(b *testing.B, n int) {
 			b.Fatal(err)
 		}
 		ns, name := fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("svc-%d", i)
-		return &sink.Plan{Namespace: ns, Name: name, Service: name, Hostnames: []string{name + "." + ns + ".example.com"}, Result: res}
+		return &model.Plan{Namespace: ns, Name: name, Service: name, Hostnames: []string{name + "." + ns + ".example.com"}, Result: res}
 	}
 	for i := range inputs {
 		for j := range 8 {

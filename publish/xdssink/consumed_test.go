@@ -20,7 +20,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	grpcxds "google.golang.org/grpc/xds"
 
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
 	"github.com/trafficmap/publisher/xds/xdstest"
@@ -29,7 +29,7 @@ import (
 // memPlans holds plans in memory, as the publisher's caches and planner hand them.
 type memPlans struct {
 	mu    sync.Mutex
-	plans map[string]*sink.Plan
+	plans map[string]*model.Plan
 }
 
 func (m *memPlans) Keys() []string {
@@ -42,21 +42,21 @@ func (m *memPlans) Keys() []string {
 	return out
 }
 
-func (m *memPlans) Plan(namespace, name string) (*sink.Plan, bool, error) {
+func (m *memPlans) Plan(namespace, name string) (*model.Plan, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, ok := m.plans[namespace+"/"+name]
 	return p, ok, nil
 }
 
-func (m *memPlans) set(p *sink.Plan) {
+func (m *memPlans) set(p *model.Plan) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.plans[p.Key()] = p
 }
 
 // chatPlan is prod/chat over two backends, worker-a drained when drained.
-func chatPlan(t *testing.T, endpoints []string, drained bool) *sink.Plan {
+func chatPlan(t *testing.T, endpoints []string, drained bool) *model.Plan {
 	t.Helper()
 	in := weights.Input{Entries: []weights.Entry{
 		{Cluster: "worker-a", Endpoint: endpoints[0], Weight: 1},
@@ -67,7 +67,7 @@ func chatPlan(t *testing.T, endpoints []string, drained bool) *sink.Plan {
 	}
 	res, err := weights.Compute(in)
 	require.NoError(t, err)
-	return &sink.Plan{Namespace: "prod", Name: "chat", Service: "chat", Hostnames: []string{"chat.example.com"}, Result: res}
+	return &model.Plan{Namespace: "prod", Name: "chat", Service: "chat", Hostnames: []string{"chat.example.com"}, Result: res}
 }
 
 func (s *Sink) isBuilt(f xds.Flavour) bool {
@@ -83,7 +83,7 @@ func (s *Sink) isBuilt(f xds.Flavour) bool {
 // confirmation waits for the relevant clients of each flavour, and a drain reaches both.
 func TestBuildsOnlyConsumedFlavours(t *testing.T) {
 	endpoints := []string{xdstest.StartBackend(t, "worker-a"), xdstest.StartBackend(t, "worker-b")}
-	plans := &memPlans{plans: map[string]*sink.Plan{}}
+	plans := &memPlans{plans: map[string]*model.Plan{}}
 	plans.set(chatPlan(t, endpoints, false))
 	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, Plans: plans,
 		Requeue: func(string, string) {}}, zaptest.NewLogger(t))
@@ -99,7 +99,7 @@ func TestBuildsOnlyConsumedFlavours(t *testing.T) {
 	assert.True(t, s.Carries(plan), "what a first client will be built")
 	c, err := s.Apply(ctx, plan)
 	require.NoError(t, err)
-	assert.Equal(t, sink.InPlace, c.State, c.Message)
+	assert.Equal(t, model.InPlace, c.State, c.Message)
 
 	// An Envoy (state of the world, wildcard clusters first, as Envoy starts).
 	conn, err := grpc.NewClient(s.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -143,7 +143,7 @@ func TestBuildsOnlyConsumedFlavours(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		conf, err := s.Apply(ctx, plan)
 		require.NoError(c, err)
-		assert.Equal(c, sink.InPlace, conf.State, conf.Message)
+		assert.Equal(c, model.InPlace, conf.State, conf.Message)
 		assert.Equal(c, 1, conf.Progress.Confirmed)
 	}, 20*time.Second, 10*time.Millisecond, "confirmed once the Envoy ACKed every type")
 
@@ -168,7 +168,7 @@ func TestBuildsOnlyConsumedFlavours(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		conf, err := s.Apply(ctx, plan)
 		require.NoError(c, err)
-		assert.Equal(c, sink.InPlace, conf.State, conf.Message)
+		assert.Equal(c, model.InPlace, conf.State, conf.Message)
 		assert.Equal(c, 2, conf.Progress.Confirmed, "the Envoy and the gRPC client")
 	}, 20*time.Second, 10*time.Millisecond)
 
@@ -184,7 +184,7 @@ func TestBuildsOnlyConsumedFlavours(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		conf, err := s.Apply(ctx, drained)
 		require.NoError(c, err)
-		assert.Equal(c, sink.InPlace, conf.State, conf.Message)
+		assert.Equal(c, model.InPlace, conf.State, conf.Message)
 		assert.Equal(c, 2, conf.Progress.Confirmed)
 	}, 20*time.Second, 10*time.Millisecond)
 	// grpc-go ACKs before its balancer has applied the route: wait until it has.

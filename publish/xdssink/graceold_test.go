@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/xds"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
@@ -30,8 +30,8 @@ func TestReconnectGraceDoesNotWaiveOldContent(t *testing.T) {
 	node := &corev3.Node{Id: "envoy-1", UserAgentName: "envoy"}
 	// start serves prod/chat, confirmed before the start, within a long grace window,
 	// and returns the sink and an ADS client of it.
-	start := func(t *testing.T) (*Sink, discoveryv3.AggregatedDiscoveryServiceClient, *sink.Plan) {
-		plans := &memPlans{plans: map[string]*sink.Plan{}}
+	start := func(t *testing.T) (*Sink, discoveryv3.AggregatedDiscoveryServiceClient, *model.Plan) {
+		plans := &memPlans{plans: map[string]*model.Plan{}}
 		plans.set(chatPlan(t, endpoints, false))
 		s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, ReconnectGrace: time.Hour, Plans: plans,
 			Requeue: func(string, string) {}}, zaptest.NewLogger(t))
@@ -47,7 +47,7 @@ func TestReconnectGraceDoesNotWaiveOldContent(t *testing.T) {
 		plan.PublishedBefore, plan.Confirmed = true, true
 		return s, discoveryv3.NewAggregatedDiscoveryServiceClient(conn), plan
 	}
-	apply := func(t *testing.T, s *Sink, p *sink.Plan) sink.Confirmation {
+	apply := func(t *testing.T, s *Sink, p *model.Plan) model.Confirmation {
 		t.Helper()
 		c, err := s.Apply(t.Context(), p)
 		require.NoError(t, err)
@@ -62,7 +62,7 @@ func TestReconnectGraceDoesNotWaiveOldContent(t *testing.T) {
 		_, ok := xdstest.Next(xdstest.Stream(stream.Recv), 20*time.Second)
 		require.True(t, ok, "the current clusters are sent")
 		c := apply(t, s, plan)
-		assert.Equal(t, sink.InPlace, c.State, c.Message)
+		assert.Equal(t, model.InPlace, c.State, c.Message)
 		assert.Contains(t, c.Message, "content confirmed before the start")
 	})
 
@@ -77,7 +77,7 @@ func TestReconnectGraceDoesNotWaiveOldContent(t *testing.T) {
 		// after the response is sent.
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
 			c := apply(t, s, plan)
-			assert.Equal(ct, sink.Pending, c.State, c.Message)
+			assert.Equal(ct, model.Pending, c.State, c.Message)
 			assert.Contains(ct, c.Message, "1 relevant xds client(s) hold older content")
 		}, 10*time.Second, 10*time.Millisecond)
 	})
@@ -97,7 +97,7 @@ func TestReconnectGraceDoesNotWaiveOldContent(t *testing.T) {
 		// after the response is sent.
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
 			c := apply(t, s, plan)
-			assert.Equal(ct, sink.Pending, c.State, c.Message)
+			assert.Equal(ct, model.Pending, c.State, c.Message)
 			assert.Contains(ct, c.Message, "1 relevant xds client(s) hold older content")
 		}, 10*time.Second, 10*time.Millisecond)
 	})

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
 )
@@ -24,9 +24,9 @@ import (
 // says it serves, no name is served for two maps, and the history says the versions
 // served carry every served map's current content.
 func TestRebuildPerChangeServesTheFleet(t *testing.T) {
-	plans := &memPlans{plans: map[string]*sink.Plan{}}
+	plans := &memPlans{plans: map[string]*model.Plan{}}
 	rng := rand.New(rand.NewPCG(17, 1))
-	plan := func(i int) *sink.Plan {
+	plan := func(i int) *model.Plan {
 		in := weights.Input{}
 		for j := range 3 {
 			in.Entries = append(in.Entries, weights.Entry{Cluster: fmt.Sprintf("worker-%d", j),
@@ -37,7 +37,7 @@ func TestRebuildPerChangeServesTheFleet(t *testing.T) {
 		}
 		res, err := weights.Compute(in)
 		require.NoError(t, err)
-		p := &sink.Plan{Namespace: "prod", Name: fmt.Sprintf("svc-%d", i), Service: fmt.Sprintf("svc-%d", i), Result: res}
+		p := &model.Plan{Namespace: "prod", Name: fmt.Sprintf("svc-%d", i), Service: fmt.Sprintf("svc-%d", i), Result: res}
 		switch rng.IntN(4) {
 		case 0: // no hostname: gRPC only
 		case 1: // another map's hostname: a hand-over half done
@@ -156,7 +156,7 @@ func msgs[T proto.Message](in []T) []proto.Message {
 // takes the waiting ones along.
 func TestNewMapsCoalesce(t *testing.T) {
 	endpoints := []string{"https://chat.worker-a.example.com", "https://chat.worker-b.example.com"}
-	plans := &memPlans{plans: map[string]*sink.Plan{}}
+	plans := &memPlans{plans: map[string]*model.Plan{}}
 	plans.set(chatPlan(t, endpoints, false))
 	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, Plans: plans, Requeue: func(string, string) {}}, zaptest.NewLogger(t))
 	require.NoError(t, err)
@@ -191,7 +191,7 @@ func TestNewMapsCoalesce(t *testing.T) {
 	require.True(t, served("prod/embed"))
 	held := chatPlan(t, endpoints, false)
 	held.Name, held.Service, held.Hostnames = "held", "held", []string{"held.example.com"}
-	held.Conflicts = []sink.Conflict{{Hostname: "held.example.com", Unjournaled: true}, {Hostname: "held.prod", Unjournaled: true}}
+	held.Conflicts = []model.Conflict{{Hostname: "held.example.com", Unjournaled: true}, {Hostname: "held.prod", Unjournaled: true}}
 	plans.set(held)
 	s.Changed("prod", "held")
 	require.NoError(t, s.rebuild(t.Context()))

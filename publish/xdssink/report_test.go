@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/trafficmap/publisher/publish/replicas"
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
+	"github.com/trafficmap/publisher/model/replicas"
 	"github.com/trafficmap/publisher/xds"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
@@ -31,7 +31,7 @@ type brokenPlans struct {
 
 func (b *brokenPlans) Keys() []string { return append(b.memPlans.Keys(), b.broken...) }
 
-func (b *brokenPlans) Plan(namespace, name string) (*sink.Plan, bool, error) {
+func (b *brokenPlans) Plan(namespace, name string) (*model.Plan, bool, error) {
 	if strings.HasPrefix(namespace+"/"+name, "aaa/") {
 		return nil, true, errors.New("inferenceservice not found")
 	}
@@ -43,7 +43,7 @@ func (b *brokenPlans) Plan(namespace, name string) (*sink.Plan, bool, error) {
 // encoded for the Lease and read back by the leader, releases bbb/chat; on main it listed
 // every map not True, sorted, first 2,000 (all of aaa) and held every later namespace.
 func TestReportBrokenMapsDoNotHoldOtherNamespaces(t *testing.T) {
-	plans := &brokenPlans{memPlans: &memPlans{plans: map[string]*sink.Plan{}}}
+	plans := &brokenPlans{memPlans: &memPlans{plans: map[string]*model.Plan{}}}
 	for i := range 2000 {
 		plans.broken = append(plans.broken, fmt.Sprintf("aaa/map-%04d", i))
 	}

@@ -14,7 +14,7 @@
 // flavour before its first snapshot).
 //
 // Reconnect grace: for Config.ReconnectGrace after Start and after Leading, a plan that was
-// not published before (sink.Plan.PublishedBefore) is Pending whatever its clients say, so
+// not published before (model.Plan.PublishedBefore) is Pending whatever its clients say, so
 // clients of the previous publisher still reconnecting with backoff ACK it before it is
 // confirmed; the maps it held are requeued when the window ends. Content confirmed before
 // keeps its condition through the window while its clients are still reconnecting or
@@ -42,8 +42,8 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/trafficmap/publisher/publish/replicas"
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
+	"github.com/trafficmap/publisher/model/replicas"
 	"github.com/trafficmap/publisher/xds"
 )
 
@@ -69,8 +69,8 @@ type Plans interface {
 	Keys() []string
 	// Plan returns the map's current plan; exists is false for a deleted map; a non-nil
 	// error means the plan cannot be computed now or another enabled sink refuses it
-	// (sink.Sink.Check): the map's last good content stays served.
-	Plan(namespace, name string) (plan *sink.Plan, exists bool, err error)
+	// (model.Sink.Check): the map's last good content stays served.
+	Plan(namespace, name string) (plan *model.Plan, exists bool, err error)
 }
 
 // Config configures the sink.
@@ -88,7 +88,7 @@ type Config struct {
 	// MinClients makes a plan Pending until at least this many clients are connected.
 	MinClients int
 	// ReconnectGrace is how long after Start (and after Leading) a plan that was not
-	// published before (sink.Plan.PublishedBefore false) stays Pending, so clients of the
+	// published before (model.Plan.PublishedBefore false) stays Pending, so clients of the
 	// previous publisher that are still reconnecting count before it is confirmed; 0: none.
 	ReconnectGrace time.Duration
 	// Now is the clock (nil: time.Now).
@@ -100,7 +100,7 @@ type Config struct {
 	// Requeue asks the pipeline to reconcile a map again (its served content or its
 	// clients changed).
 	Requeue func(namespace, name string)
-	// Peers returns the live reports of the other replicas (replicas.Board.Peers); nil
+	// Peers returns the live reports of the other replicas (lease.Board.Peers); nil
 	// without leader election. With RequireAck, a plan is InPlace only when the relevant
 	// clients of every live replica ACKed its content too (replicas.Judge).
 	Peers func() []replicas.Report
@@ -156,11 +156,11 @@ type checked struct {
 }
 
 var (
-	_ sink.Sink     = (*Sink)(nil)
-	_ sink.Starter  = (*Sink)(nil)
-	_ sink.Notified = (*Sink)(nil)
-	_ sink.Debugger = (*Sink)(nil)
-	_ sink.Leading  = (*Sink)(nil)
+	_ model.Sink     = (*Sink)(nil)
+	_ model.Starter  = (*Sink)(nil)
+	_ model.Notified = (*Sink)(nil)
+	_ model.Debugger = (*Sink)(nil)
+	_ model.Leading  = (*Sink)(nil)
 )
 
 // New validates cfg, loads TLS and listens on cfg.Address; nothing is served before Start.
@@ -213,7 +213,7 @@ func splitHostPort(addr string) (string, uint32, error) {
 	return host, uint32(p), nil
 }
 
-// Name implements sink.Sink.
+// Name implements model.Sink.
 func (s *Sink) Name() string { return Name }
 
 // Addr is where the xDS server listens.
@@ -222,7 +222,7 @@ func (s *Sink) Addr() net.Addr { return s.listener.Addr() }
 // Clients returns what each connected client has ACKed and NACKed.
 func (s *Sink) Clients() []xds.ClientState { return s.server.Tracker().Clients() }
 
-// DebugHandlers implements sink.Debugger: /debug/xds lists the clients and versions, and
+// DebugHandlers implements model.Debugger: /debug/xds lists the clients and versions, and
 // per served map the clients relevant to it and those that ACKed its served content.
 func (s *Sink) DebugHandlers() map[string]http.Handler {
 	return map[string]http.Handler{"/debug/xds": s.server.DebugHandlerWith(s.debugMaps)}
@@ -240,7 +240,7 @@ func (s *Sink) debugMaps(clients []xds.ClientState) []xds.DebugMap {
 	return out
 }
 
-// Start implements sink.Starter: it reads every map's plan from the synced caches (before
+// Start implements model.Starter: it reads every map's plan from the synced caches (before
 // any plan is judged; no flavour is built before a client of it connects), then serves and
 // rebuilds until ctx is done.
 func (s *Sink) Start(ctx context.Context) (func(), error) {
@@ -275,7 +275,7 @@ func (s *Sink) Start(ctx context.Context) (func(), error) {
 	return wg.Wait, nil
 }
 
-// Leading implements sink.Leading: the reconnect grace starts again, since clients of the
+// Leading implements model.Leading: the reconnect grace starts again, since clients of the
 // previous leader may be reconnecting to this replica.
 func (s *Sink) Leading() { s.beginGrace() }
 
@@ -332,7 +332,7 @@ func (s *Sink) waive(key string) bool {
 
 // graceHolds reports whether the reconnect grace holds the map's plan Pending (it was not
 // published before and the window is open), and if so marks it held and says why.
-func (s *Sink) graceHolds(p *sink.Plan) (string, bool) {
+func (s *Sink) graceHolds(p *model.Plan) (string, bool) {
 	if p.PublishedBefore {
 		return "", false
 	}
@@ -394,7 +394,7 @@ func (s *Sink) Report(keys []string) replicas.Report {
 
 // Fence stops serving: every xDS connection is closed and new streams are refused with
 // reason (xds.Server.Fence), until Unfence. For a replica whose report the leader may no
-// longer count (replicas.Writer).
+// longer count (lease.Writer).
 func (s *Sink) Fence(reason string) { s.server.Fence(reason) }
 
 // Unfence serves again after Fence.
@@ -403,7 +403,7 @@ func (s *Sink) Unfence() { s.server.Unfence() }
 // Fenced reports whether the sink is fenced (Fence without Unfence since).
 func (s *Sink) Fenced() bool { return s.server.Fenced() }
 
-// Changed implements sink.Notified: the map's plan may have changed.
+// Changed implements model.Notified: the map's plan may have changed.
 func (s *Sink) Changed(namespace, name string) {
 	s.mu.Lock()
 	s.dirty[namespace+"/"+name] = true
@@ -412,7 +412,7 @@ func (s *Sink) Changed(namespace, name string) {
 }
 
 // view is the sink's form of a plan.
-func view(p *sink.Plan) xds.Service {
+func view(p *model.Plan) xds.Service {
 	svc := xds.Service{Namespace: p.Namespace, Name: p.Name, Service: p.Service, Result: p.Result, Hostnames: p.Hostnames}
 	for _, c := range p.Conflicts {
 		svc.Withheld = append(svc.Withheld, c.Hostname)
@@ -420,10 +420,10 @@ func view(p *sink.Plan) xds.Service {
 	return svc
 }
 
-// Carries implements sink.Sink: the plan's content is what is served (to every flavour
+// Carries implements model.Sink: the plan's content is what is served (to every flavour
 // consumed, and what a flavour's first client will be built; the digest covers the
 // hostnames, which decide whether the Envoy flavour carries the map).
-func (s *Sink) Carries(p *sink.Plan) bool {
+func (s *Sink) Carries(p *model.Plan) bool {
 	want := view(p).Digest()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -431,10 +431,10 @@ func (s *Sink) Carries(p *sink.Plan) bool {
 	return ok && svc.Digest() == want
 }
 
-// Check implements sink.Sink: a plan whose resources fail validation on their own is
+// Check implements model.Sink: a plan whose resources fail validation on their own is
 // Refused with ReasonInvalid. The verdict is kept per map while its content is unchanged,
 // so a plan checked again costs no translation.
-func (s *Sink) Check(p *sink.Plan) *sink.Confirmation {
+func (s *Sink) Check(p *model.Plan) *model.Confirmation {
 	svc := view(p)
 	key, content := svc.Key(), svc.Digest()+"\x00"+svc.Service
 	s.mu.Lock()
@@ -450,17 +450,17 @@ func (s *Sink) Check(p *sink.Plan) *sink.Confirmation {
 	if c.err == nil {
 		return nil
 	}
-	return &sink.Confirmation{Sink: Name, State: sink.Refused, Reason: ReasonInvalid, Message: invalidMessage(key, c.err)}
+	return &model.Confirmation{Sink: Name, State: model.Refused, Reason: ReasonInvalid, Message: invalidMessage(key, c.err)}
 }
 
 func invalidMessage(key string, err error) string {
 	return fmt.Sprintf("xds sink cannot serve trafficmap %s: %s; its last good resources stay served", key, joinLines(err))
 }
 
-// Apply implements sink.Sink. Serving is the rebuild loop's work; Apply reports whether
+// Apply implements model.Sink. Serving is the rebuild loop's work; Apply reports whether
 // the plan is served and ACKed by the relevant clients: the streams subscribed to one of
 // the map's resources (see xds.Judge), each stream a client of its own.
-func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error) {
+func (s *Sink) Apply(_ context.Context, p *model.Plan) (model.Confirmation, error) {
 	svc := view(p)
 	key := svc.Key()
 	s.mu.Lock()
@@ -472,7 +472,7 @@ func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error)
 	}
 	s.mu.Unlock()
 	if invalid != nil {
-		return sink.Confirmation{Sink: Name, State: sink.Refused, Reason: ReasonInvalid, Message: invalidMessage(key, invalid)}, nil
+		return model.Confirmation{Sink: Name, State: model.Refused, Reason: ReasonInvalid, Message: invalidMessage(key, invalid)}, nil
 	}
 	clients, by := s.server.Tracker().Clients(), xds.ServedBy(s.envoy, svc)
 	c := xds.Confirm(clients, s.history, key, by, s.cfg.MinClients)
@@ -495,8 +495,8 @@ func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error)
 				c.Acked, c.Total, c.Connected, s.cfg.MinClients)
 		}
 	}
-	conf := sink.Confirmation{Sink: Name, Message: c.Message,
-		Progress: &sink.Progress{Confirmed: c.Acked, Total: c.Total, Required: s.cfg.MinClients}}
+	conf := model.Confirmation{Sink: Name, Message: c.Message,
+		Progress: &model.Progress{Confirmed: c.Acked, Total: c.Total, Required: s.cfg.MinClients}}
 	var fleet replicas.Verdict
 	if s.cfg.Peers != nil && s.cfg.RequireAck {
 		fleet = replicas.Judge(s.cfg.Peers(), key, svc.Digest(), p.Published)
@@ -510,17 +510,17 @@ func (s *Sink) Apply(_ context.Context, p *sink.Plan) (sink.Confirmation, error)
 	}
 	switch {
 	case c.Nack != nil:
-		conf.State, conf.Reason = sink.Rejected, ReasonRejected
+		conf.State, conf.Reason = model.Rejected, ReasonRejected
 	case fleet.Nack != nil:
-		conf.State, conf.Reason, conf.Message = sink.Rejected, ReasonRejected, fleet.Message
+		conf.State, conf.Reason, conf.Message = model.Rejected, ReasonRejected, fleet.Message
 	case !fleet.Done:
-		conf.State = sink.Pending
+		conf.State = model.Pending
 	case !c.Done && s.cfg.RequireAck:
-		conf.State = sink.Pending
+		conf.State = model.Pending
 	default:
-		conf.State = sink.InPlace
+		conf.State = model.InPlace
 		if why, held := s.graceHolds(p); held {
-			conf.State, conf.Message = sink.Pending, why+"; "+c.Message
+			conf.State, conf.Message = model.Pending, why+"; "+c.Message
 		}
 	}
 	return conf, nil
@@ -539,7 +539,7 @@ func holdingOld(clients []xds.ClientState, h *xds.History, key string, by map[xd
 	return n
 }
 
-// Delete implements sink.Sink: the map's resources leave the next snapshot (Changed was
+// Delete implements model.Sink: the map's resources leave the next snapshot (Changed was
 // called by the deletion event) and nothing about it is remembered.
 func (s *Sink) Delete(_ context.Context, namespace, name string) (int, error) {
 	s.mu.Lock()

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/trafficmap/publisher/publish/sink"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
 )
@@ -55,7 +55,7 @@ func TestPacer(t *testing.T) {
 type noPlans struct{}
 
 func (noPlans) Keys() []string { return nil }
-func (noPlans) Plan(string, string) (*sink.Plan, bool, error) {
+func (noPlans) Plan(string, string) (*model.Plan, bool, error) {
 	return nil, false, nil
 }
 
@@ -65,12 +65,12 @@ func TestApplyPendingAndDelete(t *testing.T) {
 	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, MinClients: 1, Plans: noPlans{}, Requeue: func(string, string) {}}, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.listener.Close() })
-	plan := &sink.Plan{Namespace: "prod", Name: "chat", Service: "chat", Result: weights.Result{
+	plan := &model.Plan{Namespace: "prod", Name: "chat", Service: "chat", Result: weights.Result{
 		Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 1}}}}
 	c, err := s.Apply(t.Context(), plan)
 	require.NoError(t, err)
-	assert.Equal(t, sink.Pending, c.State)
-	assert.Equal(t, &sink.Progress{Confirmed: 0, Total: 0, Required: 1}, c.Progress)
+	assert.Equal(t, model.Pending, c.State)
+	assert.Equal(t, &model.Progress{Confirmed: 0, Total: 0, Required: 1}, c.Progress)
 	assert.False(t, s.Carries(plan), "nothing is served before a rebuild")
 	assert.Len(t, s.pending, 1)
 
@@ -137,7 +137,7 @@ func TestCheck(t *testing.T) {
 	s, err := New(Config{Address: "127.0.0.1:0", Plans: noPlans{}, Requeue: func(string, string) {}}, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.listener.Close() })
-	plan := &sink.Plan{Namespace: "prod", Name: "chat", Service: "chat", Hostnames: []string{"chat.example.com"}, Result: weights.Result{
+	plan := &model.Plan{Namespace: "prod", Name: "chat", Service: "chat", Hostnames: []string{"chat.example.com"}, Result: weights.Result{
 		Entries: []weights.EffectiveEntry{{Cluster: "a", Endpoint: weights.Endpoint{URL: "https://chat.a.example.com", Scheme: "https", Host: "chat.a.example.com", Port: 443}, Weight: 1, Effective: 1}}}}
 	assert.Nil(t, s.Check(plan))
 
@@ -145,7 +145,7 @@ func TestCheck(t *testing.T) {
 	bad.Result.Entries = []weights.EffectiveEntry{{Cluster: "a", Endpoint: weights.Endpoint{URL: "https://:443", Scheme: "https", Port: 443}, Weight: 1, Effective: 1}}
 	c := s.Check(&bad)
 	require.NotNil(t, c)
-	assert.Equal(t, sink.Refused, c.State)
+	assert.Equal(t, model.Refused, c.State)
 	assert.Equal(t, ReasonInvalid, c.Reason)
 	assert.Contains(t, c.Message, "xds sink cannot serve trafficmap prod/chat")
 	assert.Equal(t, c, s.Check(&bad), "the verdict is kept while the content is unchanged")
@@ -164,36 +164,36 @@ func TestReconnectGrace(t *testing.T) {
 		Now: func() time.Time { return now }, Requeue: func(ns, name string) { requeued = append(requeued, ns+"/"+name) }}, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.listener.Close() })
-	plan := func(before bool) *sink.Plan {
-		return &sink.Plan{Namespace: "prod", Name: "chat", Service: "chat", PublishedBefore: before, Result: weights.Result{
+	plan := func(before bool) *model.Plan {
+		return &model.Plan{Namespace: "prod", Name: "chat", Service: "chat", PublishedBefore: before, Result: weights.Result{
 			Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 0}, {Cluster: "b", Weight: 1, Effective: 1}}}}
 	}
-	apply := func(p *sink.Plan) sink.Confirmation {
+	apply := func(p *model.Plan) model.Confirmation {
 		t.Helper()
 		c, err := s.Apply(t.Context(), p)
 		require.NoError(t, err)
 		return c
 	}
 
-	assert.Equal(t, sink.InPlace, apply(plan(false)).State, "no grace before the start")
+	assert.Equal(t, model.InPlace, apply(plan(false)).State, "no grace before the start")
 
 	s.beginGrace()
 	t.Cleanup(func() { s.grace.timer.Stop() })
 	c := apply(plan(false))
-	assert.Equal(t, sink.Pending, c.State, "changed content waits for clients to reconnect")
+	assert.Equal(t, model.Pending, c.State, "changed content waits for clients to reconnect")
 	assert.Contains(t, c.Message, "waiting for xds clients to reconnect")
 	assert.Contains(t, c.Message, "from 2026-12-03T12:00:20Z on (--xds-reconnect-grace 20s)")
-	assert.Equal(t, sink.InPlace, apply(plan(true)).State, "content published before keeps its condition")
+	assert.Equal(t, model.InPlace, apply(plan(true)).State, "content published before keeps its condition")
 
 	now = now.Add(19 * time.Second)
-	assert.Equal(t, sink.Pending, apply(plan(false)).State)
+	assert.Equal(t, model.Pending, apply(plan(false)).State)
 	s.endGrace()
 	assert.Equal(t, []string{"prod/chat"}, requeued, "the held map is reconciled when the window ends")
 	now = now.Add(time.Second)
-	assert.Equal(t, sink.InPlace, apply(plan(false)).State, "the window is over")
+	assert.Equal(t, model.InPlace, apply(plan(false)).State, "the window is over")
 
 	s.Leading()
-	assert.Equal(t, sink.Pending, apply(plan(false)).State, "a new leader waits again")
+	assert.Equal(t, model.Pending, apply(plan(false)).State, "a new leader waits again")
 	_, err = s.Delete(t.Context(), "prod", "chat")
 	require.NoError(t, err)
 	s.endGrace()
@@ -208,30 +208,30 @@ func TestReconnectGraceMinClients(t *testing.T) {
 		Now: func() time.Time { return now }, Requeue: func(string, string) {}}, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.listener.Close() })
-	plan := &sink.Plan{Namespace: "prod", Name: "chat", Service: "chat", PublishedBefore: true, Confirmed: true, Result: weights.Result{
+	plan := &model.Plan{Namespace: "prod", Name: "chat", Service: "chat", PublishedBefore: true, Confirmed: true, Result: weights.Result{
 		Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 1}}}}
 	c, err := s.Apply(t.Context(), plan)
 	require.NoError(t, err)
-	assert.Equal(t, sink.Pending, c.State, "outside the window too few clients wait")
+	assert.Equal(t, model.Pending, c.State, "outside the window too few clients wait")
 	assert.Contains(t, c.Message, "--xds-min-clients is 2")
 
 	s.beginGrace()
 	t.Cleanup(func() { s.grace.timer.Stop() })
 	c, err = s.Apply(t.Context(), plan)
 	require.NoError(t, err)
-	assert.Equal(t, sink.InPlace, c.State)
+	assert.Equal(t, model.InPlace, c.State)
 	assert.Equal(t, "content confirmed before the start; within --xds-reconnect-grace 0/0 reconnected clients ACKed it so far (0 connected, --xds-min-clients 2)", c.Message)
 
 	changed := *plan
 	changed.PublishedBefore, changed.Confirmed = false, false
 	c, err = s.Apply(t.Context(), &changed)
 	require.NoError(t, err)
-	assert.Equal(t, sink.Pending, c.State, "changed content is not waived")
+	assert.Equal(t, model.Pending, c.State, "changed content is not waived")
 	fresh := *plan
 	fresh.Confirmed = false // a new map: published before in the sense of the hold, but never confirmed
 	c, err = s.Apply(t.Context(), &fresh)
 	require.NoError(t, err)
-	assert.Equal(t, sink.Pending, c.State, "a new map is not waived")
+	assert.Equal(t, model.Pending, c.State, "a new map is not waived")
 }
 
 // With no grace configured, Leading opens no window.
@@ -240,8 +240,8 @@ func TestReconnectGraceOff(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.listener.Close() })
 	s.Leading()
-	c, err := s.Apply(t.Context(), &sink.Plan{Namespace: "prod", Name: "chat", Service: "chat", Result: weights.Result{
+	c, err := s.Apply(t.Context(), &model.Plan{Namespace: "prod", Name: "chat", Service: "chat", Result: weights.Result{
 		Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 1}}}})
 	require.NoError(t, err)
-	assert.Equal(t, sink.InPlace, c.State)
+	assert.Equal(t, model.InPlace, c.State)
 }

@@ -1,6 +1,8 @@
-package replicas
+package lease
 
 import (
+	"github.com/trafficmap/publisher/model/replicas"
+
 	"context"
 	"errors"
 	"sync"
@@ -21,10 +23,10 @@ import (
 )
 
 // held reads the report the Lease holds.
-func held(t require.TestingT, kube *kubefake.Clientset, name string) Report {
+func held(t require.TestingT, kube *kubefake.Clientset, name string) replicas.Report {
 	l, err := kube.CoordinationV1().Leases("ns").Get(context.Background(), name, metav1.GetOptions{})
 	require.NoError(t, err)
-	r, err := Decode(l.Annotations[Annotation])
+	r, err := replicas.Decode(l.Annotations[replicas.Annotation])
 	require.NoError(t, err)
 	return r
 }
@@ -36,13 +38,13 @@ func held(t require.TestingT, kube *kubefake.Clientset, name string) Report {
 // next renewal), with a higher Seq than B's.
 func TestWriterRewritesAfterAFailedWriteThatLanded(t *testing.T) {
 	kube := kubefake.NewClientset()
-	a := Report{Maps: []Map{{Key: "prod/chat", Digest: "d1", Relevant: 1}}}
-	b := Report{Maps: []Map{{Key: "prod/chat", Digest: "d1", Relevant: 1, Acked: 1}}}
-	var content atomic.Pointer[Report]
+	a := replicas.Report{Maps: []replicas.Map{{Key: "prod/chat", Digest: "d1", Relevant: 1}}}
+	b := replicas.Report{Maps: []replicas.Map{{Key: "prod/chat", Digest: "d1", Relevant: 1, Acked: 1}}}
+	var content atomic.Pointer[replicas.Report]
 	content.Store(&a)
 	w := &Writer{Kube: kube, Namespace: "ns", Election: "publisher", Identity: "pub-b", Duration: time.Hour,
-		Build: func() Report { return *content.Load() }, FieldManager: "test", Log: zaptest.NewLogger(t)}
-	name := LeaseName("publisher", "pub-b")
+		Build: func() replicas.Report { return *content.Load() }, FieldManager: "test", Log: zaptest.NewLogger(t)}
+	name := replicas.LeaseName("publisher", "pub-b")
 	require.NoError(t, w.First(context.Background()))
 	first := held(t, kube, name)
 	assert.Equal(t, a.Maps, first.Maps)
@@ -93,7 +95,7 @@ func TestWriterFencesWhileNotRenewed(t *testing.T) {
 	assert.Less(t, FenceAfter(d), d, "fenced before the leader could expire the report")
 	assert.Less(t, FenceAfter(15*time.Second), 15*time.Second)
 	w := &Writer{Kube: kube, Namespace: "ns", Election: "publisher", Identity: "pub-b", Duration: d,
-		Build: func() Report { return Report{} }, FieldManager: "test", Log: zaptest.NewLogger(t),
+		Build: func() replicas.Report { return replicas.Report{} }, FieldManager: "test", Log: zaptest.NewLogger(t),
 		Fence: func(reason string) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -130,27 +132,27 @@ func TestWriterFencesWhileNotRenewed(t *testing.T) {
 func TestBoardKeepsTheNewestReport(t *testing.T) {
 	var requeued [][]string
 	b := NewBoard(kubefake.NewClientset(), "ns", "publisher", "pub-a", func(keys []string) { requeued = append(requeued, keys) }, zaptest.NewLogger(t))
-	lease := func(uid, rv string, r Report) *coordinationv1.Lease {
-		v, err := Encode(r)
+	lease := func(uid, rv string, r replicas.Report) *coordinationv1.Lease {
+		v, err := replicas.Encode(r)
 		require.NoError(t, err)
 		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "publisher-xds-b", Namespace: "ns", UID: types.UID(uid), ResourceVersion: rv,
-			Annotations: map[string]string{Annotation: v}},
+			Annotations: map[string]string{replicas.Annotation: v}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("pub-b"), LeaseDurationSeconds: ptr.To(int32(15))}}
 	}
-	waiting := Report{Identity: "pub-b", Seq: 7, Maps: []Map{{Key: "prod/chat", Digest: "d1", Relevant: 1}}}
-	acked := Report{Identity: "pub-b", Seq: 6, Maps: []Map{{Key: "prod/chat", Digest: "d1", Relevant: 1, Acked: 1}}}
+	waiting := replicas.Report{Identity: "pub-b", Seq: 7, Maps: []replicas.Map{{Key: "prod/chat", Digest: "d1", Relevant: 1}}}
+	acked := replicas.Report{Identity: "pub-b", Seq: 6, Maps: []replicas.Map{{Key: "prod/chat", Digest: "d1", Relevant: 1, Acked: 1}}}
 	b.observe(lease("u1", "10", waiting))
 	b.observe(lease("u1", "11", acked)) // an older report written after: not the current one
 	require.Len(t, b.Peers(), 1)
 	assert.Equal(t, uint64(7), b.Peers()[0].Seq)
-	assert.False(t, Judge(b.Peers(), "prod/chat", "d1", false).Done)
+	assert.False(t, replicas.Judge(b.Peers(), "prod/chat", "d1", false).Done)
 
 	acked.Seq = 8
 	b.observe(lease("u1", "12", acked))
 	assert.Equal(t, uint64(8), b.Peers()[0].Seq)
-	assert.True(t, Judge(b.Peers(), "prod/chat", "d1", false).Done)
+	assert.True(t, replicas.Judge(b.Peers(), "prod/chat", "d1", false).Done)
 
-	fresh := Report{Identity: "pub-b", Seq: 1}
+	fresh := replicas.Report{Identity: "pub-b", Seq: 1}
 	b.observe(lease("u2", "20", fresh)) // the Lease deleted and created again
 	assert.Equal(t, uint64(1), b.Peers()[0].Seq)
 	assert.Equal(t, [][]string{{"prod/chat"}, {"prod/chat"}, {"prod/chat"}}, requeued)

@@ -1,4 +1,4 @@
-package replicas
+package lease
 
 import (
 	"bytes"
@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/trafficmap/publisher/model/replicas"
 )
 
 // Interval is the shortest time between two writes of one replica's report: changes within
@@ -54,7 +56,7 @@ type Writer struct {
 	// leaseDurationSeconds, at least one second).
 	Duration time.Duration
 	// Build returns the current report; it is called from Run's goroutine only.
-	Build func() Report
+	Build func() replicas.Report
 	// FieldManager names the writer.
 	FieldManager string
 	Log          *zap.Logger
@@ -86,7 +88,7 @@ func (w *Writer) First(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	if err := w.write(ctx, LeaseName(w.Election, w.Identity), r); err != nil {
+	if err := w.write(ctx, replicas.LeaseName(w.Election, w.Identity), r); err != nil {
 		w.fence()
 		return fmt.Errorf("write report lease: %w", err)
 	}
@@ -96,7 +98,7 @@ func (w *Writer) First(ctx context.Context) error {
 }
 
 // build returns the current report and its content without Seq.
-func (w *Writer) build() (Report, []byte, error) {
+func (w *Writer) build() (replicas.Report, []byte, error) {
 	r := w.Build()
 	r.Identity, r.Seq = w.Identity, 0
 	content, err := json.Marshal(r)
@@ -170,7 +172,7 @@ func (w *Writer) renewedAt() time.Time {
 // Run writes the report until ctx is done, then deletes it (a replica that stops cleanly
 // stops counting at once; one that dies stops once the report expires).
 func (w *Writer) Run(ctx context.Context) {
-	name := LeaseName(w.Election, w.Identity)
+	name := replicas.LeaseName(w.Election, w.Identity)
 	tick := time.NewTicker(Interval)
 	defer tick.Stop()
 	defer func() {
@@ -216,7 +218,7 @@ func (w *Writer) Run(ctx context.Context) {
 }
 
 // write stores r as the report, renewing the Lease, with a Seq above the one it holds.
-func (w *Writer) write(ctx context.Context, name string, r Report) error {
+func (w *Writer) write(ctx context.Context, name string, r replicas.Report) error {
 	leases := w.Kube.CoordinationV1().Leases(w.Namespace)
 	now := metav1.NewMicroTime(time.Now())
 	seconds := int32(max(w.Duration/time.Second, 1))
@@ -225,21 +227,21 @@ func (w *Writer) write(ctx context.Context, name string, r Report) error {
 		return err
 	}
 	if err == nil {
-		if held, derr := Decode(cur.Annotations[Annotation]); derr == nil {
+		if held, derr := replicas.Decode(cur.Annotations[replicas.Annotation]); derr == nil {
 			w.seq = max(w.seq, held.Seq)
 		}
 	}
 	w.seq++
 	r.Seq = w.seq
-	value, eerr := Encode(r)
+	value, eerr := replicas.Encode(r)
 	if eerr != nil {
 		return eerr
 	}
 	if apierrors.IsNotFound(err) {
 		l := &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.Namespace,
-				Labels:      map[string]string{LabelFor: w.Election, "app.kubernetes.io/managed-by": "trafficmap-publisher"},
-				Annotations: map[string]string{Annotation: value}},
+				Labels:      map[string]string{replicas.LabelFor: w.Election, "app.kubernetes.io/managed-by": "trafficmap-publisher"},
+				Annotations: map[string]string{replicas.Annotation: value}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(w.Identity), LeaseDurationSeconds: ptr.To(seconds),
 				AcquireTime: &now, RenewTime: &now},
 		}
@@ -250,11 +252,11 @@ func (w *Writer) write(ctx context.Context, name string, r Report) error {
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
-	l.Annotations[Annotation] = value
+	l.Annotations[replicas.Annotation] = value
 	if l.Labels == nil {
 		l.Labels = map[string]string{}
 	}
-	l.Labels[LabelFor] = w.Election
+	l.Labels[replicas.LabelFor] = w.Election
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = ptr.To(w.Identity), ptr.To(seconds), &now
 	_, err = leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: w.FieldManager})
 	return err
@@ -284,7 +286,7 @@ type seen struct {
 	version  string
 	observed time.Time
 	duration time.Duration
-	report   Report
+	report   replicas.Report
 	expired  bool
 }
 
@@ -293,7 +295,7 @@ type seen struct {
 // whose standing may have changed: those listed in a report that changed, appeared,
 // expired or went away.
 func NewBoard(kube kubernetes.Interface, namespace, election, self string, onChange func(keys []string), log *zap.Logger) *Board {
-	sel := labels.SelectorFromSet(labels.Set{LabelFor: election}).String()
+	sel := labels.SelectorFromSet(labels.Set{replicas.LabelFor: election}).String()
 	inf := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel })).Coordination().V1().Leases().Informer()
 	b := &Board{self: self, informer: inf, now: time.Now, onChange: onChange, log: log, reports: map[string]*seen{}}
@@ -331,11 +333,11 @@ func (b *Board) Run(ctx context.Context) {
 func (b *Board) HasSynced() bool { return b.informer.HasSynced() }
 
 // Peers returns the live reports of the other replicas.
-func (b *Board) Peers() []Report {
+func (b *Board) Peers() []replicas.Report {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
-	out := make([]Report, 0, len(b.reports))
+	out := make([]replicas.Report, 0, len(b.reports))
 	for _, name := range slices.Sorted(maps.Keys(b.reports)) {
 		s := b.reports[name]
 		if s.report.Identity == b.self || !now.Before(s.observed.Add(s.duration)) {
@@ -346,39 +348,19 @@ func (b *Board) Peers() []Report {
 	return out
 }
 
-// Replica is one replica as the Board sees it.
-type Replica struct {
-	Identity string `json:"identity"`
-	// Self marks this replica.
-	Self bool `json:"self,omitempty"`
-	// Live: the report was renewed within its duration.
-	Live bool `json:"live"`
-	// Clients is how many client streams are connected to it.
-	Clients int `json:"clients"`
-	// Unconfirmed counts the maps its report lists (Overflow: maps were left out to keep it
-	// within MaxEncoded, of the namespaces Truncated names and maybe more).
-	Unconfirmed int      `json:"unconfirmed"`
-	Overflow    bool     `json:"overflow,omitempty"`
-	Truncated   []string `json:"truncated,omitempty"`
-	// Seq is the report's sequence number.
-	Seq uint64 `json:"seq,omitempty"`
-	// Renewed is when this process last saw the report change.
-	Renewed time.Time `json:"renewed"`
-}
-
 // Replicas lists every report, live or not, sorted by identity.
-func (b *Board) Replicas() []Replica {
+func (b *Board) Replicas() []replicas.Replica {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
-	out := make([]Replica, 0, len(b.reports))
+	out := make([]replicas.Replica, 0, len(b.reports))
 	for _, s := range b.reports {
-		out = append(out, Replica{Identity: s.report.Identity, Self: s.report.Identity == b.self,
+		out = append(out, replicas.Replica{Identity: s.report.Identity, Self: s.report.Identity == b.self,
 			Live: now.Before(s.observed.Add(s.duration)), Clients: s.report.Clients,
 			Unconfirmed: len(s.report.Maps), Overflow: s.report.Overflow || len(s.report.Truncated) > 0,
 			Truncated: s.report.Truncated, Seq: s.report.Seq, Renewed: s.observed})
 	}
-	slices.SortFunc(out, func(a, c Replica) int { return strings.Compare(a.Identity, c.Identity) })
+	slices.SortFunc(out, func(a, c replicas.Replica) int { return strings.Compare(a.Identity, c.Identity) })
 	return out
 }
 
@@ -387,7 +369,7 @@ func (b *Board) observe(obj any) {
 	if !ok {
 		return
 	}
-	r, err := Decode(l.Annotations[Annotation])
+	r, err := replicas.Decode(l.Annotations[replicas.Annotation])
 	if err != nil {
 		b.log.Info("ignoring a report lease that does not parse", zap.String("lease", l.Namespace+"/"+l.Name), zap.Error(err))
 		return
@@ -462,7 +444,7 @@ func (b *Board) expire() {
 	}
 }
 
-func listed(r Report) []string {
+func listed(r replicas.Report) []string {
 	keys := make([]string, 0, len(r.Maps))
 	for _, m := range r.Maps {
 		keys = append(keys, m.Key)
@@ -471,8 +453,8 @@ func listed(r Report) []string {
 }
 
 // changed lists the keys whose entries differ between two reports of one replica.
-func changed(a, b Report) []string {
-	old := make(map[string]Map, len(a.Maps))
+func changed(a, b replicas.Report) []string {
+	old := make(map[string]replicas.Map, len(a.Maps))
 	for _, m := range a.Maps {
 		old[m.Key] = m
 	}
@@ -488,9 +470,4 @@ func changed(a, b Report) []string {
 	}
 	slices.Sort(keys)
 	return keys
-}
-
-// String describes a replica for logs.
-func (r Replica) String() string {
-	return fmt.Sprintf("%s (live %t, %d clients)", r.Identity, r.Live, r.Clients)
 }

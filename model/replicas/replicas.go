@@ -29,6 +29,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Annotation holds a report on its Lease: the JSON of Report, gzip-compressed and
@@ -514,4 +515,29 @@ func Judge(peers []Report, key, digest string, published bool) Verdict {
 	}
 	v.Message = cut(v.Message, maxMessage)
 	return v
+}
+
+// Replica is one replica as the Board sees it.
+type Replica struct {
+	Identity string `json:"identity"`
+	// Self marks this replica.
+	Self bool `json:"self,omitempty"`
+	// Live: the report was renewed within its duration.
+	Live bool `json:"live"`
+	// Clients is how many client streams are connected to it.
+	Clients int `json:"clients"`
+	// Unconfirmed counts the maps its report lists (Overflow: maps were left out to keep it
+	// within MaxEncoded, of the namespaces Truncated names and maybe more).
+	Unconfirmed int      `json:"unconfirmed"`
+	Overflow    bool     `json:"overflow,omitempty"`
+	Truncated   []string `json:"truncated,omitempty"`
+	// Seq is the report's sequence number.
+	Seq uint64 `json:"seq,omitempty"`
+	// Renewed is when this process last saw the report change.
+	Renewed time.Time `json:"renewed"`
+}
+
+// String describes a replica for logs.
+func (r Replica) String() string {
+	return fmt.Sprintf("%s (live %t, %d clients)", r.Identity, r.Live, r.Clients)
 }

@@ -1,8 +1,8 @@
-// Package sink is the contract between the publisher's pipeline (package publish) and the
-// places it publishes a TrafficMap's effective weights to. A sink receives a Plan, a
-// sink-neutral description of what one map must publish, translates it into its own form
-// (an HTTPRoute, xDS resources, ...) and answers with a typed Confirmation. The pipeline
-// sets Published True only when every enabled sink answers InPlace.
+// Package model is the publisher's pure domain model and the contract between the pipeline
+// (package publish) and its sinks. A sink receives a Plan, a sink-neutral description of what
+// one map must publish, translates it into its own form (an HTTPRoute, xDS resources, ...)
+// and answers with a typed Confirmation. The pipeline sets Published True only when every
+// enabled sink answers InPlace.
 //
 // One decision for all sinks: before any sink applies a plan, the pipeline asks every
 // enabled sink whether it can carry it at all (Check). A plan one sink refuses is applied
@@ -11,7 +11,7 @@
 // A new sink is one new package that implements Sink; it never needs to change the
 // pipeline. Optional capabilities (a server of its own, debug endpoints, asynchronous
 // rebuilds) are the small interfaces Starter, Debugger and Notified.
-package sink
+package model
 
 import (
 	"context"
