@@ -121,8 +121,8 @@ func TestSharedStatusOwnership(t *testing.T) {
 	requireRouting(t, tm, uid, "Routable", "OverridesApplied")
 	for _, mf := range tm.ManagedFields {
 		if mf.Subresource == "status" && mf.Manager == publish.DefaultFieldManager {
-			assert.NotContains(t, string(mf.FieldsV1.Raw), "sourceUID", "the publisher never owns sourceUID")
-			assert.NotContains(t, string(mf.FieldsV1.Raw), `"k:{\"type\":\"Routable\"}"`)
+			assert.NotContains(t, mf.FieldsV1.GetRawString(), "sourceUID", "the publisher never owns sourceUID")
+			assert.NotContains(t, mf.FieldsV1.GetRawString(), `"k:{\"type\":\"Routable\"}"`)
 		}
 	}
 }

@@ -102,11 +102,11 @@ func scrape(text string) map[string][]map[string]bool {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		name, rest, _ := strings.Cut(line, " ")
+		name, _, _ := strings.Cut(line, " ")
 		labels := map[string]bool{}
 		if i := strings.IndexByte(line, '{'); i >= 0 && i < len(name) {
-			name, rest = line[:i], line[i+1:]
-			body, _, _ := strings.Cut(rest, "}")
+			name = line[:i]
+			body, _, _ := strings.Cut(line[i+1:], "}")
 			for _, m := range regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="`).FindAllStringSubmatch(body, -1) {
 				labels[m[1]] = true
 			}

@@ -11,6 +11,8 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	commondnsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/common/dns/v3"
+	dnsclusterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/dns/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -68,12 +70,17 @@ var DefaultEnvoyOptions = EnvoyOptions{ListenerName: "trafficmap-http", RouteCon
 // NoRouteStatus is the fixed response status when a service has no positive weight.
 const NoRouteStatus = 503
 
-// dnsRefresh is how often Envoy re-resolves a LOGICAL_DNS cluster's host.
+// dnsRefresh is how often Envoy re-resolves a DNS cluster's host.
 var dnsRefresh = durationpb.New(30e9)
 
+// DNSClusterType is the name of Envoy's DNS cluster extension (envoy.extensions.clusters.dns.v3.DnsCluster),
+// the Envoy flavour's cluster type.
+const DNSClusterType = "envoy.clusters.dns"
+
 // TranslateEnvoy returns the Envoy flavour: one listener with an HTTP connection manager
-// over RDS (ADS), one route configuration with a virtual host per service, and one
-// LOGICAL_DNS cluster per (service, cluster), with TLS, SNI and SAN checks for https.
+// over RDS (ADS), one route configuration with a virtual host per service, and one DNS
+// cluster per (service, cluster) with logical DNS semantics (the cluster type DNSClusterType
+// with all addresses in one endpoint), with TLS, SNI and SAN checks for https.
 func TranslateEnvoy(opts EnvoyOptions, services []Service) (Resources, error) {
 	parts := make([]envoyPart, 0, len(services))
 	for _, s := range sortedServices(services) {
@@ -265,7 +272,10 @@ func noRouteReason(res weights.Result) string {
 	}
 }
 
-func dnsCluster(s Service, e weights.EffectiveEntry, tls bool) (*clusterv3.Cluster, error) {
+// dnsCluster is the cluster of one entry of s, pointing at its endpoint host: of type
+// LOGICAL_DNS for gRPC, of Envoy's DNS cluster type with upstream TLS for https endpoints
+// when envoy is set.
+func dnsCluster(s Service, e weights.EffectiveEntry, envoy bool) (*clusterv3.Cluster, error) {
 	name := ClusterName(s.Namespace, s.Name, e.Cluster)
 	c := &clusterv3.Cluster{
 		Name:                 name,
@@ -283,9 +293,12 @@ func dnsCluster(s Service, e weights.EffectiveEntry, tls bool) (*clusterv3.Clust
 			}}}},
 		},
 	}
-	if tls {
-		c.DnsRefreshRate = dnsRefresh
-		c.DnsLookupFamily = clusterv3.Cluster_V4_PREFERRED
+	if envoy {
+		dns, err := envoyDNSClusterType()
+		if err != nil {
+			return nil, fmt.Errorf("cluster %s: %w", name, err)
+		}
+		c.ClusterDiscoveryType = dns
 		if e.Endpoint.Scheme == "https" {
 			ts, err := upstreamTLS(e.Endpoint.Host)
 			if err != nil {
@@ -295,6 +308,25 @@ func dnsCluster(s Service, e weights.EffectiveEntry, tls bool) (*clusterv3.Clust
 		}
 	}
 	return c, nil
+}
+
+// envoyDNSClusterType is the Envoy flavour's cluster type: Envoy's DNS cluster extension
+// with the semantics of LOGICAL_DNS (every address of the host is one endpoint, the first
+// one taken per new connection), re-resolving every dnsRefresh and preferring IPv4. It
+// replaces the type LOGICAL_DNS with the Cluster's dns_refresh_rate and dns_lookup_family,
+// which Envoy deprecated in favour of this extension.
+func envoyDNSClusterType() (*clusterv3.Cluster_ClusterType, error) {
+	cfg, err := anypb.New(&dnsclusterv3.DnsCluster{
+		DnsRefreshRate:               dnsRefresh,
+		DnsLookupFamily:              commondnsv3.DnsLookupFamily_V4_PREFERRED,
+		AllAddressesInSingleEndpoint: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dns cluster type: %w", err)
+	}
+	return &clusterv3.Cluster_ClusterType{ClusterType: &clusterv3.Cluster_CustomClusterType{
+		Name: DNSClusterType, TypedConfig: cfg,
+	}}, nil
 }
 
 // upstreamTLS verifies the upstream against the system roots, with SNI and a SAN check on

@@ -10,12 +10,14 @@ import (
 	"strings"
 	"testing"
 
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"sigs.k8s.io/yaml"
 
@@ -184,6 +186,18 @@ func TestValidateCatchesWhatEnvoyAndGRPCReject(t *testing.T) {
 		{"missing cluster", func(r xds.Resources) xds.Resources { r.Clusters = r.Clusters[1:]; return r }, `cluster "prod/chat/worker-a" does not exist`},
 		{"missing route configuration", func(r xds.Resources) xds.Resources { r.Routes = nil; return r }, `route configuration "trafficmap-routes" does not exist`},
 		{"field rule", func(r xds.Resources) xds.Resources { r.Clusters[0].Name = ""; return r }, `cluster ""`},
+		{"two endpoints in a logical DNS cluster", func(r xds.Resources) xds.Resources {
+			la := proto.Clone(r.Clusters[0].LoadAssignment).(*endpointv3.ClusterLoadAssignment)
+			la.Endpoints[0].LbEndpoints = append(la.Endpoints[0].LbEndpoints, la.Endpoints[0].LbEndpoints[0])
+			r.Clusters[0].LoadAssignment = la
+			return r
+		}, `cluster "prod/chat/worker-a": a logical DNS cluster needs exactly one locality with one endpoint`},
+		{"unreadable DNS cluster config", func(r xds.Resources) xds.Resources {
+			cfg, err := anypb.New(wrapperspb.String("not a DnsCluster"))
+			require.NoError(t, err)
+			r.Clusters[0].GetClusterType().TypedConfig = cfg
+			return r
+		}, `cluster "prod/chat/worker-a": cluster type envoy.clusters.dns`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	dnsclusterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/dns/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -31,8 +32,9 @@ var ErrInvalidResources = errors.New("invalid xds resources")
 // hosts of a route configuration share a name or a domain (Envoy rejects the whole route
 // configuration: "Only unique values for domains are permitted"), every weighted_clusters
 // has explicit weights summing to more than 0 and at most MaxUint32, every route's
-// clusters exist, every listener's route configuration exists, and a LOGICAL_DNS cluster
-// has exactly one endpoint. It reports every problem, each naming the resource.
+// clusters exist, every listener's route configuration exists, and a logical DNS cluster
+// (type LOGICAL_DNS, or DNSClusterType with all addresses in one endpoint) has exactly one
+// endpoint. It reports every problem, each naming the resource.
 func Validate(res Resources) error { return (&validator{}).validate(res) }
 
 // validator runs Validate, remembering from one call to the next what it found per
@@ -214,13 +216,35 @@ func (v *validator) checkCluster(c *clusterv3.Cluster) ([]error, []string) {
 	if err := c.ValidateAll(); err != nil {
 		bad(&errs, "cluster", c.Name, err)
 	}
-	if c.GetType() == clusterv3.Cluster_LOGICAL_DNS {
+	logical, err := logicalDNS(c)
+	if err != nil {
+		bad(&errs, "cluster", c.Name, err)
+	}
+	if logical {
 		eps := c.GetLoadAssignment().GetEndpoints()
 		if len(eps) != 1 || len(eps[0].GetLbEndpoints()) != 1 {
-			bad(&errs, "cluster", c.Name, errors.New("a LOGICAL_DNS cluster needs exactly one locality with one endpoint"))
+			bad(&errs, "cluster", c.Name, errors.New("a logical DNS cluster needs exactly one locality with one endpoint"))
 		}
 	}
 	return errs, nil
+}
+
+// logicalDNS reports whether c resolves its one host as one endpoint: type LOGICAL_DNS, or
+// the cluster type DNSClusterType with all_addresses_in_single_endpoint. An unreadable
+// DNSClusterType config is an error.
+func logicalDNS(c *clusterv3.Cluster) (bool, error) {
+	if c.GetType() == clusterv3.Cluster_LOGICAL_DNS {
+		return true, nil
+	}
+	ct := c.GetClusterType()
+	if ct.GetName() != DNSClusterType {
+		return false, nil
+	}
+	var dns dnsclusterv3.DnsCluster
+	if err := ct.GetTypedConfig().UnmarshalTo(&dns); err != nil {
+		return false, fmt.Errorf("cluster type %s: %w", DNSClusterType, err)
+	}
+	return dns.GetAllAddressesInSingleEndpoint(), nil
 }
 
 // checkRoutes checks one route configuration: its own fields and virtual hosts (each

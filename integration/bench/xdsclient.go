@@ -370,13 +370,6 @@ func (c *xdsClient) route(name string) (string, bool) {
 	return w, ok
 }
 
-// routeCount is how many route configurations the client holds.
-func (c *xdsClient) routeCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.routes)
-}
-
 // canonicalVirtualHost renders the positive weights of a virtual host's routes as
 // "cluster=weight,..." sorted by cluster (the last path element of the xDS cluster name);
 // a route without weighted clusters (the 503 of an all-drained map) renders as "".
