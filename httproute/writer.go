@@ -71,7 +71,7 @@ type SyncResult struct {
 // object someone else holds there conflicts instead of being taken over (see applyRoute).
 // The route and the Services are compared with what store returns, so store must return
 // each at least as new as the caller's last write of it, and no Service the caller has
-// deleted since (package routesink keeps that promise with per-map expectations; SyncResult
+// deleted since (the Sink keeps that promise with per-map expectations; SyncResult
 // reports what Sync applied and deleted). On error, objects already written stay written
 // and a retry converges.
 func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store Store) (SyncResult, error) {

@@ -12,7 +12,7 @@
 // names the map's namespace may claim), check the plan with every enabled sink (a plan one
 // sink refuses goes to none, and the xDS sink's rebuild loop reads plans through the same
 // check), journal the names newly granted (journal.go) before any sink serves them, apply it to
-// every enabled sink through the sink.Sink contract (publish/routesink, publish/xdssink), decide the Published condition from the
+// every enabled sink through the sink.Sink contract (httproute.Sink, publish/xdssink), decide the Published condition from the
 // sinks' typed confirmations (pure), and write the status with server-side apply under the
 // publisher's field manager, only when it differs. Published is True only when every
 // enabled sink confirms the plan is in place.

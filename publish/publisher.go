@@ -33,7 +33,6 @@ import (
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/model/replicas"
 	"github.com/trafficmap/publisher/publish/lease"
-	"github.com/trafficmap/publisher/publish/routesink"
 	"github.com/trafficmap/publisher/publish/xdssink"
 	"github.com/trafficmap/publisher/xds"
 )
@@ -152,7 +151,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	watchGauges(p.cfg.Registerer, p.elector.leading.Load, func() (int, time.Duration) { return p.caches.unpublished(time.Now()) }, p.caches.ramping)
 
 	if cfg.sinkOn(SinkHTTPRoute) {
-		p.sinks = append(p.sinks, routesink.New(routesink.Config{Route: route, RequireAccepted: cfg.RequireRouteAccepted,
+		p.sinks = append(p.sinks, httproute.NewSink(httproute.SinkConfig{Route: route, RequireAccepted: cfg.RequireRouteAccepted,
 			RetainLastPositive: cfg.NoPositivePolicy == RetainLastPositive},
 			httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager), p.caches))
 	}

@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/model"
-	"github.com/trafficmap/publisher/publish/routesink"
 	"github.com/trafficmap/publisher/publish/xdssink"
 	"github.com/trafficmap/publisher/weights"
 )
@@ -50,10 +50,10 @@ const (
 	ReasonRamping                = "Ramping"
 	ReasonSourceNotFound         = "SourceNotFound"
 	ReasonHostnameConflict       = model.ReasonHostnameConflict
-	ReasonRouteConflict          = routesink.ReasonConflict
-	ReasonRouteRefused           = routesink.ReasonRefused
-	ReasonRouteNotAccepted       = routesink.ReasonNotAccepted
-	ReasonLastPositiveRetained   = routesink.ReasonLastPositiveRetained
+	ReasonRouteConflict          = httproute.ReasonConflict
+	ReasonRouteRefused           = httproute.ReasonRefused
+	ReasonRouteNotAccepted       = httproute.ReasonNotAccepted
+	ReasonLastPositiveRetained   = httproute.ReasonLastPositiveRetained
 	ReasonXDSRejected            = xdssink.ReasonRejected
 	ReasonXDSInvalid             = xdssink.ReasonInvalid
 )

@@ -1,4 +1,4 @@
-package routesink_test
+package httproute_test
 
 import (
 	"encoding/json"
@@ -25,7 +25,6 @@ import (
 
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/model"
-	"github.com/trafficmap/publisher/publish/routesink"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -286,7 +285,7 @@ func planWeights(t *testing.T, p *model.Plan) map[string]int32 {
 	return w
 }
 
-func newSink(t *testing.T, requireAccepted bool) (*routesink.Sink, *routeAPI, *delayedStore) {
+func newSink(t *testing.T, requireAccepted bool) (*httproute.Sink, *routeAPI, *delayedStore) {
 	t.Helper()
 	gw := gwfake.NewClientset()
 	api := &routeAPI{}
@@ -296,7 +295,7 @@ func newSink(t *testing.T, requireAccepted bool) (*routesink.Sink, *routeAPI, *d
 	svcAPI.install(kube)
 	store := &delayedStore{api: api, svcAPI: svcAPI}
 	writer := httproute.NewWriter(kube, gw, "trafficmap-publisher")
-	return routesink.New(routesink.Config{Route: cfg, RequireAccepted: requireAccepted}, writer, store), api, store
+	return httproute.NewSink(httproute.SinkConfig{Route: cfg, RequireAccepted: requireAccepted}, writer, store), api, store
 }
 
 // TestApplyStaleCache replays drain → undrain → re-drain faster than the route informer:
@@ -358,7 +357,7 @@ func TestDeleteBeforeCache(t *testing.T) {
 	assert.Equal(t, 3, n, "the route and both Services")
 	assert.Nil(t, api.get())
 	assert.Empty(t, store.svcAPI.names())
-	assert.Empty(t, routesink.ExpectedServices(s, "prod", "chat"), "a deleted map's expectations are forgotten")
+	assert.Empty(t, httproute.ExpectedServices(s, "prod", "chat"), "a deleted map's expectations are forgotten")
 }
 
 // The route the sink writes names the plan's TrafficMap as its owner (by UID), so the
@@ -379,7 +378,7 @@ var (
 )
 
 // applied applies p and returns the writes the sink reports.
-func applied(t *testing.T, s *routesink.Sink, p *model.Plan) int {
+func applied(t *testing.T, s *httproute.Sink, p *model.Plan) int {
 	t.Helper()
 	c, err := s.Apply(t.Context(), p)
 	require.NoError(t, err)
@@ -405,14 +404,14 @@ func TestServicesNotReappliedWhileCacheLags(t *testing.T) {
 	movedA.Endpoint = "https://chat-v2.worker-a.example.com"
 	tests := []struct {
 		name     string
-		setup    func(t *testing.T, s *routesink.Sink, store *delayedStore)
+		setup    func(t *testing.T, s *httproute.Sink, store *delayedStore)
 		reads    int
 		expected []string // the Services still expected afterwards: those the cache lags on
 	}{
-		{"cache empty", func(t *testing.T, s *routesink.Sink, _ *delayedStore) {
+		{"cache empty", func(t *testing.T, s *httproute.Sink, _ *delayedStore) {
 			assert.Equal(t, 3, applied(t, s, plan(t)), "two Services and the route")
 		}, 2, []string{svcA, svcB}},
-		{"cache older", func(t *testing.T, s *routesink.Sink, store *delayedStore) {
+		{"cache older", func(t *testing.T, s *httproute.Sink, store *delayedStore) {
 			applied(t, s, planOf(t, []weights.Entry{movedA, entryB}))
 			store.deliver()
 			before := store.svcAPI.get(svcA).ResourceVersion
@@ -428,7 +427,7 @@ func TestServicesNotReappliedWhileCacheLags(t *testing.T) {
 			assert.Equal(t, 0, applied(t, s, plan(t)))
 			assert.Equal(t, writes, store.svcAPI.writes(), "no Service written again")
 			assert.Equal(t, tc.reads, store.svcAPI.reads-reads, "Services read through the API")
-			assert.Equal(t, expectedLive(store.svcAPI, tc.expected...), routesink.ExpectedServices(s, "prod", "chat"))
+			assert.Equal(t, expectedLive(store.svcAPI, tc.expected...), httproute.ExpectedServices(s, "prod", "chat"))
 		})
 	}
 }
@@ -437,11 +436,11 @@ func TestServicesNotReappliedWhileCacheLags(t *testing.T) {
 func TestServiceExpectationsDroppedWhenCacheCatchesUp(t *testing.T) {
 	s, _, store := newSink(t, false)
 	applied(t, s, plan(t))
-	assert.Equal(t, expectedLive(store.svcAPI, svcA, svcB), routesink.ExpectedServices(s, "prod", "chat"))
+	assert.Equal(t, expectedLive(store.svcAPI, svcA, svcB), httproute.ExpectedServices(s, "prod", "chat"))
 	store.deliver()
 	reads := store.svcAPI.reads
 	assert.Equal(t, 0, applied(t, s, plan(t)))
-	assert.Empty(t, routesink.ExpectedServices(s, "prod", "chat"))
+	assert.Empty(t, httproute.ExpectedServices(s, "prod", "chat"))
 	assert.Equal(t, reads, store.svcAPI.reads, "the cache tells")
 }
 
@@ -510,7 +509,7 @@ func TestPruneWhileCacheLags(t *testing.T) {
 
 			store.deliver()
 			assert.Equal(t, 0, applied(t, s, two))
-			assert.Empty(t, routesink.ExpectedServices(s, "prod", "chat"))
+			assert.Empty(t, httproute.ExpectedServices(s, "prod", "chat"))
 		})
 	}
 }

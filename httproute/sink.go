@@ -1,0 +1,308 @@
+package httproute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
+)
+
+// SinkName is the HTTPRoute sink's name in --sinks.
+const SinkName = "httproute"
+
+// Reasons of the Published condition this sink reports.
+const (
+	// ReasonConflict: a foreign object holds the route's or a Service's name.
+	ReasonConflict = "RouteConflict"
+	// ReasonRefused: the plan cannot be written as a route (for example too many entries).
+	ReasonRefused = "RouteRefused"
+	// ReasonNotAccepted: the parent Gateway did not accept the route.
+	ReasonNotAccepted = "RouteNotAccepted"
+	// ReasonLastPositiveRetained: every weight is 0 and the policy keeps the last positive
+	// weights on the route.
+	ReasonLastPositiveRetained = "LastPositiveRetained"
+	// ReasonWaiting: the route is stored and the gateway has not decided yet.
+	ReasonWaiting = "Publishing"
+)
+
+// SinkConfig configures the Sink.
+type SinkConfig struct {
+	// Route says how routes are built (parent Gateway, host template, rewrite).
+	Route Config
+	// RequireAccepted makes a plan Pending until the Gateway accepts the route.
+	RequireAccepted bool
+	// RetainLastPositive keeps the last positive weights on the route when every
+	// effective weight is 0.
+	RetainLastPositive bool
+}
+
+// Sink is the HTTPRoute sink (model.Sink): it realizes a plan as the route and backend
+// Services Build returns, written by a Writer, and confirms it once the parent Gateway has
+// accepted the route's current generation (or at once when acceptance is not required). It
+// reads the stored objects through a Store backed by the publisher's informer caches, and
+// never from a cache older than its own last write (see expectations): so what Apply
+// compares, writes over and judges acceptance from is never older than the sink's last
+// write, a Service the informer has not delivered yet is not applied again, and a Service
+// the sink pruned is not seen (and deleted) again. It is safe for concurrent use on
+// different maps.
+type Sink struct {
+	cfg    SinkConfig
+	writer *Writer
+	known  *expectations
+}
+
+var (
+	_ model.Sink    = (*Sink)(nil)
+	_ model.Durable = (*Sink)(nil)
+)
+
+// Durable implements model.Durable: the route outlives the publisher, so its Carries right
+// after a start tells what was published before.
+func (s *Sink) Durable() {}
+
+// NewSink returns the sink writing with writer and reading stored objects from store.
+func NewSink(cfg SinkConfig, writer *Writer, store Store) *Sink {
+	return &Sink{cfg: cfg, writer: writer, known: newExpectations(store, writer)}
+}
+
+// Name implements model.Sink.
+func (s *Sink) Name() string { return SinkName }
+
+// source is the Source of p's map.
+func source(p *model.Plan) Source {
+	return Source{Namespace: p.Namespace, Name: p.Name, Service: p.Service, GlobalHost: p.GlobalHost, UID: types.UID(p.UID)}
+}
+
+// ownedRoute returns route when it is the publisher's route of the plan's map, nil otherwise.
+func ownedRoute(p *model.Plan, route *gwapiv1.HTTPRoute) *gwapiv1.HTTPRoute {
+	if route != nil && !Owned(route.Labels, source(p)) {
+		return nil
+	}
+	return route
+}
+
+// build is the route and Services of p, or why p cannot be written as a route.
+func (s *Sink) build(p *model.Plan) (*Desired, error) {
+	return Build(s.cfg.Route, source(p), p.Result, Inputs{Generation: p.Generation, Drains: p.Drains,
+		Taints: p.Taints, Tolerations: p.Tolerations})
+}
+
+// retains reports whether the policy keeps route's last positive weights for p.
+func (s *Sink) retains(p *model.Plan, route *gwapiv1.HTTPRoute) bool {
+	if !s.cfg.RetainLastPositive || !p.Result.AllZero() || route == nil {
+		return false
+	}
+	_, positive := RouteWeights(route)
+	return positive
+}
+
+// contested returns the route's hostname when another claim holds it (Plan.Conflicts).
+func (s *Sink) contested(p *model.Plan) (string, bool) {
+	host, err := s.cfg.Route.Hostname(source(p))
+	if err != nil || !p.Withheld(host) {
+		return "", false
+	}
+	return host, true
+}
+
+// carriesHost reports whether route lists host.
+func carriesHost(route *gwapiv1.HTTPRoute, host string) bool {
+	return route != nil && slices.Contains(route.Spec.Hostnames, gwapiv1.Hostname(host))
+}
+
+// Carries implements model.Sink: the stored route holds exactly the plan's route (a plan
+// the policy answers by keeping the stored weights changes nothing either). A plan whose
+// hostname is contested is carried once no route of the map lists that hostname. The
+// stored route is the cached one or, while the cache is older than the sink's last write,
+// that write (see expectations.routeView; Carries makes no API read).
+func (s *Sink) Carries(p *model.Plan) bool {
+	route, _, err := s.known.routeView(p.Namespace, p.Name)
+	if err != nil {
+		return false
+	}
+	route = ownedRoute(p, route)
+	if host, ok := s.contested(p); ok {
+		return !carriesHost(route, host)
+	}
+	if s.retains(p, route) {
+		return true
+	}
+	desired, err := s.build(p)
+	if err != nil {
+		return true // refused: nothing will be written
+	}
+	return route != nil && Matches(desired.Route, route)
+}
+
+// Check implements model.Sink: a plan that cannot be built as a route (for example more
+// entries than MaxBackends) is Refused with ReasonRefused. A plan whose hostname
+// is contested passes: Apply handles it without writing its content.
+func (s *Sink) Check(p *model.Plan) *model.Confirmation {
+	if _, ok := s.contested(p); ok {
+		return nil
+	}
+	if _, err := s.build(p); err != nil {
+		return &model.Confirmation{Sink: SinkName, State: model.Refused, Reason: ReasonRefused, Message: refusedMessage(p, err)}
+	}
+	return nil
+}
+
+// refusedMessage says why p cannot be published as a route.
+func refusedMessage(p *model.Plan, err error) string {
+	return fmt.Sprintf("httproute sink cannot publish trafficmap %s: %s", p.Key(), err)
+}
+
+// Apply implements model.Sink: it stores the route and its Services (only what differs)
+// and reads the gateway's verdict. When the route's hostname is held by another claim the
+// route is neither written nor updated (Refused, model.ReasonHostnameConflict); a stored
+// route of the map that lists that hostname is removed with its Services, so the gateway
+// never holds two of the publisher's routes for one hostname. The route it compares with,
+// writes over and reads the verdict from is at least as new as its own last write of it
+// (see expectations); so is each backend Service it compares and writes over, and a
+// Service it pruned is not seen again.
+func (s *Sink) Apply(ctx context.Context, p *model.Plan) (model.Confirmation, error) {
+	c := model.Confirmation{Sink: SinkName}
+	if host, ok := s.contested(p); ok {
+		return s.refuseContested(ctx, p, host)
+	}
+	desired, err := s.build(p)
+	if err != nil {
+		c.State, c.Reason = model.Refused, ReasonRefused
+		c.Message = refusedMessage(p, err)
+		return c, nil
+	}
+	live, err := s.known.route(ctx, p.Namespace, p.Name)
+	if err != nil {
+		return c, err
+	}
+	route := ownedRoute(p, live)
+	if s.retains(p, route) {
+		kept, _ := RouteWeights(route)
+		c.State, c.Reason, c.GatewayRef = model.Refused, ReasonLastPositiveRetained, gatewayRef(route)
+		c.Message = fmt.Sprintf("every effective weight is 0; --no-positive-policy RetainLastPositive keeps the last positive weights on route %s/%s (%s)",
+			route.Namespace, route.Name, describe(kept))
+		return c, nil
+	}
+	services, err := s.known.services(ctx, source(p))
+	if err != nil {
+		return c, err
+	}
+	synced, err := s.writer.Sync(ctx, source(p), desired, s.known.pin(source(p), live, services))
+	c.Writes = synced.Writes
+	if synced.RouteWritten {
+		s.known.expectRoute(p.Namespace, p.Name, synced.Route)
+	}
+	s.known.expectServices(p.Namespace, p.Name, synced.Services, synced.Pruned)
+	if errors.Is(err, ErrConflict) {
+		c.State, c.Reason, c.Message = model.Refused, ReasonConflict, err.Error()
+		return c, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("sync httproute: %w", err)
+	}
+	s.judge(&c, synced.Route)
+	return c, nil
+}
+
+// judge sets c from the stored route: in place once stored when acceptance is not
+// required, otherwise from the parent Gateway's verdict on the route's generation.
+func (s *Sink) judge(c *model.Confirmation, route *gwapiv1.HTTPRoute) {
+	c.GatewayRef = gatewayRef(route)
+	if !s.cfg.RequireAccepted {
+		c.State = model.InPlace
+		c.Message = "route " + route.Namespace + "/" + route.Name + " stored (gateway acceptance not required)"
+		return
+	}
+	acc := s.cfg.Route.Acceptance(route)
+	c.Message = acc.Message
+	switch acc.Verdict {
+	case Pending:
+		c.State, c.Reason = model.Pending, ReasonWaiting
+	case Rejected:
+		c.State, c.Reason = model.Rejected, ReasonNotAccepted
+	default:
+		c.State = model.InPlace
+	}
+}
+
+// refuseContested answers a plan whose hostname another claim holds: the map's route is
+// removed with its Services when it lists that hostname, and left as it is otherwise.
+func (s *Sink) refuseContested(ctx context.Context, p *model.Plan, host string) (model.Confirmation, error) {
+	c := model.Confirmation{Sink: SinkName, State: model.Refused, Reason: model.ReasonHostnameConflict}
+	live, err := s.known.route(ctx, p.Namespace, p.Name)
+	if err != nil {
+		return c, err
+	}
+	route := ownedRoute(p, live)
+	name := p.Namespace + "/" + RouteName(p.Name)
+	if carriesHost(route, host) {
+		services, err := s.known.services(ctx, source(p))
+		if err != nil {
+			return c, err
+		}
+		n, err := s.writer.Delete(ctx, source(p), s.known.pin(source(p), live, services))
+		c.Writes = n
+		if err != nil {
+			s.known.forgetServices(p.Namespace, p.Name)
+			return c, fmt.Errorf("remove httproute with contested hostname: %w", err)
+		}
+		s.known.forget(p.Namespace, p.Name)
+		c.Message = fmt.Sprintf("httproute %s listed the contested hostname %s and was removed with its services", name, host)
+		return c, nil
+	}
+	c.GatewayRef = gatewayRef(route)
+	if route != nil {
+		c.Message = fmt.Sprintf("httproute %s is left as it was, not updated to the contested hostname %s", name, host)
+	} else {
+		c.Message = fmt.Sprintf("httproute %s is not written with the contested hostname %s", name, host)
+	}
+	return c, nil
+}
+
+// Delete implements model.Sink: the map's route and Services go (those the sink last wrote
+// too, when the cache does not hold them yet); once they are gone the map's expectations
+// are forgotten. When a delete fails, the Service expectations are dropped (some of those
+// Services may be gone).
+func (s *Sink) Delete(ctx context.Context, namespace, name string) (int, error) {
+	live, err := s.known.route(ctx, namespace, name)
+	if err != nil {
+		return 0, err
+	}
+	src := Source{Namespace: namespace, Name: name}
+	services, err := s.known.services(ctx, src)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.writer.Delete(ctx, src, s.known.pin(src, live, services))
+	if err != nil {
+		s.known.forgetServices(namespace, name)
+		return n, err
+	}
+	s.known.forget(namespace, name)
+	return n, nil
+}
+
+// gatewayRef is the TrafficMap status reference to route, nil for nil.
+func gatewayRef(route *gwapiv1.HTTPRoute) *v1beta1.TrafficMapGatewayRef {
+	if route == nil {
+		return nil
+	}
+	return &v1beta1.TrafficMapGatewayRef{Group: gwapiv1.GroupName, Kind: "HTTPRoute", Name: route.Name, Namespace: route.Namespace}
+}
+
+// describe renders weights as "backend=weight, ..." in backend order.
+func describe(w map[string]int32) string {
+	parts := make([]string, 0, len(w))
+	for _, name := range slices.Sorted(maps.Keys(w)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", name, w[name]))
+	}
+	return strings.Join(parts, ", ")
+}
