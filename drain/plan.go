@@ -104,30 +104,8 @@ type Plan struct {
 // the first refusal in OME's order. req must have passed Validate.
 func Prepare(req Request, t Target) (*Plan, error) {
 	raw, present := t.Annotations[Annotation]
-	if objectOutOfBounds(t) || len(raw) > MaxAnnotationBytes {
-		return nil, ErrBounds
-	}
-	for _, k := range derivedKeys {
-		if _, ok := t.Labels[k]; ok {
-			return nil, ErrDerived
-		}
-		if _, ok := t.Annotations[k]; ok {
-			return nil, ErrDerived
-		}
-	}
-	for _, k := range derivedLabelsOnly {
-		if _, ok := t.Labels[k]; ok {
-			return nil, ErrDerived
-		}
-	}
-	if !eligible(t) {
-		return nil, ErrIneligible
-	}
-	if !SafeScalar(t.Namespace) || !ValidName(t.Name) || !SafeScalar(string(t.UID)) || !SafeScalar(t.ResourceVersion) || t.Generation <= 0 {
-		return nil, ErrIdentity
-	}
-	if t.Deleting {
-		return nil, ErrDeleting
+	if err := checkTarget(t, raw); err != nil {
+		return nil, err
 	}
 	var existing []weights.Drain
 	if present {
@@ -139,32 +117,82 @@ func Prepare(req Request, t Target) (*Plan, error) {
 	if len(existing) > MaxDrains {
 		return nil, ErrBounds
 	}
-
 	p := &Plan{Request: req, Target: t, Before: len(existing)}
-	after := existing
+	after, cluster, err := applyRequest(req, existing)
+	if err != nil {
+		return nil, err
+	}
+	p.Cluster, p.After = cluster, len(after)
+	if err := p.setPatch(after, present); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// checkTarget refuses, in OME's order, a target the annotation cannot be written on: an
+// object or annotation out of bounds, one carrying derived labels or annotations, one
+// not eligible, one with an unsafe identity, or one being deleted. raw is the target's
+// drain annotation.
+func checkTarget(t Target, raw string) error {
+	if objectOutOfBounds(t) || len(raw) > MaxAnnotationBytes {
+		return ErrBounds
+	}
+	for _, k := range derivedKeys {
+		if _, ok := t.Labels[k]; ok {
+			return ErrDerived
+		}
+		if _, ok := t.Annotations[k]; ok {
+			return ErrDerived
+		}
+	}
+	for _, k := range derivedLabelsOnly {
+		if _, ok := t.Labels[k]; ok {
+			return ErrDerived
+		}
+	}
+	if !eligible(t) {
+		return ErrIneligible
+	}
+	if !SafeScalar(t.Namespace) || !ValidName(t.Name) || !SafeScalar(string(t.UID)) || !SafeScalar(t.ResourceVersion) || t.Generation <= 0 {
+		return ErrIdentity
+	}
+	if t.Deleting {
+		return ErrDeleting
+	}
+	return nil
+}
+
+// applyRequest returns the drains after req (existing is never modified) and the cluster
+// req drains or undrains: a drain adds one with a new ID, an undrain removes the one with
+// req's ID.
+func applyRequest(req Request, existing []weights.Drain) (after []weights.Drain, cluster string, err error) {
 	switch req.Action {
 	case ActionDrain:
 		for _, d := range existing {
 			if d.ID == req.ID {
-				return nil, ErrIDExists
+				return nil, "", ErrIDExists
 			}
 		}
 		after = append(append([]weights.Drain{}, existing...), weights.Drain{ID: req.ID, Cluster: req.Cluster, Reason: req.Reason})
-		p.Cluster = req.Cluster
+		return after, req.Cluster, nil
 	case ActionUndrain:
 		i := sort.Search(len(existing), func(i int) bool { return existing[i].ID >= req.ID })
 		if i == len(existing) || existing[i].ID != req.ID {
-			return nil, ErrIDMissing
+			return nil, "", ErrIDMissing
 		}
-		p.Cluster = existing[i].Cluster
 		after = append(append([]weights.Drain{}, existing[:i]...), existing[i+1:]...)
+		return after, existing[i].Cluster, nil
 	default:
-		return nil, ErrAction
+		return nil, "", ErrAction
 	}
-	p.After = len(after)
+}
 
+// setPatch sets p's annotation change to after (present: the annotation exists now) and
+// refuses a patch that would leave the drains, the annotation or the object's metadata out
+// of bounds.
+func (p *Plan) setPatch(after []weights.Drain, present bool) error {
 	switch {
-	case len(after) == 0 && req.Action == ActionUndrain:
+	case len(after) == 0 && p.Request.Action == ActionUndrain:
 		p.Op = OpRemove
 	case present:
 		p.Op = OpReplace
@@ -175,15 +203,15 @@ func Prepare(req Request, t Target) (*Plan, error) {
 		p.Value = Encode(after)
 	}
 	if p.After > MaxDrains || len(p.Value) > MaxAnnotationBytes {
-		return nil, ErrBounds
+		return ErrBounds
 	}
-	if p.Op == OpAdd && len(t.Annotations) >= MaxAnnotations {
-		return nil, ErrBounds
+	if p.Op == OpAdd && len(p.Target.Annotations) >= MaxAnnotations {
+		return ErrBounds
 	}
-	if projectedMetadataBytes(t, p) > MaxMetadataBytes {
-		return nil, ErrBounds
+	if projectedMetadataBytes(p.Target, p) > MaxMetadataBytes {
+		return ErrBounds
 	}
-	return p, nil
+	return nil
 }
 
 // ExistingDrains parses an existing annotation value strictly (weights.ParseDrains, the

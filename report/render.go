@@ -46,11 +46,31 @@ func Write(w io.Writer, v any, output string) error {
 	return err
 }
 
+// statusTable renders s as the status command's table: the clusters, the ramps under way,
+// the pending drains, the summary (inputs, Published and each sink), then the xDS clients
+// and the replicas when there are any.
 func statusTable(s Status) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "TrafficMap %s/%s generation %d, InferenceService %s\n\n", s.Namespace, s.TrafficMap, s.Generation, s.Service)
+	writeClusters(&b, s)
+	writeRamps(&b, s)
+	writePending(&b, s)
+	b.WriteString("\n")
+	writeSummary(&b, s)
+	writeXDSClients(&b, s)
+	writeReplicas(&b, s)
+	return b.String()
+}
 
-	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+// newTable returns the tabwriter every table of the status output uses.
+func newTable(b *strings.Builder) *tabwriter.Writer {
+	return tabwriter.NewWriter(b, 0, 0, 3, ' ', 0)
+}
+
+// writeClusters writes the table of s's clusters (weight, effective weight, what holds
+// it), and why the effective weights are unknown when they are.
+func writeClusters(b *strings.Builder, s Status) {
+	tw := newTable(b)
 	fmt.Fprint(tw, "CLUSTER\tWEIGHT\tEFFECTIVE\tHELD BY\n")
 	for _, c := range s.Clusters {
 		eff := "?"
@@ -61,38 +81,50 @@ func statusTable(s Status) string {
 	}
 	_ = tw.Flush()
 	if s.Error != "" {
-		fmt.Fprintf(&b, "effective weights unknown: %s\n", s.Error)
+		fmt.Fprintf(b, "effective weights unknown: %s\n", s.Error)
 	}
+}
 
-	if len(s.Ramps) > 0 {
-		b.WriteString("\nRamps (gradual drains and undrains under way):\n")
-		tw = tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
-		fmt.Fprint(tw, "CLUSTER\tDIRECTION\tSTEP\tSHARE\tNEXT STEP DUE\tENDS\n")
-		for _, r := range s.Ramps {
-			next := r.Next.Format(time.RFC3339)
-			if r.Step+1 >= r.Steps {
-				next = "-"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d%%\t%s\t%s\n", r.Cluster, r.Direction, r.Step, r.Steps, r.Percent, next, r.End.Format(time.RFC3339))
+// writeRamps writes the table of s's ramps under way, nothing when there are none.
+func writeRamps(b *strings.Builder, s Status) {
+	if len(s.Ramps) == 0 {
+		return
+	}
+	b.WriteString("\nRamps (gradual drains and undrains under way):\n")
+	tw := newTable(b)
+	fmt.Fprint(tw, "CLUSTER\tDIRECTION\tSTEP\tSHARE\tNEXT STEP DUE\tENDS\n")
+	for _, r := range s.Ramps {
+		next := r.Next.Format(time.RFC3339)
+		if r.Step+1 >= r.Steps {
+			next = "-"
 		}
-		_ = tw.Flush()
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d%%\t%s\t%s\n", r.Cluster, r.Direction, r.Step, r.Steps, r.Percent, next, r.End.Format(time.RFC3339))
 	}
+	_ = tw.Flush()
+}
 
+// writePending writes s's pending drains (drains of a cluster the map has no entry for),
+// or "none".
+func writePending(b *strings.Builder, s Status) {
 	b.WriteString("\nPending drains (no such entry):")
 	if len(s.Pending) == 0 {
 		b.WriteString(" none\n")
-	} else {
-		b.WriteString("\n")
-		tw = tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
-		fmt.Fprint(tw, "ID\tCLUSTER\tREASON\n")
-		for _, d := range s.Pending {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", d.ID, d.Cluster, strconv.Quote(d.Reason))
-		}
-		_ = tw.Flush()
+		return
 	}
-
 	b.WriteString("\n")
-	tw = tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+	tw := newTable(b)
+	fmt.Fprint(tw, "ID\tCLUSTER\tREASON\n")
+	for _, d := range s.Pending {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", d.ID, d.Cluster, strconv.Quote(d.Reason))
+	}
+	_ = tw.Flush()
+}
+
+// writeSummary writes the key-value summary: the drain annotation, malformed taints and
+// tolerations, the tolerations in effect, the hostnames another claim holds, the Published
+// condition, and one line (or a few) per sink.
+func writeSummary(b *strings.Builder, s Status) {
+	tw := newTable(b)
 	fmt.Fprintf(tw, "Drain annotation\t%s\n", drainLine(s.Drains))
 	if s.TaintError != "" {
 		fmt.Fprintf(tw, "Taints\tMalformed: %s\n", s.TaintError)
@@ -103,6 +135,25 @@ func statusTable(s Status) string {
 	if len(s.Tolerations) > 0 {
 		fmt.Fprintf(tw, "Tolerations in effect\t%s\n", strings.Join(s.Tolerations, ", "))
 	}
+	if held := hostnameLine(s.Hostnames); held != "" {
+		fmt.Fprintf(tw, "Hostnames\t%s\n", held)
+	}
+	p := s.Published
+	fmt.Fprintf(tw, "Published\t%s\n", publishedLine(s))
+	if p.LastTransitionTime != nil {
+		fmt.Fprintf(tw, "Last transition\t%s\n", p.LastTransitionTime.UTC().Format(time.RFC3339))
+	}
+	if p.Message != "" {
+		fmt.Fprintf(tw, "Message\t%s\n", p.Message)
+	}
+	writeRouteSink(tw, s)
+	fmt.Fprintf(tw, "xDS sink\t%s\n", xdsLine(s.Sinks.XDS))
+	_ = tw.Flush()
+}
+
+// publishedLine renders the Published condition: its status, reason and freshness against
+// the map's generation.
+func publishedLine(s Status) string {
 	p := s.Published
 	pub := p.Status
 	if p.Reason != "" {
@@ -116,16 +167,12 @@ func statusTable(s Status) string {
 	default:
 		pub += ", no Published condition"
 	}
-	if held := hostnameLine(s.Hostnames); held != "" {
-		fmt.Fprintf(tw, "Hostnames\t%s\n", held)
-	}
-	fmt.Fprintf(tw, "Published\t%s\n", pub)
-	if p.LastTransitionTime != nil {
-		fmt.Fprintf(tw, "Last transition\t%s\n", p.LastTransitionTime.UTC().Format(time.RFC3339))
-	}
-	if p.Message != "" {
-		fmt.Fprintf(tw, "Message\t%s\n", p.Message)
-	}
+	return pub
+}
+
+// writeRouteSink writes the HTTPRoute sink's lines of the summary: the route, whether its
+// weights are the computed ones, and the gateway's verdict.
+func writeRouteSink(tw *tabwriter.Writer, s Status) {
 	r := s.Sinks.HTTPRoute
 	switch {
 	case !r.Found:
@@ -144,49 +191,59 @@ func statusTable(s Status) string {
 		}
 		fmt.Fprintf(tw, "Gateway message\t%s\n", r.Message)
 	}
+}
+
+// writeXDSClients writes the table of the xDS clients of s's map, nothing when there are
+// none.
+func writeXDSClients(b *strings.Builder, s Status) {
 	x := s.Sinks.XDS
-	fmt.Fprintf(tw, "xDS sink\t%s\n", xdsLine(x))
+	if len(x.Clients) == 0 {
+		return
+	}
+	b.WriteString("\n")
+	tw := newTable(b)
+	fmt.Fprint(tw, "XDS CLIENT\tFLAVOUR\tSTATE\tACKED\tNACKED\n")
+	for _, c := range x.Clients {
+		state := "Behind"
+		if c.Current {
+			state = "Current"
+		}
+		nacks := make([]string, 0, len(c.Nacked))
+		for _, typ := range slices.Sorted(maps.Keys(c.Nacked)) {
+			n := c.Nacked[typ]
+			nacks = append(nacks, fmt.Sprintf("%s=%s %s", typ, n.Version, strconv.Quote(n.Message)))
+		}
+		nacked := "-"
+		if len(nacks) > 0 {
+			nacked = strings.Join(nacks, ", ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", plain(c.NodeID), plain(string(c.Flavour)), state, typeVersions(c.Acked), nacked)
+	}
 	_ = tw.Flush()
-	if len(x.Clients) > 0 {
-		b.WriteString("\n")
-		tw = tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
-		fmt.Fprint(tw, "XDS CLIENT\tFLAVOUR\tSTATE\tACKED\tNACKED\n")
-		for _, c := range x.Clients {
-			state := "Behind"
-			if c.Current {
-				state = "Current"
-			}
-			nacks := make([]string, 0, len(c.Nacked))
-			for _, typ := range slices.Sorted(maps.Keys(c.Nacked)) {
-				n := c.Nacked[typ]
-				nacks = append(nacks, fmt.Sprintf("%s=%s %s", typ, n.Version, strconv.Quote(n.Message)))
-			}
-			nacked := "-"
-			if len(nacks) > 0 {
-				nacked = strings.Join(nacks, ", ")
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", plain(c.NodeID), plain(string(c.Flavour)), state, typeVersions(c.Acked), nacked)
-		}
-		_ = tw.Flush()
+}
+
+// writeReplicas writes the table of the publisher replicas' xDS reports, nothing when there
+// are none.
+func writeReplicas(b *strings.Builder, s Status) {
+	x := s.Sinks.XDS
+	if len(x.Replicas) == 0 {
+		return
 	}
-	if len(x.Replicas) > 0 {
-		b.WriteString("\n")
-		tw = tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
-		fmt.Fprint(tw, "REPLICA\tLIVE\tXDS CLIENTS\tUNCONFIRMED MAPS\tREPORTED\n")
-		for _, r := range x.Replicas {
-			unconfirmed := strconv.Itoa(r.Unconfirmed)
-			if r.Overflow {
-				unconfirmed += "+"
-			}
-			name := plain(r.Identity)
-			if r.Self {
-				name += " (this one)"
-			}
-			fmt.Fprintf(tw, "%s\t%t\t%d\t%s\t%s\n", name, r.Live, r.Clients, unconfirmed, r.Renewed.UTC().Format(time.RFC3339))
+	b.WriteString("\n")
+	tw := newTable(b)
+	fmt.Fprint(tw, "REPLICA\tLIVE\tXDS CLIENTS\tUNCONFIRMED MAPS\tREPORTED\n")
+	for _, r := range x.Replicas {
+		unconfirmed := strconv.Itoa(r.Unconfirmed)
+		if r.Overflow {
+			unconfirmed += "+"
 		}
-		_ = tw.Flush()
+		name := plain(r.Identity)
+		if r.Self {
+			name += " (this one)"
+		}
+		fmt.Fprintf(tw, "%s\t%t\t%d\t%s\t%s\n", name, r.Live, r.Clients, unconfirmed, r.Renewed.UTC().Format(time.RFC3339))
 	}
-	return b.String()
+	_ = tw.Flush()
 }
 
 // hostnameLine renders the map's names and their holders when another claim holds one,

@@ -197,37 +197,14 @@ func newActionCommand(action drain.Action, stdout, stderr io.Writer) *cobra.Comm
 	return cmd
 }
 
+// runAction runs 'publisher drain' or 'undrain': check the command line, read the service
+// and plan the annotation change (with --ramp, its ramp), preview it, guard against
+// stopping traffic, confirm, write (Published=False, the annotation), report, and with
+// --wait wait until the map is published again.
 func runAction(ctx context.Context, action drain.Action, f actionFlags, positional []string, stdout, stderr io.Writer) (int, error) {
-	// Everything that can be checked locally is checked before any API client exists.
-	if len(positional) != 1 {
-		return 0, drain.ErrArgs
-	}
-	name := positional[0]
-	if !slices.Contains(drain.Outputs, f.output) {
-		return 0, drain.ErrOutput
-	}
-	dry := drain.DryRun(f.dryRun)
-	if dry != drain.DryRunNone && dry != drain.DryRunClient && dry != drain.DryRunServer {
-		return 0, drain.ErrDryRun
-	}
-	if !drain.ValidName(name) {
-		return 0, drain.ErrName
-	}
-	if f.wait.set && dry != drain.DryRunNone {
-		return 0, errors.New("--wait waits for an applied change; a dry run applies none")
-	}
-	if action == drain.ActionDrain && f.workloadCluster == "" {
-		return 0, drain.ErrWorkloadCluster
-	}
-	req := drain.Request{Action: action, ID: f.id, Cluster: f.workloadCluster, Reason: f.reason}
-	if err := req.Validate(); err != nil {
+	name, dry, req, err := parseActionRequest(action, f, positional)
+	if err != nil {
 		return 0, err
-	}
-	ramping := f.ramp.Duration != 0
-	if ramping {
-		if err := f.ramp.Validate(); err != nil {
-			return 0, err
-		}
 	}
 	kc, err := loadKube(f.kube)
 	if err != nil {
@@ -252,7 +229,7 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 	}
 	// The map and its inputs, read once for the ramp and the last-serving guard.
 	before, readErr := mapObjects(ctx, kc, plan)
-	if ramping {
+	if f.ramp.Duration != 0 {
 		if err := planRamp(before, readErr, plan, f.ramp, stderr); err != nil {
 			return 0, err
 		}
@@ -272,29 +249,8 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 	rv := target.ResourceVersion
 	var flip drain.Flip
 	if dry != drain.DryRunClient {
-		// Published=False first, so that the column is never stale for this change.
-		maps, err := omeclient.NewForConfig(kc.rest)
-		if err != nil {
-			return 0, drain.ErrContext
-		}
-		flip, err = drain.MapClient{Maps: maps}.MarkPublishing(ctx, plan, dry, time.Now())
-		switch {
-		case errors.Is(err, drain.ErrNoTrafficMap):
-			// Routing is off for the service: no TrafficMap, no condition to keep fresh.
-		case err != nil:
-			fmt.Fprintf(stderr, "warning: Published not set to False: %v; PUBLISHED may show the state before this %s until the publisher publishes it "+
-				"(setting it needs patch on trafficmaps.ome.io/status)\n", err, action)
-		}
-		if rv, err = client.Apply(ctx, plan, dry); err != nil {
+		if rv, flip, err = writeAction(ctx, kc, client, plan, dry, f.wait.set, stderr); err != nil {
 			return 0, err
-		}
-		if f.wait.set && flip.Written() && dry == drain.DryRunNone {
-			// The wait's baseline: a True from before the patch is not this change's.
-			if again, err := (drain.MapClient{Maps: maps}).MarkPatched(ctx, plan, time.Now()); err == nil {
-				flip = again
-			} else {
-				fmt.Fprintf(stderr, "warning: Published not set to False after the patch: %v; --wait may take a True about the weights before this %s\n", err, action)
-			}
 		}
 	}
 	res := drain.NewResult(plan, dry, rv, kc.context, time.Now())
@@ -305,6 +261,75 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 		return exitOK, nil
 	}
 	return waitPublished(parent, kc, plan, flip, rampWait(f.wait, plan.Ramp), stderr)
+}
+
+// parseActionRequest checks everything about a drain or undrain that can be checked
+// locally, before any API client exists: the service name, the flags and the request. It
+// returns the service name, the dry-run mode and the request.
+func parseActionRequest(action drain.Action, f actionFlags, positional []string) (string, drain.DryRun, drain.Request, error) {
+	if len(positional) != 1 {
+		return "", "", drain.Request{}, drain.ErrArgs
+	}
+	name := positional[0]
+	if !slices.Contains(drain.Outputs, f.output) {
+		return "", "", drain.Request{}, drain.ErrOutput
+	}
+	dry := drain.DryRun(f.dryRun)
+	if dry != drain.DryRunNone && dry != drain.DryRunClient && dry != drain.DryRunServer {
+		return "", "", drain.Request{}, drain.ErrDryRun
+	}
+	if !drain.ValidName(name) {
+		return "", "", drain.Request{}, drain.ErrName
+	}
+	if f.wait.set && dry != drain.DryRunNone {
+		return "", "", drain.Request{}, errors.New("--wait waits for an applied change; a dry run applies none")
+	}
+	if action == drain.ActionDrain && f.workloadCluster == "" {
+		return "", "", drain.Request{}, drain.ErrWorkloadCluster
+	}
+	req := drain.Request{Action: action, ID: f.id, Cluster: f.workloadCluster, Reason: f.reason}
+	if err := req.Validate(); err != nil {
+		return "", "", drain.Request{}, err
+	}
+	if f.ramp.Duration != 0 {
+		if err := f.ramp.Validate(); err != nil {
+			return "", "", drain.Request{}, err
+		}
+	}
+	return name, dry, req, nil
+}
+
+// writeAction writes a confirmed drain or undrain that is not a client dry run:
+// Published=False first, so that the column is never stale for this change, then the
+// annotation; with wait, Published=False again after the patch as the wait's baseline. It
+// returns the service's resourceVersion after the write and the map's flip.
+func writeAction(ctx context.Context, kc kube, client drain.Client, plan *drain.Plan, dry drain.DryRun, wait bool,
+	stderr io.Writer) (string, drain.Flip, error) {
+	maps, err := omeclient.NewForConfig(kc.rest)
+	if err != nil {
+		return "", drain.Flip{}, drain.ErrContext
+	}
+	flip, err := drain.MapClient{Maps: maps}.MarkPublishing(ctx, plan, dry, time.Now())
+	switch {
+	case errors.Is(err, drain.ErrNoTrafficMap):
+		// Routing is off for the service: no TrafficMap, no condition to keep fresh.
+	case err != nil:
+		fmt.Fprintf(stderr, "warning: Published not set to False: %v; PUBLISHED may show the state before this %s until the publisher publishes it "+
+			"(setting it needs patch on trafficmaps.ome.io/status)\n", err, client.Action)
+	}
+	rv, err := client.Apply(ctx, plan, dry)
+	if err != nil {
+		return "", drain.Flip{}, err
+	}
+	if wait && flip.Written() && dry == drain.DryRunNone {
+		// The wait's baseline: a True from before the patch is not this change's.
+		if again, err := (drain.MapClient{Maps: maps}).MarkPatched(ctx, plan, time.Now()); err == nil {
+			flip = again
+		} else {
+			fmt.Fprintf(stderr, "warning: Published not set to False after the patch: %v; --wait may take a True about the weights before this %s\n", err, client.Action)
+		}
+	}
+	return rv, flip, nil
 }
 
 // rampWait is how long --wait waits: a bare --wait waits defaultWait beyond a ramp's end.

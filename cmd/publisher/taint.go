@@ -110,41 +110,22 @@ type taintChange struct {
 	effect weights.Effect // untaint; empty: both effects
 }
 
+// taintRequest is a taint or untaint command line, checked: everything that can be checked
+// before any API client exists.
+type taintRequest struct {
+	action  drain.Action
+	cluster string
+	dry     drain.DryRun
+	source  drain.Source
+	change  taintChange
+}
+
+// runTaint runs 'publisher taint' or 'untaint': check the command line, plan the taint
+// change and preview the services it moves, guard against stopping traffic, confirm, write
+// (ramps, Published=False, the taint), report, and with --wait wait until every moved
+// service is published again.
 func runTaint(ctx context.Context, action drain.Action, f taintFlags, positional []string, stdout, stderr io.Writer) (int, error) {
-	if len(positional) != 2 {
-		return 0, fmt.Errorf("exactly a workload cluster and a taint are required: %s", map[drain.Action]string{
-			drain.ActionTaint: "taint CLUSTER KEY[=VALUE]:EFFECT", drain.ActionUntaint: "untaint CLUSTER KEY[:EFFECT]"}[action])
-	}
-	cluster := positional[0]
-	if !drain.ValidClusterName(cluster) {
-		return 0, fmt.Errorf("workload cluster %q must be a DNS-1123 subdomain", cluster)
-	}
-	if !slices.Contains(drain.Outputs, f.output) {
-		return 0, drain.ErrOutput
-	}
-	dry := drain.DryRun(f.dryRun)
-	if dry != drain.DryRunNone && dry != drain.DryRunClient && dry != drain.DryRunServer {
-		return 0, drain.ErrDryRun
-	}
-	src := drain.Source(f.source)
-	if !slices.Contains(drain.Sources, f.source) {
-		return 0, fmt.Errorf("--source must be one of %s", strings.Join(drain.Sources, ", "))
-	}
-	if f.wait.set && dry != drain.DryRunNone {
-		return 0, errors.New("--wait waits for an applied change; a dry run applies none")
-	}
-	if f.ramp.Duration != 0 {
-		if err := f.ramp.Validate(); err != nil {
-			return 0, err
-		}
-	}
-	var change taintChange
-	var err error
-	if action == drain.ActionTaint {
-		change.taint, err = drain.ParseTaintArg(positional[1])
-	} else {
-		change.key, change.effect, err = drain.ParseUntaintArg(positional[1])
-	}
+	req, err := parseTaintRequest(action, f, positional)
 	if err != nil {
 		return 0, err
 	}
@@ -161,30 +142,113 @@ func runTaint(ctx context.Context, action drain.Action, f taintFlags, positional
 		return 0, drain.ErrContext
 	}
 	client := drain.ClusterClient{Dynamic: dyn, Action: action}
-	plan, err := planTaint(ctx, client, action, src, cluster, change)
+	plan, moved, ramps, err := previewTaint(ctx, kc, client, req, f.ramp, stderr)
 	if err != nil {
 		return 0, err
+	}
+	prompt, err := guardTaint(plan, moved, f.allowNoTraffic)
+	if err != nil {
+		return 0, err
+	}
+	if !f.yes {
+		if err := confirm(ctx, stderr, prompt); err != nil {
+			return 0, err
+		}
+	}
+	rv, flips := plan.Object.ResourceVersion, map[string]drain.Flip{}
+	if req.dry != drain.DryRunClient {
+		w := taintWrite{kc: kc, isvcs: drain.Client{Dynamic: dyn, Action: action}, client: client, plan: plan, dry: req.dry, stderr: stderr}
+		if rv, flips, err = w.run(ctx, moved, ramps, f.wait.set); err != nil {
+			return 0, err
+		}
+	}
+	res := drain.NewTaintResult(plan, req.dry, rv, moved, time.Now())
+	if err := drain.WriteTaintResult(stdout, res, f.output); err != nil {
+		return 0, err
+	}
+	if !f.wait.set {
+		return exitOK, nil
+	}
+	return waitTainted(parent, kc, moved, flips, ramps, f.wait, stderr)
+}
+
+// parseTaintRequest checks the positional arguments (the workload cluster and the taint or
+// untaint argument) and the flags of a taint or untaint.
+func parseTaintRequest(action drain.Action, f taintFlags, positional []string) (taintRequest, error) {
+	if len(positional) != 2 {
+		return taintRequest{}, fmt.Errorf("exactly a workload cluster and a taint are required: %s", map[drain.Action]string{
+			drain.ActionTaint: "taint CLUSTER KEY[=VALUE]:EFFECT", drain.ActionUntaint: "untaint CLUSTER KEY[:EFFECT]"}[action])
+	}
+	req := taintRequest{action: action, cluster: positional[0], dry: drain.DryRun(f.dryRun), source: drain.Source(f.source)}
+	if !drain.ValidClusterName(req.cluster) {
+		return taintRequest{}, fmt.Errorf("workload cluster %q must be a DNS-1123 subdomain", req.cluster)
+	}
+	if !slices.Contains(drain.Outputs, f.output) {
+		return taintRequest{}, drain.ErrOutput
+	}
+	if req.dry != drain.DryRunNone && req.dry != drain.DryRunClient && req.dry != drain.DryRunServer {
+		return taintRequest{}, drain.ErrDryRun
+	}
+	if !slices.Contains(drain.Sources, f.source) {
+		return taintRequest{}, fmt.Errorf("--source must be one of %s", strings.Join(drain.Sources, ", "))
+	}
+	if f.wait.set && req.dry != drain.DryRunNone {
+		return taintRequest{}, errors.New("--wait waits for an applied change; a dry run applies none")
+	}
+	if f.ramp.Duration != 0 {
+		if err := f.ramp.Validate(); err != nil {
+			return taintRequest{}, err
+		}
+	}
+	var err error
+	if action == drain.ActionTaint {
+		req.change.taint, err = drain.ParseTaintArg(positional[1])
+	} else {
+		req.change.key, req.change.effect, err = drain.ParseUntaintArg(positional[1])
+	}
+	if err != nil {
+		return taintRequest{}, err
+	}
+	return req, nil
+}
+
+// previewTaint plans req's change of the cluster object, finds the services it moves and
+// writes the preview to stderr; with --ramp (spec set) it plans and previews the ramp of
+// every moved service too.
+func previewTaint(ctx context.Context, kc kube, client drain.ClusterClient, req taintRequest, spec drain.RampSpec,
+	stderr io.Writer) (*drain.TaintPlan, []report.Impact, []serviceRamp, error) {
+	plan, err := planTaint(ctx, client, req.action, req.source, req.cluster, req.change)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	r, err := newReader(kc, report.Reader{NoHostnames: true})
 	if err != nil {
-		return 0, err
+		return nil, nil, nil, err
 	}
 	moved, objs, err := taintImpacts(ctx, r, plan)
 	if err != nil {
-		return 0, err
+		return nil, nil, nil, err
 	}
-	if err := drain.WriteTaintPreview(stderr, plan, drain.TaintPreviewInput{Context: kc.context, DryRun: dry}, moved); err != nil {
-		return 0, err
+	if err := drain.WriteTaintPreview(stderr, plan, drain.TaintPreviewInput{Context: kc.context, DryRun: req.dry}, moved); err != nil {
+		return nil, nil, nil, err
 	}
-	var ramps []serviceRamp
-	if f.ramp.Duration != 0 {
-		if ramps, err = planTaintRamps(plan, moved, objs, f.ramp, time.Now()); err != nil {
-			return 0, err
-		}
-		for _, sr := range ramps {
-			fmt.Fprintf(stderr, "Ramp of InferenceService %s/%s: %s.\n", sr.target.Namespace, sr.target.Name, sr.change.Describe())
-		}
+	if spec.Duration == 0 {
+		return plan, moved, nil, nil
 	}
+	ramps, err := planTaintRamps(plan, moved, objs, spec, time.Now())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, sr := range ramps {
+		fmt.Fprintf(stderr, "Ramp of InferenceService %s/%s: %s.\n", sr.target.Namespace, sr.target.Name, sr.change.Describe())
+	}
+	return plan, moved, ramps, nil
+}
+
+// guardTaint refuses a change that leaves a moved service with no positive effective
+// weight, or whose weights cannot be computed, unless allowNoTraffic; it returns the prompt
+// to confirm the change with.
+func guardTaint(plan *drain.TaintPlan, moved []report.Impact, allowNoTraffic bool) (string, error) {
 	var stopped, unknown []string
 	for _, imp := range moved {
 		switch {
@@ -194,80 +258,99 @@ func runTaint(ctx context.Context, action drain.Action, f taintFlags, positional
 			stopped = append(stopped, imp.Ref())
 		}
 	}
-	prompt := drain.ConfirmPrompt
-	if guarded := append(slices.Clone(stopped), unknown...); len(guarded) > 0 {
-		if !f.allowNoTraffic {
-			var why []string
-			if len(stopped) > 0 {
-				why = append(why, "it leaves "+strings.Join(stopped, ", ")+" with no positive effective weight: all traffic to them would stop")
-			}
-			if len(unknown) > 0 {
-				why = append(why, "the effective weights of "+strings.Join(unknown, ", ")+" cannot be computed, so it cannot be shown that their traffic continues")
-			}
-			return 0, fmt.Errorf("%w: %s %s on %s %s: %s; pass --allow-no-traffic to proceed anyway",
-				drain.ErrNoTraffic, action, strings.Join(changedNames(plan), ","), plan.Object.Source, plan.Object.Name, strings.Join(why, "; "))
-		}
-		prompt = drain.NoTrafficPrompt(guarded)
+	guarded := append(slices.Clone(stopped), unknown...)
+	if len(guarded) == 0 {
+		return drain.ConfirmPrompt, nil
 	}
-	if !f.yes {
-		if err := confirm(ctx, stderr, prompt); err != nil {
-			return 0, err
-		}
+	if allowNoTraffic {
+		return drain.NoTrafficPrompt(guarded), nil
 	}
+	var why []string
+	if len(stopped) > 0 {
+		why = append(why, "it leaves "+strings.Join(stopped, ", ")+" with no positive effective weight: all traffic to them would stop")
+	}
+	if len(unknown) > 0 {
+		why = append(why, "the effective weights of "+strings.Join(unknown, ", ")+" cannot be computed, so it cannot be shown that their traffic continues")
+	}
+	return "", fmt.Errorf("%w: %s %s on %s %s: %s; pass --allow-no-traffic to proceed anyway",
+		drain.ErrNoTraffic, plan.Action, strings.Join(changedNames(plan), ","), plan.Object.Source, plan.Object.Name, strings.Join(why, "; "))
+}
 
-	rv := plan.Object.ResourceVersion
+// taintWrite writes a confirmed taint change that is not a client dry run.
+type taintWrite struct {
+	kc     kube
+	isvcs  drain.Client        // writes the ramps
+	client drain.ClusterClient // writes the taint
+	plan   *drain.TaintPlan
+	dry    drain.DryRun
+	stderr io.Writer
+}
+
+// run writes the ramps first (a ramp waits, idle, until the taint it eases in holds the
+// entry; before the flips, so the publisher's reconcile of the ramp's write does not follow
+// and undo them), then sets Published=False on every moved map, then the taint; with wait,
+// it sets Published=False again after the patch as the wait's baseline. It returns the
+// cluster object's resourceVersion after the write and the flips by map key.
+func (w taintWrite) run(ctx context.Context, moved []report.Impact, ramps []serviceRamp, wait bool) (string, map[string]drain.Flip, error) {
+	maps, err := omeclient.NewForConfig(w.kc.rest)
+	if err != nil {
+		return "", nil, drain.ErrContext
+	}
+	for _, sr := range ramps {
+		if err := w.isvcs.ApplyRamp(ctx, sr.target, sr.change, w.dry); err != nil {
+			return "", nil, fmt.Errorf("ramp of inferenceservice %s/%s: %w", sr.target.Namespace, sr.target.Name, err)
+		}
+	}
+	mc := drain.MapClient{Maps: maps}
+	flips := w.markPublishing(ctx, mc, moved)
+	rv, err := w.client.Apply(ctx, w.plan, w.dry)
+	if err != nil {
+		return "", nil, err
+	}
+	if wait && w.dry == drain.DryRunNone {
+		w.markPatched(ctx, mc, moved, flips)
+	}
+	return rv, flips, nil
+}
+
+// markPublishing sets Published=False on every moved map before the taint is written, so
+// the column is never stale for this change; a map that cannot be marked gets a warning.
+func (w taintWrite) markPublishing(ctx context.Context, mc drain.MapClient, moved []report.Impact) map[string]drain.Flip {
 	flips := map[string]drain.Flip{}
-	if dry != drain.DryRunClient {
-		maps, err := omeclient.NewForConfig(kc.rest)
-		if err != nil {
-			return 0, drain.ErrContext
-		}
-		// The ramps go first: a ramp waits, idle, until the taint it eases in holds the
-		// entry; before the flips, so the publisher's reconcile of the ramp's write does not
-		// follow (and undo) them.
-		isvcs := drain.Client{Dynamic: dyn, Action: action}
-		for _, sr := range ramps {
-			if err := isvcs.ApplyRamp(ctx, sr.target, sr.change, dry); err != nil {
-				return 0, fmt.Errorf("ramp of inferenceservice %s/%s: %w", sr.target.Namespace, sr.target.Name, err)
-			}
-		}
-		mc := drain.MapClient{Maps: maps}
-		for _, imp := range moved {
-			flip, err := mc.Mark(ctx, imp.Namespace, imp.TrafficMap, dry, time.Now(), drain.TaintedMessage(plan, false))
-			switch {
-			case errors.Is(err, drain.ErrNoTrafficMap):
-			case err != nil:
-				fmt.Fprintf(stderr, "warning: Published of %s/%s not set to False: %v; PUBLISHED may show the state before this %s until the publisher publishes it "+
-					"(setting it needs patch on trafficmaps.ome.io/status)\n", imp.Namespace, imp.TrafficMap, err, action)
-			default:
-				flips[imp.Namespace+"/"+imp.TrafficMap] = flip
-			}
-		}
-		if rv, err = client.Apply(ctx, plan, dry); err != nil {
-			return 0, err
-		}
-		if f.wait.set && dry == drain.DryRunNone {
-			for _, imp := range moved {
-				k := imp.Namespace + "/" + imp.TrafficMap
-				if !flips[k].Written() {
-					continue
-				}
-				// The wait's baseline: a True from before the patch is not this change's.
-				if again, err := mc.Mark(ctx, imp.Namespace, imp.TrafficMap, drain.DryRunNone, time.Now(), drain.TaintedMessage(plan, true)); err == nil {
-					flips[k] = again
-				} else {
-					fmt.Fprintf(stderr, "warning: Published of %s not set to False after the patch: %v; --wait may take a True about the weights before this %s\n", k, err, action)
-				}
-			}
+	for _, imp := range moved {
+		flip, err := mc.Mark(ctx, imp.Namespace, imp.TrafficMap, w.dry, time.Now(), drain.TaintedMessage(w.plan, false))
+		switch {
+		case errors.Is(err, drain.ErrNoTrafficMap):
+		case err != nil:
+			fmt.Fprintf(w.stderr, "warning: Published of %s/%s not set to False: %v; PUBLISHED may show the state before this %s until the publisher publishes it "+
+				"(setting it needs patch on trafficmaps.ome.io/status)\n", imp.Namespace, imp.TrafficMap, err, w.plan.Action)
+		default:
+			flips[imp.Namespace+"/"+imp.TrafficMap] = flip
 		}
 	}
-	res := drain.NewTaintResult(plan, dry, rv, moved, time.Now())
-	if err := drain.WriteTaintResult(stdout, res, f.output); err != nil {
-		return 0, err
+	return flips
+}
+
+// markPatched sets Published=False again, after the patch, on every map marked before it:
+// the wait's baseline, since a True from before the patch is not this change's.
+func (w taintWrite) markPatched(ctx context.Context, mc drain.MapClient, moved []report.Impact, flips map[string]drain.Flip) {
+	for _, imp := range moved {
+		k := imp.Namespace + "/" + imp.TrafficMap
+		if !flips[k].Written() {
+			continue
+		}
+		if again, err := mc.Mark(ctx, imp.Namespace, imp.TrafficMap, drain.DryRunNone, time.Now(), drain.TaintedMessage(w.plan, true)); err == nil {
+			flips[k] = again
+		} else {
+			fmt.Fprintf(w.stderr, "warning: Published of %s not set to False after the patch: %v; --wait may take a True about the weights before this %s\n", k, err, w.plan.Action)
+		}
 	}
-	if !f.wait.set {
-		return exitOK, nil
-	}
+}
+
+// waitTainted waits until every moved service whose weights are computable is published
+// with its new weights (--wait), beyond the end of the longest ramp for a bare --wait.
+func waitTainted(ctx context.Context, kc kube, moved []report.Impact, flips map[string]drain.Flip, ramps []serviceRamp,
+	wait waitFlag, stderr io.Writer) (int, error) {
 	var targets []waitTarget
 	for _, imp := range moved {
 		if !imp.Computable() {
@@ -280,11 +363,11 @@ func runTaint(ctx context.Context, action drain.Action, f taintFlags, positional
 		fmt.Fprintln(stderr, "No service's traffic moves: nothing to wait for.")
 		return exitOK, nil
 	}
-	timeout := f.wait.d
+	timeout := wait.d
 	for _, sr := range ramps {
-		timeout = max(timeout, rampWait(f.wait, sr.change))
+		timeout = max(timeout, rampWait(wait, sr.change))
 	}
-	return waitMaps(parent, kc, targets, timeout, stderr)
+	return waitMaps(ctx, kc, targets, timeout, stderr)
 }
 
 // serviceRamp is the ramp annotation change of one InferenceService a taint moves.
