@@ -43,8 +43,49 @@ type typeCache struct {
 	resources map[string]*entry
 	all       []*anypb.Any // every resource encoded, sorted by name; nil until needed
 	last      *change      // the last update (a state-of-the-world ACK of the version before it may come after it)
-	wildcard  map[*watch]struct{}
-	named     map[string]map[*watch]struct{}
+	watches   watchIndex   // the open watches
+	enc       encoder      // the resources' encodings
+}
+
+// watchIndex indexes a typeCache's open watches: wildcard ones apart, named ones per
+// resource name. Guarded by the typeCache's mu.
+type watchIndex struct {
+	wildcard map[*watch]struct{}
+	named    map[string]map[*watch]struct{}
+}
+
+// add indexes w (a named watch under each name it subscribes to, remembered in w.names).
+func (x *watchIndex) add(w *watch) {
+	if w.sub.IsWildcard() {
+		x.wildcard[w] = struct{}{}
+		return
+	}
+	w.names = slices.Collect(maps.Keys(w.sub.SubscribedResources()))
+	for _, name := range w.names {
+		if x.named[name] == nil {
+			x.named[name] = map[*watch]struct{}{}
+		}
+		x.named[name][w] = struct{}{}
+	}
+}
+
+// remove forgets w.
+func (x *watchIndex) remove(w *watch) {
+	delete(x.wildcard, w)
+	for _, name := range w.names {
+		if ws := x.named[name]; ws != nil {
+			delete(ws, w)
+			if len(ws) == 0 {
+				delete(x.named, name)
+			}
+		}
+	}
+}
+
+// encoder makes a typeCache's encodings of its resources. Guarded by the typeCache's mu
+// (the entries' encodings are made while answering watches).
+type encoder struct {
+	typeURL string
 	// vhosts are the encodings of the virtual hosts of the last large route configuration
 	// encoded (the Envoy flavour's one), reused by the next: a drain encodes one.
 	vhosts map[*routev3.VirtualHost][]byte
@@ -59,8 +100,8 @@ type entry struct {
 }
 
 // encoded returns e's encoding (its Resource field the encoded message), made once and
-// shared by every response that carries e. Called with c.mu held.
-func (c *typeCache) encoded(e *entry) (*discoveryv3.Resource, error) {
+// shared by every response that carries e.
+func (c *encoder) encoded(e *entry) (*discoveryv3.Resource, error) {
 	if e.res == nil {
 		b, err := c.encode(e.msg)
 		if err != nil {
@@ -92,7 +133,9 @@ const (
 )
 
 func newTypeCache(typeURL string) *typeCache {
-	return &typeCache{typeURL: typeURL, resources: map[string]*entry{}, wildcard: map[*watch]struct{}{}, named: map[string]map[*watch]struct{}{}}
+	return &typeCache{typeURL: typeURL, resources: map[string]*entry{},
+		watches: watchIndex{wildcard: map[*watch]struct{}{}, named: map[string]map[*watch]struct{}{}},
+		enc:     encoder{typeURL: typeURL}}
 }
 
 // current returns the type's version, "" before the first update.
@@ -160,10 +203,10 @@ func (c *typeCache) update(version string, changed []*entry, removed []string) {
 	}
 	c.all, c.last = nil, nil
 	if first { // every waiting watch gets its first answer
-		for w := range c.wildcard {
+		for w := range c.watches.wildcard {
 			c.fire(w, nil)
 		}
-		for _, ws := range c.named {
+		for _, ws := range c.watches.named {
 			for w := range ws {
 				c.fire(w, nil)
 			}
@@ -172,13 +215,13 @@ func (c *typeCache) update(version string, changed []*entry, removed []string) {
 	}
 	hint := &change{changed: changed, removed: removed, prevSeq: prevSeq, prevVersion: prevVersion}
 	c.last = hint
-	for w := range c.wildcard {
+	for w := range c.watches.wildcard {
 		c.fire(w, hint)
 	}
 	seen := map[*watch]bool{}
 	for _, names := range [][]string{entryNames(changed), removed} {
 		for _, name := range names {
-			for w := range c.named[name] {
+			for w := range c.watches.named[name] {
 				if !seen[w] {
 					seen[w] = true
 					c.fire(w, nil)
@@ -208,45 +251,25 @@ type change struct {
 func (c *typeCache) fire(w *watch, hint *change) {
 	if w.sotw != nil {
 		if resp := c.sotwAnswer(w.sotw, w.sub, hint); resp != nil {
-			c.untrack(w)
+			c.watches.remove(w)
 			w.sotwCh <- resp
 		}
 		return
 	}
 	if resp := c.deltaAnswer(w.delta, w.sub, hint); resp != nil {
-		c.untrack(w)
+		c.watches.remove(w)
 		w.deltaCh <- resp
 	}
 }
 
+// track indexes w until an update answers it, and returns the cancel that forgets it.
+// Called with c.mu held.
 func (c *typeCache) track(w *watch) func() {
-	if w.sub.IsWildcard() {
-		c.wildcard[w] = struct{}{}
-	} else {
-		w.names = slices.Collect(maps.Keys(w.sub.SubscribedResources()))
-		for _, name := range w.names {
-			if c.named[name] == nil {
-				c.named[name] = map[*watch]struct{}{}
-			}
-			c.named[name][w] = struct{}{}
-		}
-	}
+	c.watches.add(w)
 	return func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		c.untrack(w)
-	}
-}
-
-func (c *typeCache) untrack(w *watch) {
-	delete(c.wildcard, w)
-	for _, name := range w.names {
-		if ws := c.named[name]; ws != nil {
-			delete(ws, w)
-			if len(ws) == 0 {
-				delete(c.named, name)
-			}
-		}
+		c.watches.remove(w)
 	}
 }
 
@@ -296,7 +319,7 @@ func (c *typeCache) sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, h
 			req.GetVersionInfo() == hint.prevVersion && returned[wildcardMark] == hint.prevVersion {
 			resp := &sotwResponse{req: req, version: c.version, resources: make([]*anypb.Any, 0, len(hint.changed)), returned: mark}
 			for _, e := range hint.changed {
-				if r, err := c.encoded(e); err == nil {
+				if r, err := c.enc.encoded(e); err == nil {
 					resp.resources = append(resp.resources, r.Resource)
 				}
 			}
@@ -331,7 +354,7 @@ func (c *typeCache) sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, h
 		if !ok {
 			continue
 		}
-		r, err := c.encoded(e)
+		r, err := c.enc.encoded(e)
 		if err != nil {
 			continue // never: a valid message encodes
 		}
@@ -348,7 +371,7 @@ func (c *typeCache) encodedAll() []*anypb.Any {
 		es := slices.SortedFunc(maps.Values(c.resources), func(a, b *entry) int { return strings.Compare(a.name, b.name) })
 		c.all = make([]*anypb.Any, 0, len(es))
 		for _, e := range es {
-			if r, err := c.encoded(e); err == nil {
+			if r, err := c.enc.encoded(e); err == nil {
 				c.all = append(c.all, r.Resource)
 			}
 		}
@@ -429,7 +452,7 @@ func (c *typeCache) deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscript
 	slices.Sort(removed)
 	resp := &deltaResponse{req: req, version: c.version, removed: removed, returned: next}
 	for _, e := range send {
-		if r, err := c.encoded(e); err == nil {
+		if r, err := c.enc.encoded(e); err == nil {
 			resp.resources = append(resp.resources, r)
 		}
 	}
@@ -521,9 +544,8 @@ const largeRoute = 16
 
 // encode is a resource's deterministic encoding. A large route configuration is
 // assembled from its virtual hosts' encodings, each remembered from the last one encoded,
-// so that a drain encodes one virtual host, not the fleet's. Called with c.mu held (the
-// entries' encodings are made while answering watches).
-func (c *typeCache) encode(r types.Resource) ([]byte, error) {
+// so that a drain encodes one virtual host, not the fleet's.
+func (c *encoder) encode(r types.Resource) ([]byte, error) {
 	rc, ok := r.(*routev3.RouteConfiguration)
 	if !ok || len(rc.VirtualHosts) < largeRoute {
 		return cachev3.MarshalResource(r)

@@ -166,8 +166,8 @@ type Tracker struct {
 	clients []ClientState
 	// flavours are the flavours a stream has identified itself as since the tracker started.
 	flavours map[Flavour]bool
-	// steps are the last updates per flavour and type (see advance), oldest first.
-	steps map[stepKey][]step
+	// steps are the last updates per flavour and type (see advance).
+	steps stepLog
 }
 
 // streamKey names a stream: go-control-plane numbers state-of-the-world and delta streams
@@ -274,7 +274,7 @@ func (t *Tracker) Callbacks() serverv3.Callbacks {
 				func(s *stream, typeURL string) {
 					s.subscribeDelta(typeURL, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 					if len(req.GetInitialResourceVersions()) > 0 && req.GetResponseNonce() == "" {
-						t.declared(s, typeURL, req.GetInitialResourceVersions())
+						s.declare(servingCache(t.served, s, typeURL), typeURL, req.GetInitialResourceVersions())
 					}
 				})
 			return nil
@@ -339,7 +339,7 @@ func (t *Tracker) response(key streamKey, typeURL, nonce, version string) {
 		delete(s.version, old)
 	}
 	s.sent[typeURL] = nonce
-	s.version[nonce] = t.forward(s, typeURL, version)
+	s.version[nonce] = t.steps.forward(s, typeURL, version)
 }
 
 // deltaResponse records a delta response: the resources it carries (and removes) are
@@ -356,7 +356,7 @@ func (t *Tracker) deltaResponse(key streamKey, typeURL, nonce, version string, n
 		d.outstanding, d.ackedSeq, d.latest = map[string]deltaSent{}, map[string]uint64{}, map[string]map[string]uint64{}
 	}
 	d.seq++
-	d.outstanding[nonce] = deltaSent{typeURL: typeURL, seq: d.seq, version: t.forward(s, typeURL, version), names: names}
+	d.outstanding[nonce] = deltaSent{typeURL: typeURL, seq: d.seq, version: t.steps.forward(s, typeURL, version), names: names}
 	d.order = append(d.order, nonce)
 	if len(d.order) > maxOutstanding {
 		delete(d.outstanding, d.order[0])
@@ -462,7 +462,7 @@ func (t *Tracker) answer(s *stream, nonce string, rejected bool, message string)
 	}
 	if rec.seq > d.ackedSeq[typeURL] {
 		d.ackedSeq[typeURL] = rec.seq
-		s.ack(typeURL, t.forward(s, typeURL, rec.version))
+		s.ack(typeURL, t.steps.forward(s, typeURL, rec.version))
 	} else {
 		s.clearNack(typeURL)
 	}
@@ -534,17 +534,23 @@ func (s *stream) setSub(typeURL string, sub Subscription) {
 	s.subs = subs
 }
 
-// declared handles a delta stream's initial_resource_versions: when every resource of
-// typeURL that the stream subscribes to and the flavour's snapshot holds is declared at its
-// current version, the server sends nothing and the stream holds the current version, as
-// if it had ACKed it. A stream that declares versions before its flavour is first served
-// (the publisher builds a flavour for its first client) is judged when the type is first
-// served (see advance). Called with t.mu held, after the subscription was recorded.
-func (t *Tracker) declared(s *stream, typeURL string, versions map[string]string) {
-	if t.served == nil || s.node == nil {
-		return
+// servingCache is the cache serving s's flavour typeURL as served tells, nil when served
+// is nil, s has not identified itself yet, or no cache is known.
+func servingCache(served func(*corev3.Node, string) *typeCache, s *stream, typeURL string) *typeCache {
+	if served == nil || s.node == nil {
+		return nil
 	}
-	c := t.served(s.node, typeURL)
+	return served(s.node, typeURL)
+}
+
+// declare handles a delta stream's initial_resource_versions for typeURL, served by c (nil:
+// no cache known, nothing is judged): when every resource of typeURL that the stream
+// subscribes to and the flavour's snapshot holds is declared at its current version, the
+// server sends nothing and the stream holds the current version, as if it had ACKed it. A
+// stream that declares versions before its flavour is first served (the publisher builds a
+// flavour for its first client) is judged when the type is first served (see
+// Tracker.advance). Called with the Tracker's mu held, after the subscription was recorded.
+func (s *stream) declare(c *typeCache, typeURL string, versions map[string]string) {
 	if c == nil {
 		return
 	}
@@ -638,14 +644,7 @@ func (t *Tracker) advance(flavour Flavour, typeURL, from, to string, touched map
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.steps == nil {
-		t.steps = map[stepKey][]step{}
-	}
-	k := stepKey{flavour, typeURL}
-	t.steps[k] = append(t.steps[k], step{from: from, to: to, touched: touched})
-	if len(t.steps[k]) > maxSteps {
-		t.steps[k] = slices.Delete(t.steps[k], 0, len(t.steps[k])-maxSteps)
-	}
+	t.steps.record(stepKey{flavour, typeURL}, step{from: from, to: to, touched: touched})
 	for _, s := range t.streams {
 		if s.node == nil || s.flavour != flavour || (s.typeURL != "" && s.typeURL != typeURL) {
 			continue
@@ -671,7 +670,7 @@ func (t *Tracker) advance(flavour Flavour, typeURL, from, to string, touched map
 }
 
 // firstServed judges the initial_resource_versions that streams of flavour declared for
-// typeURL before it was served, now that it is (see declared).
+// typeURL before it was served, now that it is (see stream.declare).
 func (t *Tracker) firstServed(flavour Flavour, typeURL string) {
 	t.mu.Lock()
 	changed := false
@@ -682,7 +681,7 @@ func (t *Tracker) firstServed(flavour Flavour, typeURL string) {
 		}
 		delete(s.unserved, typeURL)
 		before, staleBefore := s.acked[typeURL], len(s.stale[typeURL])
-		t.declared(s, typeURL, versions)
+		s.declare(servingCache(t.served, s, typeURL), typeURL, versions)
 		if s.acked[typeURL] != before || len(s.stale[typeURL]) != staleBefore {
 			t.clients = nil
 			changed = true
@@ -709,16 +708,32 @@ type step struct {
 	touched  map[string]struct{}
 }
 
+// stepLog is the last updates per flavour and type, oldest first, at most maxSteps each.
+// Guarded by the Tracker's mu.
+type stepLog struct {
+	byType map[stepKey][]step
+}
+
+// record appends st to the updates of k, dropping the oldest beyond maxSteps.
+func (l *stepLog) record(k stepKey, st step) {
+	if l.byType == nil {
+		l.byType = map[stepKey][]step{}
+	}
+	l.byType[k] = append(l.byType[k], st)
+	if len(l.byType[k]) > maxSteps {
+		l.byType[k] = slices.Delete(l.byType[k], 0, len(l.byType[k])-maxSteps)
+	}
+}
+
 // forward is the version a stream holds when it holds version of typeURL: the latest
 // version reached from it by updates that changed none of the names the stream subscribes
-// to by name (a wildcard stream gets every update, so it holds what it was sent). Called
-// with t.mu held.
-func (t *Tracker) forward(s *stream, typeURL, version string) string {
+// to by name (a wildcard stream gets every update, so it holds what it was sent).
+func (l *stepLog) forward(s *stream, typeURL, version string) string {
 	sub, ok := s.subs[typeURL]
 	if !ok || sub.Wildcard || version == "" {
 		return version
 	}
-	steps := t.steps[stepKey{s.flavour, typeURL}]
+	steps := l.byType[stepKey{s.flavour, typeURL}]
 	start := -1 // the first step after the latest one at version
 	for i := len(steps) - 1; i >= 0 && start < 0; i-- {
 		switch version {
@@ -813,7 +828,7 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 			if version == "" { // delta requests carry no version: the ACK is of what was sent
 				version = sentVersion
 			}
-			s.ack(typeURL, t.forward(s, typeURL, version))
+			s.ack(typeURL, t.steps.forward(s, typeURL, version))
 		}
 		changed, answered = true, true
 	}
