@@ -241,17 +241,42 @@ func trimmed(m Map) Map {
 }
 
 // fit is r (sanitized; its JSON compresses about ratio times) with as much of Maps as
-// fits MaxEncoded: see Encode.
+// fits MaxEncoded: see Encode. It keeps the first k items of fitOrder for the largest k
+// that fits, nearly (see largestFitting).
 func fit(r Report, ratio float64) (string, error) {
-	// The order in which maps are kept: namespace by namespace in turn, first without
-	// detail, then the detail of those that have some.
+	order := fitOrder(r)
+	best, ok, err := largestFitting(itemSizes(r, order), ratio, func(k int) (string, bool, error) {
+		v, err := encode(withItems(r, order, k))
+		return v, err == nil && len(v) <= MaxEncoded, err
+	})
+	if err != nil {
+		return "", err
+	}
+	if !ok { // not even the namespaces fit: say that maps are left out
+		return encode(Report{Identity: r.Identity, Seq: r.Seq, Clients: r.Clients, Overflow: true})
+	}
+	return best, nil
+}
+
+// fitItem is one thing fit keeps or leaves out: a map without its detail, or a map's
+// detail.
+type fitItem struct {
+	i      int  // index in r.Maps
+	detail bool // the map's detail, not the map
+}
+
+// fitOrder is the order in which fit keeps r's maps: namespace by namespace in turn (one
+// item of each namespace per round), each namespace's maps first without detail (those no
+// client waits on first), then the detail of those that have some.
+func fitOrder(r Report) []fitItem {
 	byNS := map[string][]int{}
 	for i, m := range r.Maps {
 		ns := namespace(m.Key)
 		byNS[ns] = append(byNS[ns], i)
 	}
 	names := slices.Sorted(maps.Keys(byNS))
-	for _, ns := range names {
+	seqs := make([][]fitItem, len(names))
+	for n, ns := range names {
 		idx := byNS[ns]
 		slices.SortStableFunc(idx, func(a, b int) int { // no client waits on it first
 			wa, wb := r.Maps[a].waits(), r.Maps[b].waits()
@@ -264,25 +289,16 @@ func fit(r Report, ratio float64) (string, error) {
 				return 1
 			}
 		})
-	}
-	// Each namespace's items: its maps without detail, then the detail of those that have
-	// some; the order takes one item of each namespace in turn.
-	type item struct {
-		i      int  // index in r.Maps
-		detail bool // the map's detail, not the map
-	}
-	seqs := make([][]item, len(names))
-	for n, ns := range names {
-		for _, i := range byNS[ns] {
-			seqs[n] = append(seqs[n], item{i: i})
+		for _, i := range idx {
+			seqs[n] = append(seqs[n], fitItem{i: i})
 		}
-		for _, i := range byNS[ns] {
+		for _, i := range idx {
 			if len(r.Maps[i].Waiting) > 0 || r.Maps[i].Nack != nil {
-				seqs[n] = append(seqs[n], item{i: i, detail: true})
+				seqs[n] = append(seqs[n], fitItem{i: i, detail: true})
 			}
 		}
 	}
-	var order []item
+	var order []fitItem
 	for round := 0; ; round++ {
 		more := false
 		for _, seq := range seqs {
@@ -292,41 +308,46 @@ func fit(r Report, ratio float64) (string, error) {
 			}
 		}
 		if !more {
-			break
+			return order
 		}
 	}
-	build := func(k int) Report {
-		kept := make([]bool, len(r.Maps))
-		full := make([]bool, len(r.Maps))
-		for _, it := range order[:k] {
-			if it.detail {
-				full[it.i] = true
-			} else {
-				kept[it.i] = true
-			}
+}
+
+// withItems is r keeping the first k items of order: a map not kept, or kept without its
+// detail, names its namespace in Truncated.
+func withItems(r Report, order []fitItem, k int) Report {
+	kept := make([]bool, len(r.Maps))
+	full := make([]bool, len(r.Maps))
+	for _, it := range order[:k] {
+		if it.detail {
+			full[it.i] = true
+		} else {
+			kept[it.i] = true
 		}
-		out := Report{Identity: r.Identity, Seq: r.Seq, Clients: r.Clients, Truncated: slices.Clone(r.Truncated), Overflow: r.Overflow}
-		for i, m := range r.Maps {
-			switch {
-			case !kept[i]:
+	}
+	out := Report{Identity: r.Identity, Seq: r.Seq, Clients: r.Clients, Truncated: slices.Clone(r.Truncated), Overflow: r.Overflow}
+	for i, m := range r.Maps {
+		switch {
+		case !kept[i]:
+			out.Truncated = append(out.Truncated, namespace(m.Key))
+		case full[i]:
+			out.Maps = append(out.Maps, m)
+		default:
+			t := trimmed(m)
+			if t.Trimmed {
 				out.Truncated = append(out.Truncated, namespace(m.Key))
-			case full[i]:
-				out.Maps = append(out.Maps, m)
-			default:
-				t := trimmed(m)
-				if t.Trimmed {
-					out.Truncated = append(out.Truncated, namespace(m.Key))
-				}
-				out.Maps = append(out.Maps, t)
 			}
+			out.Maps = append(out.Maps, t)
 		}
-		out.Truncated, out.Overflow = boundNamespaces(out.Truncated, out.Overflow)
-		return out
 	}
-	// The largest k that fits, nearly: the search starts from the size the compression
-	// ratio predicts and stops within 1/64 of the answer, so a report that does not fit
-	// costs a handful of encodings, not one per halving of every map.
-	cum := make([]int, len(order)+1) // cum[k]: the JSON bytes of the first k items
+	out.Truncated, out.Overflow = boundNamespaces(out.Truncated, out.Overflow)
+	return out
+}
+
+// itemSizes returns the cumulative JSON bytes of order's items: element k is the bytes of
+// the first k items.
+func itemSizes(r Report, order []fitItem) []int {
+	cum := make([]int, len(order)+1)
 	for j, it := range order {
 		size := jsonSize(trimmed(r.Maps[it.i]))
 		if it.detail {
@@ -334,28 +355,33 @@ func fit(r Report, ratio float64) (string, error) {
 		}
 		cum[j+1] = cum[j] + size
 	}
+	return cum
+}
+
+// largestFitting returns the encoding try makes of the largest k (items kept) that fits,
+// nearly, and false when not even k = 0 fits. cum are the items' cumulative JSON sizes (see
+// itemSizes), ratio how many times the JSON compresses. The search starts from the size the
+// compression ratio predicts and stops within 1/64 of the answer, so a report that does not
+// fit costs a handful of encodings, not one per halving of every map.
+func largestFitting(cum []int, ratio float64, try func(k int) (string, bool, error)) (string, bool, error) {
 	upTo := func(raw float64) int { // the largest k whose items take at most raw bytes
 		k, _ := slices.BinarySearch(cum, int(raw)+1)
 		return max(k-1, 0)
 	}
-	try := func(k int) (string, bool, error) {
-		v, err := encode(build(k))
-		return v, err == nil && len(v) <= MaxEncoded, err
-	}
-	lo, hi := -1, len(order) // lo fits, hi does not
+	lo, hi := -1, len(cum)-1 // lo fits, hi does not
 	var best string
 	for k := min(upTo(0.9*MaxEncoded/ratio), hi-1); ; {
 		v, fits, err := try(k)
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		if fits {
 			lo, best = k, v
 			break
 		}
 		hi = k
-		if k == 0 { // not even the namespaces fit: say that maps are left out
-			return encode(Report{Identity: r.Identity, Seq: r.Seq, Clients: r.Clients, Overflow: true})
+		if k == 0 {
+			return "", false, nil
 		}
 		k = min(upTo(0.7*float64(cum[k])), k-1)
 	}
@@ -366,7 +392,7 @@ func fit(r Report, ratio float64) (string, error) {
 		}
 		v, fits, err := try(k)
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		if !fits {
 			hi = k
@@ -378,7 +404,7 @@ func fit(r Report, ratio float64) (string, error) {
 		mid := lo + (hi-lo)/2
 		v, fits, err := try(mid)
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		if fits {
 			lo, best = mid, v
@@ -386,7 +412,7 @@ func fit(r Report, ratio float64) (string, error) {
 			hi = mid
 		}
 	}
-	return best, nil
+	return best, true, nil
 }
 
 // jsonSize is the size of m's JSON.
