@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -17,15 +18,15 @@ import (
 func TestChangesOutrankBulkWork(t *testing.T) {
 	f := newOwnershipFixture(t)
 	for _, name := range []string{"a", "b", "c"} {
-		f.p.onTrafficMap(bulkPriority, nil, f.addMap(t, "prod", name, name, 0))
+		f.p.router.onTrafficMap(bulkPriority, nil, f.addMap(t, "prod", name, name, 0))
 	}
 	d := f.addMap(t, "prod", "d", "d", 0)
-	f.p.onTrafficMap(normalPriority, nil, d)
+	f.p.router.onTrafficMap(normalPriority, nil, d)
 	c, _ := f.p.caches.trafficMap("prod", "c")
 	changed := c.DeepCopy()
 	changed.ResourceVersion, changed.Generation = "2", 2
-	f.p.onTrafficMap(normalPriority, c, changed)
-	f.p.onTrafficMap(bulkPriority, nil, d) // a resync does not lower it
+	f.p.router.onTrafficMap(normalPriority, c, changed)
+	f.p.router.onTrafficMap(bulkPriority, nil, d) // a resync does not lower it
 	assert.Equal(t, []string{"prod/d", "prod/c", "prod/a", "prod/b"}, f.queued())
 }
 
@@ -40,23 +41,32 @@ func TestEventPriority(t *testing.T) {
 }
 
 // News from a sink's consumers (an xDS client's ACK) about a map not reconciled yet is bulk
-// work; once the map was reconciled, it is a change.
+// work; once the map was reconciled, it is a change. A replica that does not lead judges
+// nothing and drops such news.
 func TestRequeuePriority(t *testing.T) {
 	f := newOwnershipFixture(t)
 	for _, name := range []string{"a", "b", "c"} {
-		f.p.onTrafficMap(bulkPriority, nil, f.addMap(t, "prod", name, name, 0))
+		f.p.router.onTrafficMap(bulkPriority, nil, f.addMap(t, "prod", name, name, 0))
 	}
 	a, c := cache.NewObjectName("prod", "a"), cache.NewObjectName("prod", "c")
-	f.p.requeue(c) // every client ACKs the first snapshot: c has not been reconciled
+	f.p.work.requeue(c)
+	assert.Equal(t, []string{"prod/a", "prod/b", "prod/c"}, f.queued(), "not leading: the news is dropped")
+	for _, name := range []string{"a", "b", "c"} {
+		f.p.enqueue(bulkPriority, "prod", name)
+	}
+	lctx, end := context.WithCancel(t.Context())
+	defer end()
+	f.p.work.lead.Store(&lctx)
+	f.p.work.requeue(c) // every client ACKs the first snapshot: c has not been reconciled
 	assert.Equal(t, []string{"prod/a", "prod/b", "prod/c"}, f.queued())
-	f.p.passed(a)
-	f.p.passed(c)
-	f.p.onTrafficMap(bulkPriority, nil, f.addMap(t, "prod", "d", "d", 0))
-	f.p.requeue(c) // an ACK c waits for
+	f.p.work.passed(a)
+	f.p.work.passed(c)
+	f.p.router.onTrafficMap(bulkPriority, nil, f.addMap(t, "prod", "d", "d", 0))
+	f.p.work.requeue(c) // an ACK c waits for
 	assert.Equal(t, []string{"prod/c", "prod/d"}, f.queued())
 
 	require.NoError(t, f.p.caches.maps[0].GetIndexer().Delete(&v1beta1.TrafficMap{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "a"}}))
-	f.p.passed(a) // its delete reconciled
-	_, ok := f.p.reconciled.Load(a)
+	f.p.work.passed(a) // its delete reconciled
+	_, ok := f.p.work.reconciled.Load(a)
 	assert.False(t, ok, "a deleted map is forgotten")
 }

@@ -11,13 +11,14 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish/routesink"
-	"github.com/trafficmap/publisher/publish/xdssink"
 	"github.com/trafficmap/publisher/weights"
+	"github.com/trafficmap/publisher/xds"
 )
 
 // The pipeline, one map at a time, read top-down:
@@ -54,8 +55,8 @@ const (
 	ReasonRouteRefused           = routesink.ReasonRefused
 	ReasonRouteNotAccepted       = routesink.ReasonNotAccepted
 	ReasonLastPositiveRetained   = routesink.ReasonLastPositiveRetained
-	ReasonXDSRejected            = xdssink.ReasonRejected
-	ReasonXDSInvalid             = xdssink.ReasonInvalid
+	ReasonXDSRejected            = xds.ReasonRejected
+	ReasonXDSInvalid             = xds.ReasonInvalid
 )
 
 // Reasons of the Normal Events that mark a ramp's first step and its end (the Published
@@ -96,6 +97,17 @@ type reconciler struct {
 	// publisherName and observedOptionsDigest.
 	claims            *claimTable
 	publisher, digest string
+	// planner plans a map from its gathered inputs; nil is planMap with hosts (tests count
+	// its calls).
+	planner func(g gathered) (*planned, error)
+}
+
+// plan is the pipeline's plan floor: the map's plan from its gathered inputs.
+func (r *reconciler) plan(g gathered) (*planned, error) {
+	if r.planner != nil {
+		return r.planner(g)
+	}
+	return planMap(r.hosts, g)
 }
 
 // reconcile converges one TrafficMap. It returns an error only for transient failures,
@@ -127,7 +139,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	if err != nil {
 		return 0, err
 	}
-	pl, err := planMap(r.hosts, g)
+	pl, err := r.plan(g)
 	if errors.As(err, &ue) {
 		return r.fail(ctx, tm, ue, log)
 	}
@@ -170,8 +182,9 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	}
 	// A map with no Published condition claims nothing yet, so it has nothing to protect
 	// while clients reconnect (and a cold start of N new maps is not held by the grace).
-	pl.plan.Confirmed = durable && kept && publishedTrue(tm)
-	pl.plan.PublishedBefore = findPublished(tm) == nil || pl.plan.Confirmed
+	var st model.Standing
+	st.Confirmed = durable && kept && publishedTrue(tm)
+	st.PublishedBefore = findPublished(tm) == nil || st.Confirmed
 	switch {
 	case needsAnnounce(tm, carried):
 		if tm, _, err = r.status.write(ctx, tm, notPublished(tm, ReasonPublishing, "publishing weights "+describeWeights(pl.plan.Result), nil), log); err != nil {
@@ -181,10 +194,10 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		r.metrics.started(key) // no condition yet: the latency clock starts without a write
 	}
 
-	pl.plan.Published = publishedTrue(tm)
+	st.Published = publishedTrue(tm)
 	confs := make([]model.Confirmation, 0, len(r.sinks))
 	for _, s := range r.sinks {
-		c, err := s.Apply(ctx, &pl.plan)
+		c, err := s.Apply(ctx, &pl.plan, st)
 		r.metrics.routeWritten(c.Writes)
 		if err != nil {
 			return 0, err
@@ -362,7 +375,7 @@ func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g gather
 		log.Info("claimed names", zap.Strings("names", granted), zap.Strings("journal", j.ClaimedTargets))
 		tm = updated
 		g.inputs.TrafficMap = tm
-		if pl, err = planMap(r.hosts, g); err != nil {
+		if pl, err = r.plan(g); err != nil {
 			return tm, pl, false, err
 		}
 	}
@@ -455,58 +468,62 @@ func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.
 	return errors.Join(errs...)
 }
 
-// planSource gives the xDS sink the maps' current plans, from the same caches and planner
-// as the pipeline, and with the same decision: a plan another enabled sink refuses is an
-// error, so the xDS sink keeps serving that map's last good content.
-type planSource struct {
-	inputs *caches
-	hosts  hostnamer
-	// sinks returns the enabled sinks; reader names the sink reading the plans, which
-	// checks its plans on its own and is skipped.
-	sinks  func() []model.Sink
-	reader string
-}
-
-// Keys implements xdssink.Plans.
-func (s planSource) Keys() []string { return s.inputs.keys() }
-
-// Plan implements xdssink.Plans.
-func (s planSource) Plan(namespace, name string) (*model.Plan, bool, error) {
-	tm, err := s.inputs.trafficMap(namespace, name)
-	if err != nil {
-		return nil, true, err
-	}
-	if tm == nil || tm.DeletionTimestamp != nil {
-		return nil, false, nil
-	}
-	g, err := s.inputs.gather(tm)
-	if err != nil {
-		return nil, true, err
-	}
-	pl, err := planMap(s.hosts, g)
-	if err != nil {
-		return nil, true, err
-	}
-	var others []model.Sink
-	if s.sinks != nil {
-		for _, sk := range s.sinks() {
-			if sk.Name() != s.reader {
-				others = append(others, sk)
-			}
+// serve runs the pipeline's first floors for key on a replica that does not lead: gather,
+// plan and check, then hand the plan to the sinks that serve on every replica
+// (model.Serving), with the same decision as the leader's pipeline: a plan that cannot be
+// made, or that an enabled sink refuses, is handed to none (each keeps the last plan it was
+// given), and a deleted map is withdrawn. Nothing is claimed, written or recorded. It also
+// primes those sinks before they start.
+func (r *reconciler) serve(key cache.ObjectName) error {
+	var serving []model.Serving
+	for _, s := range r.sinks {
+		if sv, ok := s.(model.Serving); ok {
+			serving = append(serving, sv)
 		}
 	}
-	if refused := refusal(others, &pl.plan); refused != nil {
-		return nil, true, &refusedError{conf: refused}
+	if len(serving) == 0 {
+		return nil
+	}
+	tm, err := r.inputs.trafficMap(key.Namespace, key.Name)
+	if err != nil {
+		return err
+	}
+	if tm == nil || tm.DeletionTimestamp != nil {
+		for _, sv := range serving {
+			sv.Withdraw(types.NamespacedName{Namespace: key.Namespace, Name: key.Name})
+		}
+		return nil
+	}
+	var ue *userError
+	g, err := r.inputs.gather(tm)
+	if errors.As(err, &ue) {
+		return nil // the leader reports it; the last plan given stays
+	}
+	if err != nil {
+		return err
+	}
+	pl, err := r.plan(g)
+	if errors.As(err, &ue) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if refusal(r.sinks, &pl.plan) != nil {
+		return nil
 	}
 	if servedBeforeJournals(tm) {
 		// Published by a version without claim journals: keep serving the names no one
-		// holds while its first reconcile journals them (an upgrade's journal wave takes
-		// minutes at fleet scale, and a proxyless client reconnecting to an upgraded
+		// holds while the leader's first reconcile journals them (an upgrade's journal wave
+		// takes minutes at fleet scale, and a proxyless client reconnecting to an upgraded
 		// replica would otherwise find no listener for its name). Names another map
 		// journaled stay conflicts.
 		pl.plan.Conflicts = slices.DeleteFunc(pl.plan.Conflicts, func(c model.Conflict) bool { return c.Unjournaled })
 	}
-	return &pl.plan, true, nil
+	for _, sv := range serving {
+		sv.Serve(&pl.plan)
+	}
+	return nil
 }
 
 // servedBeforeJournals reports whether tm was published by a publisher version that wrote
