@@ -62,7 +62,7 @@ func TestExclusive(t *testing.T) {
 	retry := s.exclusive(map[string]bool{"staging/chat": true}, false, prev, next, invalid)
 	assert.Equal(t, []string{"staging/chat"}, retry)
 	assert.Equal(t, map[string]Service{"staging/chat": prev["staging/chat"]}, next, "the taker keeps its last good content")
-	require.ErrorIs(t, invalid["staging/chat"], ErrNameTaken)
+	require.ErrorIs(t, invalid["staging/chat"], errNameTaken)
 	assert.Contains(t, invalid["staging/chat"].Error(), `"chat.example.com" is served for trafficmap prod/chat`)
 	assert.Equal(t, "prod/chat", s.owner["chat.example.com"])
 

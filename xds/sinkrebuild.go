@@ -260,17 +260,17 @@ func (r *rebuilder) commit(keys map[string]bool, next map[string]Service, nextIn
 	}
 }
 
-// ErrNameTaken marks a map whose content would serve a name another map's served content
+// errNameTaken marks a map whose content would serve a name another map's served content
 // has: the plans hand a name over in two steps (one map gives it up, the other takes it),
 // which a rebuild may see half done.
-var ErrNameTaken = errors.New("name served for another trafficmap")
+var errNameTaken = errors.New("name served for another trafficmap")
 
 // exclusive makes every name (gRPC listener name, which covers the Envoy domains) served
 // for one map only, so the shared route configuration never has a duplicate domain and no
 // listener name is served twice. Maps keep their names in this order: those not rebuilt
 // now (not in keys), then the others by key. A rebuilt map that would take a name already
 // kept falls back to its last good content when that does not, else serves nothing; it is
-// marked invalid (ErrNameTaken) and returned, to be rebuilt with the next change. The
+// marked invalid (errNameTaken) and returned, to be rebuilt with the next change. The
 // index of names (r.owner) is kept from one rebuild to the next, so only the rebuilt maps'
 // names are looked at (all of them when full).
 func (r *rebuilder) exclusive(keys map[string]bool, full bool, prevServed, next map[string]Service, invalid map[string]error) []string {
@@ -290,7 +290,7 @@ func (r *rebuilder) exclusive(keys map[string]bool, full bool, prevServed, next 
 	clash := func(key string, svc Service) error {
 		for _, n := range ListenerNames(svc) {
 			if other, ok := r.owner[n]; ok && other != key {
-				return fmt.Errorf("%w: %q is served for trafficmap %s", ErrNameTaken, n, other)
+				return fmt.Errorf("%w: %q is served for trafficmap %s", errNameTaken, n, other)
 			}
 		}
 		return nil
