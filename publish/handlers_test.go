@@ -3,10 +3,12 @@ package publish
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
@@ -69,4 +71,33 @@ func TestRequeuePriority(t *testing.T) {
 	f.p.work.passed(a) // its delete reconciled
 	_, ok := f.p.work.reconciled.Load(a)
 	assert.False(t, ok, "a deleted map is forgotten")
+}
+
+// fakeUpdater is a sink's news (model.Updater): keys handed over once per signal.
+type fakeUpdater struct {
+	ch   chan struct{}
+	keys chan []types.NamespacedName
+}
+
+func (f *fakeUpdater) Updates() <-chan struct{}        { return f.ch }
+func (f *fakeUpdater) Updated() []types.NamespacedName { return <-f.keys }
+
+// What a sink learns after Apply (an ACK) reaches the pipeline as queue adds, never as a
+// plan: the workers queue the maps it names while this replica leads.
+func TestSinkNewsQueueMaps(t *testing.T) {
+	f := newOwnershipFixture(t)
+	f.addMap(t, "prod", "a", "a", 0)
+	lctx, end := context.WithCancel(t.Context())
+	defer end()
+	f.p.work.lead.Store(&lctx)
+	u := &fakeUpdater{ch: make(chan struct{}, 1), keys: make(chan []types.NamespacedName, 1)}
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); f.p.work.listen(ctx, u) }()
+	u.keys <- []types.NamespacedName{{Namespace: "prod", Name: "a"}}
+	u.ch <- struct{}{}
+	require.Eventually(t, func() bool { return f.p.queue.Len() == 1 }, 10*time.Second, time.Millisecond)
+	stop()
+	<-done
+	assert.Equal(t, []string{"prod/a"}, f.queued())
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
@@ -210,4 +211,59 @@ func TestReconnectGraceOff(t *testing.T) {
 		Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 1}}}}, model.Standing{})
 	require.NoError(t, err)
 	assert.Equal(t, model.InPlace, c.State)
+}
+
+// The pipeline pushes: Serve records the map's wanted content and asks for a rebuild only
+// when the content differs from what was given before; the rebuild serves the given content
+// and names the map whose served content changed (Updated); Withdraw removes it.
+func TestServeDrivesTheRebuild(t *testing.T) {
+	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { s.loop.queue.ShutDown(); _ = s.listener.Close() })
+	plan := func(drained bool) *model.Plan {
+		return chatPlan(t, []string{"https://chat.worker-a.example.com", "https://chat.worker-b.example.com"}, drained)
+	}
+	updated := func() []string {
+		t.Helper()
+		var out []string
+		select {
+		case <-s.Updates():
+			for _, key := range s.Updated() {
+				out = append(out, key.String())
+			}
+		default:
+		}
+		return out
+	}
+	served := func() (Service, bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		svc, ok := s.served["prod/chat"]
+		return svc, ok
+	}
+	s.Serve(plan(false)) // given before the start, as the pipeline primes the sink
+	assert.Equal(t, 1, s.loop.queue.Len(), "new content asks for a rebuild")
+	_, ok := served()
+	assert.False(t, ok, "Serve only records")
+	require.NoError(t, s.loop.rebuild(t.Context())) // the first, full rebuild
+	assert.True(t, s.Carries(plan(false)), "the given content is served")
+	assert.Equal(t, []string{"prod/chat"}, updated(), "the served content changed")
+
+	key, _ := s.loop.queue.Get()
+	s.loop.queue.Done(key)
+	s.Serve(plan(false))
+	keys, full := s.wants.take()
+	assert.Empty(t, keys, "the same content again is no change")
+	assert.False(t, full)
+
+	s.Serve(plan(true))
+	require.NoError(t, s.loop.rebuild(t.Context()))
+	assert.True(t, s.Carries(plan(true)), "a drain is served")
+	assert.Equal(t, []string{"prod/chat"}, updated())
+
+	s.Withdraw(types.NamespacedName{Namespace: "prod", Name: "chat"})
+	require.NoError(t, s.loop.rebuild(t.Context()))
+	_, ok = served()
+	assert.False(t, ok, "a withdrawn map is not served")
+	assert.Equal(t, []string{"prod/chat"}, updated())
 }
