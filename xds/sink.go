@@ -327,7 +327,7 @@ func (s *Sink) Apply(_ context.Context, p *model.Plan, st model.Standing) (model
 	s.mu.Lock()
 	invalid := s.invalid[key]
 	if invalid == nil {
-		// Marked before the clients are read: a client change from now on requeues the
+		// Marked before the clients are read: a client change from now on names the
 		// map, so an ACK or NACK that lands while it is judged is never missed.
 		s.pending[key] = true
 	}

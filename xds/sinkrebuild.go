@@ -99,8 +99,8 @@ func (r *rebuilder) rebuild(ctx context.Context) (err error) {
 	if retry := r.exclusive(sc.keys, sc.full, prevServed, next, nextInvalid); len(retry) > 0 {
 		defer r.s.wants.mark(retry...) // rebuilt again with the next change
 	}
-	changed, removed, requeue := r.diff(sc, prevServed, prevInvalid, next, nextInvalid)
-	if wait := r.newOnlyWait(changed, removed, requeue, sc.build, sc.full, prevServed); wait > 0 {
+	changed, removed, tell := r.diff(sc, prevServed, prevInvalid, next, nextInvalid)
+	if wait := r.newOnlyWait(changed, removed, tell, sc.build, sc.full, prevServed); wait > 0 {
 		// Only maps no client could reach yet (a cold start journals them one reconcile at
 		// a time): they go out with the ones after them, in one snapshot, within
 		// coalesceNew of the last; a change to reachable content never waits.
@@ -115,14 +115,14 @@ func (r *rebuilder) rebuild(ctx context.Context) (err error) {
 		r.lastServed = time.Now()
 	}
 	r.commit(sc.keys, next, nextInvalid, sc.build)
-	r.s.news.add(requeue...)
+	r.s.news.add(tell...)
 	return nil
 }
 
 // diff compares what the maps in scope serve now with before: the services whose content
 // changed, the keys no longer served, and the keys whose served content or validity
 // changed (their confirmation may have).
-func (r *rebuilder) diff(sc scope, prevServed map[string]Service, prevInvalid map[string]error, next map[string]Service, nextInvalid map[string]error) (changed []Service, removed, requeue []string) {
+func (r *rebuilder) diff(sc scope, prevServed map[string]Service, prevInvalid map[string]error, next map[string]Service, nextInvalid map[string]error) (changed []Service, removed, tell []string) {
 	for _, key := range slices.Sorted(maps.Keys(sc.keys)) {
 		a, hadA := prevServed[key]
 		b, hasB := next[key]
@@ -133,11 +133,11 @@ func (r *rebuilder) diff(sc scope, prevServed map[string]Service, prevInvalid ma
 			removed = append(removed, key)
 		}
 		if hadA != hasB || (hasB && a.Digest() != b.Digest()) {
-			requeue = append(requeue, key)
+			tell = append(tell, key)
 			continue
 		}
 		if e, f := prevInvalid[key], nextInvalid[key]; (e == nil) != (f == nil) {
-			requeue = append(requeue, key)
+			tell = append(tell, key)
 		}
 	}
 	if sc.full {
@@ -147,7 +147,7 @@ func (r *rebuilder) diff(sc scope, prevServed map[string]Service, prevInvalid ma
 			}
 		}
 	}
-	return changed, removed, requeue
+	return changed, removed, tell
 }
 
 // serve translates the change and hands each flavour served its resources, recording in
@@ -323,12 +323,12 @@ const coalesceNew = time.Second
 // newOnlyWait is how long the rebuild should wait before serving changed: zero unless every
 // change is a map no client could reach before (not served, or served with every name
 // withheld: a new map whose claim journal has just landed) and nothing else changed (no
-// removal, no flavour to build, no full rebuild, nothing else to requeue), and the last
+// removal, no flavour to build, no full rebuild, no other map to tell of), and the last
 // snapshot is younger than coalesceNew. No client routes by such a map yet, and its
 // Published condition waits for its content anyway; serving them together turns a cold
 // start's one snapshot per few maps into one per coalesceNew.
-func (r *rebuilder) newOnlyWait(changed []Service, removed, requeue []string, build []Flavour, full bool, prev map[string]Service) time.Duration {
-	if full || len(build) > 0 || len(removed) > 0 || len(changed) == 0 || len(requeue) != len(changed) || r.lastServed.IsZero() {
+func (r *rebuilder) newOnlyWait(changed []Service, removed, tell []string, build []Flavour, full bool, prev map[string]Service) time.Duration {
+	if full || len(build) > 0 || len(removed) > 0 || len(changed) == 0 || len(tell) != len(changed) || r.lastServed.IsZero() {
 		return 0
 	}
 	for _, svc := range changed {
