@@ -40,7 +40,7 @@ type SinkConfig struct {
 	ListenerAddress string
 	// TLSCert, TLSKey and ClientCA secure the port (optional; the CA turns on mutual TLS).
 	TLSCert, TLSKey, ClientCA string
-	// ClientNamespaces are the rules of an ClientPolicy (need ClientCA).
+	// ClientNamespaces are the rules of a ClientPolicy (need ClientCA).
 	ClientNamespaces []string
 	// RequireAck makes a plan Pending until every relevant client has ACKed it.
 	RequireAck bool
