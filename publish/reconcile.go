@@ -510,13 +510,6 @@ func refusal(sinks []model.Sink, plan *model.Plan) *model.Confirmation {
 	return nil
 }
 
-// refusedError is a plan an enabled sink refuses (model.Sink.Check).
-type refusedError struct{ conf *model.Confirmation }
-
-func (e *refusedError) Error() string {
-	return e.conf.Sink + " sink refuses the plan: " + e.conf.Message
-}
-
 // fail records a user error: Published False and an Event, no hot retry.
 func (r *reconciler) fail(ctx context.Context, tm *v1beta1.TrafficMap, ue *userError, log *zap.Logger) (time.Duration, error) {
 	_, _, err := r.status.write(ctx, tm, notPublished(tm, ue.reason, ue.message, nil), log)

@@ -215,14 +215,13 @@ func (f *fakeInputs) gather(tm *v1beta1.TrafficMap) (gathered, error) {
 const testPublisher = DefaultFieldManager
 
 type fixture struct {
-	inputs   *fakeInputs
-	api      *fakeStatusAPI
-	sinks    []*fakeSink
-	events   *record.FakeRecorder
-	rec      *reconciler
-	clock    time.Time
-	key      cache.ObjectName
-	recorded []string
+	inputs *fakeInputs
+	api    *fakeStatusAPI
+	sinks  []*fakeSink
+	events *record.FakeRecorder
+	rec    *reconciler
+	clock  time.Time
+	key    cache.ObjectName
 }
 
 func newFixture(t *testing.T, sinks ...*fakeSink) *fixture {
