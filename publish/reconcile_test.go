@@ -785,3 +785,38 @@ func TestReconcileSourceNewerThanCache(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, metav1.ConditionTrue, f.published().Status)
 }
+
+// The worker decides by leading state which floors to run: a replica that does not lead
+// hands the plan to the sinks that serve everywhere and writes nothing; while it leads the
+// whole pipeline runs. prime serves every key it is given (before the sinks start).
+func TestWorkersRunFloorsByLeading(t *testing.T) {
+	route := &fakeSink{name: "httproute", conf: model.Confirmation{State: model.InPlace}}
+	xds := &servingSink{fakeSink: &fakeSink{name: "xds", conf: model.Confirmation{State: model.InPlace}}}
+	f := newFixture(t, route)
+	f.rec.sinks = []model.Sink{route, xds}
+	w := &workers{log: zaptest.NewLogger(t), queue: newQueue(), rec: f.rec, maps: f.inputs}
+	t.Cleanup(w.shutDown)
+
+	w.prime([]cache.ObjectName{f.key})
+	require.Len(t, xds.served["prod/chat"], 1, "primed")
+
+	w.add(normalPriority, f.key)
+	require.True(t, w.processNext(t.Context()))
+	assert.Len(t, xds.served["prod/chat"], 2, "a follower serves the plan")
+	assert.Empty(t, route.given, "and applies nothing")
+	assert.Zero(t, f.api.applies, "and writes nothing")
+
+	lctx, end := context.WithCancel(t.Context())
+	w.lead.Store(&lctx)
+	w.add(normalPriority, f.key)
+	require.True(t, w.processNext(t.Context()))
+	assert.Len(t, route.given, 1, "the leader applies")
+	assert.Len(t, xds.given, 1)
+	assert.NotZero(t, f.api.applies, "and writes the status")
+
+	end() // the term ended: back to the first floors
+	w.add(normalPriority, f.key)
+	require.True(t, w.processNext(t.Context()))
+	assert.Len(t, route.given, 1)
+	assert.Len(t, xds.served["prod/chat"], 3)
+}
