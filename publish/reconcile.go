@@ -227,11 +227,15 @@ func (r *reconciler) sinkFloor(ctx context.Context, key cache.ObjectName, tm *v1
 	}
 	st.Published = publishedTrue(tm)
 	res.confs = make([]model.Confirmation, 0, len(r.sinks))
+	var errs []error
 	for _, s := range r.sinks {
+		// Every sink is handed the plan even when another failed transiently (an API
+		// outage stalls no other sink); the reconcile is then retried.
 		c, err := s.Apply(ctx, &pl.plan, st)
 		r.metrics.routeWritten(c.Writes)
 		if err != nil {
-			return res, err
+			errs = append(errs, fmt.Errorf("%s sink: %w", s.Name(), err))
+			continue
 		}
 		if c.Writes > 0 {
 			log.Info("sink wrote", zap.String("sink", s.Name()), zap.Int("writes", c.Writes), zap.String("weights", describeWeights(pl.plan.Result)))
@@ -240,6 +244,9 @@ func (r *reconciler) sinkFloor(ctx context.Context, key cache.ObjectName, tm *v1
 			r.metrics.sinkConfirmed(key, s.Name())
 		}
 		res.confs = append(res.confs, c)
+	}
+	if len(errs) > 0 {
+		return res, errors.Join(errs...)
 	}
 	// record: every enabled sink took the plan without error, so its drains, taints and
 	// tolerations are the last valid state. A fallback plan records what it fell back to:

@@ -820,3 +820,17 @@ func TestWorkersRunFloorsByLeading(t *testing.T) {
 	assert.Len(t, route.given, 1)
 	assert.Len(t, xds.served["prod/chat"], 3)
 }
+
+// A sink's transient failure stalls no other sink: every enabled sink is handed the plan,
+// the reconcile fails (and is retried), and no status claims anything about it.
+func TestReconcileTransientSinkErrorHandsEverySink(t *testing.T) {
+	route := &fakeSink{name: "httproute", err: errors.New("api server unavailable")}
+	xds := &fakeSink{name: "xds", conf: model.Confirmation{State: model.InPlace}}
+	f := newFixture(t, route, xds)
+	_, err := f.run(t)
+	require.ErrorContains(t, err, "httproute sink: api server unavailable")
+	require.Len(t, xds.given, 1, "the xds sink is handed the plan anyway")
+	assert.Same(t, route.given[0], xds.given[0])
+	c := f.published()
+	assert.True(t, c == nil || c.Status != metav1.ConditionTrue, "nothing is published")
+}
