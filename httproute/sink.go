@@ -168,7 +168,7 @@ func refusedMessage(p *model.Plan, err error) string {
 // writes over and reads the verdict from is at least as new as its own last write of it
 // (see expectations); so is each backend Service it compares and writes over, and a
 // Service it pruned is not seen again.
-func (s *Sink) Apply(ctx context.Context, p *model.Plan) (model.Confirmation, error) {
+func (s *Sink) Apply(ctx context.Context, p *model.Plan, _ model.Standing) (model.Confirmation, error) {
 	c := model.Confirmation{Sink: SinkName}
 	if host, ok := s.contested(p); ok {
 		return s.refuseContested(ctx, p, host)

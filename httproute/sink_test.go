@@ -309,7 +309,7 @@ func TestApplyStaleCache(t *testing.T) {
 			drained := plan(t, weights.Drain{ID: "m-a", Cluster: "worker-a", Reason: "maintenance"})
 			apply := func(p *model.Plan) model.Confirmation {
 				t.Helper()
-				c, err := s.Apply(t.Context(), p)
+				c, err := s.Apply(t.Context(), p, model.Standing{})
 				require.NoError(t, err)
 				live, _ := httproute.RouteWeights(api.get())
 				if c.State == model.InPlace {
@@ -348,7 +348,7 @@ func TestApplyStaleCache(t *testing.T) {
 // TestDeleteBeforeCache removes a route and Services the cache has not delivered yet.
 func TestDeleteBeforeCache(t *testing.T) {
 	s, api, store := newSink(t, false)
-	_, err := s.Apply(t.Context(), plan(t))
+	_, err := s.Apply(t.Context(), plan(t), model.Standing{})
 	require.NoError(t, err)
 	require.NotNil(t, api.get())
 	require.Len(t, store.svcAPI.names(), 2)
@@ -365,7 +365,7 @@ func TestDeleteBeforeCache(t *testing.T) {
 func TestApplyWritesOwnerReference(t *testing.T) {
 	s, api, _ := newSink(t, false)
 	p := plan(t)
-	_, err := s.Apply(t.Context(), p)
+	_, err := s.Apply(t.Context(), p, model.Standing{})
 	require.NoError(t, err)
 	assert.Equal(t, []metav1.OwnerReference{{APIVersion: "ome.io/v1beta1", Kind: "TrafficMap", Name: p.Name, UID: types.UID(p.UID)}},
 		api.get().OwnerReferences)
@@ -380,7 +380,7 @@ var (
 // applied applies p and returns the writes the sink reports.
 func applied(t *testing.T, s *httproute.Sink, p *model.Plan) int {
 	t.Helper()
-	c, err := s.Apply(t.Context(), p)
+	c, err := s.Apply(t.Context(), p, model.Standing{})
 	require.NoError(t, err)
 	return c.Writes
 }

@@ -10,7 +10,8 @@
 //
 // A new sink is one new package that implements Sink; it never needs to change the
 // pipeline. Optional capabilities (a server of its own, debug endpoints, asynchronous
-// rebuilds) are the small interfaces Starter, Debugger and Notified.
+// rebuilds, news from its consumers) are the small interfaces Starter, Debugger, Serving
+// and Updater.
 package model
 
 import (
@@ -21,6 +22,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/weights"
@@ -57,14 +60,20 @@ type Plan struct {
 	Taints map[string][]weights.Taint
 	// Tolerations are the service's tolerations Result was computed with.
 	Tolerations []weights.Toleration
+}
+
+// Standing is where a map's Published condition stands as the pipeline hands a plan to the
+// sinks, read from the map's status and the Durable sinks before Apply. It is not part of
+// the plan (a plan is what was planned, the same for every replica and every sink); a sink
+// that serves before it is judged (the xDS sink) reads it only to judge.
+type Standing struct {
 	// PublishedBefore reports that the map's PUBLISHED column claims nothing this plan
 	// could contradict: either the map has no Published condition yet (a new map: no
 	// client was told anything about it, and no operator waits on it), or its condition is
 	// True at Generation and every enabled Durable sink already carries the plan (the same
-	// content was confirmed before). The pipeline sets it before Apply (with a condition but
-	// no enabled Durable sink it is false, as nothing then records what was published before
-	// a restart); plans read outside the pipeline leave it false. The xDS sink uses it to keep unchanged maps confirmed while
-	// clients reconnect after a start.
+	// content was confirmed before). With a condition but no enabled Durable sink it is
+	// false, as nothing then records what was published before a restart. The xDS sink
+	// uses it to keep unchanged maps confirmed while clients reconnect after a start.
 	PublishedBefore bool
 	// Confirmed is the second half of PublishedBefore alone: the map's condition is True at
 	// Generation and every enabled Durable sink (or the publisher's record) carries the
@@ -115,6 +124,11 @@ func (p *Plan) Withheld(name string) bool {
 
 // Key is the map's namespace/name.
 func (p *Plan) Key() string { return p.Namespace + "/" + p.Name }
+
+// NamespacedName is the map's key.
+func (p *Plan) NamespacedName() types.NamespacedName {
+	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+}
 
 // State is where a sink stands with a plan.
 type State int
@@ -190,10 +204,10 @@ type Sink interface {
 	// would change nothing they see. Before applying a plan some sink does not carry, the
 	// pipeline sets Published False (Publishing), so the column is never stale.
 	Carries(plan *Plan) bool
-	// Apply makes the sink carry plan and reports the confirmation. An error is transient
-	// (the pipeline retries with backoff); user errors are a Refused confirmation. A failed
-	// Apply leaves what was published before in place.
-	Apply(ctx context.Context, plan *Plan) (Confirmation, error)
+	// Apply makes the sink carry plan and reports the confirmation, judged with the map's
+	// standing. An error is transient (the pipeline retries with backoff); user errors are
+	// a Refused confirmation. A failed Apply leaves what was published before in place.
+	Apply(ctx context.Context, plan *Plan, standing Standing) (Confirmation, error)
 	// Delete removes everything the sink published or remembers for the deleted map.
 	Delete(ctx context.Context, namespace, name string) (removed int, err error)
 }
@@ -205,10 +219,25 @@ type Starter interface {
 	Start(ctx context.Context) (wait func(), err error)
 }
 
-// Notified is a sink that rebuilds asynchronously: Changed tells it a map's inputs may
-// have changed (called from event handlers; it must only record and return).
-type Notified interface {
-	Changed(namespace, name string)
+// Serving is a sink that every replica serves from, leading or not (the xDS sink): the
+// pipeline hands it every map's current plan on every replica (Serve), before the sink
+// starts (so its first answer is complete) and with every change, and withdraws a deleted
+// map (Withdraw). Serve records and returns; the sink's own work carries the plan out. A
+// plan that cannot be made, or that an enabled sink refuses, is not handed: the sink keeps
+// the last plan it was given. Apply hands the plan too.
+type Serving interface {
+	Serve(plan *Plan)
+	Withdraw(key types.NamespacedName)
+}
+
+// Updater is a sink whose consumers say things about maps after Apply returned (an xDS
+// client ACKed, NACKed, connected or left; served content changed; a grace window
+// ended). Updates signals that Updated has keys; Updated returns and clears them. The
+// pipeline, which alone owns the work queue, reconciles those maps again. Nothing is
+// planned by the sink: it only names maps.
+type Updater interface {
+	Updates() <-chan struct{}
+	Updated() []types.NamespacedName
 }
 
 // Durable is a sink whose published state outlives the publisher (an object in the API

@@ -89,7 +89,7 @@ type Config struct {
 	XDSMinClients int
 	// XDSReconnectGrace is how long after the xDS server starts, and after this replica
 	// becomes leader, a map whose content was not published before (see
-	// sink.Plan.PublishedBefore) stays Published False, so clients of the previous publisher
+	// model.Standing.PublishedBefore) stays Published False, so clients of the previous publisher
 	// that are still reconnecting ACK it first. 0: no grace (the CLI default is
 	// DefaultXDSReconnectGrace).
 	XDSReconnectGrace time.Duration

@@ -2,20 +2,27 @@
 // queue: informers on TrafficMaps, InferenceServices (metadata only), HTTPRoutes and the
 // publisher's backend Services (and, when their APIs are served, the cluster-scoped taint
 // sources: Modelplane InferenceClusters and OME WorkloadClusters) feed one rate-limited
-// queue of TrafficMap keys; event handlers only enqueue.
+// queue of TrafficMap keys; event handlers (router) only enqueue.
 //
-// Each key runs one level-triggered, idempotent pipeline (reconcile.go): gather the map's
-// inputs from the caches, plan (pure: effective weights from package weights and a
-// sink-neutral sink.Plan, carrying only the names the map holds: hosts.go decides hostname
-// ownership by claim time, from the claims ownership.go looks up in the caches' name
-// indexes and the claim journals in the maps' status.publisher, after policy.go said which
-// names the map's namespace may claim), check the plan with every enabled sink (a plan one
-// sink refuses goes to none, and the xDS sink's rebuild loop reads plans through the same
-// check), journal the names newly granted (journal.go) before any sink serves them, apply it to
-// every enabled sink through the sink.Sink contract (httproute.Sink, publish/xdssink), decide the Published condition from the
-// sinks' typed confirmations (pure), and write the status with server-side apply under the
-// publisher's field manager, only when it differs. Published is True only when every
-// enabled sink confirms the plan is in place.
+// One pipeline that pushes: the workers (workers.go) take each key and walk down floors,
+// never back up (reconcile.go): gather the map's inputs from the caches (gather.go) → plan
+// once (pure: effective weights and a sink-neutral model.Plan carrying only the names the
+// map holds; hosts.go decides hostname ownership by claim time from the claims ownership.go
+// looks up, after policy.go said which names the map's namespace may claim) → sinks: check
+// the plan with every enabled sink (a plan one sink refuses goes to none), journal the names
+// newly granted (journal.go), announce a change, hand the same plan to every enabled sink
+// (httproute.Sink, xds.Sink) with the map's model.Standing, each
+// answering with a typed confirmation → decide the Published condition from them (pure,
+// decide.go) → status: write it with server-side apply under the publisher's field manager,
+// only when it differs (status.go). Published is True only when every enabled sink
+// confirms the plan is in place. No sink plans or calls back: what a sink learns later (an
+// xDS ACK, a client joining, its reconnect grace ending) it names through model.Updater,
+// and the workers queue those maps.
+//
+// Every replica runs the workers. While it leads (leader.go) they run the whole pipeline;
+// otherwise only gather → plan → check → the sinks that serve on every replica
+// (model.Serving, the xDS sink), with no claim, no write and no Event. Before the sinks
+// start, every cached map is planned that way once, so the first xDS snapshot is complete.
 //
 // Errors are classified once: user errors (invalid input, conflicts, a rejecting gateway or
 // client) set the condition and an Event and are not retried hot; everything else is

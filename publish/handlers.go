@@ -8,12 +8,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/model"
 )
 
 // priority orders the work queue: every key waiting at normalPriority is reconciled before
@@ -29,35 +27,6 @@ const (
 	// the rest of the fleet's routes to be written.
 	bulkPriority priority = -100
 )
-
-// add queues key at pr.
-func (p *Publisher) add(pr priority, key cache.ObjectName) {
-	n := int(pr)
-	p.queue.AddWithOpts(priorityqueue.AddOpts{Priority: &n}, key)
-}
-
-// requeue queues key for a sink whose consumers said something about the map (an xDS
-// client's ACK, a replica's report): at normalPriority once the map has been reconciled
-// since this replica started, at bulkPriority before (such news cannot complete a map that
-// is not published yet, and at a cold start every map hears from every new client at once:
-// at normal priority that would queue the whole fleet ahead of the maps whose route the
-// gateway has just accepted).
-func (p *Publisher) requeue(key cache.ObjectName) {
-	pr := bulkPriority
-	if _, ok := p.reconciled.Load(key); ok {
-		pr = normalPriority
-	}
-	p.add(pr, key)
-}
-
-// passed records that key was reconciled (requeue), or forgets it when the map is gone.
-func (p *Publisher) passed(key cache.ObjectName) {
-	if tm, err := p.caches.trafficMap(key.Namespace, key.Name); err == nil && tm != nil {
-		p.reconciled.Store(key, struct{}{})
-		return
-	}
-	p.reconciled.Delete(key)
-}
 
 // addPriority is the priority of an informer's add event.
 func addPriority(initial bool) priority {
@@ -78,11 +47,18 @@ func updatePriority(old, obj any) priority {
 	return normalPriority
 }
 
+// router turns the informers' events into TrafficMap keys and enqueues them; it reads the
+// caches and writes nothing.
+type router struct {
+	caches  *caches
+	enqueue func(pr priority, namespace, name string)
+}
+
 // handle registers fn for every add, update and delete on inf. Handlers only turn objects
 // into TrafficMap keys and enqueue them, at bulkPriority for what the informer lists when it
 // starts and for resyncs (an update with an unchanged resourceVersion), so a change made
 // while the publisher works through a fleet is not queued behind the fleet.
-func (p *Publisher) handle(inf cache.SharedIndexInformer, fn func(pr priority, old, obj any)) {
+func (p *router) handle(inf cache.SharedIndexInformer, fn func(pr priority, old, obj any)) {
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, initial bool) { fn(addPriority(initial), nil, obj) },
 		UpdateFunc: func(old, obj any) { fn(updatePriority(old, obj), old, obj) },
@@ -95,14 +71,15 @@ func (p *Publisher) handle(inf cache.SharedIndexInformer, fn func(pr priority, o
 	})
 }
 
-// registerHandlers registers the event handlers on every informer New built.
-func (p *Publisher) registerHandlers() {
+// register registers the event handlers on every informer New built; tolerations registers
+// those of the InferenceServices' tolerations.
+func (p *router) register(tolerations func(cache.SharedIndexInformer)) {
 	for _, inf := range p.caches.maps {
 		p.handle(inf, p.onTrafficMap)
 	}
 	for _, inf := range p.caches.isvcs {
 		p.handle(inf, p.onInferenceService)
-		p.handleTolerationEvents(inf)
+		tolerations(inf)
 	}
 	for _, inf := range p.caches.routes {
 		p.handle(inf, p.onRoute)
@@ -115,25 +92,14 @@ func (p *Publisher) registerHandlers() {
 	}
 }
 
-// enqueue queues the map and tells the sinks that rebuild asynchronously that its plan may
-// have changed.
+// enqueue queues the map. The worker that takes it runs the pipeline (the leader) or its
+// first floors, which hand the plan to the sinks that serve on every replica (see serve).
 func (p *Publisher) enqueue(pr priority, namespace, name string) {
-	p.add(pr, cache.NewObjectName(namespace, name))
-	for _, s := range p.sinks {
-		if n, ok := s.(model.Notified); ok {
-			n.Changed(namespace, name)
-		}
-	}
-}
-
-// enqueueReconcile queues the map alone, for a change that cannot alter its plan (only
-// what a sink's consumers said about it).
-func (p *Publisher) enqueueReconcile(pr priority, namespace, name string) {
-	p.add(pr, cache.NewObjectName(namespace, name))
+	p.work.add(pr, cache.NewObjectName(namespace, name))
 }
 
 // enqueueAll queues every cached TrafficMap at bulkPriority.
-func (p *Publisher) enqueueAll() {
+func (p *router) enqueueAll() {
 	for _, key := range p.caches.keys() {
 		ns, name, _ := strings.Cut(key, "/")
 		p.enqueue(bulkPriority, ns, name)
@@ -146,7 +112,7 @@ func (p *Publisher) enqueueAll() {
 //
 // A map that appears, goes, starts terminating or names another service also requeues the
 // maps contending for its names (hand-over).
-func (p *Publisher) onTrafficMap(pr priority, old, obj any) {
+func (p *router) onTrafficMap(pr priority, old, obj any) {
 	tm, ok := obj.(*v1beta1.TrafficMap)
 	if !ok {
 		return
@@ -157,8 +123,8 @@ func (p *Publisher) onTrafficMap(pr priority, old, obj any) {
 		maps.Equal(prev.Labels, tm.Labels) && maps.Equal(prev.Annotations, tm.Annotations) &&
 		prev.DeletionTimestamp.Equal(tm.DeletionTimestamp) {
 		if pj, tj := JournaledNames(prev, ""), JournaledNames(tm, ""); !slices.Equal(pj, tj) {
-			// The claim journal moved: the map's newly granted names may be served now (the
-			// xDS sink plans from the cache) and a name it dropped may go to a contender.
+			// The claim journal moved: the map's newly granted names may be served now (every
+			// replica plans from the cache) and a name it dropped may go to a contender.
 			p.enqueue(pr, tm.Namespace, tm.Name)
 			p.enqueueContenders(pr, append(pj, tj...)...)
 		}
@@ -182,7 +148,7 @@ func (p *Publisher) onTrafficMap(pr priority, old, obj any) {
 // onInferenceService enqueues every TrafficMap whose spec.service names the object and,
 // when its ome.io/global-host appears, goes or changes, the maps contending for the old and
 // the new hostname (hand-over).
-func (p *Publisher) onInferenceService(pr priority, old, obj any) {
+func (p *router) onInferenceService(pr priority, old, obj any) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return
@@ -210,17 +176,15 @@ func (p *Publisher) onInferenceService(pr priority, old, obj any) {
 }
 
 // enqueueContenders enqueues every map that may claim a name overlapping one of names.
-func (p *Publisher) enqueueContenders(pr priority, names ...string) {
+func (p *router) enqueueContenders(pr priority, names ...string) {
 	for _, key := range p.caches.contenders(names...) {
 		p.enqueue(pr, key.Namespace, key.Name)
 	}
 }
 
 // onRoute maps an owned route to its TrafficMap, and a foreign route to the TrafficMaps
-// whose route name it occupies. The xDS snapshot reads an owned route's recorded drains,
-// taints and tolerations (annotations) only, so a change to its spec or status (the
-// gateway's verdict) reconciles the map without rebuilding the snapshot.
-func (p *Publisher) onRoute(pr priority, old, obj any) {
+// whose route name it occupies.
+func (p *router) onRoute(pr priority, old, obj any) {
 	route, ok := obj.(*gwapiv1.HTTPRoute)
 	if !ok {
 		return
@@ -241,28 +205,23 @@ func (p *Publisher) onRoute(pr priority, old, obj any) {
 		}
 	}
 	if src, ok := httproute.SourceOf(route.Labels); ok {
-		if prev, ok := old.(*gwapiv1.HTTPRoute); ok && maps.Equal(prev.Annotations, route.Annotations) && maps.Equal(prev.Labels, route.Labels) {
-			p.enqueueReconcile(pr, src.Namespace, src.Name)
-		} else {
-			p.enqueue(pr, src.Namespace, src.Name)
-		}
+		p.enqueue(pr, src.Namespace, src.Name)
 	}
 	p.enqueueIndexed(pr, indexByRouteName, route.Namespace, route.Namespace+"/"+route.Name)
 }
 
-// onOwnedObject maps an owned backend Service to its TrafficMap. The xDS sink does not
-// read Services, so its snapshot is not rebuilt.
-func (p *Publisher) onOwnedObject(pr priority, _, obj any) {
+// onOwnedObject maps an owned backend Service (or record ConfigMap) to its TrafficMap.
+func (p *router) onOwnedObject(pr priority, _, obj any) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return
 	}
 	if src, ok := httproute.SourceOf(m.GetLabels()); ok {
-		p.enqueueReconcile(pr, src.Namespace, src.Name)
+		p.enqueue(pr, src.Namespace, src.Name)
 	}
 }
 
-func (p *Publisher) enqueueIndexed(pr priority, index, namespace, value string) {
+func (p *router) enqueueIndexed(pr priority, index, namespace, value string) {
 	for _, tm := range p.caches.mapsIndexed(index, namespace, value) {
 		p.enqueue(pr, tm.Namespace, tm.Name)
 	}

@@ -232,13 +232,13 @@ type journalSink struct {
 	journalAtApply [][]string
 }
 
-func (s *journalSink) Apply(ctx context.Context, p *model.Plan) (model.Confirmation, error) {
+func (s *journalSink) Apply(ctx context.Context, p *model.Plan, st model.Standing) (model.Confirmation, error) {
 	var targets []string
 	if j := s.api.tm.Status.Publisher; j != nil {
 		targets = j.ClaimedTargets
 	}
 	s.journalAtApply = append(s.journalAtApply, targets)
-	return s.fakeSink.Apply(ctx, p)
+	return s.fakeSink.Apply(ctx, p, st)
 }
 
 // A name another worker is granting right now (in the claim table, not yet in the cache)

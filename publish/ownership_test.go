@@ -12,12 +12,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
+	"k8s.io/client-go/tools/cache"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 
 	omefake "github.com/trafficmap/publisher/api/client/clientset/versioned/fake"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model"
 )
 
 // ownershipFixture is a Publisher whose informer caches (not running) are filled by hand,
@@ -35,6 +37,7 @@ func newOwnershipFixture(t *testing.T) *ownershipFixture {
 		HostTemplate: template.Must(template.New("h").Parse("{{.Service}}.{{.Namespace}}.example.com"))}
 	c := clients{kube: kubefake.NewClientset(), gateway: gwfake.NewClientset(), maps: omefake.NewClientset(), meta: metadatafake.NewSimpleMetadataClient(scheme)}
 	p := &Publisher{caches: newCaches(c, cfg, route), queue: newQueue()}
+	wire(p)
 	t.Cleanup(p.queue.ShutDown)
 	return &ownershipFixture{p: p}
 }
@@ -158,18 +161,18 @@ func TestHandOverRequeuesContenders(t *testing.T) {
 	f.addISVC(t, "other", "x", "x.example.com")
 
 	moved := f.addISVC(t, "prod", "chat", "new.example.com")
-	f.p.onInferenceService(normalPriority, old, moved)
+	f.p.router.onInferenceService(normalPriority, old, moved)
 	assert.ElementsMatch(t, []string{"prod/chat", "staging/chat"}, f.queued())
 
-	f.p.onInferenceService(bulkPriority, moved, moved.DeepCopy())
+	f.p.router.onInferenceService(bulkPriority, moved, moved.DeepCopy())
 	assert.Equal(t, []string{"prod/chat"}, f.queued(), "an unchanged hostname requeues the map alone")
 
 	require.NoError(t, f.p.caches.maps[0].GetIndexer().Delete(prod))
-	f.p.onTrafficMap(normalPriority, nil, prod) // the delete event
+	f.p.router.onTrafficMap(normalPriority, nil, prod) // the delete event
 	assert.ElementsMatch(t, []string{"prod/chat"}, f.queued(), "no map claims prod's names any more")
 
 	f.addISVC(t, "prod", "chat", "shared.example.com")
-	f.p.onTrafficMap(normalPriority, nil, f.addMap(t, "prod", "chat", "chat", 0)) // an owner appears
+	f.p.router.onTrafficMap(normalPriority, nil, f.addMap(t, "prod", "chat", "chat", 0)) // an owner appears
 	assert.ElementsMatch(t, []string{"prod/chat", "staging/chat"}, f.queued())
 }
 
@@ -221,13 +224,13 @@ func TestJournalChangeRequeuesContenders(t *testing.T) {
 
 	journaled := f.journal(t, prod, "chat.prod", "shared.example.com")
 	journaled.ResourceVersion = "2"
-	f.p.onTrafficMap(normalPriority, prod, journaled)
+	f.p.router.onTrafficMap(normalPriority, prod, journaled)
 	assert.ElementsMatch(t, []string{"prod/chat", "staging/chat"}, f.queued())
 
 	again := journaled.DeepCopy()
 	again.ResourceVersion = "3"
 	again.Status.Published = true
-	f.p.onTrafficMap(normalPriority, journaled, again)
+	f.p.router.onTrafficMap(normalPriority, journaled, again)
 	assert.Empty(t, f.queued(), "a status write that leaves the journal as it was")
 }
 
@@ -252,22 +255,28 @@ func TestHopelessOlderClaimHoldsNothingBack(t *testing.T) {
 	assert.Empty(t, own.Conflicts)
 }
 
-// The xDS sink's plans (planSource): a map published by a version without claim journals
-// keeps its unheld names served while its first reconcile journals them (an upgrade does not
-// withdraw every gRPC listener); a new map's names are served only once journaled; a name
-// another map journaled is never served provisionally.
-func TestPlanSourceServesMapsPublishedBeforeJournals(t *testing.T) {
+// The plans the first floors hand the sinks that serve on every replica (reconciler.serve,
+// on followers and before the sinks start): a map published by a version without claim
+// journals keeps its unheld names served while the leader's first reconcile journals them
+// (an upgrade does not withdraw every gRPC listener); a new map's names are served only once
+// journaled; a name another map journaled is never served provisionally.
+func TestServeServesMapsPublishedBeforeJournals(t *testing.T) {
 	f := newOwnershipFixture(t)
 	route := httproute.Config{Gateway: types.NamespacedName{Namespace: "infra", Name: "global"},
 		HostTemplate: template.Must(template.New("h").Parse("{{.Service}}.{{.Namespace}}.example.com"))}
-	src := planSource{inputs: f.p.caches, hosts: route}
+	sink := &servingSink{fakeSink: &fakeSink{name: "xds"}}
+	rec := &reconciler{inputs: f.p.caches, hosts: route, sinks: []model.Sink{sink}}
+	served := func(t *testing.T, ns, name string) *model.Plan {
+		t.Helper()
+		require.NoError(t, rec.serve(cache.NewObjectName(ns, name)))
+		pl := sink.last(ns + "/" + name)
+		require.NotNil(t, pl, "a plan is handed over")
+		return pl
+	}
 	unjournaled := func(t *testing.T, ns, name string) []string {
 		t.Helper()
-		pl, ok, err := src.Plan(ns, name)
-		require.NoError(t, err)
-		require.True(t, ok)
 		var out []string
-		for _, c := range pl.Conflicts {
+		for _, c := range served(t, ns, name).Conflicts {
 			if c.Unjournaled {
 				out = append(out, c.Hostname)
 			}
@@ -290,8 +299,7 @@ func TestPlanSourceServesMapsPublishedBeforeJournals(t *testing.T) {
 	holder := f.addMap(t, "other", "chat", "chat", 5)
 	f.addISVC(t, "other", "chat", "shared.example.com")
 	f.journal(t, holder, "chat.other", "shared.example.com")
-	pl, _, err := src.Plan("prod", "chat")
-	require.NoError(t, err)
+	pl := served(t, "prod", "chat")
 	require.Len(t, pl.Conflicts, 1)
 	assert.Equal(t, "other", pl.Conflicts[0].Owner.Namespace, "a name another map journaled is not served provisionally")
 }

@@ -13,7 +13,6 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/dynamic"
@@ -33,7 +32,6 @@ import (
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/model/replicas"
 	"github.com/trafficmap/publisher/publish/lease"
-	"github.com/trafficmap/publisher/publish/xdssink"
 	"github.com/trafficmap/publisher/xds"
 )
 
@@ -41,21 +39,19 @@ import (
 // key is retried within this long of the API coming back.
 const maxRetryDelay = 5 * time.Second
 
-// Publisher is the controller: it wires the informers (caches) to one rate-limited queue of
-// TrafficMap keys and runs the reconcile pipeline (reconciler) on its workers, while this
-// replica leads (elector). Create it with New and start it with Run.
+// Publisher is the controller: it wires the informers (caches) through the event handlers
+// (router) to one rate-limited queue of TrafficMap keys, and runs the pipeline (reconciler)
+// on its workers: all of it while this replica leads (elector), its first floors otherwise.
+// Create it with New and start it with Run.
 type Publisher struct {
 	cfg     Config
 	log     *zap.Logger
 	clients clients
 	caches  *caches
 	queue   priorityqueue.PriorityQueue[cache.ObjectName]
-	// queueStop shuts queue down once (shutDownQueue).
-	queueStop sync.Once
-	// reconciled holds the keys of the cached maps reconciled at least once since this
-	// replica started (see requeue); the workers write it, the sinks' callbacks read it.
-	reconciled sync.Map
-	events     record.EventBroadcaster
+	router  *router
+	work    *workers
+	events  record.EventBroadcaster
 	// recorder records Events only while this replica leads.
 	recorder *leaderRecorder
 	rec      *reconciler
@@ -131,6 +127,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		queue:   newQueue(),
 		health:  newWatchHealth(log),
 	}
+	wire(p)
 	if p.elector, err = newElector(cfg.LeaderElection, c.kube, log); err != nil {
 		return nil, err
 	}
@@ -155,49 +152,9 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 			RetainLastPositive: cfg.NoPositivePolicy == RetainLastPositive},
 			httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager), p.caches))
 	}
-	var peers func() []replicas.Report
-	if le := p.elector.cfg; le.Enabled && cfg.sinkOn(SinkXDS) {
-		p.board = lease.NewBoard(c.kube, le.Namespace, le.Name, le.Identity, func(keys []string) {
-			for _, k := range keys {
-				ns, name, _ := strings.Cut(k, "/")
-				p.requeue(cache.NewObjectName(ns, name))
-			}
-		}, log.Named("replicas"))
-		peers = p.board.Peers
-	}
 	if cfg.sinkOn(SinkXDS) {
-		xs, err := xdssink.New(xdssink.Config{
-			Address: cfg.XDSAddress, ListenerAddress: cfg.XDSListenerAddress,
-			TLSCert: cfg.XDSTLSCert, TLSKey: cfg.XDSTLSKey, ClientCA: cfg.XDSClientCA, ClientNamespaces: cfg.XDSClientNamespaces,
-			RequireAck: cfg.RequireXDSAck, MinClients: cfg.XDSMinClients, Registerer: p.cfg.Registerer,
-			ReconnectGrace: cfg.XDSReconnectGrace,
-			Plans:          planSource{inputs: p.caches, hosts: route, sinks: func() []model.Sink { return p.sinks }, reader: xdssink.Name},
-			Requeue:        func(ns, name string) { p.requeue(cache.NewObjectName(ns, name)) },
-			Peers:          peers,
-		}, log.Named("xds"))
-		if errors.Is(err, xdssink.ErrInvalidConfig) {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-		}
-		if err != nil {
+		if err := addXDSSink(p); err != nil {
 			return nil, err
-		}
-		p.sinks = append(p.sinks, xs)
-		if p.board != nil {
-			p.board.OnExpire = func(string) {
-				if p.elector.leading.Load() {
-					xs.Leading() // the replica's clients reconnect to the others: the reconnect grace again
-				}
-			}
-			le := p.elector.cfg
-			p.report = &lease.Writer{Kube: c.kube, Namespace: le.Namespace, Election: le.Name, Identity: le.Identity,
-				Duration: le.LeaseDuration, FieldManager: cfg.FieldManager, Log: log.Named("replicas"),
-				Build: func() replicas.Report { return xs.Report(p.caches.unconfirmed()) },
-				// A replica that cannot renew its report stops serving before the leader
-				// stops counting it, so its clients move to replicas that count.
-				Fence: xs.Fence, Unfence: xs.Unfence}
-			if p.http != nil {
-				p.http.fenced = xs.Fenced // a fenced replica is not ready
-			}
 		}
 	}
 	p.rec = &reconciler{
@@ -211,8 +168,65 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	if !cfg.sinkOn(SinkHTTPRoute) {
 		p.rec.record = &recordStore{kube: c.kube, manager: cfg.FieldManager, cached: p.caches.record}
 	}
-	p.registerHandlers()
+	p.work.rec, p.work.metrics, p.work.n = p.rec, p.metrics, cfg.Workers
+	p.router.register(p.handleTolerationEvents)
 	return p, nil
+}
+
+// wire builds the publisher's event handlers and workers around its caches and queue.
+func wire(p *Publisher) {
+	p.work = &workers{log: p.log, queue: p.queue, maps: p.caches}
+	p.router = &router{caches: p.caches, enqueue: p.enqueue}
+}
+
+// addXDSSink adds the xDS sink and, with leader election, the replicas' exchange of its
+// confirmations (package lease).
+func addXDSSink(p *Publisher) error {
+	cfg, log := p.cfg, p.log
+	var peers func() []replicas.Report
+	le := p.elector.cfg
+	if le.Enabled {
+		p.board = lease.NewBoard(p.clients.kube, le.Namespace, le.Name, le.Identity, func(keys []string) {
+			for _, k := range keys { // the peers' reports on these maps changed
+				ns, name, _ := strings.Cut(k, "/")
+				p.work.requeue(cache.NewObjectName(ns, name))
+			}
+		}, log.Named("replicas"))
+		peers = p.board.Peers
+	}
+	xs, err := xds.NewSink(xds.SinkConfig{
+		Address: cfg.XDSAddress, ListenerAddress: cfg.XDSListenerAddress,
+		TLSCert: cfg.XDSTLSCert, TLSKey: cfg.XDSTLSKey, ClientCA: cfg.XDSClientCA, ClientNamespaces: cfg.XDSClientNamespaces,
+		RequireAck: cfg.RequireXDSAck, MinClients: cfg.XDSMinClients, Registerer: p.cfg.Registerer,
+		ReconnectGrace: cfg.XDSReconnectGrace,
+		Peers:          peers,
+	}, log.Named("xds"))
+	if errors.Is(err, xds.ErrInvalidSinkConfig) {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err != nil {
+		return err
+	}
+	p.sinks = append(p.sinks, xs)
+	if p.board == nil {
+		return nil
+	}
+	p.board.OnExpire = func(string) {
+		if p.elector.leading.Load() {
+			xs.Leading() // the replica's clients reconnect to the others: the reconnect grace again
+		}
+	}
+	replica := xs.Replica()
+	p.report = &lease.Writer{Kube: p.clients.kube, Namespace: le.Namespace, Election: le.Name, Identity: le.Identity,
+		Duration: le.LeaseDuration, FieldManager: cfg.FieldManager, Log: log.Named("replicas"),
+		Build: func() replicas.Report { return replica.Report(p.caches.unconfirmed()) },
+		// A replica that cannot renew its report stops serving before the leader
+		// stops counting it, so its clients move to replicas that count.
+		Fence: replica.Fence, Unfence: replica.Unfence}
+	if p.http != nil {
+		p.http.fenced = replica.Fenced // a fenced replica is not ready
+	}
+	return nil
 }
 
 // XDSClients returns what each connected xDS client has ACKed and NACKed, or nil when the
@@ -253,26 +267,31 @@ func (p *Publisher) DebugAddr() net.Addr {
 	return p.http.debug.Addr()
 }
 
-// Run serves /healthz at once, starts the informers, waits for their caches, starts the
-// sinks, marks the publisher ready and runs the workers (while leading) until ctx is done.
-// It returns an error when the APIs it needs are not served or the caches cannot sync.
+// Run serves /healthz at once, starts the informers, waits for their caches, hands every
+// cached map's plan to the sinks that serve on every replica, starts the sinks, marks the
+// publisher ready and runs the workers until ctx is done: the whole pipeline while leading,
+// its first floors otherwise. It returns an error when the APIs it needs are not served or
+// the caches cannot sync.
 func (p *Publisher) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
-	defer p.shutDownQueue()
+	defer p.work.shutDown()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	go func() { // workers blocked on an empty queue return once it is shut
-		<-ctx.Done()
-		p.shutDownQueue()
-	}()
-	if p.http != nil {
+	goWith := func(f func()) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.http.serve(ctx, p.log, p.debugHandlers())
+			f()
 		}()
+	}
+	goWith(func() { // workers blocked on an empty queue return once it is shut
+		<-ctx.Done()
+		p.work.shutDown()
+	})
+	if p.http != nil {
+		goWith(func() { p.http.serve(ctx, p.log, debugHandlers(p.board, p.sinks)) })
 	}
 	p.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.clients.kube.CoreV1().Events("")})
 	defer p.events.Shutdown()
@@ -280,6 +299,40 @@ func (p *Publisher) Run(ctx context.Context) error {
 	if err := p.checkAPIs(); err != nil {
 		return err
 	}
+	synced, err := startInformers(ctx, p, goWith)
+	if err != nil {
+		return err
+	}
+	p.log.Info("waiting for informer caches", zap.Strings("namespaces", p.cfg.Namespaces))
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return nil // stopped before the caches synced: a normal stop
+	}
+	p.log.Info("caches synced; starting workers", zap.Int("workers", p.cfg.Workers))
+	if err := startSinks(ctx, p, goWith); err != nil {
+		return err
+	}
+	if p.http != nil {
+		p.http.ready.Store(true)
+	}
+	goWith(func() { p.work.run(ctx) })
+	err = p.elector.run(ctx, func(lctx context.Context) {
+		for _, s := range p.sinks {
+			if l, ok := s.(model.Leading); ok {
+				l.Leading() // clients of the previous leader may be reconnecting here
+			}
+		}
+		p.work.leadTerm(lctx, p.router.enqueueAll) // the previous leader may have left work undone
+	})
+	cancel()
+	p.work.shutDown()
+	wg.Wait()
+	p.log.Info("stopped")
+	return err
+}
+
+// startInformers starts the informers, the optional taint sources and the replicas' board
+// (each with goWith), and returns what must sync before any worker runs.
+func startInformers(ctx context.Context, p *Publisher, goWith func(func())) ([]cache.InformerSynced, error) {
 	var synced []cache.InformerSynced
 	for _, group := range []struct {
 		resource string
@@ -299,23 +352,26 @@ func (p *Publisher) Run(ctx context.Context) error {
 	// they have synced too.
 	fleet, err := p.startTaintSources(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	synced = append(synced, fleet...)
 	if p.board != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.board.Run(ctx)
-		}()
+		goWith(func() { p.board.Run(ctx) })
 		synced = append(synced, p.board.HasSynced)
 	}
-	p.log.Info("waiting for informer caches", zap.Strings("namespaces", p.cfg.Namespaces))
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return nil // stopped before the caches synced: a normal stop
-	}
-	p.log.Info("caches synced; starting workers", zap.Int("workers", p.cfg.Workers))
+	return synced, nil
+}
 
+// startSinks primes the sinks that serve on every replica with every cached map's plan,
+// writes this replica's first report, and starts the sinks (each with goWith); the
+// replicas' report is written from then on.
+func startSinks(ctx context.Context, p *Publisher, goWith func(func())) error {
+	var keys []cache.ObjectName
+	for _, key := range p.caches.keys() {
+		ns, name, _ := strings.Cut(key, "/")
+		keys = append(keys, cache.NewObjectName(ns, name))
+	}
+	p.work.prime(keys) // the first snapshot is complete: no map is missing from it
 	if p.report != nil {
 		// Reported before any client is served: the leader counts this replica's clients
 		// from the first one on.
@@ -324,101 +380,33 @@ func (p *Publisher) Run(ctx context.Context) error {
 		}
 	}
 	for _, s := range p.sinks {
+		if u, ok := s.(model.Updater); ok {
+			goWith(func() { p.work.listen(ctx, u) })
+		}
 		if st, ok := s.(model.Starter); ok {
 			wait, err := st.Start(ctx)
 			if err != nil {
 				return fmt.Errorf("start %s sink: %w", s.Name(), err)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				wait()
-			}()
+			goWith(wait)
 		}
 	}
 	if p.report != nil { // after the first snapshot: the report judges what is served
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.report.Run(ctx)
-		}()
+		goWith(func() { p.report.Run(ctx) })
 	}
-	if p.http != nil {
-		p.http.ready.Store(true)
-	}
-	err = p.elector.run(ctx, func(ctx context.Context) {
-		for _, s := range p.sinks {
-			if l, ok := s.(model.Leading); ok {
-				l.Leading() // clients of the previous leader may be reconnecting here
-			}
-		}
-		p.enqueueAll() // the previous leader may have left work undone
-		p.workers(ctx)
-	})
-	cancel()
-	p.shutDownQueue()
-	wg.Wait()
-	p.log.Info("stopped")
-	return err
+	return nil
 }
 
-// workers runs cfg.Workers reconcile workers until ctx is done.
-func (p *Publisher) workers(ctx context.Context) {
-	var wg sync.WaitGroup
-	for range p.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p.processNext(ctx) {
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-func (p *Publisher) processNext(ctx context.Context) bool {
-	key, shutdown := p.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer p.queue.Done(key)
-	if ctx.Err() != nil { // leadership lost while waiting: leave the key to the next leader
-		p.queue.Add(key)
-		return false
-	}
-	log := p.log.With(zap.String("trafficmap", key.String()))
-	hold, err := p.rec.reconcile(ctx, key, log)
-	p.passed(key)
-	p.metrics.reconciled(err)
-	if err != nil {
-		level := zap.InfoLevel
-		switch {
-		case apierrors.IsConflict(err):
-			level = zap.DebugLevel // a cache behind our own last write; the retry reads it
-		case apierrors.IsForbidden(err):
-			level = zap.ErrorLevel // an RBAC gap: say so loudly, it does not heal by itself
-		}
-		log.Log(level, "reconcile failed; retrying with backoff", zap.Error(err), zap.Int("retries", p.queue.NumRequeues(key)))
-		p.queue.AddRateLimited(key)
-		return true
-	}
-	p.queue.Forget(key)
-	if hold > 0 {
-		p.queue.AddAfter(key, hold)
-	}
-	return true
-}
-
-// debugHandlers are the sinks' debug endpoints.
-func (p *Publisher) debugHandlers() map[string]http.Handler {
+// debugHandlers are the replicas' board's and the sinks' debug endpoints.
+func debugHandlers(board *lease.Board, sinks []model.Sink) map[string]http.Handler {
 	out := map[string]http.Handler{}
-	if p.board != nil {
+	if board != nil {
 		out["/debug/replicas"] = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(p.board.Replicas())
+			_ = json.NewEncoder(w).Encode(board.Replicas())
 		})
 	}
-	for _, s := range p.sinks {
+	for _, s := range sinks {
 		if d, ok := s.(model.Debugger); ok {
 			for path, h := range d.DebugHandlers() {
 				out[path] = h
@@ -427,10 +415,6 @@ func (p *Publisher) debugHandlers() map[string]http.Handler {
 	}
 	return out
 }
-
-// shutDownQueue shuts the work queue down; it may be called more than once (the queue's
-// own ShutDown may not).
-func (p *Publisher) shutDownQueue() { p.queueStop.Do(p.queue.ShutDown) }
 
 // newQueue is the publisher's work queue of TrafficMap keys: deduplicated, one worker per
 // key at a time, ordered by priority (see handle) and FIFO within a priority; retries back

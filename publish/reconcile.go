@@ -11,31 +11,37 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/model"
-	"github.com/trafficmap/publisher/publish/xdssink"
 	"github.com/trafficmap/publisher/weights"
+	"github.com/trafficmap/publisher/xds"
 )
 
-// The pipeline, one map at a time, read top-down:
+// The pipeline, one map at a time, read top-down (reconcile, on the leader):
 //
 //	gather (gather.go)  the map's inputs from the caches
-//	plan   (plan.go)    effective weights and the sink-neutral plan; pure
-//	check  (sinks)      every enabled sink says whether it can carry the plan; pure. A plan
-//	                    one sink refuses goes to no sink (each keeps its last good)
-//	claim  (journal.go) names no one holds are granted (claim table) and written into the
-//	                    map's claim journal, before any sink serves them
-//	apply  (sinks)      each enabled sink applies the plan and answers with a typed confirmation
-//	record (recorded.go) with the HTTPRoute sink off, the last valid drains, taints and
-//	                    tolerations, in an owned ConfigMap, once every sink applied the plan
+//	plan   (plan.go)    effective weights and the sink-neutral plan; pure; made once
+//	sinks  (sinkFloor)  check: every enabled sink says whether it can carry the plan; pure.
+//	                    A plan one sink refuses goes to no sink (each keeps its last good).
+//	                    claim: names no one holds are granted (claim table) and written into
+//	                    the map's claim journal (journal.go), before any sink serves them.
+//	                    announce: Published False before any sink moves. apply: the same
+//	                    plan to every enabled sink, with the map's model.Standing; each
+//	                    answers with a typed confirmation. record (recorded.go): with the
+//	                    HTTPRoute sink off, the last valid drains, taints and tolerations
 //	decide (decide.go)  the Published condition from the confirmations; pure
-//	write  (status.go)  the status, only when it differs, with the claim journal pruned
-//	                    of names the map no longer claims (the sinks no longer serve them)
+//	status (status.go)  the status, only when it differs, with the claim journal pruned of
+//	                    names the map no longer claims (the sinks no longer serve them)
 //
-// Data flows one way; no step calls back into an earlier one.
+// A replica that does not lead runs the first floors only (serve): gather, plan, check,
+// then the plan to the sinks that serve on every replica (model.Serving); the same runs
+// for every cached map before the sinks start. Data flows one way: no sink plans or calls
+// back into the pipeline; what a sink learns later (an ACK) it names to the workers
+// (model.Updater), which queue the map.
 
 // Reasons of the Published condition. They are part of the publisher's interface: the
 // README documents each one.
@@ -54,8 +60,8 @@ const (
 	ReasonRouteRefused           = httproute.ReasonRefused
 	ReasonRouteNotAccepted       = httproute.ReasonNotAccepted
 	ReasonLastPositiveRetained   = httproute.ReasonLastPositiveRetained
-	ReasonXDSRejected            = xdssink.ReasonRejected
-	ReasonXDSInvalid             = xdssink.ReasonInvalid
+	ReasonXDSRejected            = xds.ReasonRejected
+	ReasonXDSInvalid             = xds.ReasonInvalid
 )
 
 // Reasons of the Normal Events that mark a ramp's first step and its end (the Published
@@ -96,29 +102,34 @@ type reconciler struct {
 	// publisherName and observedOptionsDigest.
 	claims            *claimTable
 	publisher, digest string
+	// planner plans a map from its gathered inputs; nil is planMap with hosts (tests count
+	// its calls).
+	planner func(g gathered) (*planned, error)
+}
+
+// plan is the pipeline's plan floor: the map's plan from its gathered inputs.
+func (r *reconciler) plan(g gathered) (*planned, error) {
+	if r.planner != nil {
+		return r.planner(g)
+	}
+	return planMap(r.hosts, g)
 }
 
 // reconcile converges one TrafficMap. It returns an error only for transient failures,
 // which the caller retries with backoff; user errors end in the Published condition. A
 // positive hold asks the caller to reconcile the map again after it.
-func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *zap.Logger) (hold time.Duration, err error) {
-	tm, err := r.inputs.trafficMap(key.Namespace, key.Name)
-	if err != nil {
-		return 0, err
-	}
-	if tm == nil || tm.DeletionTimestamp != nil {
+//
+// It walks down the floors once: load and gather (the caches), plan, sinks (check, claim,
+// announce, apply, record), decide, status (and ramps), each floor handing its result to
+// the next.
+func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *zap.Logger) (time.Duration, error) {
+	tm, deleted, err := r.load(ctx, key)
+	if deleted {
 		return 0, r.delete(ctx, key, log)
 	}
-	if r.status.behind(tm) {
-		// The cache has not seen the publisher's own last status write: whether to announce
-		// and what was published before are decided from the live map instead.
-		if tm, err = r.status.api.Get(ctx, key.Namespace, key.Name); apierrors.IsNotFound(err) {
-			return 0, nil // deleted: the informer's delete event follows
-		} else if err != nil {
-			return 0, fmt.Errorf("read trafficmap %s newer than the cache: %w", key, err)
-		}
+	if err != nil || tm == nil {
+		return 0, err
 	}
-
 	g, err := r.inputs.gather(tm)
 	var ue *userError
 	if errors.As(err, &ue) {
@@ -127,29 +138,134 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	if err != nil {
 		return 0, err
 	}
-	pl, err := planMap(r.hosts, g)
+	pl, err := r.plan(g)
 	if errors.As(err, &ue) {
 		return r.fail(ctx, tm, ue, log)
 	}
 	if err != nil {
 		return 0, err
 	}
-
-	if refused := refusal(r.sinks, &pl.plan); refused != nil {
-		_, hold, err = r.status.write(ctx, tm, decide(tm, pl, []model.Confirmation{*refused}), log)
+	res, err := r.sinkFloor(ctx, key, tm, g, pl, log)
+	switch {
+	case errors.As(err, &ue):
+		return r.fail(ctx, res.tm, ue, log)
+	case err != nil:
+		return 0, err
+	case res.refused != nil: // no sink was handed the plan
+		_, hold, err := r.status.write(ctx, tm, decide(tm, pl, []model.Confirmation{*res.refused}), log)
 		return hold, err
 	}
-	tableHeld := false // a name is being granted to another map: look again soon
+	return r.decideAndWrite(ctx, key, res, g, log)
+}
+
+// load reads the map from the cache, or from the API server when the cache has not seen the
+// publisher's own last status write (whether to announce and what was published before
+// are then decided from the live map). deleted is true for a map the cache no longer has
+// or that is terminating; a nil map without deleted means there is nothing to do (the
+// live map is gone: the informer's delete event follows).
+func (r *reconciler) load(ctx context.Context, key cache.ObjectName) (_ *v1beta1.TrafficMap, deleted bool, _ error) {
+	tm, err := r.inputs.trafficMap(key.Namespace, key.Name)
+	if err != nil {
+		return nil, false, err
+	}
+	if tm == nil || tm.DeletionTimestamp != nil {
+		return nil, true, nil
+	}
+	if !r.status.behind(tm) {
+		return tm, false, nil
+	}
+	live, err := r.status.api.Get(ctx, key.Namespace, key.Name)
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read trafficmap %s newer than the cache: %w", key, err)
+	}
+	return live, false, nil
+}
+
+// applied is what the sinks floor hands the decide floor: the map as stored (after a claim
+// journal write), its plan, the sinks' confirmations, and whether a name is being granted to
+// another map (look again soon); refused is the first refusal when a sink refuses the plan
+// (then no sink was handed it).
+type applied struct {
+	tm        *v1beta1.TrafficMap
+	pl        *planned
+	confs     []model.Confirmation
+	tableHeld bool
+	refused   *model.Confirmation
+}
+
+// sinkFloor checks the plan with every enabled sink (a plan one refuses goes to none),
+// journals the names newly granted, announces a change (Published False before any sink
+// moves), hands the plan to every enabled sink with the map's standing, and records the last
+// valid state when no sink records it.
+func (r *reconciler) sinkFloor(ctx context.Context, key cache.ObjectName, tm *v1beta1.TrafficMap, g gathered, pl *planned, log *zap.Logger) (applied, error) {
+	res := applied{tm: tm, pl: pl}
+	if res.refused = refusal(r.sinks, &pl.plan); res.refused != nil {
+		return res, nil
+	}
+	var err error
 	if len(pl.claimable) > 0 {
-		tm, pl, tableHeld, err = r.claim(ctx, tm, g, pl, log)
-		if errors.As(err, &ue) {
-			return r.fail(ctx, tm, ue, log)
+		if res.tm, res.pl, res.tableHeld, err = r.claim(ctx, tm, g, pl, log); err != nil {
+			return res, err
 		}
+		tm, pl = res.tm, res.pl
+	}
+	st, carried, err := r.standing(tm, pl)
+	if err != nil {
+		return res, err
+	}
+	switch {
+	case needsAnnounce(tm, carried):
+		if tm, _, err = r.status.write(ctx, tm, notPublished(tm, ReasonPublishing, "publishing weights "+describeWeights(pl.plan.Result), nil), log); err != nil {
+			return res, err
+		}
+		res.tm = tm
+	case !carried:
+		r.metrics.started(key) // no condition yet: the latency clock starts without a write
+	}
+	st.Published = publishedTrue(tm)
+	res.confs = make([]model.Confirmation, 0, len(r.sinks))
+	var errs []error
+	for _, s := range r.sinks {
+		// Every sink is handed the plan even when another failed transiently (an API
+		// outage stalls no other sink); the reconcile is then retried.
+		c, err := s.Apply(ctx, &pl.plan, st)
+		r.metrics.routeWritten(c.Writes)
 		if err != nil {
-			return 0, err
+			errs = append(errs, fmt.Errorf("%s sink: %w", s.Name(), err))
+			continue
+		}
+		if c.Writes > 0 {
+			log.Info("sink wrote", zap.String("sink", s.Name()), zap.Int("writes", c.Writes), zap.String("weights", describeWeights(pl.plan.Result)))
+		}
+		if c.State == model.InPlace {
+			r.metrics.sinkConfirmed(key, s.Name())
+		}
+		res.confs = append(res.confs, c)
+	}
+	if len(errs) > 0 {
+		return res, errors.Join(errs...)
+	}
+	// record: every enabled sink took the plan without error, so its drains, taints and
+	// tolerations are the last valid state. A fallback plan records what it fell back to:
+	// no change.
+	if r.record != nil {
+		wrote, err := r.record.write(ctx, tm, pl)
+		if err != nil {
+			return res, err
+		}
+		if wrote {
+			log.Info("recorded the last valid drains, taints and tolerations", zap.String("configmap", RecordName(tm.Name)))
 		}
 	}
+	return res, nil
+}
 
+// standing is where the map's Published condition stands with the plan (model.Standing,
+// Published set after the announce), and whether every sink already carries the plan.
+func (r *reconciler) standing(tm *v1beta1.TrafficMap, pl *planned) (model.Standing, bool, error) {
 	carried, durable, kept := true, false, true
 	for _, s := range r.sinks {
 		c := s.Carries(&pl.plan)
@@ -160,55 +276,27 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	}
 	if r.record != nil {
 		// With no Durable sink the record stands in for one: it is written for a content
-		// only after that content was announced (below), so together with a True
-		// condition it proves the condition was about this content (recordStore.carries).
+		// only after that content was announced, so together with a True condition it
+		// proves the condition was about this content (recordStore.carries).
 		c, err := r.record.carries(tm, &pl.plan)
 		if err != nil {
-			return 0, err
+			return model.Standing{}, false, err
 		}
 		carried, durable, kept = carried && c, true, kept && c
 	}
 	// A map with no Published condition claims nothing yet, so it has nothing to protect
 	// while clients reconnect (and a cold start of N new maps is not held by the grace).
-	pl.plan.Confirmed = durable && kept && publishedTrue(tm)
-	pl.plan.PublishedBefore = findPublished(tm) == nil || pl.plan.Confirmed
-	switch {
-	case needsAnnounce(tm, carried):
-		if tm, _, err = r.status.write(ctx, tm, notPublished(tm, ReasonPublishing, "publishing weights "+describeWeights(pl.plan.Result), nil), log); err != nil {
-			return 0, err
-		}
-	case !carried:
-		r.metrics.started(key) // no condition yet: the latency clock starts without a write
-	}
+	var st model.Standing
+	st.Confirmed = durable && kept && publishedTrue(tm)
+	st.PublishedBefore = findPublished(tm) == nil || st.Confirmed
+	return st, carried, nil
+}
 
-	pl.plan.Published = publishedTrue(tm)
-	confs := make([]model.Confirmation, 0, len(r.sinks))
-	for _, s := range r.sinks {
-		c, err := s.Apply(ctx, &pl.plan)
-		r.metrics.routeWritten(c.Writes)
-		if err != nil {
-			return 0, err
-		}
-		if c.Writes > 0 {
-			log.Info("sink wrote", zap.String("sink", s.Name()), zap.Int("writes", c.Writes), zap.String("weights", describeWeights(pl.plan.Result)))
-		}
-		if c.State == model.InPlace {
-			r.metrics.sinkConfirmed(key, s.Name())
-		}
-		confs = append(confs, c)
-	}
-	// record: every enabled sink took the plan without error, so its drains, taints and
-	// tolerations are the last valid state. A fallback plan records what it fell back to:
-	// no change.
-	if r.record != nil {
-		wrote, err := r.record.write(ctx, tm, pl)
-		if err != nil {
-			return 0, err
-		}
-		if wrote {
-			log.Info("recorded the last valid drains, taints and tolerations", zap.String("configmap", RecordName(tm.Name)))
-		}
-	}
+// decideAndWrite decides the Published condition from the sinks' confirmations, prunes the
+// claim journal of names no sink serves for the map any more, writes the status when it
+// differs, and moves ramps on.
+func (r *reconciler) decideAndWrite(ctx context.Context, key cache.ObjectName, res applied, g gathered, log *zap.Logger) (time.Duration, error) {
+	tm, pl, confs := res.tm, res.pl, res.confs
 	want := decide(tm, pl, confs)
 	// Every sink applied the plan: names the map no longer claims are not served for it any
 	// more, so they leave its journal now (and other maps may be granted them).
@@ -218,6 +306,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	if slices.ContainsFunc(confs, func(c model.Confirmation) bool { return c.State == model.Refused }) || len(pl.plan.Conflicts) > 0 {
 		dropped, keep = nil, JournaledNames(tm, r.publisher)
 	}
+	var err error
 	if want.journal, err = journalOf(tm, r.publisher, r.digest, keep); err != nil {
 		return 0, err
 	}
@@ -227,23 +316,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		}
 	}
 	if want.published && !publishedTrue(tm) && findPublished(tm) != nil {
-		// Turning True: the decision must not be older than the InferenceService it was
-		// made from. A drain patched after the cache was read (`publisher drain` flips
-		// Published False, then patches) would otherwise be reported as published by a
-		// decision about the weights before it; the informer's event reconciles it next.
-		live, err := r.inputs.sourceVersion(ctx, tm.Namespace, tm.Spec.Service)
-		if err != nil {
-			return 0, err
-		}
-		if live != g.isvc.ResourceVersion {
-			log.Debug("inferenceservice changed since the cache was read; deciding again",
-				zap.String("cached", g.isvc.ResourceVersion), zap.String("live", live))
-			return sourceRetry, nil
-		}
-		// The same for the taints of its clusters, which `publisher taint` patches after its
-		// flip, and whose source no informer may watch yet.
-		if stale, err := r.inputs.staleClusters(ctx, tm, g.inputs.Clusters); err != nil || stale != "" {
-			log.Debug("cluster taints changed since the cache was read; deciding again", zap.String("stale", stale), zap.Error(err))
+		if retry, err := r.fresh(ctx, tm, g, log); retry || err != nil {
 			return sourceRetry, err
 		}
 	}
@@ -251,7 +324,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		log.Debug("not published yet", zap.String("reason", want.condition.Reason), zap.String("message", want.condition.Message))
 	}
 	written, hold, err := r.status.write(ctx, tm, want, log)
-	if tableHeld && (hold <= 0 || hold > claimRetry) {
+	if res.tableHeld && (hold <= 0 || hold > claimRetry) {
 		// The holder's journal write reconciles this map again; a failed write of it or its
 		// deletion may not, so it is looked at again after claimRetry anyway.
 		hold = claimRetry
@@ -271,6 +344,29 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		hold = next
 	}
 	return hold, nil
+}
+
+// fresh is asked before a condition turns True: the decision must not be older than the
+// InferenceService it was made from. A drain patched after the cache was read (`publisher
+// drain` flips Published False, then patches) would otherwise be reported as published by a
+// decision about the weights before it; the informer's event reconciles it next. The same
+// for the taints of its clusters, which `publisher taint` patches after its flip, and whose
+// source no informer may watch yet. retry is true when either moved on.
+func (r *reconciler) fresh(ctx context.Context, tm *v1beta1.TrafficMap, g gathered, log *zap.Logger) (retry bool, _ error) {
+	live, err := r.inputs.sourceVersion(ctx, tm.Namespace, tm.Spec.Service)
+	if err != nil {
+		return false, err
+	}
+	if live != g.isvc.ResourceVersion {
+		log.Debug("inferenceservice changed since the cache was read; deciding again",
+			zap.String("cached", g.isvc.ResourceVersion), zap.String("live", live))
+		return true, nil
+	}
+	if stale, err := r.inputs.staleClusters(ctx, tm, g.inputs.Clusters); err != nil || stale != "" {
+		log.Debug("cluster taints changed since the cache was read; deciding again", zap.String("stale", stale), zap.Error(err))
+		return true, err
+	}
+	return false, nil
 }
 
 // advanceRamps moves the map's ramps on (weights.AdvanceRamps) once their current step is
@@ -362,7 +458,7 @@ func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g gather
 		log.Info("claimed names", zap.Strings("names", granted), zap.Strings("journal", j.ClaimedTargets))
 		tm = updated
 		g.inputs.TrafficMap = tm
-		if pl, err = planMap(r.hosts, g); err != nil {
+		if pl, err = r.plan(g); err != nil {
 			return tm, pl, false, err
 		}
 	}
@@ -421,13 +517,6 @@ func refusal(sinks []model.Sink, plan *model.Plan) *model.Confirmation {
 	return nil
 }
 
-// refusedError is a plan an enabled sink refuses (model.Sink.Check).
-type refusedError struct{ conf *model.Confirmation }
-
-func (e *refusedError) Error() string {
-	return e.conf.Sink + " sink refuses the plan: " + e.conf.Message
-}
-
 // fail records a user error: Published False and an Event, no hot retry.
 func (r *reconciler) fail(ctx context.Context, tm *v1beta1.TrafficMap, ue *userError, log *zap.Logger) (time.Duration, error) {
 	_, _, err := r.status.write(ctx, tm, notPublished(tm, ue.reason, ue.message, nil), log)
@@ -455,58 +544,62 @@ func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.
 	return errors.Join(errs...)
 }
 
-// planSource gives the xDS sink the maps' current plans, from the same caches and planner
-// as the pipeline, and with the same decision: a plan another enabled sink refuses is an
-// error, so the xDS sink keeps serving that map's last good content.
-type planSource struct {
-	inputs *caches
-	hosts  hostnamer
-	// sinks returns the enabled sinks; reader names the sink reading the plans, which
-	// checks its plans on its own and is skipped.
-	sinks  func() []model.Sink
-	reader string
-}
-
-// Keys implements xdssink.Plans.
-func (s planSource) Keys() []string { return s.inputs.keys() }
-
-// Plan implements xdssink.Plans.
-func (s planSource) Plan(namespace, name string) (*model.Plan, bool, error) {
-	tm, err := s.inputs.trafficMap(namespace, name)
-	if err != nil {
-		return nil, true, err
-	}
-	if tm == nil || tm.DeletionTimestamp != nil {
-		return nil, false, nil
-	}
-	g, err := s.inputs.gather(tm)
-	if err != nil {
-		return nil, true, err
-	}
-	pl, err := planMap(s.hosts, g)
-	if err != nil {
-		return nil, true, err
-	}
-	var others []model.Sink
-	if s.sinks != nil {
-		for _, sk := range s.sinks() {
-			if sk.Name() != s.reader {
-				others = append(others, sk)
-			}
+// serve runs the pipeline's first floors for key on a replica that does not lead: gather,
+// plan and check, then hand the plan to the sinks that serve on every replica
+// (model.Serving), with the same decision as the leader's pipeline: a plan that cannot be
+// made, or that an enabled sink refuses, is handed to none (each keeps the last plan it was
+// given), and a deleted map is withdrawn. Nothing is claimed, written or recorded. It also
+// primes those sinks before they start.
+func (r *reconciler) serve(key cache.ObjectName) error {
+	var serving []model.Serving
+	for _, s := range r.sinks {
+		if sv, ok := s.(model.Serving); ok {
+			serving = append(serving, sv)
 		}
 	}
-	if refused := refusal(others, &pl.plan); refused != nil {
-		return nil, true, &refusedError{conf: refused}
+	if len(serving) == 0 {
+		return nil
+	}
+	tm, err := r.inputs.trafficMap(key.Namespace, key.Name)
+	if err != nil {
+		return err
+	}
+	if tm == nil || tm.DeletionTimestamp != nil {
+		for _, sv := range serving {
+			sv.Withdraw(types.NamespacedName{Namespace: key.Namespace, Name: key.Name})
+		}
+		return nil
+	}
+	var ue *userError
+	g, err := r.inputs.gather(tm)
+	if errors.As(err, &ue) {
+		return nil // the leader reports it; the last plan given stays
+	}
+	if err != nil {
+		return err
+	}
+	pl, err := r.plan(g)
+	if errors.As(err, &ue) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if refusal(r.sinks, &pl.plan) != nil {
+		return nil
 	}
 	if servedBeforeJournals(tm) {
 		// Published by a version without claim journals: keep serving the names no one
-		// holds while its first reconcile journals them (an upgrade's journal wave takes
-		// minutes at fleet scale, and a proxyless client reconnecting to an upgraded
+		// holds while the leader's first reconcile journals them (an upgrade's journal wave
+		// takes minutes at fleet scale, and a proxyless client reconnecting to an upgraded
 		// replica would otherwise find no listener for its name). Names another map
 		// journaled stay conflicts.
 		pl.plan.Conflicts = slices.DeleteFunc(pl.plan.Conflicts, func(c model.Conflict) bool { return c.Unjournaled })
 	}
-	return &pl.plan, true, nil
+	for _, sv := range serving {
+		sv.Serve(&pl.plan)
+	}
+	return nil
 }
 
 // servedBeforeJournals reports whether tm was published by a publisher version that wrote

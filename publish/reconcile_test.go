@@ -38,7 +38,10 @@ type fakeSink struct {
 
 	mu      sync.Mutex
 	applied []model.Plan
-	deleted []string
+	// given are the plans Apply was handed, as handed; standing what it was judged with.
+	given    []*model.Plan
+	standing []model.Standing
+	deleted  []string
 }
 
 func (f *fakeSink) Name() string { return f.name }
@@ -53,10 +56,12 @@ func (f *fakeSink) Carries(*model.Plan) bool {
 	defer f.mu.Unlock()
 	return f.carries
 }
-func (f *fakeSink) Apply(_ context.Context, p *model.Plan) (model.Confirmation, error) {
+func (f *fakeSink) Apply(_ context.Context, p *model.Plan, st model.Standing) (model.Confirmation, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applied = append(f.applied, *p)
+	f.given = append(f.given, p)
+	f.standing = append(f.standing, st)
 	c := f.conf
 	c.Sink = f.name
 	if f.err == nil && c.State != model.Refused {
@@ -69,6 +74,39 @@ func (f *fakeSink) Delete(_ context.Context, namespace, name string) (int, error
 	defer f.mu.Unlock()
 	f.deleted = append(f.deleted, namespace+"/"+name)
 	return 1, nil
+}
+
+// servingSink is a fakeSink that serves on every replica (model.Serving): it records the
+// plans handed to it by key, and the maps withdrawn.
+type servingSink struct {
+	*fakeSink
+	served    map[string][]*model.Plan
+	withdrawn []string
+}
+
+func (s *servingSink) Serve(p *model.Plan) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.served == nil {
+		s.served = map[string][]*model.Plan{}
+	}
+	s.served[p.Key()] = append(s.served[p.Key()], p)
+}
+
+func (s *servingSink) Withdraw(key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.withdrawn = append(s.withdrawn, key.String())
+}
+
+// last is the last plan served for key, nil for none.
+func (s *servingSink) last(key string) *model.Plan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ps := s.served[key]; len(ps) > 0 {
+		return ps[len(ps)-1]
+	}
+	return nil
 }
 
 // fakeStatusAPI keeps one map; ApplyStatus applies the publisher's status body to it, and
@@ -600,6 +638,61 @@ func TestReconcileOneDecision(t *testing.T) {
 	})
 }
 
+// One pipeline that pushes: one reconcile of a map with both sinks enabled plans it once and
+// hands the very same plan to both; the sink that serves on every replica is not asked to
+// plan or pull anything (it is handed the plan by Apply), and nothing is handed before the
+// announce.
+func TestReconcilePlansOnceForEverySink(t *testing.T) {
+	route := &fakeSink{name: "httproute", conf: model.Confirmation{State: model.InPlace, Message: "route stored"}}
+	xds := &servingSink{fakeSink: &fakeSink{name: "xds", conf: model.Confirmation{State: model.InPlace, Message: "xds ACKed"}}}
+	f := newFixture(t, route)
+	f.rec.sinks = []model.Sink{durableSink{route}, xds}
+	plans := 0
+	f.rec.planner = func(g gathered) (*planned, error) {
+		plans++
+		return planMap(f.rec.hosts, g)
+	}
+	_, err := f.run(t)
+	require.NoError(t, err)
+	assert.Equal(t, 1, plans, "the change is planned once")
+	require.Len(t, route.given, 1)
+	require.Len(t, xds.given, 1)
+	assert.Same(t, route.given[0], xds.given[0], "both sinks are handed the same plan")
+	assert.Empty(t, xds.served, "the leader hands the plan by Apply alone")
+	assert.Equal(t, metav1.ConditionTrue, f.published().Status)
+}
+
+// A replica that does not lead runs the first floors only: the plan goes to the sinks that
+// serve on every replica, nothing is written, no other sink is applied; a plan another sink
+// refuses, or that cannot be made, is handed to none; a deleted map is withdrawn.
+func TestServeFirstFloorsOnly(t *testing.T) {
+	route := &fakeSink{name: "httproute", conf: model.Confirmation{State: model.InPlace}}
+	xds := &servingSink{fakeSink: &fakeSink{name: "xds"}}
+	f := newFixture(t, route)
+	f.rec.sinks = []model.Sink{route, xds}
+	require.NoError(t, f.rec.serve(f.key))
+	require.Len(t, xds.served["prod/chat"], 1)
+	assert.Empty(t, route.given, "no sink is applied")
+	assert.Empty(t, xds.given, "no sink is applied")
+	assert.Zero(t, f.api.applies, "nothing is written")
+
+	route.refuses = func(*model.Plan) *model.Confirmation {
+		return &model.Confirmation{State: model.Refused, Reason: "RouteConflict", Message: "taken"}
+	}
+	require.NoError(t, f.rec.serve(f.key))
+	assert.Len(t, xds.served["prod/chat"], 1, "a refused plan is handed to none: the last one given stays")
+	route.refuses = nil
+
+	f.inputs.noSource = true
+	require.NoError(t, f.rec.serve(f.key))
+	assert.Len(t, xds.served["prod/chat"], 1, "a user error hands nothing")
+
+	f.inputs.tm = nil
+	require.NoError(t, f.rec.serve(f.key))
+	assert.Equal(t, []string{"prod/chat"}, xds.withdrawn)
+	assert.Zero(t, f.api.applies)
+}
+
 // durableSink is a fakeSink whose state outlives the publisher (model.Durable).
 type durableSink struct{ *fakeSink }
 
@@ -643,8 +736,8 @@ func TestReconcilePublishedBefore(t *testing.T) {
 			}
 			_, err := f.run(t)
 			require.NoError(t, err)
-			require.Len(t, xds.applied, 1)
-			assert.Equal(t, tt.want, xds.applied[0].PublishedBefore)
+			require.Len(t, xds.standing, 1)
+			assert.Equal(t, tt.want, xds.standing[0].PublishedBefore)
 		})
 	}
 }
@@ -691,4 +784,53 @@ func TestReconcileSourceNewerThanCache(t *testing.T) {
 	_, err = f.run(t)
 	require.NoError(t, err)
 	assert.Equal(t, metav1.ConditionTrue, f.published().Status)
+}
+
+// The worker decides by leading state which floors to run: a replica that does not lead
+// hands the plan to the sinks that serve everywhere and writes nothing; while it leads the
+// whole pipeline runs. prime serves every key it is given (before the sinks start).
+func TestWorkersRunFloorsByLeading(t *testing.T) {
+	route := &fakeSink{name: "httproute", conf: model.Confirmation{State: model.InPlace}}
+	xds := &servingSink{fakeSink: &fakeSink{name: "xds", conf: model.Confirmation{State: model.InPlace}}}
+	f := newFixture(t, route)
+	f.rec.sinks = []model.Sink{route, xds}
+	w := &workers{log: zaptest.NewLogger(t), queue: newQueue(), rec: f.rec, maps: f.inputs}
+	t.Cleanup(w.shutDown)
+
+	w.prime([]cache.ObjectName{f.key})
+	require.Len(t, xds.served["prod/chat"], 1, "primed")
+
+	w.add(normalPriority, f.key)
+	require.True(t, w.processNext(t.Context()))
+	assert.Len(t, xds.served["prod/chat"], 2, "a follower serves the plan")
+	assert.Empty(t, route.given, "and applies nothing")
+	assert.Zero(t, f.api.applies, "and writes nothing")
+
+	lctx, end := context.WithCancel(t.Context())
+	w.lead.Store(&lctx)
+	w.add(normalPriority, f.key)
+	require.True(t, w.processNext(t.Context()))
+	assert.Len(t, route.given, 1, "the leader applies")
+	assert.Len(t, xds.given, 1)
+	assert.NotZero(t, f.api.applies, "and writes the status")
+
+	end() // the term ended: back to the first floors
+	w.add(normalPriority, f.key)
+	require.True(t, w.processNext(t.Context()))
+	assert.Len(t, route.given, 1)
+	assert.Len(t, xds.served["prod/chat"], 3)
+}
+
+// A sink's transient failure stalls no other sink: every enabled sink is handed the plan,
+// the reconcile fails (and is retried), and no status claims anything about it.
+func TestReconcileTransientSinkErrorHandsEverySink(t *testing.T) {
+	route := &fakeSink{name: "httproute", err: errors.New("api server unavailable")}
+	xds := &fakeSink{name: "xds", conf: model.Confirmation{State: model.InPlace}}
+	f := newFixture(t, route, xds)
+	_, err := f.run(t)
+	require.ErrorContains(t, err, "httproute sink: api server unavailable")
+	require.Len(t, xds.given, 1, "the xds sink is handed the plan anyway")
+	assert.Same(t, route.given[0], xds.given[0])
+	c := f.published()
+	assert.True(t, c == nil || c.Status != metav1.ConditionTrue, "nothing is published")
 }

@@ -195,6 +195,7 @@ func TestTaintDiscovery(t *testing.T) {
 	log := zaptest.NewLogger(t)
 	p := &Publisher{cfg: Config{ResyncPeriod: time.Hour}, log: log, health: newWatchHealth(log), caches: f.caches, queue: newQueue(),
 		clients: clients{kube: kc, dyn: f.caches.live.dyn}}
+	wire(p)
 	t.Cleanup(p.queue.ShutDown)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

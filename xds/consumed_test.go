@@ -1,9 +1,8 @@
-package xdssink
+package xds
 
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,37 +21,21 @@ import (
 
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
-	"github.com/trafficmap/publisher/xds"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
 
-// memPlans holds plans in memory, as the publisher's caches and planner hand them.
+// memPlans collects plans before a sink exists; serve hands each to it, as the pipeline
+// hands every cached map's plan to the sink before it starts.
 type memPlans struct {
-	mu    sync.Mutex
 	plans map[string]*model.Plan
 }
 
-func (m *memPlans) Keys() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []string
-	for key := range m.plans {
-		out = append(out, key)
+func (m *memPlans) set(p *model.Plan) { m.plans[p.Key()] = p }
+
+func (m *memPlans) serve(s *Sink) {
+	for _, p := range m.plans {
+		s.Serve(p)
 	}
-	return out
-}
-
-func (m *memPlans) Plan(namespace, name string) (*model.Plan, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p, ok := m.plans[namespace+"/"+name]
-	return p, ok, nil
-}
-
-func (m *memPlans) set(p *model.Plan) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.plans[p.Key()] = p
 }
 
 // chatPlan is prod/chat over two backends, worker-a drained when drained.
@@ -70,7 +53,7 @@ func chatPlan(t *testing.T, endpoints []string, drained bool) *model.Plan {
 	return &model.Plan{Namespace: "prod", Name: "chat", Service: "chat", Hostnames: []string{"chat.example.com"}, Result: res}
 }
 
-func (s *Sink) isBuilt(f xds.Flavour) bool {
+func (s *Sink) isBuilt(f Flavour) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.built[f]
@@ -85,19 +68,19 @@ func TestBuildsOnlyConsumedFlavours(t *testing.T) {
 	endpoints := []string{xdstest.StartBackend(t, "worker-a"), xdstest.StartBackend(t, "worker-b")}
 	plans := &memPlans{plans: map[string]*model.Plan{}}
 	plans.set(chatPlan(t, endpoints, false))
-	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, Plans: plans,
-		Requeue: func(string, string) {}}, zaptest.NewLogger(t))
+	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true}, zaptest.NewLogger(t))
 	require.NoError(t, err)
+	plans.serve(s)
 	ctx, cancel := context.WithCancel(context.Background())
 	wait, err := s.Start(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { cancel(); wait() })
 
 	plan := chatPlan(t, endpoints, false)
-	assert.False(t, s.isBuilt(xds.FlavourEnvoy), "no Envoy client, no Envoy resources")
-	assert.False(t, s.isBuilt(xds.FlavourGRPC), "no gRPC client, no gRPC resources")
+	assert.False(t, s.isBuilt(FlavourEnvoy), "no Envoy client, no Envoy resources")
+	assert.False(t, s.isBuilt(FlavourGRPC), "no gRPC client, no gRPC resources")
 	assert.True(t, s.Carries(plan), "what a first client will be built")
-	c, err := s.Apply(ctx, plan)
+	c, err := s.Apply(ctx, plan, model.Standing{})
 	require.NoError(t, err)
 	assert.Equal(t, model.InPlace, c.State, c.Message)
 
@@ -129,19 +112,19 @@ func TestBuildsOnlyConsumedFlavours(t *testing.T) {
 		require.NoError(t, r.UnmarshalTo(&cl))
 		assert.Contains(t, []string{"prod/chat/worker-a", "prod/chat/worker-b"}, cl.GetName())
 	}
-	require.Eventually(t, func() bool { return s.isBuilt(xds.FlavourEnvoy) }, 10*time.Second, time.Millisecond, "recorded once served")
-	assert.False(t, s.isBuilt(xds.FlavourGRPC), "an Envoy client builds the Envoy flavour alone")
+	require.Eventually(t, func() bool { return s.isBuilt(FlavourEnvoy) }, 10*time.Second, time.Millisecond, "recorded once served")
+	assert.False(t, s.isBuilt(FlavourGRPC), "an Envoy client builds the Envoy flavour alone")
 	ack(clusters)
 	require.NoError(t, ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ListenerType}))
 	listeners := next(resource.ListenerType)
 	require.Len(t, listeners.GetResources(), 1)
 	ack(listeners)
-	require.NoError(t, ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.RouteType, ResourceNames: []string{xds.DefaultEnvoyOptions.RouteConfigName}}))
+	require.NoError(t, ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.RouteType, ResourceNames: []string{DefaultEnvoyOptions.RouteConfigName}}))
 	routes := next(resource.RouteType)
 	assert.Equal(t, map[string]uint32{"prod/chat/worker-a": 1, "prod/chat/worker-b": 1}, weightsOf(t, routes))
-	ack(routes, xds.DefaultEnvoyOptions.RouteConfigName)
+	ack(routes, DefaultEnvoyOptions.RouteConfigName)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		conf, err := s.Apply(ctx, plan)
+		conf, err := s.Apply(ctx, plan, model.Standing{})
 		require.NoError(c, err)
 		assert.Equal(c, model.InPlace, conf.State, conf.Message)
 		assert.Equal(c, 1, conf.Progress.Confirmed)
@@ -164,9 +147,9 @@ func TestBuildsOnlyConsumedFlavours(t *testing.T) {
 	}
 	_, err = call()
 	require.NoError(t, err, "the first RPC waits for the gRPC flavour, built for this client")
-	require.Eventually(t, func() bool { return s.isBuilt(xds.FlavourGRPC) }, 10*time.Second, time.Millisecond, "recorded once served")
+	require.Eventually(t, func() bool { return s.isBuilt(FlavourGRPC) }, 10*time.Second, time.Millisecond, "recorded once served")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		conf, err := s.Apply(ctx, plan)
+		conf, err := s.Apply(ctx, plan, model.Standing{})
 		require.NoError(c, err)
 		assert.Equal(c, model.InPlace, conf.State, conf.Message)
 		assert.Equal(c, 2, conf.Progress.Confirmed, "the Envoy and the gRPC client")
@@ -174,15 +157,14 @@ func TestBuildsOnlyConsumedFlavours(t *testing.T) {
 
 	// A drain reaches both flavours, and is confirmed once both ACKed it.
 	drained := chatPlan(t, endpoints, true)
-	plans.set(drained)
 	assert.False(t, s.Carries(drained))
-	s.Changed("prod", "chat")
+	s.Serve(drained)
 	routes = next(resource.RouteType)
 	assert.Equal(t, map[string]uint32{"prod/chat/worker-b": 1}, weightsOf(t, routes))
-	ack(routes, xds.DefaultEnvoyOptions.RouteConfigName)
+	ack(routes, DefaultEnvoyOptions.RouteConfigName)
 	require.Eventually(t, func() bool { return s.Carries(drained) }, 10*time.Second, time.Millisecond, "recorded once served")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		conf, err := s.Apply(ctx, drained)
+		conf, err := s.Apply(ctx, drained, model.Standing{})
 		require.NoError(c, err)
 		assert.Equal(c, model.InPlace, conf.State, conf.Message)
 		assert.Equal(c, 2, conf.Progress.Confirmed)

@@ -1,4 +1,4 @@
-package xdssink
+package xds
 
 import (
 	"context"
@@ -17,7 +17,6 @@ import (
 
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
-	"github.com/trafficmap/publisher/xds"
 )
 
 // BenchmarkRebuildOneDrain is the sink's rebuild after one drain, with n maps of 8
@@ -51,32 +50,32 @@ func benchmarkRebuild(b *testing.B, n int) {
 		}
 		plans.set(plan(i, false))
 	}
-	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, Plans: plans, Requeue: func(string, string) {}}, zap.NewNop())
+	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true}, zap.NewNop())
 	if err != nil {
 		b.Fatal(err)
 	}
+	plans.serve(s)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.server.Serve(ctx, s.listener) }()
 	b.Cleanup(func() { cancel(); <-done })
-	if err := s.rebuild(ctx); err != nil {
+	if err := s.loop.rebuild(ctx); err != nil {
 		b.Fatal(err)
 	}
 	consume(b, ctx, s.listener.Addr(), "envoy")
 	consume(b, ctx, s.listener.Addr(), "gRPC Go")
-	for !s.server.Tracker().Consumed(xds.FlavourEnvoy) || !s.server.Tracker().Consumed(xds.FlavourGRPC) {
+	for !s.server.Tracker().Consumed(FlavourEnvoy) || !s.server.Tracker().Consumed(FlavourGRPC) {
 		time.Sleep(time.Millisecond) // a benchmark's setup, not a test
 	}
-	if err := s.rebuild(ctx); err != nil { // builds both flavours
+	if err := s.loop.rebuild(ctx); err != nil { // builds both flavours
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		k := i % n
-		plans.set(plan(k, i/n%2 == 0)) // drain worker-0 of one map, undrain it on the next lap
-		s.Changed(plans.plans[fmt.Sprintf("ns-%d/svc-%d", k%50, k)].Namespace, fmt.Sprintf("svc-%d", k))
-		if err := s.rebuild(ctx); err != nil {
+		s.Serve(plan(k, i/n%2 == 0)) // drain worker-0 of one map, undrain it on the next lap
+		if err := s.loop.rebuild(ctx); err != nil {
 			b.Fatal(err)
 		}
 		i++

@@ -1,4 +1,4 @@
-package xdssink
+package xds
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/trafficmap/publisher/model"
-	"github.com/trafficmap/publisher/xds"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
 
@@ -31,11 +30,9 @@ func TestReconnectGraceDoesNotWaiveOldContent(t *testing.T) {
 	// start serves prod/chat, confirmed before the start, within a long grace window,
 	// and returns the sink and an ADS client of it.
 	start := func(t *testing.T) (*Sink, discoveryv3.AggregatedDiscoveryServiceClient, *model.Plan) {
-		plans := &memPlans{plans: map[string]*model.Plan{}}
-		plans.set(chatPlan(t, endpoints, false))
-		s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, ReconnectGrace: time.Hour, Plans: plans,
-			Requeue: func(string, string) {}}, zaptest.NewLogger(t))
+		s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true, ReconnectGrace: time.Hour}, zaptest.NewLogger(t))
 		require.NoError(t, err)
+		s.Serve(chatPlan(t, endpoints, false))
 		ctx, cancel := context.WithCancel(context.Background())
 		wait, err := s.Start(ctx)
 		require.NoError(t, err)
@@ -44,12 +41,11 @@ func TestReconnectGraceDoesNotWaiveOldContent(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = conn.Close() })
 		plan := chatPlan(t, endpoints, false)
-		plan.PublishedBefore, plan.Confirmed = true, true
 		return s, discoveryv3.NewAggregatedDiscoveryServiceClient(conn), plan
 	}
 	apply := func(t *testing.T, s *Sink, p *model.Plan) model.Confirmation {
 		t.Helper()
-		c, err := s.Apply(t.Context(), p)
+		c, err := s.Apply(t.Context(), p, model.Standing{PublishedBefore: true, Confirmed: true}) // confirmed before the start
 		require.NoError(t, err)
 		return c
 	}
@@ -88,8 +84,8 @@ func TestReconnectGraceDoesNotWaiveOldContent(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.ClusterType,
 			InitialResourceVersions: map[string]string{
-				xds.ClusterName("prod", "chat", "worker-a"): "0123456789abcdef",
-				xds.ClusterName("prod", "chat", "worker-b"): "0123456789abcdef",
+				ClusterName("prod", "chat", "worker-a"): "0123456789abcdef",
+				ClusterName("prod", "chat", "worker-b"): "0123456789abcdef",
 			}}))
 		_, ok := xdstest.Next(xdstest.Stream(stream.Recv), 20*time.Second)
 		require.True(t, ok, "the current clusters are sent")

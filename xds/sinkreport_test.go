@@ -1,10 +1,8 @@
-package xdssink
+package xds
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,41 +15,24 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/model/replicas"
-	"github.com/trafficmap/publisher/xds"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
-
-// brokenPlans are memPlans plus maps whose plan fails (a missing service).
-type brokenPlans struct {
-	*memPlans
-	broken []string
-}
-
-func (b *brokenPlans) Keys() []string { return append(b.memPlans.Keys(), b.broken...) }
-
-func (b *brokenPlans) Plan(namespace, name string) (*model.Plan, bool, error) {
-	if strings.HasPrefix(namespace+"/"+name, "aaa/") {
-		return nil, true, errors.New("inferenceservice not found")
-	}
-	return b.memPlans.Plan(namespace, name)
-}
 
 // Issue 25, item 4: 2,000 maps of namespace aaa whose plans fail (a missing service,
 // never Published) and bbb/chat, served and ACKed by this replica's Envoy. The report,
 // encoded for the Lease and read back by the leader, releases bbb/chat; on main it listed
 // every map not True, sorted, first 2,000 (all of aaa) and held every later namespace.
 func TestReportBrokenMapsDoNotHoldOtherNamespaces(t *testing.T) {
-	plans := &brokenPlans{memPlans: &memPlans{plans: map[string]*model.Plan{}}}
+	var broken []string // never given: their plans fail in the pipeline
 	for i := range 2000 {
-		plans.broken = append(plans.broken, fmt.Sprintf("aaa/map-%04d", i))
+		broken = append(broken, fmt.Sprintf("aaa/map-%04d", i))
 	}
 	chat := chatPlan(t, []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}, false)
 	chat.Namespace = "bbb"
-	plans.set(chat)
-	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, Plans: plans, Requeue: func(string, string) {}}, zaptest.NewLogger(t))
+	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true}, zaptest.NewLogger(t))
 	require.NoError(t, err)
+	s.Serve(chat)
 	ctx, cancel := context.WithCancel(context.Background())
 	wait, err := s.Start(ctx)
 	require.NoError(t, err)
@@ -76,12 +57,12 @@ func TestReportBrokenMapsDoNotHoldOtherNamespaces(t *testing.T) {
 	}
 	exchange(resource.ClusterType)
 	exchange(resource.ListenerType)
-	exchange(resource.RouteType, xds.DefaultEnvoyOptions.RouteConfigName)
+	exchange(resource.RouteType, DefaultEnvoyOptions.RouteConfigName)
 
-	keys := append(slicesClone(plans.broken), chat.Key())
+	keys := append(slicesClone(broken), chat.Key())
 	digest := view(chat).Digest()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		v, err := replicas.Encode(s.Report(keys))
+		v, err := replicas.Encode(s.Replica().Report(keys))
 		require.NoError(c, err)
 		r, err := replicas.Decode(v)
 		require.NoError(c, err)

@@ -1,4 +1,4 @@
-package xdssink
+package xds
 
 import (
 	"context"
@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
-	"github.com/trafficmap/publisher/xds"
 )
 
 // A rebuild per change serves what a rebuild of everything would: after every step of a
@@ -50,51 +50,52 @@ func TestRebuildPerChangeServesTheFleet(t *testing.T) {
 	for i := range 12 {
 		plans.set(plan(i))
 	}
-	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, Plans: plans, Requeue: func(string, string) {}}, zaptest.NewLogger(t))
+	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true}, zaptest.NewLogger(t))
 	require.NoError(t, err)
+	plans.serve(s)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.server.Serve(ctx, s.listener) }()
 	t.Cleanup(func() { cancel(); <-done })
-	require.NoError(t, s.rebuild(ctx))
+	require.NoError(t, s.loop.rebuild(ctx))
 	consume(t, ctx, s.listener.Addr(), "envoy")
 	consume(t, ctx, s.listener.Addr(), "gRPC Go")
 	require.Eventually(t, func() bool {
-		return s.server.Tracker().Consumed(xds.FlavourEnvoy) && s.server.Tracker().Consumed(xds.FlavourGRPC)
+		return s.server.Tracker().Consumed(FlavourEnvoy) && s.server.Tracker().Consumed(FlavourGRPC)
 	}, 10e9, 1e6)
 
 	check := func(step int) {
 		t.Helper()
-		served := map[string]xds.Service{}
+		served := map[string]Service{}
 		s.mu.Lock()
 		for key, svc := range s.served {
 			served[key] = svc
 		}
 		s.mu.Unlock()
-		var all, withHosts []xds.Service
+		var all, withHosts []Service
 		owner := map[string]string{}
 		for key, svc := range served {
 			all = append(all, svc)
 			if len(svc.Hostnames) > 0 {
 				withHosts = append(withHosts, svc)
 			}
-			for _, n := range xds.ListenerNames(svc) {
+			for _, n := range ListenerNames(svc) {
 				require.Empty(t, owner[n], "step %d: %q served for %s and %s", step, n, owner[n], key)
 				owner[n] = key
 			}
 		}
-		wantEnvoy, err := xds.TranslateEnvoy(s.envoy, withHosts)
+		wantEnvoy, err := TranslateEnvoy(s.envoy, withHosts)
 		require.NoError(t, err)
-		wantGRPC, err := xds.TranslateGRPC(all)
+		wantGRPC, err := TranslateGRPC(all)
 		require.NoError(t, err)
-		for f, want := range map[xds.Flavour]xds.Resources{xds.FlavourEnvoy: wantEnvoy, xds.FlavourGRPC: wantGRPC} {
-			got, err := s.translator.Resources(f)
+		for f, want := range map[Flavour]Resources{FlavourEnvoy: wantEnvoy, FlavourGRPC: wantGRPC} {
+			got, err := s.loop.translator.Resources(f)
 			require.NoError(t, err)
 			assertSame(t, step, want, got)
 			versions, err := s.server.SetResources(ctx, f, got) // already served: changes nothing
 			require.NoError(t, err)
 			for key, svc := range served {
-				sv, ok := xds.ServedBy(s.envoy, svc)[f]
+				sv, ok := ServedBy(s.envoy, svc)[f]
 				if !ok {
 					continue
 				}
@@ -106,26 +107,23 @@ func TestRebuildPerChangeServesTheFleet(t *testing.T) {
 			}
 		}
 	}
-	require.NoError(t, s.rebuild(ctx)) // builds both flavours
+	require.NoError(t, s.loop.rebuild(ctx)) // builds both flavours
 	check(0)
 	for step := 1; step <= 60; step++ {
 		for range 1 + rng.IntN(3) {
 			i := rng.IntN(14) // 12 and 13 come and go
 			if rng.IntN(6) == 0 {
-				plans.mu.Lock()
-				delete(plans.plans, fmt.Sprintf("prod/svc-%d", i))
-				plans.mu.Unlock()
+				s.Withdraw(types.NamespacedName{Namespace: "prod", Name: fmt.Sprintf("svc-%d", i)})
 			} else {
-				plans.set(plan(i))
+				s.Serve(plan(i))
 			}
-			s.Changed("prod", fmt.Sprintf("svc-%d", i))
 		}
-		require.NoError(t, s.rebuild(ctx))
+		require.NoError(t, s.loop.rebuild(ctx))
 		check(step)
 	}
 }
 
-func assertSame(t *testing.T, step int, want, got xds.Resources) {
+func assertSame(t *testing.T, step int, want, got Resources) {
 	t.Helper()
 	for _, l := range []struct {
 		kind      string
@@ -156,59 +154,54 @@ func msgs[T proto.Message](in []T) []proto.Message {
 // takes the waiting ones along.
 func TestNewMapsCoalesce(t *testing.T) {
 	endpoints := []string{"https://chat.worker-a.example.com", "https://chat.worker-b.example.com"}
-	plans := &memPlans{plans: map[string]*model.Plan{}}
-	plans.set(chatPlan(t, endpoints, false))
-	s, err := New(Config{Address: "127.0.0.1:0", RequireAck: true, Plans: plans, Requeue: func(string, string) {}}, zaptest.NewLogger(t))
+	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true}, zaptest.NewLogger(t))
 	require.NoError(t, err)
-	t.Cleanup(func() { s.queue.ShutDown(); _ = s.listener.Close() })
+	t.Cleanup(func() { s.loop.queue.ShutDown(); _ = s.listener.Close() })
+	s.Serve(chatPlan(t, endpoints, false))
 	served := func(key string) bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		_, ok := s.served[key]
 		return ok
 	}
-	require.NoError(t, s.rebuild(t.Context())) // the first, full rebuild
+	require.NoError(t, s.loop.rebuild(t.Context())) // the first, full rebuild
 	require.True(t, served("prod/chat"))
 
 	embed := chatPlan(t, endpoints, false)
 	embed.Name, embed.Service, embed.Hostnames = "embed", "embed", []string{"embed.example.com"}
-	plans.set(embed)
-	s.Changed("prod", "embed")
-	key, _ := s.queue.Get()
-	s.queue.Done(key)
-	require.NoError(t, s.rebuild(t.Context()))
+	s.Serve(embed)
+	key, _ := s.loop.queue.Get()
+	s.loop.queue.Done(key)
+	require.NoError(t, s.loop.rebuild(t.Context()))
 	assert.False(t, served("prod/embed"), "a new map right after a snapshot waits for more")
-	s.mu.Lock()
-	assert.True(t, s.dirty["prod/embed"], "and stays dirty")
-	s.mu.Unlock()
-	require.Eventually(t, func() bool { return s.queue.Len() == 1 }, 10*time.Second, 10*time.Millisecond, "its rebuild is queued within coalesceNew")
+	s.wants.mu.Lock()
+	assert.True(t, s.wants.dirty["prod/embed"], "and stays dirty")
+	s.wants.mu.Unlock()
+	require.Eventually(t, func() bool { return s.loop.queue.Len() == 1 }, 10*time.Second, 10*time.Millisecond, "its rebuild is queued within coalesceNew")
 
 	// A map whose every name is withheld (claimed, not journaled yet) is not served (the
 	// Envoy flavour refuses it); once journaled, it is new content like embed's and waits.
-	key, _ = s.queue.Get()
-	s.queue.Done(key)
-	require.NoError(t, s.rebuild(t.Context())) // serves embed
+	key, _ = s.loop.queue.Get()
+	s.loop.queue.Done(key)
+	require.NoError(t, s.loop.rebuild(t.Context())) // serves embed
 	require.True(t, served("prod/embed"))
 	held := chatPlan(t, endpoints, false)
 	held.Name, held.Service, held.Hostnames = "held", "held", []string{"held.example.com"}
 	held.Conflicts = []model.Conflict{{Hostname: "held.example.com", Unjournaled: true}, {Hostname: "held.prod", Unjournaled: true}}
-	plans.set(held)
-	s.Changed("prod", "held")
-	require.NoError(t, s.rebuild(t.Context()))
+	s.Serve(held)
+	require.NoError(t, s.loop.rebuild(t.Context()))
 	require.False(t, served("prod/held"))
 	held = chatPlan(t, endpoints, false)
 	held.Name, held.Service, held.Hostnames = "held", "held", []string{"held.example.com"}
-	plans.set(held) // journaled: its names may be served
-	s.Changed("prod", "held")
-	require.NoError(t, s.rebuild(t.Context()))
+	s.Serve(held) // journaled: its names may be served
+	require.NoError(t, s.loop.rebuild(t.Context()))
 	assert.False(t, served("prod/held"), "a journaled map right after a snapshot waits for more")
 
-	plans.set(chatPlan(t, endpoints, true)) // a drain of a served map
-	s.Changed("prod", "chat")
-	require.NoError(t, s.rebuild(t.Context()))
+	s.Serve(chatPlan(t, endpoints, true)) // a drain of a served map
+	require.NoError(t, s.loop.rebuild(t.Context()))
 	assert.True(t, served("prod/embed"), "a change to a served map is served at once, with the waiting new map")
 	s.mu.Lock()
-	assert.NotEmpty(t, xds.ListenerNames(s.served["prod/held"]), "and the waiting names")
+	assert.NotEmpty(t, ListenerNames(s.served["prod/held"]), "and the waiting names")
 	s.mu.Unlock()
 	s.mu.Lock()
 	assert.True(t, s.served["prod/chat"].Result.Entries[0].Effective == 0, "the drain is served")

@@ -1,4 +1,4 @@
-package xdssink
+package xds
 
 import "time"
 
