@@ -91,14 +91,14 @@ func EncodeRecorded(drains []weights.Drain, taints map[string][]weights.Taint, t
 	}
 	t := make(map[string]json.RawMessage, len(taints))
 	for c, list := range taints {
-		t[c] = json.RawMessage(httproute.EncodeTaints(list))
+		t[c] = json.RawMessage(weights.EncodeTaints(list))
 	}
 	db, _ := json.Marshal(d) // strings only: cannot fail; map keys are sorted
 	tb, _ := json.Marshal(t)
 	return map[string]string{
 		RecordKeyDrains:      string(db),
 		RecordKeyTaints:      string(tb),
-		RecordKeyTolerations: httproute.EncodeTolerations(tols),
+		RecordKeyTolerations: weights.EncodeTolerations(tols),
 	}
 }
 
