@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/report"
 	"github.com/trafficmap/publisher/weights"
 )
@@ -49,8 +49,8 @@ type Source string
 // when both do; untaint: the one holding the taint).
 const (
 	SourceAuto             Source = "auto"
-	SourceInferenceCluster Source = publish.KindInferenceCluster
-	SourceWorkloadCluster  Source = publish.KindWorkloadCluster
+	SourceInferenceCluster Source = model.KindInferenceCluster
+	SourceWorkloadCluster  Source = model.KindWorkloadCluster
 )
 
 // Sources are the --source values.
@@ -59,9 +59,9 @@ var Sources = []string{string(SourceAuto), string(SourceInferenceCluster), strin
 // Resource is the API resource of a concrete source.
 func (s Source) Resource() schema.GroupVersionResource {
 	if s == SourceWorkloadCluster {
-		return publish.WorkloadClustersResource
+		return model.WorkloadClustersResource
 	}
-	return publish.InferenceClustersResource
+	return model.InferenceClustersResource
 }
 
 // ParseTaintArg parses KEY[=VALUE]:EFFECT (EFFECT NoExecute or NoSchedule) and validates it
@@ -124,11 +124,11 @@ func (c ClusterClient) Get(ctx context.Context, src Source, name string) (obj Cl
 		return ClusterObject{}, false, c.apiError(ctx, "get", src, err)
 	}
 	obj = ClusterObject{Source: src, Name: u.GetName(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion()}
-	var ct publish.ClusterTaints
+	var ct model.ClusterTaints
 	if src == SourceWorkloadCluster {
-		ct = publish.WorkloadClusterTaints(u.GetName(), u.GetAnnotations())
+		ct = model.WorkloadClusterTaints(u.GetName(), u.GetAnnotations())
 	} else {
-		ct = publish.InferenceClusterTaints(u)
+		ct = model.InferenceClusterTaints(u)
 	}
 	obj.Taints, obj.Err = ct.Taints, ct.Err
 	if !SafeScalar(obj.Name) || !SafeScalar(string(obj.UID)) || !SafeScalar(obj.ResourceVersion) {
@@ -197,9 +197,9 @@ func untaintName(key string, effect weights.Effect) string {
 	return key + ":" + string(effect)
 }
 
-// ClusterTaints is the source's view of the cluster after the patch, for publish.Compute.
-func (p *TaintPlan) ClusterTaints() publish.ClusterTaints {
-	return publish.ClusterTaints{Kind: string(p.Object.Source), Cluster: p.Object.Name, Taints: slices.Clone(p.After)}
+// ClusterTaints is the source's view of the cluster after the patch, for model.Compute.
+func (p *TaintPlan) ClusterTaints() model.ClusterTaints {
+	return model.ClusterTaints{Kind: string(p.Object.Source), Cluster: p.Object.Name, Taints: slices.Clone(p.After)}
 }
 
 // Patch returns the JSON merge patch: the read UID and resourceVersion, which the API

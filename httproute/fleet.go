@@ -3,6 +3,7 @@ package httproute
 import (
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -49,4 +50,13 @@ func RecordedTolerations(route *gwapiv1.HTTPRoute) ([]weights.Toleration, bool) 
 		return nil, false
 	}
 	return tols, true
+}
+
+// Recorded returns the fallback state recorded on a route built by Build (its drains,
+// cluster taints and tolerations annotations); a nil route records nothing.
+func Recorded(route *gwapiv1.HTTPRoute) model.Recorded {
+	if route == nil {
+		return model.Recorded{}
+	}
+	return model.RecordedFrom(route.Annotations, AnnotationDrains, AnnotationClusterTaints, AnnotationServiceTolerations)
 }

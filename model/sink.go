@@ -75,10 +75,6 @@ type Plan struct {
 	Published bool
 }
 
-// ReasonHostnameConflict is the Published reason while one of a map's names is held by
-// another claim (Plan.Conflicts); a sink that refuses a plan for that reason reports it.
-const ReasonHostnameConflict = "HostnameConflict"
-
 // Conflict is one of a map's names that another claim holds, or that the map claims but
 // has not journaled yet (no sink serves a name before it is in the map's claim journal).
 type Conflict struct {
@@ -163,7 +159,7 @@ type Confirmation struct {
 	State State
 	// Reason is the Published condition reason for a Refused or Rejected state (and may
 	// refine Pending); empty for InPlace.
-	Reason string
+	Reason Reason
 	// Message explains the state for people, naming the objects involved. Nothing parses it.
 	Message string
 	// Progress counts confirming consumers, nil when the sink has no such count.

@@ -24,6 +24,7 @@ import (
 	omeinformers "github.com/trafficmap/publisher/api/client/informers/externalversions"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -78,7 +79,7 @@ type caches struct {
 	// publisher is the publisherName whose claim journals count (journal.go); policy says
 	// which namespace may claim which hostname (policy.go).
 	publisher string
-	policy    ClaimPolicy
+	policy    model.ClaimPolicy
 }
 
 func newCaches(c clients, cfg Config, route httproute.Config) *caches {
@@ -199,7 +200,7 @@ func (c *caches) unconfirmed() []string {
 	var out []string
 	for _, inf := range c.maps {
 		for _, obj := range inf.GetStore().List() {
-			if tm, ok := obj.(*v1beta1.TrafficMap); ok && !publishedTrue(tm) {
+			if tm, ok := obj.(*v1beta1.TrafficMap); ok && !model.PublishedTrue(tm) {
 				out = append(out, tm.Namespace+"/"+tm.Name)
 			}
 		}
@@ -216,11 +217,11 @@ func (c *caches) unpublished(now time.Time) (int, time.Duration) {
 	for _, inf := range c.maps {
 		for _, obj := range inf.GetStore().List() {
 			tm, ok := obj.(*v1beta1.TrafficMap)
-			if !ok || publishedTrue(tm) || ramping(tm) {
+			if !ok || model.PublishedTrue(tm) || model.Ramping(tm) {
 				continue
 			}
 			n++
-			if cond := findPublished(tm); cond != nil && !cond.LastTransitionTime.IsZero() {
+			if cond := model.FindPublished(tm); cond != nil && !cond.LastTransitionTime.IsZero() {
 				oldest = max(oldest, now.Sub(cond.LastTransitionTime.Time))
 			}
 		}
@@ -233,19 +234,12 @@ func (c *caches) ramping() int {
 	n := 0
 	for _, inf := range c.maps {
 		for _, obj := range inf.GetStore().List() {
-			if tm, ok := obj.(*v1beta1.TrafficMap); ok && ramping(tm) {
+			if tm, ok := obj.(*v1beta1.TrafficMap); ok && model.Ramping(tm) {
 				n++
 			}
 		}
 	}
 	return n
-}
-
-// ramping reports whether tm's Published condition is False with reason Ramping at its
-// generation.
-func ramping(tm *v1beta1.TrafficMap) bool {
-	c := findPublished(tm)
-	return c != nil && c.Reason == ReasonRamping && c.ObservedGeneration == tm.Generation
 }
 
 // writeRamps sets the ramp annotation of the InferenceService namespace/name to value
@@ -336,9 +330,9 @@ func (c *caches) Services(src httproute.Source) ([]*corev1.Service, error) {
 var _ httproute.Store = (*caches)(nil)
 
 // clusterTaints reads every enabled taint source for the map's entry clusters.
-func (c *caches) clusterTaints(tm *v1beta1.TrafficMap) ([]ClusterTaints, error) {
-	var out []ClusterTaints
-	ics, wcs := c.taintInformer(KindInferenceCluster), c.taintInformer(KindWorkloadCluster)
+func (c *caches) clusterTaints(tm *v1beta1.TrafficMap) ([]model.ClusterTaints, error) {
+	var out []model.ClusterTaints
+	ics, wcs := c.taintInformer(model.KindInferenceCluster), c.taintInformer(model.KindWorkloadCluster)
 	for _, e := range tm.Spec.Entries {
 		if ics != nil {
 			obj, ok, err := ics.GetIndexer().GetByKey(e.Cluster)
@@ -346,7 +340,7 @@ func (c *caches) clusterTaints(tm *v1beta1.TrafficMap) ([]ClusterTaints, error) 
 				return nil, fmt.Errorf("read cached inferencecluster %s: %w", e.Cluster, err)
 			}
 			if u, isU := obj.(*unstructured.Unstructured); ok && isU {
-				out = append(out, InferenceClusterTaints(u))
+				out = append(out, model.InferenceClusterTaints(u))
 			}
 		}
 		if wcs != nil {
@@ -355,7 +349,7 @@ func (c *caches) clusterTaints(tm *v1beta1.TrafficMap) ([]ClusterTaints, error) 
 				return nil, fmt.Errorf("read cached workloadcluster %s: %w", e.Cluster, err)
 			}
 			if m, isM := obj.(*metav1.PartialObjectMetadata); ok && isM {
-				out = append(out, WorkloadClusterTaints(m.Name, m.Annotations))
+				out = append(out, model.WorkloadClusterTaints(m.Name, m.Annotations))
 			}
 		}
 	}

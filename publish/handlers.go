@@ -156,7 +156,7 @@ func (p *Publisher) onTrafficMap(pr priority, old, obj any) {
 		prev.Status.SourceUID == tm.Status.SourceUID &&
 		maps.Equal(prev.Labels, tm.Labels) && maps.Equal(prev.Annotations, tm.Annotations) &&
 		prev.DeletionTimestamp.Equal(tm.DeletionTimestamp) {
-		if pj, tj := JournaledNames(prev, ""), JournaledNames(tm, ""); !slices.Equal(pj, tj) {
+		if pj, tj := model.JournaledNames(prev, ""), model.JournaledNames(tm, ""); !slices.Equal(pj, tj) {
 			// The claim journal moved: the map's newly granted names may be served now (the
 			// xDS sink plans from the cache) and a name it dropped may go to a contender.
 			p.enqueue(pr, tm.Namespace, tm.Name)

@@ -11,19 +11,12 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model"
 )
 
 // The ownership view: which claims contend for a name, read from the informer caches
 // through the byHostname indexes, so a reconcile looks up the few claims on its own names
 // and never scans the fleet. The decision itself is ResolveHostnames (hosts.go), pure.
-
-// Kinds of claimants (Claim.Kind).
-const (
-	// KindTrafficMap is a TrafficMap's claim.
-	KindTrafficMap = "TrafficMap"
-	// KindHTTPRoute is the claim of an HTTPRoute the publisher does not manage.
-	KindHTTPRoute = "HTTPRoute"
-)
 
 // indexTrafficMapByHostname indexes a map under its gRPC name, its --host-template name
 // and the names its claim journal holds (a map whose InferenceService has the annotation is
@@ -33,11 +26,11 @@ func (c *caches) indexTrafficMapByHostname(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	keys := hostIndexKeys(GRPCName(tm.Namespace, tm.Spec.Service))
+	keys := hostIndexKeys(model.GRPCName(tm.Namespace, tm.Spec.Service))
 	if host, err := c.route.Hostname(httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service}); err == nil {
 		keys = append(keys, hostIndexKeys(host)...)
 	}
-	for _, n := range JournaledNames(tm, "") {
+	for _, n := range model.JournaledNames(tm, "") {
 		keys = append(keys, hostIndexKeys(n)...)
 	}
 	slices.Sort(keys)
@@ -74,14 +67,14 @@ func globalHost(isvc *metav1.PartialObjectMetadata) string {
 // mapClaim is tm's claim with isvc (nil when missing) supplying the annotation: its
 // hostname when one can be derived and the policy lets its namespace claim it, its gRPC
 // name, and the names its journal holds.
-func (c *caches) mapClaim(tm *v1beta1.TrafficMap, isvc *metav1.PartialObjectMetadata) Claim {
-	names := []string{GRPCName(tm.Namespace, tm.Spec.Service)}
+func (c *caches) mapClaim(tm *v1beta1.TrafficMap, isvc *metav1.PartialObjectMetadata) model.Claim {
+	names := []string{model.GRPCName(tm.Namespace, tm.Spec.Service)}
 	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service, GlobalHost: globalHost(isvc)}
 	if host, err := c.route.Hostname(src); err == nil && c.policy.Check(tm.Namespace, host) == nil {
 		names = append(names, host)
 	}
-	return Claim{Kind: KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time, Names: names,
-		Journaled: JournaledNames(tm, c.publisher)}
+	return model.Claim{Kind: model.KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time, Names: names,
+		Journaled: model.JournaledNames(tm, c.publisher)}
 }
 
 // byIndex lists the objects of every informer in infs whose index holds one of keys.
@@ -127,15 +120,15 @@ func (c *caches) mapsNamed(name string) []*v1beta1.TrafficMap {
 
 // rivals returns the claims of the other maps that claim or journaled a name overlapping
 // name, in the same scope as namespace.
-func (c *caches) rivals(name, namespace, self string) []Claim {
-	var out []Claim
+func (c *caches) rivals(name, namespace, self string) []model.Claim {
+	var out []model.Claim
 	for _, tm := range c.mapsNamed(name) {
 		if tm.Namespace+"/"+tm.Name == self || tm.DeletionTimestamp != nil || c.scoped && tm.Namespace != namespace {
 			continue
 		}
 		isvc, _ := c.inferenceService(tm.Namespace, tm.Spec.Service)
 		cl := c.mapClaim(tm, isvc)
-		over := func(n string) bool { return HostnamesOverlap(n, name) }
+		over := func(n string) bool { return model.HostnamesOverlap(n, name) }
 		if slices.ContainsFunc(cl.Names, over) || slices.ContainsFunc(cl.Journaled, over) {
 			out = append(out, cl)
 		}
@@ -146,10 +139,10 @@ func (c *caches) rivals(name, namespace, self string) []Claim {
 // claims gathers what decides self's names (ResolveHostnames): the claim of every other
 // map that claims or journaled a name overlapping one of self's, and of every map that
 // journaled a name overlapping one such rival's unjournaled names.
-func (c *caches) claims(self Claim) []Claim {
+func (c *caches) claims(self model.Claim) []model.Claim {
 	seen := map[string]bool{self.Key(): true}
-	var out []Claim
-	for _, n := range uniqueNames(self.Names) {
+	var out []model.Claim
+	for _, n := range model.UniqueNames(self.Names) {
 		for _, r := range c.rivals(n, self.Namespace, self.Key()) {
 			if !seen[r.Key()] {
 				seen[r.Key()] = true
@@ -161,8 +154,8 @@ func (c *caches) claims(self Claim) []Claim {
 	// holds nothing back (ResolveHostnames, rule 3).
 	direct := len(out)
 	for _, r := range out[:direct] {
-		journaled := uniqueNames(r.Journaled)
-		for _, n := range uniqueNames(r.Names) {
+		journaled := model.UniqueNames(r.Journaled)
+		for _, n := range model.UniqueNames(r.Names) {
 			if slices.Contains(journaled, n) {
 				continue
 			}
@@ -179,20 +172,20 @@ func (c *caches) claims(self Claim) []Claim {
 
 // foreignClaims returns the claims of the foreign routes that contend with a route of a map
 // in namespace and overlap one of names.
-func (c *caches) foreignClaims(namespace string, names []string) []Claim {
+func (c *caches) foreignClaims(namespace string, names []string) []model.Claim {
 	if len(c.routes) == 0 {
 		return nil
 	}
 	seen := map[string]bool{}
-	var out []Claim
-	for _, n := range uniqueNames(names) {
+	var out []model.Claim
+	for _, n := range model.UniqueNames(names) {
 		for _, o := range byIndex(c.routes, indexByHostname, hostLookupKeys(n)) {
 			route, ok := o.(*gwapiv1.HTTPRoute)
 			if !ok || seen[route.Namespace+"/"+route.Name] || !c.route.Contends(route, namespace) {
 				continue
 			}
 			seen[route.Namespace+"/"+route.Name] = true
-			cl := Claim{Kind: KindHTTPRoute, Namespace: route.Namespace, Name: route.Name, Created: route.CreationTimestamp.Time}
+			cl := model.Claim{Kind: model.KindHTTPRoute, Namespace: route.Namespace, Name: route.Name, Created: route.CreationTimestamp.Time}
 			for _, h := range route.Spec.Hostnames {
 				cl.Names = append(cl.Names, string(h))
 			}
@@ -216,7 +209,7 @@ func routeCreated(route *gwapiv1.HTTPRoute) *time.Time {
 func (c *caches) contenders(names ...string) []cache.ObjectName {
 	seen := map[cache.ObjectName]bool{}
 	var out []cache.ObjectName
-	for _, n := range uniqueNames(names) {
+	for _, n := range model.UniqueNames(names) {
 		for _, tm := range c.mapsNamed(n) {
 			key := cache.NewObjectName(tm.Namespace, tm.Name)
 			if !seen[key] {
@@ -226,4 +219,43 @@ func (c *caches) contenders(names ...string) []cache.ObjectName {
 		}
 	}
 	return out
+}
+
+// hostIndexKeys are the index keys a name is stored under: "=" and the name, and "<" and
+// every suffix after one of its dots (so "*.example.com" and "a.example.com" are both found
+// under "<example.com").
+func hostIndexKeys(name string) []string {
+	name = model.NormalizeHostname(name)
+	if name == "" {
+		return nil
+	}
+	keys := []string{"=" + name}
+	for i := 0; i < len(name); i++ {
+		if name[i] == '.' && i+1 < len(name) {
+			keys = append(keys, "<"+name[i+1:])
+		}
+	}
+	return keys
+}
+
+// hostLookupKeys are the index keys under which every name overlapping name is stored:
+// the name itself, every wildcard over one of its parent domains, and, for a wildcard, every
+// name below its domain.
+func hostLookupKeys(name string) []string {
+	name = model.NormalizeHostname(name)
+	if name == "" {
+		return nil
+	}
+	keys := []string{"=" + name}
+	rest := name
+	if strings.HasPrefix(name, "*.") {
+		rest = name[2:]
+		keys = append(keys, "<"+rest)
+	}
+	for i := 0; i < len(rest); i++ {
+		if rest[i] == '.' && i+1 < len(rest) {
+			keys = append(keys, "=*."+rest[i+1:])
+		}
+	}
+	return keys
 }

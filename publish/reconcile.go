@@ -15,8 +15,6 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/model"
-	"github.com/trafficmap/publisher/publish/routesink"
-	"github.com/trafficmap/publisher/publish/xdssink"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -37,45 +35,19 @@ import (
 //
 // Data flows one way; no step calls back into an earlier one.
 
-// Reasons of the Published condition. They are part of the publisher's interface: the
-// README documents each one.
-const (
-	ReasonPublished              = "Published"
-	ReasonPublishing             = "Publishing"
-	ReasonInvalidTrafficMap      = "InvalidTrafficMap"
-	ReasonInvalidDrainAnnotation = "InvalidDrainAnnotation"
-	ReasonInvalidTaints          = "InvalidTaints"
-	ReasonInvalidTolerations     = "InvalidTolerations"
-	ReasonInvalidRamp            = "InvalidRampAnnotation"
-	ReasonRamping                = "Ramping"
-	ReasonSourceNotFound         = "SourceNotFound"
-	ReasonHostnameConflict       = model.ReasonHostnameConflict
-	ReasonRouteConflict          = routesink.ReasonConflict
-	ReasonRouteRefused           = routesink.ReasonRefused
-	ReasonRouteNotAccepted       = routesink.ReasonNotAccepted
-	ReasonLastPositiveRetained   = routesink.ReasonLastPositiveRetained
-	ReasonXDSRejected            = xdssink.ReasonRejected
-	ReasonXDSInvalid             = xdssink.ReasonInvalid
-)
-
-// Reasons of the Normal Events that mark a ramp's first step and its end (the Published
-// condition's Ramping reason marks its start).
-const (
-	ReasonRampStarted  = "RampStarted"
-	ReasonRampFinished = "RampFinished"
-)
+// The reasons of the Published condition are model.Reason constants (model/reason.go).
 
 // mapInputs is where the pipeline reads a map and its inputs (the informer caches).
 type mapInputs interface {
 	trafficMap(namespace, name string) (*v1beta1.TrafficMap, error)
-	gather(tm *v1beta1.TrafficMap) (gathered, error)
+	gather(tm *v1beta1.TrafficMap) (model.Gathered, error)
 	// sourceVersion is the live resourceVersion of the InferenceService namespace/name,
 	// read from the API server ("" when it does not exist).
 	sourceVersion(ctx context.Context, namespace, name string) (string, error)
 	// staleClusters compares the cluster taints a decision about tm used with the taint
 	// sources on the API server, read after the call began: "" when they agree, else the
 	// first difference (taintsources.go).
-	staleClusters(ctx context.Context, tm *v1beta1.TrafficMap, used []ClusterTaints) (string, error)
+	staleClusters(ctx context.Context, tm *v1beta1.TrafficMap, used []model.ClusterTaints) (string, error)
 	// writeRamps stores value as the InferenceService's weights.RampAnnotation ("" removes
 	// it), guarded by its resourceVersion (a conflict error when it moved on).
 	writeRamps(ctx context.Context, namespace, name, resourceVersion, value string) error
@@ -120,7 +92,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	}
 
 	g, err := r.inputs.gather(tm)
-	var ue *userError
+	var ue *model.UserError
 	if errors.As(err, &ue) {
 		return r.fail(ctx, tm, ue, log)
 	}
@@ -135,12 +107,12 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		return 0, err
 	}
 
-	if refused := refusal(r.sinks, &pl.plan); refused != nil {
-		_, hold, err = r.status.write(ctx, tm, decide(tm, pl, []model.Confirmation{*refused}), log)
+	if refused := refusal(r.sinks, &pl.Plan); refused != nil {
+		_, hold, err = r.status.write(ctx, tm, model.Decide(tm, pl, []model.Confirmation{*refused}), log)
 		return hold, err
 	}
 	tableHeld := false // a name is being granted to another map: look again soon
-	if len(pl.claimable) > 0 {
+	if len(pl.Claimable) > 0 {
 		tm, pl, tableHeld, err = r.claim(ctx, tm, g, pl, log)
 		if errors.As(err, &ue) {
 			return r.fail(ctx, tm, ue, log)
@@ -152,7 +124,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 
 	carried, durable, kept := true, false, true
 	for _, s := range r.sinks {
-		c := s.Carries(&pl.plan)
+		c := s.Carries(&pl.Plan)
 		carried = carried && c
 		if _, ok := s.(model.Durable); ok {
 			durable, kept = true, kept && c
@@ -162,7 +134,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		// With no Durable sink the record stands in for one: it is written for a content
 		// only after that content was announced (below), so together with a True
 		// condition it proves the condition was about this content (recordStore.carries).
-		c, err := r.record.carries(tm, &pl.plan)
+		c, err := r.record.carries(tm, &pl.Plan)
 		if err != nil {
 			return 0, err
 		}
@@ -170,27 +142,27 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	}
 	// A map with no Published condition claims nothing yet, so it has nothing to protect
 	// while clients reconnect (and a cold start of N new maps is not held by the grace).
-	pl.plan.Confirmed = durable && kept && publishedTrue(tm)
-	pl.plan.PublishedBefore = findPublished(tm) == nil || pl.plan.Confirmed
+	pl.Plan.Confirmed = durable && kept && model.PublishedTrue(tm)
+	pl.Plan.PublishedBefore = model.FindPublished(tm) == nil || pl.Plan.Confirmed
 	switch {
-	case needsAnnounce(tm, carried):
-		if tm, _, err = r.status.write(ctx, tm, notPublished(tm, ReasonPublishing, "publishing weights "+describeWeights(pl.plan.Result), nil), log); err != nil {
+	case model.NeedsAnnounce(tm, carried):
+		if tm, _, err = r.status.write(ctx, tm, model.NotPublished(tm, model.ReasonPublishing, "publishing weights "+model.DescribeWeights(pl.Plan.Result), nil), log); err != nil {
 			return 0, err
 		}
 	case !carried:
 		r.metrics.started(key) // no condition yet: the latency clock starts without a write
 	}
 
-	pl.plan.Published = publishedTrue(tm)
+	pl.Plan.Published = model.PublishedTrue(tm)
 	confs := make([]model.Confirmation, 0, len(r.sinks))
 	for _, s := range r.sinks {
-		c, err := s.Apply(ctx, &pl.plan)
+		c, err := s.Apply(ctx, &pl.Plan)
 		r.metrics.routeWritten(c.Writes)
 		if err != nil {
 			return 0, err
 		}
 		if c.Writes > 0 {
-			log.Info("sink wrote", zap.String("sink", s.Name()), zap.Int("writes", c.Writes), zap.String("weights", describeWeights(pl.plan.Result)))
+			log.Info("sink wrote", zap.String("sink", s.Name()), zap.Int("writes", c.Writes), zap.String("weights", model.DescribeWeights(pl.Plan.Result)))
 		}
 		if c.State == model.InPlace {
 			r.metrics.sinkConfirmed(key, s.Name())
@@ -209,24 +181,25 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 			log.Info("recorded the last valid drains, taints and tolerations", zap.String("configmap", RecordName(tm.Name)))
 		}
 	}
-	want := decide(tm, pl, confs)
+	want := model.Decide(tm, pl, confs)
+	want.Confirmed = pl.Plan.Confirmed
 	// Every sink applied the plan: names the map no longer claims are not served for it any
 	// more, so they leave its journal now (and other maps may be granted them).
 	// A sink that refused the plan (a contested hostname, a retained last positive route)
 	// may still serve the old names: then they stay.
-	dropped, keep := journaledNotClaimed(tm, r.publisher, pl.self), keptNames(tm, r.publisher, pl.self)
-	if slices.ContainsFunc(confs, func(c model.Confirmation) bool { return c.State == model.Refused }) || len(pl.plan.Conflicts) > 0 {
-		dropped, keep = nil, JournaledNames(tm, r.publisher)
+	dropped, keep := journaledNotClaimed(tm, r.publisher, pl.Self), keptNames(tm, r.publisher, pl.Self)
+	if slices.ContainsFunc(confs, func(c model.Confirmation) bool { return c.State == model.Refused }) || len(pl.Plan.Conflicts) > 0 {
+		dropped, keep = nil, model.JournaledNames(tm, r.publisher)
 	}
-	if want.journal, err = journalOf(tm, r.publisher, r.digest, keep); err != nil {
+	if want.Journal, err = model.JournalOf(tm, r.publisher, r.digest, keep); err != nil {
 		return 0, err
 	}
-	if want.published {
-		if lp := lastPositive(tm, &pl.plan, r.digest); lp != nil {
-			want.journal.LastPositive = lp
+	if want.Published {
+		if lp := model.LastPositive(tm, &pl.Plan, r.digest); lp != nil {
+			want.Journal.LastPositive = lp
 		}
 	}
-	if want.published && !publishedTrue(tm) && findPublished(tm) != nil {
+	if want.Published && !model.PublishedTrue(tm) && model.FindPublished(tm) != nil {
 		// Turning True: the decision must not be older than the InferenceService it was
 		// made from. A drain patched after the cache was read (`publisher drain` flips
 		// Published False, then patches) would otherwise be reported as published by a
@@ -235,20 +208,20 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		if err != nil {
 			return 0, err
 		}
-		if live != g.isvc.ResourceVersion {
+		if live != g.Source.ResourceVersion {
 			log.Debug("inferenceservice changed since the cache was read; deciding again",
-				zap.String("cached", g.isvc.ResourceVersion), zap.String("live", live))
+				zap.String("cached", g.Source.ResourceVersion), zap.String("live", live))
 			return sourceRetry, nil
 		}
 		// The same for the taints of its clusters, which `publisher taint` patches after its
 		// flip, and whose source no informer may watch yet.
-		if stale, err := r.inputs.staleClusters(ctx, tm, g.inputs.Clusters); err != nil || stale != "" {
+		if stale, err := r.inputs.staleClusters(ctx, tm, g.Inputs.Clusters); err != nil || stale != "" {
 			log.Debug("cluster taints changed since the cache was read; deciding again", zap.String("stale", stale), zap.Error(err))
 			return sourceRetry, err
 		}
 	}
-	if !want.published && log.Core().Enabled(zap.DebugLevel) {
-		log.Debug("not published yet", zap.String("reason", want.condition.Reason), zap.String("message", want.condition.Message))
+	if !want.Published && log.Core().Enabled(zap.DebugLevel) {
+		log.Debug("not published yet", zap.String("reason", want.Condition.Reason), zap.String("message", want.Condition.Message))
 	}
 	written, hold, err := r.status.write(ctx, tm, want, log)
 	if tableHeld && (hold <= 0 || hold > claimRetry) {
@@ -256,11 +229,11 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		// deletion may not, so it is looked at again after claimRetry anyway.
 		hold = claimRetry
 	}
-	if err == nil && hold == 0 && len(dropped) > 0 && !slices.Equal(JournaledNames(written, r.publisher), JournaledNames(tm, r.publisher)) {
+	if err == nil && hold == 0 && len(dropped) > 0 && !slices.Equal(model.JournaledNames(written, r.publisher), model.JournaledNames(tm, r.publisher)) {
 		r.claims.release(key.String(), dropped)
 		log.Info("claim journal dropped names no longer claimed", zap.Strings("names", dropped))
 	}
-	if err != nil || len(pl.computed.Ramps) == 0 {
+	if err != nil || len(pl.Computed.Ramps) == 0 {
 		return hold, err
 	}
 	next, err := r.advanceRamps(ctx, tm, g, pl, confs, log)
@@ -279,8 +252,8 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 // that ended. It returns how long until a step is due (0 for none), or sourceRetry when the
 // InferenceService moved on since it was read. The annotation is the ramp's only state:
 // a restarted publisher or a new leader continues from the step stored there.
-func (r *reconciler) advanceRamps(ctx context.Context, tm *v1beta1.TrafficMap, g gathered, pl *planned, confs []model.Confirmation, log *zap.Logger) (time.Duration, error) {
-	if len(pl.plan.Conflicts) > 0 {
+func (r *reconciler) advanceRamps(ctx context.Context, tm *v1beta1.TrafficMap, g model.Gathered, pl *model.Planned, confs []model.Confirmation, log *zap.Logger) (time.Duration, error) {
+	if len(pl.Plan.Conflicts) > 0 {
 		return 0, nil // the step is not served for this map's hostname: wait for the owner
 	}
 	for _, c := range confs {
@@ -289,31 +262,31 @@ func (r *reconciler) advanceRamps(ctx context.Context, tm *v1beta1.TrafficMap, g
 		}
 	}
 	now := r.status.now() // the status writer's clock
-	ramps := pl.computed.Ramps
-	next, changed, due := weights.AdvanceRamps(ramps, pl.computed.Progress, now)
+	ramps := pl.Computed.Ramps
+	next, changed, due := weights.AdvanceRamps(ramps, pl.Computed.Progress, now)
 	if !changed {
 		if due.IsZero() {
 			return 0, nil
 		}
 		return max(due.Sub(now), time.Millisecond), nil
 	}
-	err := r.inputs.writeRamps(ctx, g.isvc.Namespace, g.isvc.Name, g.isvc.ResourceVersion, weights.EncodeRamps(next))
+	err := r.inputs.writeRamps(ctx, g.Source.Namespace, g.Source.Name, g.Source.ResourceVersion, weights.EncodeRamps(next))
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return sourceRetry, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	for _, p := range pl.computed.Progress {
+	for _, p := range pl.Computed.Progress {
 		i := slices.IndexFunc(next, func(n weights.Ramp) bool { return n.Cluster == p.Cluster })
 		switch {
 		case i < 0:
 			r.metrics.rampStep(string(p.Direction))
-			r.event(tm, ReasonRampFinished, fmt.Sprintf("ramp of %s %s finished: step %d of %d is the %s's weights", p.Cluster, p.Direction, p.Steps, p.Steps, finalWord(p.Direction)))
+			r.event(tm, model.ReasonRampFinished, fmt.Sprintf("ramp of %s %s finished: step %d of %d is the %s's weights", p.Cluster, p.Direction, p.Steps, p.Steps, finalWord(p.Direction)))
 		case next[i].Step != p.Step:
 			r.metrics.rampStep(string(p.Direction))
 			if p.Step == 0 {
-				r.event(tm, ReasonRampStarted, fmt.Sprintf("ramp of %s %s started: %d steps over %s, the last due %s",
+				r.event(tm, model.ReasonRampStarted, fmt.Sprintf("ramp of %s %s started: %d steps over %s, the last due %s",
 					p.Cluster, p.Direction, p.Steps, next[i].Duration, p.End.UTC().Format(time.RFC3339)))
 			}
 		}
@@ -331,10 +304,10 @@ const claimRetry = time.Second
 // stored and the plan made again from it (the granted names are then owned). A name the
 // table holds for another map stays a conflict naming that map, and held is true; the
 // grants of a holder the cache no longer has (deleted) are dropped first.
-func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g gathered, pl *planned, log *zap.Logger) (
-	_ *v1beta1.TrafficMap, _ *planned, held bool, _ error) {
+func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g model.Gathered, pl *model.Planned, log *zap.Logger) (
+	_ *v1beta1.TrafficMap, _ *model.Planned, held bool, _ error) {
 	key := tm.Namespace + "/" + tm.Name
-	granted, added, holders := r.claims.reserve(key, pl.claimable)
+	granted, added, holders := r.claims.reserve(key, pl.Claimable)
 	stale := false
 	for _, h := range holders {
 		ns, name, _ := strings.Cut(h.Key, "/")
@@ -345,11 +318,11 @@ func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g gather
 	}
 	if stale {
 		var more []string
-		granted, more, holders = r.claims.reserve(key, pl.claimable)
+		granted, more, holders = r.claims.reserve(key, pl.Claimable)
 		added = append(added, more...)
 	}
 	if len(granted) > 0 {
-		j, err := journalOf(tm, r.publisher, r.digest, append(JournaledNames(tm, r.publisher), granted...))
+		j, err := model.JournalOf(tm, r.publisher, r.digest, append(model.JournaledNames(tm, r.publisher), granted...))
 		if err != nil {
 			r.claims.release(key, added)
 			return tm, pl, false, err
@@ -361,15 +334,15 @@ func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g gather
 		}
 		log.Info("claimed names", zap.Strings("names", granted), zap.Strings("journal", j.ClaimedTargets))
 		tm = updated
-		g.inputs.TrafficMap = tm
+		g.Inputs.TrafficMap = tm
 		if pl, err = planMap(r.hosts, g); err != nil {
 			return tm, pl, false, err
 		}
 	}
-	for i, c := range pl.plan.Conflicts {
+	for i, c := range pl.Plan.Conflicts {
 		if h, ok := holders[c.Hostname]; ok && c.Unjournaled {
 			ns, name, _ := strings.Cut(h.Key, "/")
-			pl.plan.Conflicts[i] = model.Conflict{Hostname: c.Hostname, Owner: model.Owner{Kind: KindTrafficMap, Namespace: ns, Name: name, Hostname: h.Name}}
+			pl.Plan.Conflicts[i] = model.Conflict{Hostname: c.Hostname, Owner: model.Owner{Kind: model.KindTrafficMap, Namespace: ns, Name: name, Hostname: h.Name}}
 		}
 	}
 	return tm, pl, len(holders) > 0, nil
@@ -377,15 +350,15 @@ func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g gather
 
 // keptNames are the names tm's journal keeps after a plan for self was applied: the
 // journaled ones self still claims.
-func keptNames(tm *v1beta1.TrafficMap, publisher string, self Claim) []string {
-	claimed := uniqueNames(self.Names)
-	return slices.DeleteFunc(JournaledNames(tm, publisher), func(n string) bool { return !slices.Contains(claimed, n) })
+func keptNames(tm *v1beta1.TrafficMap, publisher string, self model.Claim) []string {
+	claimed := model.UniqueNames(self.Names)
+	return slices.DeleteFunc(model.JournaledNames(tm, publisher), func(n string) bool { return !slices.Contains(claimed, n) })
 }
 
 // journaledNotClaimed are the names tm's journal holds that self no longer claims.
-func journaledNotClaimed(tm *v1beta1.TrafficMap, publisher string, self Claim) []string {
-	claimed := uniqueNames(self.Names)
-	return slices.DeleteFunc(JournaledNames(tm, publisher), func(n string) bool { return slices.Contains(claimed, n) })
+func journaledNotClaimed(tm *v1beta1.TrafficMap, publisher string, self model.Claim) []string {
+	claimed := model.UniqueNames(self.Names)
+	return slices.DeleteFunc(model.JournaledNames(tm, publisher), func(n string) bool { return slices.Contains(claimed, n) })
 }
 
 // finalWord names what a ramp's last step is: the drain's weights (down) or the undrain's.
@@ -397,9 +370,9 @@ func finalWord(d weights.RampDirection) string {
 }
 
 // event records a Normal Event on tm (only while leading, like every Event).
-func (r *reconciler) event(tm *v1beta1.TrafficMap, reason, message string) {
+func (r *reconciler) event(tm *v1beta1.TrafficMap, reason model.Reason, message string) {
 	if r.status.recorder != nil {
-		r.status.recorder.Event(tm, corev1.EventTypeNormal, reason, message)
+		r.status.recorder.Event(tm, corev1.EventTypeNormal, string(reason), message)
 	}
 }
 
@@ -429,8 +402,8 @@ func (e *refusedError) Error() string {
 }
 
 // fail records a user error: Published False and an Event, no hot retry.
-func (r *reconciler) fail(ctx context.Context, tm *v1beta1.TrafficMap, ue *userError, log *zap.Logger) (time.Duration, error) {
-	_, _, err := r.status.write(ctx, tm, notPublished(tm, ue.reason, ue.message, nil), log)
+func (r *reconciler) fail(ctx context.Context, tm *v1beta1.TrafficMap, ue *model.UserError, log *zap.Logger) (time.Duration, error) {
+	_, _, err := r.status.write(ctx, tm, model.NotPublished(tm, ue.Reason, ue.Message, nil), log)
 	return 0, err
 }
 
@@ -495,7 +468,7 @@ func (s planSource) Plan(namespace, name string) (*model.Plan, bool, error) {
 			}
 		}
 	}
-	if refused := refusal(others, &pl.plan); refused != nil {
+	if refused := refusal(others, &pl.Plan); refused != nil {
 		return nil, true, &refusedError{conf: refused}
 	}
 	if servedBeforeJournals(tm) {
@@ -504,14 +477,14 @@ func (s planSource) Plan(namespace, name string) (*model.Plan, bool, error) {
 		// minutes at fleet scale, and a proxyless client reconnecting to an upgraded
 		// replica would otherwise find no listener for its name). Names another map
 		// journaled stay conflicts.
-		pl.plan.Conflicts = slices.DeleteFunc(pl.plan.Conflicts, func(c model.Conflict) bool { return c.Unjournaled })
+		pl.Plan.Conflicts = slices.DeleteFunc(pl.Plan.Conflicts, func(c model.Conflict) bool { return c.Unjournaled })
 	}
-	return &pl.plan, true, nil
+	return &pl.Plan, true, nil
 }
 
 // servedBeforeJournals reports whether tm was published by a publisher version that wrote
 // no claim journal: it has a Published condition but no status.publisher. A new map (no
 // condition yet) is served only once journaled.
 func servedBeforeJournals(tm *v1beta1.TrafficMap) bool {
-	return tm.Status.Publisher == nil && findPublished(tm) != nil
+	return tm.Status.Publisher == nil && model.FindPublished(tm) != nil
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
 )
 
 // The taint sources' freshness and discovery (issue 25 item 5):
@@ -50,15 +51,15 @@ type taintSource struct {
 	resource string // as named in logs, health and errors
 	// read is the source's view of one object (InferenceClusterTaints,
 	// WorkloadClusterTaints).
-	read func(u *unstructured.Unstructured) ClusterTaints
+	read func(u *unstructured.Unstructured) model.ClusterTaints
 }
 
 // taintSources are the optional taint sources, in the order they are read.
 var taintSources = []taintSource{
-	{kind: KindInferenceCluster, gvr: InferenceClustersResource, resource: "inferenceclusters.modelplane.ai", read: InferenceClusterTaints},
-	{kind: KindWorkloadCluster, gvr: WorkloadClustersResource, resource: "workloadclusters.ome.io",
-		read: func(u *unstructured.Unstructured) ClusterTaints {
-			return WorkloadClusterTaints(u.GetName(), u.GetAnnotations())
+	{kind: model.KindInferenceCluster, gvr: model.InferenceClustersResource, resource: "inferenceclusters.modelplane.ai", read: model.InferenceClusterTaints},
+	{kind: model.KindWorkloadCluster, gvr: model.WorkloadClustersResource, resource: "workloadclusters.ome.io",
+		read: func(u *unstructured.Unstructured) model.ClusterTaints {
+			return model.WorkloadClusterTaints(u.GetName(), u.GetAnnotations())
 		}},
 }
 
@@ -66,7 +67,7 @@ var taintSources = []taintSource{
 func (c *caches) taintInformer(kind string) cache.SharedIndexInformer {
 	c.sourcesMu.RLock()
 	defer c.sourcesMu.RUnlock()
-	if kind == KindWorkloadCluster {
+	if kind == model.KindWorkloadCluster {
 		return c.workloadClusters
 	}
 	return c.inferenceClusters
@@ -76,7 +77,7 @@ func (c *caches) taintInformer(kind string) cache.SharedIndexInformer {
 func (c *caches) setTaintInformer(kind string, inf cache.SharedIndexInformer) {
 	c.sourcesMu.Lock()
 	defer c.sourcesMu.Unlock()
-	if kind == KindWorkloadCluster {
+	if kind == model.KindWorkloadCluster {
 		c.workloadClusters = inf
 	} else {
 		c.inferenceClusters = inf
@@ -97,7 +98,7 @@ func (c *caches) kickDiscovery() {
 // when they are, else the first difference, naming the source and the cluster. Only the
 // taints count: another field of a cluster object that changed holds no map. A difference
 // on a source no informer watches kicks the discovery.
-func (c *caches) staleClusters(ctx context.Context, tm *v1beta1.TrafficMap, used []ClusterTaints) (string, error) {
+func (c *caches) staleClusters(ctx context.Context, tm *v1beta1.TrafficMap, used []model.ClusterTaints) (string, error) {
 	live, err := c.live.read(ctx)
 	if err != nil {
 		return "", err
@@ -119,25 +120,25 @@ func (c *caches) staleClusters(ctx context.Context, tm *v1beta1.TrafficMap, used
 	return "", nil
 }
 
-func findTaints(list []ClusterTaints, kind, cluster string) (ClusterTaints, bool) {
+func findTaints(list []model.ClusterTaints, kind, cluster string) (model.ClusterTaints, bool) {
 	for _, ct := range list {
 		if ct.Kind == kind && ct.Cluster == cluster {
 			return ct, true
 		}
 	}
-	return ClusterTaints{}, false
+	return model.ClusterTaints{}, false
 }
 
 // taintsKey is what a source says of a cluster, for comparison: its taints, or its parse
 // error; no object says what an object without taints says.
-func taintsKey(ct ClusterTaints, found bool) string {
+func taintsKey(ct model.ClusterTaints, found bool) string {
 	switch {
 	case !found:
-		return "taints " + describeTaints(nil)
+		return "taints " + model.DescribeTaints(nil)
 	case ct.Err != nil:
 		return "malformed taints (" + ct.Err.Error() + ")"
 	}
-	return "taints " + describeTaints(ct.Taints)
+	return "taints " + model.DescribeTaints(ct.Taints)
 }
 
 // liveTaints reads every taint source from the API server, past the caches: one list per
@@ -156,12 +157,12 @@ type liveRound struct {
 	done chan struct{}
 	// taints holds, per source kind, what each existing object says, by name; a source
 	// whose API is not served has none.
-	taints map[string]map[string]ClusterTaints
+	taints map[string]map[string]model.ClusterTaints
 	err    error
 }
 
 // read returns the taint sources as read by a round that started after this call.
-func (l *liveTaints) read(ctx context.Context) (map[string]map[string]ClusterTaints, error) {
+func (l *liveTaints) read(ctx context.Context) (map[string]map[string]model.ClusterTaints, error) {
 	l.mu.Lock()
 	r := l.next
 	if r == nil {
@@ -198,12 +199,12 @@ func (l *liveTaints) run() {
 	}
 }
 
-func (l *liveTaints) list() (map[string]map[string]ClusterTaints, error) {
+func (l *liveTaints) list() (map[string]map[string]model.ClusterTaints, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), liveReadTimeout)
 	defer cancel()
-	out := make(map[string]map[string]ClusterTaints, len(taintSources))
+	out := make(map[string]map[string]model.ClusterTaints, len(taintSources))
 	for _, src := range taintSources {
-		byName := map[string]ClusterTaints{}
+		byName := map[string]model.ClusterTaints{}
 		out[src.kind] = byName
 		list, err := l.dyn.Resource(src.gvr).List(ctx, metav1.ListOptions{})
 		if apierrors.IsNotFound(err) {

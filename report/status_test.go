@@ -20,7 +20,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
 )
@@ -47,7 +47,7 @@ func source(annotations map[string]string) *metav1.PartialObjectMetadata {
 // builtRoute is what the publisher stores for tm with these drains, accepted by prod/global.
 func builtRoute(t *testing.T, tm *v1beta1.TrafficMap, annotations map[string]string, accepted bool) *gwapiv1.HTTPRoute {
 	t.Helper()
-	c, err := publish.Compute(publish.Inputs{TrafficMap: tm, SourceAnnotations: annotations})
+	c, err := model.Compute(model.Inputs{TrafficMap: tm, SourceAnnotations: annotations})
 	require.NoError(t, err)
 	cfg := httproute.Config{Gateway: types.NamespacedName{Namespace: "prod", Name: "global"}}
 	d, err := httproute.Build(cfg, httproute.Source{Namespace: "prod", Name: "chat", Service: "chat", GlobalHost: "chat.example.com"},
@@ -128,7 +128,7 @@ func TestBuildDrained(t *testing.T) {
 }
 
 // A malformed annotation shows the parser's error and the drains the publisher keeps: the
-// ones recorded on the route, exactly what publish.Compute uses.
+// ones recorded on the route, exactly what model.Compute uses.
 func TestBuildMalformedKeepsRecordedDrains(t *testing.T) {
 	tm := seedMap()
 	route := builtRoute(t, tm, map[string]string{weights.DrainAnnotation: seedValue}, true)
@@ -154,7 +154,7 @@ func TestBuildMalformedWithoutRoute(t *testing.T) {
 	s := Build(Objects{TrafficMap: tm, Source: source(map[string]string{weights.DrainAnnotation: `nope`})})
 	assert.Equal(t, AnnotationMalformed, s.Drains.State)
 	assert.True(t, s.Drains.NoFallback)
-	assert.Contains(t, s.Error, publish.ErrNoDrainFallback.Error())
+	assert.Contains(t, s.Error, model.ErrNoDrainFallback.Error())
 	assert.Nil(t, s.Clusters[0].Effective, "unknown, never read as no drains")
 	assert.False(t, s.Sinks.HTTPRoute.Found)
 	var out bytes.Buffer
@@ -215,7 +215,7 @@ func TestForCluster(t *testing.T) {
 
 func TestBuildFleetTaints(t *testing.T) {
 	tm := seedMap()
-	taints := []publish.ClusterTaints{publish.WorkloadClusterTaints("worker-a", map[string]string{
+	taints := []model.ClusterTaints{model.WorkloadClusterTaints("worker-a", map[string]string{
 		weights.TaintsAnnotation: `[{"key":"maintenance","value":"planned","effect":"NoExecute"}]`,
 	})}
 	s := Build(Objects{TrafficMap: tm, Source: source(nil), Clusters: taints})
@@ -228,7 +228,7 @@ func TestBuildFleetTaints(t *testing.T) {
 	s = Build(Objects{TrafficMap: tm, Source: source(tolerated), Clusters: taints})
 	assert.Equal(t, int32(1), *s.Clusters[0].Effective, "a tolerated taint holds nothing")
 
-	bad := []publish.ClusterTaints{publish.WorkloadClusterTaints("worker-a", map[string]string{weights.TaintsAnnotation: `nope`})}
+	bad := []model.ClusterTaints{model.WorkloadClusterTaints("worker-a", map[string]string{weights.TaintsAnnotation: `nope`})}
 	s = Build(Objects{TrafficMap: tm, Source: source(nil), Clusters: bad})
 	assert.Contains(t, s.Error, "no route records the last valid taints", "malformed taints are never no taints")
 	assert.Nil(t, s.Clusters[0].Effective)
@@ -343,9 +343,9 @@ func TestBuildHostnameConflict(t *testing.T) {
 	o := Objects{TrafficMap: seedMap(), Source: source(map[string]string{v1beta1.AnnotationGlobalHost: "chat.example.com"}), ClaimsRead: true}
 	o.TrafficMap.CreationTimestamp = metav1.NewTime(time.Date(2026, 12, 3, 11, 0, 0, 0, time.UTC))
 	older := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	o.Claims = []publish.Claim{
-		{Kind: publish.KindTrafficMap, Namespace: "staging", Name: "chat", Created: older, Names: []string{"chat.staging", "chat.example.com"}},
-		{Kind: publish.KindTrafficMap, Namespace: "zeta", Name: "chat", Created: older.Add(2 * time.Hour), Names: []string{"chat.zeta", "chat.prod"}},
+	o.Claims = []model.Claim{
+		{Kind: model.KindTrafficMap, Namespace: "staging", Name: "chat", Created: older, Names: []string{"chat.staging", "chat.example.com"}},
+		{Kind: model.KindTrafficMap, Namespace: "zeta", Name: "chat", Created: older.Add(2 * time.Hour), Names: []string{"chat.zeta", "chat.prod"}},
 	}
 	s := Build(o)
 	assert.Equal(t, []Hostname{

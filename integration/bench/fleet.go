@@ -21,7 +21,7 @@ import (
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
 )
 
 // The fleet's shape: every map has clustersPerMap entries of entryWeight each.
@@ -165,7 +165,7 @@ func routeWeights(route *gwapiv1.HTTPRoute, mapIndex int) string {
 // with a message that agrees with the intent.
 func publishedFor(tm *v1beta1.TrafficMap, in intent) bool {
 	c := meta.FindStatusCondition(tm.Status.Conditions, v1beta1.ConditionPublished)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != publish.ReasonPublished || c.ObservedGeneration != tm.Generation {
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(model.ReasonPublished) || c.ObservedGeneration != tm.Generation {
 		return false
 	}
 	if in.id == "" {

@@ -38,19 +38,19 @@ import (
 // Name is the sink's name in --sinks.
 const Name = "httproute"
 
-// Reasons of the Published condition this sink reports.
+// Reasons of the Published condition this sink reports (model.Reason constants).
 const (
 	// ReasonConflict: a foreign object holds the route's or a Service's name.
-	ReasonConflict = "RouteConflict"
+	ReasonConflict = model.ReasonRouteConflict
 	// ReasonRefused: the plan cannot be written as a route (for example too many entries).
-	ReasonRefused = "RouteRefused"
+	ReasonRefused = model.ReasonRouteRefused
 	// ReasonNotAccepted: the parent Gateway did not accept the route.
-	ReasonNotAccepted = "RouteNotAccepted"
+	ReasonNotAccepted = model.ReasonRouteNotAccepted
 	// ReasonLastPositiveRetained: every weight is 0 and the policy keeps the last positive
 	// weights on the route.
-	ReasonLastPositiveRetained = "LastPositiveRetained"
+	ReasonLastPositiveRetained = model.ReasonLastPositiveRetained
 	// ReasonWaiting: the route is stored and the gateway has not decided yet.
-	ReasonWaiting = "Publishing"
+	ReasonWaiting = model.ReasonPublishing
 )
 
 // Config configures the sink.

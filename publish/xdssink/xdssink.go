@@ -50,12 +50,12 @@ import (
 // Name is the sink's name in --sinks.
 const Name = "xds"
 
-// Reasons of the Published condition this sink reports.
+// Reasons of the Published condition this sink reports (model.Reason constants).
 const (
 	// ReasonRejected: an xDS client NACKed a version carrying the map's content.
-	ReasonRejected = "XDSRejected"
+	ReasonRejected = model.ReasonXDSRejected
 	// ReasonInvalid: the map's resources failed validation; its last good ones stay served.
-	ReasonInvalid = "XDSInvalid"
+	ReasonInvalid = model.ReasonXDSInvalid
 )
 
 // snapshotKey is the one key of the rebuild queue: every change enqueues it, so a burst
