@@ -19,9 +19,8 @@ import (
 	"github.com/trafficmap/publisher/model"
 )
 
-// RecordName returns the name of the record ConfigMap of the TrafficMap named mapName: the
-// map's route name (httproute.RouteName), bounded and distinct per map.
-func RecordName(mapName string) string { return httproute.RouteName(mapName) }
+// RecordName is httproute.RecordName.
+func RecordName(mapName string) string { return httproute.RecordName(mapName) }
 
 // recordStore writes and deletes the record ConfigMaps, by server-side apply under the
 // publisher's field manager, reading the current ones from the caches. Its own writes are

@@ -24,8 +24,6 @@ import (
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/model/replicas"
-	"github.com/trafficmap/publisher/publish"
-	"github.com/trafficmap/publisher/xds"
 )
 
 // Needs is the permission the status view needs, for permission errors.
@@ -122,7 +120,7 @@ func DebugXDSURL(publisher string) (string, error) {
 
 // ReadXDS reads the publisher's /debug/xds document at debugURL with client
 // (http.DefaultClient when nil).
-func ReadXDS(ctx context.Context, client *http.Client, debugURL string) (*xds.DebugState, error) {
+func ReadXDS(ctx context.Context, client *http.Client, debugURL string) (*model.XDSDebugState, error) {
 	if client == nil {
 		client = http.DefaultClient
 	}
@@ -149,7 +147,7 @@ func ReadXDS(ctx context.Context, client *http.Client, debugURL string) (*xds.De
 	if len(body) > MaxDebugXDSBytes {
 		return nil, fmt.Errorf("read %s: the document exceeds %d bytes", debugURL, MaxDebugXDSBytes)
 	}
-	var d xds.DebugState
+	var d model.XDSDebugState
 	if err := json.Unmarshal(body, &d); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", debugURL, err)
 	}
@@ -223,7 +221,7 @@ func (r Reader) record(ctx context.Context, tm *v1beta1.TrafficMap) *model.Recor
 		return nil
 	}
 	u, err := r.Dynamic.Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).Namespace(tm.Namespace).
-		Get(ctx, publish.RecordName(tm.Name), metav1.GetOptions{})
+		Get(ctx, httproute.RecordName(tm.Name), metav1.GetOptions{})
 	if err != nil {
 		return nil
 	}

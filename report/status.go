@@ -18,7 +18,6 @@ import (
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/model/replicas"
 	"github.com/trafficmap/publisher/weights"
-	"github.com/trafficmap/publisher/xds"
 )
 
 // APIVersion is the version of the reports' JSON and YAML form.
@@ -60,7 +59,7 @@ type Objects struct {
 	// publisher reads them.
 	Clusters []model.ClusterTaints
 	// XDS is the publisher's /debug/xds document; nil when it was not read.
-	XDS *xds.DebugState
+	XDS *model.XDSDebugState
 	// Record is the fallback state of the publisher's record ConfigMap, read when there is
 	// no route (--sinks xds alone); nil otherwise.
 	Record *model.Recorded
@@ -215,13 +214,13 @@ type XDSSink struct {
 	// Served is the version served to each flavour, per resource type ("Listener",
 	// "RouteConfiguration", "Cluster"). Every flavour's snapshot carries every map the
 	// publisher serves over xDS.
-	Served map[xds.Flavour]map[string]string `json:"served,omitempty"`
+	Served map[model.Flavour]map[string]string `json:"served,omitempty"`
 	// Clients are the connected clients, sorted by node id.
 	Clients []XDSClient `json:"clients"`
 	// Replicas are the publisher's replicas with their xDS clients, when it runs several
 	// (every live replica's relevant clients count for Published).
 	Replicas []replicas.Replica `json:"replicas,omitempty"`
-	// Map is this map's relevance as the publisher judges it (xds.DebugMap): nil when the
+	// Map is this map's relevance as the publisher judges it (model.XDSDebugMap): nil when the
 	// publisher did not report it (it does not serve the map, or an older publisher).
 	Map *XDSMap `json:"map,omitempty"`
 }
@@ -238,8 +237,8 @@ type XDSMap struct {
 
 // XDSClient is one connected xDS client.
 type XDSClient struct {
-	NodeID  string      `json:"nodeID"`
-	Flavour xds.Flavour `json:"flavour"`
+	NodeID  string        `json:"nodeID"`
+	Flavour model.Flavour `json:"flavour"`
 	// Acked is the last version the client ACKed, per resource type.
 	Acked map[string]string `json:"acked"`
 	// Nacked is the client's last NACK per resource type (cleared by a later ACK of it).
@@ -462,7 +461,7 @@ func published(tm *v1beta1.TrafficMap) Published {
 }
 
 // xdsSink reduces the /debug/xds document; d nil means it was not read.
-func xdsSink(d *xds.DebugState, source, key string, reps []replicas.Replica) XDSSink {
+func xdsSink(d *model.XDSDebugState, source, key string, reps []replicas.Replica) XDSSink {
 	x := XDSSink{Clients: []XDSClient{}}
 	if d == nil {
 		return x
@@ -483,7 +482,7 @@ func xdsSink(d *xds.DebugState, source, key string, reps []replicas.Replica) XDS
 	}
 	for f, vs := range d.Snapshots {
 		if x.Served == nil {
-			x.Served = map[xds.Flavour]map[string]string{}
+			x.Served = map[model.Flavour]map[string]string{}
 		}
 		x.Served[f] = map[string]string{}
 		for typ, v := range vs {

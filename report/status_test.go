@@ -242,16 +242,16 @@ func TestBuildPublishedAndXDSClients(t *testing.T) {
 	tm.Status.Conditions[0] = metav1.Condition{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse, Reason: "XDSRejected",
 		ObservedGeneration: 3, LastTransitionTime: at,
 		Message: "xds client envoy-b rejected version v2 (Cluster): tls context unsupported; xds version v9 ACKed by 7/7 clients"}
-	state := &xds.DebugState{
-		Snapshots: map[xds.Flavour]map[string]string{xds.FlavourEnvoy: {"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
-		Clients: []xds.DebugClient{
-			{NodeID: "envoy-b", Flavour: xds.FlavourEnvoy, Acked: map[string]string{"Cluster": "v1", "Listener": "v1", "RouteConfiguration": "v3"},
-				Nacked: map[string]xds.Nack{"Cluster": {Version: "v2", Message: "tls context unsupported"}}},
-			{NodeID: "envoy-a", Flavour: xds.FlavourEnvoy, Acked: map[string]string{"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
-			{NodeID: "grpc-a", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
-			{NodeID: "odd node\x1b[2J", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
+	state := &model.XDSDebugState{
+		Snapshots: map[model.Flavour]map[string]string{model.FlavourEnvoy: {"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
+		Clients: []model.XDSDebugClient{
+			{NodeID: "envoy-b", Flavour: model.FlavourEnvoy, Acked: map[string]string{"Cluster": "v1", "Listener": "v1", "RouteConfiguration": "v3"},
+				Nacked: map[string]model.XDSNack{"Cluster": {Version: "v2", Message: "tls context unsupported"}}},
+			{NodeID: "envoy-a", Flavour: model.FlavourEnvoy, Acked: map[string]string{"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
+			{NodeID: "grpc-a", Flavour: model.FlavourGRPC, Acked: map[string]string{}},
+			{NodeID: "odd node\x1b[2J", Flavour: model.FlavourGRPC, Acked: map[string]string{}},
 		},
-		Maps: []xds.DebugMap{
+		Maps: []model.XDSDebugMap{
 			{Key: "prod/other", Relevant: []string{"grpc-a/sotw-3"}, Acked: []string{}},
 			{Key: "prod/chat", Relevant: []string{"envoy-a/delta-1", "envoy-b/delta-2", "odd node\x1b[2J/sotw-4"}, Acked: []string{"envoy-a/delta-1"}},
 		},
@@ -262,19 +262,19 @@ func TestBuildPublishedAndXDSClients(t *testing.T) {
 		LastTransitionTime: &at, Freshness: Current}, s.Published)
 	assert.Equal(t, XDSSink{
 		Reported: true, Source: "http://127.0.0.1:8080/debug/xds",
-		Served: map[xds.Flavour]map[string]string{xds.FlavourEnvoy: {"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
+		Served: map[model.Flavour]map[string]string{model.FlavourEnvoy: {"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
 		Clients: []XDSClient{
-			{NodeID: "envoy-a", Flavour: xds.FlavourEnvoy, Acked: map[string]string{"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}, Current: true},
-			{NodeID: "envoy-b", Flavour: xds.FlavourEnvoy, Acked: map[string]string{"Cluster": "v1", "Listener": "v1", "RouteConfiguration": "v3"},
+			{NodeID: "envoy-a", Flavour: model.FlavourEnvoy, Acked: map[string]string{"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}, Current: true},
+			{NodeID: "envoy-b", Flavour: model.FlavourEnvoy, Acked: map[string]string{"Cluster": "v1", "Listener": "v1", "RouteConfiguration": "v3"},
 				Nacked: map[string]XDSNack{"Cluster": {Version: "v2", Message: "tls context unsupported"}}},
-			{NodeID: "grpc-a", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
-			{NodeID: "odd node\x1b[2J", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
+			{NodeID: "grpc-a", Flavour: model.FlavourGRPC, Acked: map[string]string{}},
+			{NodeID: "odd node\x1b[2J", Flavour: model.FlavourGRPC, Acked: map[string]string{}},
 		},
 		Map: &XDSMap{Relevant: []string{"envoy-a/delta-1", "envoy-b/delta-2", "odd node\x1b[2J/sotw-4"}, Acked: []string{"envoy-a/delta-1"},
 			Waiting: []string{"envoy-b/delta-2", "odd node\x1b[2J/sotw-4"}},
 	}, s.Sinks.XDS, "the document's state, sorted; the message's \"7/7\" is not read")
-	state.Snapshots[xds.FlavourEnvoy]["Cluster"] = "changed"
-	assert.Equal(t, "v2", s.Sinks.XDS.Served[xds.FlavourEnvoy]["Cluster"], "Build copies its input")
+	state.Snapshots[model.FlavourEnvoy]["Cluster"] = "changed"
+	assert.Equal(t, "v2", s.Sinks.XDS.Served[model.FlavourEnvoy]["Cluster"], "Build copies its input")
 
 	var out bytes.Buffer
 	require.NoError(t, Write(&out, s, "table"))
@@ -305,7 +305,7 @@ func TestBuildPublishedAndXDSClients(t *testing.T) {
 // ReadXDS decodes what the xDS server's own debug handler serves.
 func TestReadXDSFromDebugHandler(t *testing.T) {
 	srv := xds.NewServer(xds.ServerConfig{})
-	versions, err := srv.SetResources(context.Background(), xds.FlavourGRPC, xds.Resources{})
+	versions, err := srv.SetResources(context.Background(), model.FlavourGRPC, xds.Resources{})
 	require.NoError(t, err)
 	require.NotEmpty(t, versions)
 	hs := httptest.NewServer(srv.DebugHandler())
@@ -316,9 +316,9 @@ func TestReadXDSFromDebugHandler(t *testing.T) {
 	assert.Equal(t, hs.URL+"/debug/xds", u)
 	d, err := ReadXDS(context.Background(), hs.Client(), u)
 	require.NoError(t, err)
-	require.Len(t, d.Snapshots[xds.FlavourGRPC], len(versions))
+	require.Len(t, d.Snapshots[model.FlavourGRPC], len(versions))
 	for typeURL, v := range versions {
-		assert.Equal(t, v, d.Snapshots[xds.FlavourGRPC][path.Ext(typeURL)[1:]])
+		assert.Equal(t, v, d.Snapshots[model.FlavourGRPC][path.Ext(typeURL)[1:]])
 	}
 	assert.Empty(t, d.Clients)
 
