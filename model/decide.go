@@ -31,9 +31,8 @@ type Status struct {
 	// Progress marks a Pending answer: its news is only why the map is not published yet
 	// (a sink still working, a consumer count), so the status writer rewrites such a
 	// status at most once per progress interval while the condition stays False for the
-	// same reason. Counts are the pending sinks' typed consumer counts, in sink order.
+	// same reason.
 	Progress bool
-	Counts   []Progress
 	// Content, on a True status, is the Plan.Digest of what the condition says is
 	// published. A True condition at the same generation that the writer knows to be about
 	// the same Content is kept as it is: the consumer counts in a True message are those
@@ -107,11 +106,6 @@ func Decide(tm *v1beta1.TrafficMap, pl *Planned, confs []Confirmation) Status {
 			}
 			st := NotPublished(tm, reason, msg, ref)
 			st.Progress = true
-			for _, p := range confs {
-				if p.State == Pending && p.Progress != nil {
-					st.Counts = append(st.Counts, *p.Progress)
-				}
-			}
 			return st
 		default:
 			msg := c.Message + "; weights " + DescribeWeights(pl.Plan.Result)
