@@ -82,7 +82,9 @@ func ownerReferences(src Source) []metav1.OwnerReference {
 }
 
 // Key returns the source's namespace/name.
-func (s Source) Key() string { return s.Namespace + "/" + s.Name }
+func (s Source) Key() types.NamespacedName {
+	return types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+}
 
 // Desired is everything the sink stores for one TrafficMap.
 type Desired struct {

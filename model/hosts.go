@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Hostname ownership: one owner per name. Everything in this file is pure.
@@ -62,8 +64,8 @@ type Claim struct {
 	Journaled []string
 }
 
-// Key is the claimant's namespace/name.
-func (c Claim) Key() string { return c.Namespace + "/" + c.Name }
+// Key is the claimant's key.
+func (c Claim) Key() types.NamespacedName { return Key(c.Namespace, c.Name) }
 
 // Precedes reports whether a wins over b in a tie between two journaled (or two
 // unjournaled) claims: a is older, or as old and first by namespace/name.

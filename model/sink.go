@@ -24,6 +24,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/weights"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Plan is what one TrafficMap must publish, computed by a pure function from the caches'
@@ -109,8 +110,8 @@ func (p *Plan) Withheld(name string) bool {
 	return false
 }
 
-// Key is the map's namespace/name.
-func (p *Plan) Key() string { return p.Namespace + "/" + p.Name }
+// Key is the map's key.
+func (p *Plan) Key() types.NamespacedName { return Key(p.Namespace, p.Name) }
 
 // State is where a sink stands with a plan.
 type State int

@@ -162,7 +162,7 @@ func cached[T any](c *caches, infs []cache.SharedIndexInformer, namespace, name 
 	if inf == nil {
 		return zero, nil
 	}
-	obj, ok, err := inf.GetIndexer().GetByKey(namespace + "/" + name)
+	obj, ok, err := inf.GetIndexer().GetByKey(model.Key(namespace, name).String())
 	if err != nil || !ok {
 		return zero, err
 	}
@@ -201,7 +201,7 @@ func (c *caches) unconfirmed() []string {
 	for _, inf := range c.maps {
 		for _, obj := range inf.GetStore().List() {
 			if tm, ok := obj.(*v1beta1.TrafficMap); ok && !model.PublishedTrue(tm) {
-				out = append(out, tm.Namespace+"/"+tm.Name)
+				out = append(out, model.KeyOf(tm).String())
 			}
 		}
 	}
@@ -314,7 +314,7 @@ func (c *caches) Services(src httproute.Source) ([]*corev1.Service, error) {
 	if inf == nil {
 		return nil, nil
 	}
-	objs, err := inf.GetIndexer().ByIndex(indexBySource, src.Namespace+"/"+src.Name)
+	objs, err := inf.GetIndexer().ByIndex(indexBySource, model.Key(src.Namespace, src.Name).String())
 	if err != nil {
 		return nil, fmt.Errorf("list cached services: %w", err)
 	}
@@ -367,7 +367,7 @@ func indexServiceBySource(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	return []string{src.Namespace + "/" + src.Name}, nil
+	return []string{model.Key(src.Namespace, src.Name).String()}, nil
 }
 
 func indexTrafficMapByService(obj any) ([]string, error) {
@@ -375,7 +375,7 @@ func indexTrafficMapByService(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	return []string{tm.Namespace + "/" + tm.Spec.Service}, nil
+	return []string{model.Key(tm.Namespace, tm.Spec.Service).String()}, nil
 }
 
 func indexTrafficMapByRoute(obj any) ([]string, error) {
@@ -383,7 +383,7 @@ func indexTrafficMapByRoute(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	return []string{tm.Namespace + "/" + httproute.RouteName(tm.Name)}, nil
+	return []string{model.Key(tm.Namespace, httproute.RouteName(tm.Name)).String()}, nil
 }
 
 func indexTrafficMapByCluster(obj any) ([]string, error) {

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/trafficmap/publisher/model"
 )
 
@@ -31,24 +33,25 @@ import (
 // never grant overlapping names to two maps. All its state is guarded by mu.
 type claimTable struct {
 	mu     sync.Mutex
-	holder map[string]string   // granted name -> map key
-	index  map[string][]string // hostIndexKeys of a granted name -> granted names
-	byKey  map[string][]string // map key -> its granted names
+	holder map[string]types.NamespacedName   // granted name -> map key
+	index  map[string][]string               // hostIndexKeys of a granted name -> granted names
+	byKey  map[types.NamespacedName][]string // map key -> its granted names
 }
 
 func newClaimTable() *claimTable {
-	return &claimTable{holder: map[string]string{}, index: map[string][]string{}, byKey: map[string][]string{}}
+	return &claimTable{holder: map[string]types.NamespacedName{}, index: map[string][]string{}, byKey: map[types.NamespacedName][]string{}}
 }
 
 // tableHolder is the map that holds a name in the claim table.
 type tableHolder struct {
-	Key, Name string
+	Key  types.NamespacedName
+	Name string
 }
 
 // reserve grants key each of names that no other map holds in the table (no overlapping
 // name), and returns the granted ones, those of them key did not hold before (added: what
 // to release should the journal write fail) and, for the others, who holds them.
-func (t *claimTable) reserve(key string, names []string) (granted, added []string, held map[string]tableHolder) {
+func (t *claimTable) reserve(key types.NamespacedName, names []string) (granted, added []string, held map[string]tableHolder) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, n := range model.UniqueNames(names) {
@@ -74,7 +77,7 @@ func (t *claimTable) reserve(key string, names []string) (granted, added []strin
 }
 
 // overlapping returns a name another map than key holds that overlaps n.
-func (t *claimTable) overlapping(key, n string) (tableHolder, bool) {
+func (t *claimTable) overlapping(key types.NamespacedName, n string) (tableHolder, bool) {
 	for _, k := range hostLookupKeys(n) {
 		for _, m := range t.index[k] {
 			if h := t.holder[m]; h != key && model.HostnamesOverlap(n, m) {
@@ -87,7 +90,7 @@ func (t *claimTable) overlapping(key, n string) (tableHolder, bool) {
 
 // release drops key's grants of names (after its journal dropped them, or its journal
 // write failed).
-func (t *claimTable) release(key string, names []string) {
+func (t *claimTable) release(key types.NamespacedName, names []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, n := range model.UniqueNames(names) {
@@ -109,7 +112,7 @@ func (t *claimTable) release(key string, names []string) {
 }
 
 // forget drops every grant of a deleted map.
-func (t *claimTable) forget(key string) {
+func (t *claimTable) forget(key types.NamespacedName) {
 	t.mu.Lock()
 	names := slices.Clone(t.byKey[key])
 	t.mu.Unlock()

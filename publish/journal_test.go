@@ -28,7 +28,7 @@ func TestClaimTableGrantsOnce(t *testing.T) {
 			if i%2 == 1 {
 				name = "*.example.com"
 			}
-			wins[i], _, _ = table.reserve(fmt.Sprintf("ns/m%d", i), []string{name, fmt.Sprintf("m%d.ns", i)})
+			wins[i], _, _ = table.reserve(model.Key("ns", fmt.Sprintf("m%d", i)), []string{name, fmt.Sprintf("m%d.ns", i)})
 		}()
 	}
 	wg.Wait()
@@ -42,23 +42,23 @@ func TestClaimTableGrantsOnce(t *testing.T) {
 	assert.Equal(t, 1, winners, "one map is granted the overlapping names: %v", wins)
 
 	table = newClaimTable()
-	granted, added, held := table.reserve("prod/chat", []string{"chat.example.com"})
+	granted, added, held := table.reserve(model.Key("prod", "chat"), []string{"chat.example.com"})
 	assert.Equal(t, []string{"chat.example.com"}, granted)
 	assert.Equal(t, granted, added)
 	assert.Empty(t, held)
-	granted, added, _ = table.reserve("prod/chat", []string{"chat.example.com"})
+	granted, added, _ = table.reserve(model.Key("prod", "chat"), []string{"chat.example.com"})
 	assert.Equal(t, []string{"chat.example.com"}, granted, "granting again to the holder is a no-op")
 	assert.Empty(t, added)
-	granted, _, held = table.reserve("evil/chat", []string{"*.example.com"})
+	granted, _, held = table.reserve(model.Key("evil", "chat"), []string{"*.example.com"})
 	assert.Empty(t, granted)
-	assert.Equal(t, map[string]tableHolder{"*.example.com": {Key: "prod/chat", Name: "chat.example.com"}}, held)
-	table.release("evil/chat", []string{"chat.example.com"})
-	_, _, held = table.reserve("evil/chat", []string{"chat.example.com"})
+	assert.Equal(t, map[string]tableHolder{"*.example.com": {Key: model.Key("prod", "chat"), Name: "chat.example.com"}}, held)
+	table.release(model.Key("evil", "chat"), []string{"chat.example.com"})
+	_, _, held = table.reserve(model.Key("evil", "chat"), []string{"chat.example.com"})
 	assert.NotEmpty(t, held, "only the holder releases")
-	table.release("prod/chat", []string{"chat.example.com"})
-	granted, _, _ = table.reserve("evil/chat", []string{"*.example.com"})
+	table.release(model.Key("prod", "chat"), []string{"chat.example.com"})
+	granted, _, _ = table.reserve(model.Key("evil", "chat"), []string{"*.example.com"})
 	assert.Equal(t, []string{"*.example.com"}, granted)
-	table.forget("evil/chat")
+	table.forget(model.Key("evil", "chat"))
 	assert.Empty(t, table.holder)
 	assert.Empty(t, table.index)
 	assert.Empty(t, table.byKey)
@@ -218,7 +218,7 @@ func TestReconcileClaimTableHeld(t *testing.T) {
 	f := newFixture(t, s)
 	f.inputs.tm.Status.Publisher.ClaimedTargets = []string{"grpc:chat.prod"}
 	f.api.tm = f.inputs.tm.DeepCopy()
-	f.rec.claims.reserve("staging/other", []string{"*.example.com"})
+	f.rec.claims.reserve(model.Key("staging", "other"), []string{"*.example.com"})
 	hold, err := f.run(t)
 	require.NoError(t, err)
 	assert.Equal(t, claimRetry, hold)
@@ -228,7 +228,7 @@ func TestReconcileClaimTableHeld(t *testing.T) {
 	assert.Empty(t, s.applied[0].Hostnames)
 	assert.Equal(t, []string{"grpc:chat.prod"}, f.api.tm.Status.Publisher.ClaimedTargets)
 
-	f.rec.claims.forget("staging/other") // its journal write failed, or it was deleted
+	f.rec.claims.forget(model.Key("staging", "other")) // its journal write failed, or it was deleted
 	_, err = f.run(t)
 	require.NoError(t, err)
 	assert.Equal(t, metav1.ConditionTrue, f.published().Status)

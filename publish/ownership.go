@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -95,10 +96,10 @@ func byIndex(infs []cache.SharedIndexInformer, index string, keys []string) []an
 // caller checks their claims).
 func (c *caches) mapsNamed(name string) []*v1beta1.TrafficMap {
 	keys := hostLookupKeys(name)
-	seen := map[string]bool{}
+	seen := map[types.NamespacedName]bool{}
 	var out []*v1beta1.TrafficMap
 	add := func(tm *v1beta1.TrafficMap) {
-		if k := tm.Namespace + "/" + tm.Name; !seen[k] {
+		if k := model.KeyOf(tm); !seen[k] {
 			seen[k] = true
 			out = append(out, tm)
 		}
@@ -110,7 +111,7 @@ func (c *caches) mapsNamed(name string) []*v1beta1.TrafficMap {
 	}
 	for _, o := range byIndex(c.isvcs, indexByHostname, keys) {
 		if m, ok := o.(*metav1.PartialObjectMetadata); ok {
-			for _, tm := range c.mapsIndexed(indexByService, m.Namespace, m.Namespace+"/"+m.Name) {
+			for _, tm := range c.mapsIndexed(indexByService, m.Namespace, model.KeyOf(m).String()) {
 				add(tm)
 			}
 		}
@@ -120,10 +121,10 @@ func (c *caches) mapsNamed(name string) []*v1beta1.TrafficMap {
 
 // rivals returns the claims of the other maps that claim or journaled a name overlapping
 // name, in the same scope as namespace.
-func (c *caches) rivals(name, namespace, self string) []model.Claim {
+func (c *caches) rivals(name, namespace string, self types.NamespacedName) []model.Claim {
 	var out []model.Claim
 	for _, tm := range c.mapsNamed(name) {
-		if tm.Namespace+"/"+tm.Name == self || tm.DeletionTimestamp != nil || c.scoped && tm.Namespace != namespace {
+		if model.KeyOf(tm) == self || tm.DeletionTimestamp != nil || c.scoped && tm.Namespace != namespace {
 			continue
 		}
 		isvc, _ := c.inferenceService(tm.Namespace, tm.Spec.Service)
@@ -140,7 +141,7 @@ func (c *caches) rivals(name, namespace, self string) []model.Claim {
 // map that claims or journaled a name overlapping one of self's, and of every map that
 // journaled a name overlapping one such rival's unjournaled names.
 func (c *caches) claims(self model.Claim) []model.Claim {
-	seen := map[string]bool{self.Key(): true}
+	seen := map[types.NamespacedName]bool{self.Key(): true}
 	var out []model.Claim
 	for _, n := range model.UniqueNames(self.Names) {
 		for _, r := range c.rivals(n, self.Namespace, self.Key()) {
@@ -176,15 +177,15 @@ func (c *caches) foreignClaims(namespace string, names []string) []model.Claim {
 	if len(c.routes) == 0 {
 		return nil
 	}
-	seen := map[string]bool{}
+	seen := map[types.NamespacedName]bool{}
 	var out []model.Claim
 	for _, n := range model.UniqueNames(names) {
 		for _, o := range byIndex(c.routes, indexByHostname, hostLookupKeys(n)) {
 			route, ok := o.(*gwapiv1.HTTPRoute)
-			if !ok || seen[route.Namespace+"/"+route.Name] || !c.route.Contends(route, namespace) {
+			if !ok || seen[model.KeyOf(route)] || !c.route.Contends(route, namespace) {
 				continue
 			}
-			seen[route.Namespace+"/"+route.Name] = true
+			seen[model.KeyOf(route)] = true
 			cl := model.Claim{Kind: model.KindHTTPRoute, Namespace: route.Namespace, Name: route.Name, Created: route.CreationTimestamp.Time}
 			for _, h := range route.Spec.Hostnames {
 				cl.Names = append(cl.Names, string(h))

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
@@ -230,7 +230,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		hold = claimRetry
 	}
 	if err == nil && hold == 0 && len(dropped) > 0 && !slices.Equal(model.JournaledNames(written, r.publisher), model.JournaledNames(tm, r.publisher)) {
-		r.claims.release(key.String(), dropped)
+		r.claims.release(types.NamespacedName(key), dropped)
 		log.Info("claim journal dropped names no longer claimed", zap.Strings("names", dropped))
 	}
 	if err != nil || len(pl.Computed.Ramps) == 0 {
@@ -306,12 +306,11 @@ const claimRetry = time.Second
 // grants of a holder the cache no longer has (deleted) are dropped first.
 func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g model.Gathered, pl *model.Planned, log *zap.Logger) (
 	_ *v1beta1.TrafficMap, _ *model.Planned, held bool, _ error) {
-	key := tm.Namespace + "/" + tm.Name
+	key := model.KeyOf(tm)
 	granted, added, holders := r.claims.reserve(key, pl.Claimable)
 	stale := false
 	for _, h := range holders {
-		ns, name, _ := strings.Cut(h.Key, "/")
-		if other, err := r.inputs.trafficMap(ns, name); err == nil && (other == nil || other.DeletionTimestamp != nil) {
+		if other, err := r.inputs.trafficMap(h.Key.Namespace, h.Key.Name); err == nil && (other == nil || other.DeletionTimestamp != nil) {
 			r.claims.forget(h.Key) // its delete is being reconciled; its grants are void
 			stale = true
 		}
@@ -341,8 +340,7 @@ func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g model.
 	}
 	for i, c := range pl.Plan.Conflicts {
 		if h, ok := holders[c.Hostname]; ok && c.Unjournaled {
-			ns, name, _ := strings.Cut(h.Key, "/")
-			pl.Plan.Conflicts[i] = model.Conflict{Hostname: c.Hostname, Owner: model.Owner{Kind: model.KindTrafficMap, Namespace: ns, Name: name, Hostname: h.Name}}
+			pl.Plan.Conflicts[i] = model.Conflict{Hostname: c.Hostname, Owner: model.Owner{Kind: model.KindTrafficMap, Namespace: h.Key.Namespace, Name: h.Key.Name, Hostname: h.Name}}
 		}
 	}
 	return tm, pl, len(holders) > 0, nil
@@ -411,7 +409,7 @@ func (r *reconciler) fail(ctx context.Context, tm *v1beta1.TrafficMap, ue *model
 func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.Logger) error {
 	r.metrics.forget(key)
 	r.status.forget(key)
-	r.claims.forget(key.String())
+	r.claims.forget(types.NamespacedName(key))
 	var errs []error
 	for _, s := range r.sinks {
 		n, err := s.Delete(ctx, key.Namespace, key.Name)

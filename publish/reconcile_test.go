@@ -560,7 +560,7 @@ func TestReconcileStatusStaleCache(t *testing.T) {
 func TestReconcileOneDecision(t *testing.T) {
 	refuseMap := func(key string) func(*model.Plan) *model.Confirmation {
 		return func(p *model.Plan) *model.Confirmation {
-			if p.Key() != key {
+			if p.Key().String() != key {
 				return nil
 			}
 			return &model.Confirmation{State: model.Refused, Reason: model.ReasonRouteRefused,

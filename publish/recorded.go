@@ -32,7 +32,7 @@ type recordStore struct {
 	cached  func(namespace, name string) (*corev1.ConfigMap, error)
 
 	mu      sync.Mutex
-	content map[string]string // namespace/name of a map -> model.RecordKeyContent it last wrote
+	content map[types.NamespacedName]string // a map -> the model.RecordKeyContent it last wrote
 }
 
 // carries reports whether the map's record was written for plan's content (its
@@ -58,11 +58,11 @@ func (s *recordStore) carries(tm *v1beta1.TrafficMap, plan *model.Plan) (bool, e
 }
 
 // remember records that the map's record now holds content.
-func (s *recordStore) remember(key, content string) {
+func (s *recordStore) remember(key types.NamespacedName, content string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.content == nil {
-		s.content = map[string]string{}
+		s.content = map[types.NamespacedName]string{}
 	}
 	if content == "" {
 		delete(s.content, key)
@@ -114,7 +114,7 @@ func (s *recordStore) write(ctx context.Context, tm *v1beta1.TrafficMap, pl *mod
 
 // delete removes the record of the deleted map namespace/name, when it is the publisher's.
 func (s *recordStore) delete(ctx context.Context, namespace, mapName string) (int, error) {
-	s.remember(namespace+"/"+mapName, "")
+	s.remember(model.Key(namespace, mapName), "")
 	name := RecordName(mapName)
 	cur, err := s.cached(namespace, name)
 	if err != nil || cur == nil {

@@ -256,9 +256,9 @@ func (r Reader) claims(ctx context.Context, tm *v1beta1.TrafficMap) (claims []mo
 	if err != nil {
 		return nil, false, apiError("list", "inferenceservices.ome.io", inNamespace(ns), err)
 	}
-	hosts := map[string]string{}
+	hosts := map[types.NamespacedName]string{}
 	for _, m := range isvcs.Items {
-		hosts[m.Namespace+"/"+m.Name] = strings.TrimSpace(m.Annotations[v1beta1.AnnotationGlobalHost])
+		hosts[model.KeyOf(&m)] = strings.TrimSpace(m.Annotations[v1beta1.AnnotationGlobalHost])
 	}
 	var out []model.Claim
 	for _, m := range list.Items {
@@ -267,7 +267,7 @@ func (r Reader) claims(ctx context.Context, tm *v1beta1.TrafficMap) (claims []mo
 		}
 		c := model.Claim{Kind: model.KindTrafficMap, Namespace: m.Namespace, Name: m.Name, Created: m.CreationTimestamp.Time,
 			Names: []string{model.GRPCName(m.Namespace, m.Spec.Service)}, Journaled: model.JournaledNames(&m, "")}
-		if h := hosts[m.Namespace+"/"+m.Spec.Service]; h != "" {
+		if h := hosts[model.Key(m.Namespace, m.Spec.Service)]; h != "" {
 			c.Names = append(c.Names, h)
 		}
 		out = append(out, c)

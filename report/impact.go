@@ -86,7 +86,7 @@ func positive(cs []ImpactCluster, before bool) bool {
 }
 
 // Ref is the service as "namespace/service".
-func (i Impact) Ref() string { return i.Namespace + "/" + i.Service }
+func (i Impact) Ref() string { return model.Key(i.Namespace, i.Service).String() }
 
 // Effective computes o's effective weights with the publisher's computation and checks
 // (model.Compute over the map, the source's annotations, the owned route's record and

@@ -289,7 +289,7 @@ func Build(o Objects) Status {
 		Namespace: tm.Namespace, TrafficMap: tm.Name, Service: tm.Spec.Service, Generation: tm.Generation,
 		Clusters: []Cluster{}, Pending: []Drain{},
 		Drains: DrainState{State: AnnotationAbsent, InEffect: []Drain{}},
-		Sinks:  Sinks{XDS: xdsSink(o.XDS, o.XDSSource, tm.Namespace+"/"+tm.Name, o.Replicas)},
+		Sinks:  Sinks{XDS: xdsSink(o.XDS, o.XDSSource, model.KeyOf(tm).String(), o.Replicas)},
 	}
 	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name}
 	route := o.Route
@@ -513,7 +513,7 @@ func xdsSink(d *model.XDSDebugState, source, key string, reps []replicas.Replica
 
 func routeSink(o Objects, src httproute.Source, c model.Computed, computed bool) RouteSink {
 	tm := o.TrafficMap
-	rs := RouteSink{Name: tm.Namespace + "/" + httproute.RouteName(tm.Name)}
+	rs := RouteSink{Name: model.Key(tm.Namespace, httproute.RouteName(tm.Name)).String()}
 	r := o.Route
 	if r == nil {
 		return rs

@@ -52,7 +52,7 @@ func (m *memPlans) Plan(namespace, name string) (*model.Plan, bool, error) {
 func (m *memPlans) set(p *model.Plan) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.plans[p.Key()] = p
+	m.plans[p.Key().String()] = p
 }
 
 // chatPlan is prod/chat over two backends, worker-a drained when drained.

@@ -78,7 +78,7 @@ func TestReportBrokenMapsDoNotHoldOtherNamespaces(t *testing.T) {
 	exchange(resource.ListenerType)
 	exchange(resource.RouteType, xds.DefaultEnvoyOptions.RouteConfigName)
 
-	keys := append(slicesClone(plans.broken), chat.Key())
+	keys := append(slicesClone(plans.broken), chat.Key().String())
 	digest := view(chat).Digest()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		v, err := replicas.Encode(s.Report(keys))
@@ -86,7 +86,7 @@ func TestReportBrokenMapsDoNotHoldOtherNamespaces(t *testing.T) {
 		r, err := replicas.Decode(v)
 		require.NoError(c, err)
 		r.Identity = "pub-b"
-		verdict := replicas.Judge([]replicas.Report{r}, chat.Key(), digest, false)
+		verdict := replicas.Judge([]replicas.Report{r}, chat.Key().String(), digest, false)
 		assert.True(c, verdict.Done, verdict.Message)
 		assert.Equal(c, 1, verdict.Total, "the Envoy is relevant to bbb/chat")
 	}, 20*time.Second, 10*time.Millisecond)

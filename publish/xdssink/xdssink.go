@@ -341,7 +341,7 @@ func (s *Sink) graceHolds(p *model.Plan) (string, bool) {
 	if !s.cfg.Now().Before(s.grace.end) {
 		return "", false
 	}
-	s.grace.held[p.Key()] = true
+	s.grace.held[p.Key().String()] = true
 	return fmt.Sprintf("waiting for xds clients to reconnect: serving (or leading) since %s, the xds sink confirms content not published before that only from %s on (--xds-reconnect-grace %s), once every relevant client has ACKed it",
 		s.grace.start.UTC().Format(time.RFC3339), s.grace.end.UTC().Format(time.RFC3339), s.cfg.ReconnectGrace), true
 }
@@ -427,7 +427,7 @@ func (s *Sink) Carries(p *model.Plan) bool {
 	want := view(p).Digest()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	svc, ok := s.served[p.Key()]
+	svc, ok := s.served[p.Key().String()]
 	return ok && svc.Digest() == want
 }
 
