@@ -15,16 +15,13 @@ package model
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
-	"slices"
-	"strconv"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/weights"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // Plan is what one TrafficMap must publish, computed by a pure function from the caches'
@@ -228,39 +225,15 @@ type Debugger interface {
 	DebugHandlers() map[string]http.Handler
 }
 
-// Digest is a short, deterministic digest of everything a sink publishes for the plan: the
-// service, the names it serves and withholds, and per entry the cluster, endpoint and
-// effective weight. Two plans that publish the same thing have the same digest, whatever
-// the inputs they were computed from. The publisher records it (with the HTTPRoute sink
-// off) to prove after a restart that a map's Published condition was about this content.
+// Digest is a short, deterministic digest of everything a sink publishes for the plan
+// (ContentDigest of its service, the names it serves and withholds, and its effective
+// weights). Two plans that publish the same thing have the same digest, whatever the inputs
+// they were computed from. The publisher records it (with the HTTPRoute sink off) to prove
+// after a restart that a map's Published condition was about this content.
 func (p *Plan) Digest() string {
-	h := sha256.New()
-	var buf []byte
-	field := func(v string) { // length-prefixed, so no two field lists encode the same
-		buf = strconv.AppendInt(buf[:0], int64(len(v)), 10)
-		buf = append(buf, ':')
-		buf = append(buf, v...)
-		h.Write(buf)
-	}
-	field(p.Service)
-	field(strconv.Itoa(len(p.Hostnames)))
-	for _, n := range slices.Sorted(slices.Values(p.Hostnames)) {
-		field(n)
-	}
 	withheld := make([]string, 0, len(p.Conflicts))
 	for _, c := range p.Conflicts {
 		withheld = append(withheld, c.Hostname)
 	}
-	slices.Sort(withheld)
-	field(strconv.Itoa(len(withheld)))
-	for _, n := range withheld {
-		field(n)
-	}
-	for _, e := range p.Result.Entries {
-		field(e.Cluster)
-		field(e.Endpoint.URL)
-		field(strconv.FormatInt(int64(e.Effective), 10))
-	}
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:12])
+	return ContentDigest(p.Service, p.Hostnames, withheld, p.Result.Entries)
 }
