@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
@@ -42,9 +40,10 @@ const (
 
 // caches are the publisher's informers, one set per watched namespace ("" = all), and the
 // reads the pipeline makes from them. The informers are built in New and started in Run and
-// never change afterwards, so reads need no lock, except the optional taint sources: the
-// taint source discovery (taintsources.go) sets and clears them while workers run, under
-// sourcesMu. Objects read from the caches are never modified.
+// never change afterwards, so reads need no lock, except the optional taint sources
+// (sources, clusterSources: the taint source discovery sets and clears them while workers
+// run, under their lock). The ownership lookups are owners (claimView, ownership.go).
+// Objects read from the caches are never modified.
 type caches struct {
 	// route derives hostnames (the annotation, else the template) and says which foreign
 	// routes contend with the publisher's.
@@ -61,15 +60,10 @@ type caches struct {
 	// is on, whose routes record the fallback state instead.
 	records []cache.SharedIndexInformer
 
-	// sourcesMu guards inferenceClusters and workloadClusters: each is set once its API is
-	// served and its informer synced, and cleared when the API is no longer served.
-	sourcesMu         sync.RWMutex
-	inferenceClusters cache.SharedIndexInformer // nil while the API is not served
-	workloadClusters  cache.SharedIndexInformer // nil while the API is not served
-	// live reads the taint sources past the caches (staleClusters); discover is kicked when
-	// it finds a taint on a source no informer watches yet (buffered 1, never blocks).
-	live     *liveTaints
-	discover chan struct{}
+	// sources are the optional taint sources (taintsources.go).
+	sources *clusterSources
+	// owners answers who claims which name (ownership.go).
+	owners claimView
 
 	// meta reads an InferenceService past the cache (sourceVersion) and writes its ramp
 	// annotation (writeRamps) as fieldManager.
@@ -85,8 +79,9 @@ type caches struct {
 func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 	cs := &caches{scopes: cfg.Namespaces, route: route, meta: c.meta, fieldManager: cfg.FieldManager,
 		publisher: cfg.publisherName(), policy: cfg.claimPolicy(),
-		scoped: !cfg.sinkOn(SinkXDS) && route.Gateway.Namespace == "",
-		live:   &liveTaints{dyn: c.dyn}, discover: make(chan struct{}, 1)}
+		scoped:  !cfg.sinkOn(SinkXDS) && route.Gateway.Namespace == "",
+		sources: &clusterSources{live: &liveTaints{dyn: c.dyn}, discover: make(chan struct{}, 1)}}
+	cs.owners = claimView{cs}
 	if len(cs.scopes) == 0 {
 		cs.scopes = []string{corev1.NamespaceAll}
 	}
@@ -99,7 +94,7 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 			indexByService:   indexTrafficMapByService,
 			indexByRouteName: indexTrafficMapByRoute,
 			indexByCluster:   indexTrafficMapByCluster,
-			indexByHostname:  cs.indexTrafficMapByHostname,
+			indexByHostname:  cs.owners.indexTrafficMapByHostname,
 		})
 		isvcs := metadatainformer.NewFilteredMetadataInformer(c.meta, v1beta1.InferenceServicesResource, ns, resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, indexByHostname: indexInferenceServiceByHostname}, nil).Informer()
@@ -142,12 +137,13 @@ func dropManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// informerFor returns the informer among infs that covers namespace, or nil.
-func (c *caches) informerFor(infs []cache.SharedIndexInformer, namespace string) cache.SharedIndexInformer {
+// informerFor returns the informer among infs (one per scope of scopes) that covers
+// namespace, or nil.
+func informerFor(scopes []string, infs []cache.SharedIndexInformer, namespace string) cache.SharedIndexInformer {
 	if len(infs) == 0 { // a sink that is off has no informers
 		return nil
 	}
-	for i, scope := range c.scopes {
+	for i, scope := range scopes {
 		if scope == "" || scope == namespace {
 			return infs[i]
 		}
@@ -158,7 +154,7 @@ func (c *caches) informerFor(infs []cache.SharedIndexInformer, namespace string)
 // cached returns the cached object at namespace/name as a T, or the zero T when absent.
 func cached[T any](c *caches, infs []cache.SharedIndexInformer, namespace, name string) (T, error) {
 	var zero T
-	inf := c.informerFor(infs, namespace)
+	inf := informerFor(c.scopes, infs, namespace)
 	if inf == nil {
 		return zero, nil
 	}
@@ -277,7 +273,7 @@ func (c *caches) keys() []string {
 func (c *caches) mapsIndexed(index, namespace, value string) []*v1beta1.TrafficMap {
 	infs := c.maps
 	if namespace != "" {
-		inf := c.informerFor(c.maps, namespace)
+		inf := informerFor(c.scopes, c.maps, namespace)
 		if inf == nil {
 			return nil
 		}
@@ -310,7 +306,7 @@ func (c *caches) record(namespace, name string) (*corev1.ConfigMap, error) {
 
 // Services implements httproute.Store.
 func (c *caches) Services(src httproute.Source) ([]*corev1.Service, error) {
-	inf := c.informerFor(c.services, src.Namespace)
+	inf := informerFor(c.scopes, c.services, src.Namespace)
 	if inf == nil {
 		return nil, nil
 	}
@@ -328,33 +324,6 @@ func (c *caches) Services(src httproute.Source) ([]*corev1.Service, error) {
 }
 
 var _ httproute.Store = (*caches)(nil)
-
-// clusterTaints reads every enabled taint source for the map's entry clusters.
-func (c *caches) clusterTaints(tm *v1beta1.TrafficMap) ([]model.ClusterTaints, error) {
-	var out []model.ClusterTaints
-	ics, wcs := c.taintInformer(model.KindInferenceCluster), c.taintInformer(model.KindWorkloadCluster)
-	for _, e := range tm.Spec.Entries {
-		if ics != nil {
-			obj, ok, err := ics.GetIndexer().GetByKey(e.Cluster)
-			if err != nil {
-				return nil, fmt.Errorf("read cached inferencecluster %s: %w", e.Cluster, err)
-			}
-			if u, isU := obj.(*unstructured.Unstructured); ok && isU {
-				out = append(out, model.InferenceClusterTaints(u))
-			}
-		}
-		if wcs != nil {
-			obj, ok, err := wcs.GetIndexer().GetByKey(e.Cluster)
-			if err != nil {
-				return nil, fmt.Errorf("read cached workloadcluster %s: %w", e.Cluster, err)
-			}
-			if m, isM := obj.(*metav1.PartialObjectMetadata); ok && isM {
-				out = append(out, model.WorkloadClusterTaints(m.Name, m.Annotations))
-			}
-		}
-	}
-	return out, nil
-}
 
 // indexServiceBySource indexes an owned Service by its TrafficMap's namespace/name, so a
 // reconcile reads its map's Services without scanning every Service of the namespace.

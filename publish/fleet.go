@@ -34,7 +34,7 @@ func (p *Publisher) startTaintSources(ctx context.Context) ([]cache.InformerSync
 		}
 		if served {
 			inf := d.start(ctx, src)
-			p.caches.setTaintInformer(src.kind, inf) // no worker runs before it synced
+			p.caches.sources.set(src.kind, inf) // no worker runs before it synced
 			synced = append(synced, inf.HasSynced)
 		}
 		on = append(on, zap.Bool(src.kind, served))

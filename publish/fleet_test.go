@@ -61,12 +61,12 @@ func TestIndexTrafficMapByCluster(t *testing.T) {
 // off, and no informer is started for it.
 func TestTaintSourcesOffWhenNotServed(t *testing.T) {
 	kube := kubefake.NewClientset()
-	p := &Publisher{clients: clients{kube: kube}, log: zaptest.NewLogger(t), caches: &caches{}}
+	p := &Publisher{clients: clients{kube: kube}, log: zaptest.NewLogger(t), caches: &caches{sources: &clusterSources{discover: make(chan struct{}, 1)}}}
 	synced, err := p.startTaintSources(t.Context())
 	require.NoError(t, err)
 	assert.Empty(t, synced)
-	assert.Nil(t, p.caches.inferenceClusters)
-	assert.Nil(t, p.caches.workloadClusters)
+	assert.Nil(t, p.caches.sources.inferenceClusters)
+	assert.Nil(t, p.caches.sources.workloadClusters)
 
 	kube.Resources = []*metav1.APIResourceList{
 		{GroupVersion: "ome.io/v1beta1", APIResources: []metav1.APIResource{{Name: "inferenceservices"}}},

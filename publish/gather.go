@@ -51,7 +51,7 @@ func (c *caches) gather(tm *v1beta1.TrafficMap) (model.Gathered, error) {
 			in.Recorded = model.RecordedFromData(rec.Data)
 		}
 	}
-	if in.Clusters, err = c.clusterTaints(tm); err != nil {
+	if in.Clusters, err = c.sources.clusterTaints(tm); err != nil {
 		return model.Gathered{}, err
 	}
 	self := c.mapClaim(tm, isvc)
@@ -60,8 +60,8 @@ func (c *caches) gather(tm *v1beta1.TrafficMap) (model.Gathered, error) {
 		GlobalHost:   strings.TrimSpace(isvc.Annotations[v1beta1.AnnotationGlobalHost]),
 		Inputs:       in,
 		RouteCreated: routeCreated(route),
-		Claims:       c.claims(self),
-		Foreign:      c.foreignClaims(tm.Namespace, self.Names),
+		Claims:       c.owners.claims(self),
+		Foreign:      c.owners.foreignClaims(tm.Namespace, self.Names),
 		Publisher:    c.publisher,
 		Policy:       c.policy,
 	}, nil

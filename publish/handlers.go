@@ -211,7 +211,7 @@ func (p *Publisher) onInferenceService(pr priority, old, obj any) {
 
 // enqueueContenders enqueues every map that may claim a name overlapping one of names.
 func (p *Publisher) enqueueContenders(pr priority, names ...string) {
-	for _, key := range p.caches.contenders(names...) {
+	for _, key := range p.caches.owners.contenders(names...) {
 		p.enqueue(pr, key.Namespace, key.Name)
 	}
 }

@@ -15,6 +15,10 @@ import (
 	"github.com/trafficmap/publisher/model"
 )
 
+// claimView is the ownership view over the caches: the lookups below, apart from the
+// caches' own reads.
+type claimView struct{ *caches }
+
 // The ownership view: which claims contend for a name, read from the informer caches
 // through the byHostname indexes, so a reconcile looks up the few claims on its own names
 // and never scans the fleet. The decision itself is ResolveHostnames (hosts.go), pure.
@@ -22,7 +26,7 @@ import (
 // indexTrafficMapByHostname indexes a map under its gRPC name, its --host-template name
 // and the names its claim journal holds (a map whose InferenceService has the annotation is
 // found through that index instead; lookups check each candidate's real names).
-func (c *caches) indexTrafficMapByHostname(obj any) ([]string, error) {
+func (c claimView) indexTrafficMapByHostname(obj any) ([]string, error) {
 	tm, ok := obj.(*v1beta1.TrafficMap)
 	if !ok {
 		return nil, nil
@@ -94,7 +98,7 @@ func byIndex(infs []cache.SharedIndexInformer, index string, keys []string) []an
 
 // mapsNamed returns the cached maps that may claim a name overlapping name (candidates: the
 // caller checks their claims).
-func (c *caches) mapsNamed(name string) []*v1beta1.TrafficMap {
+func (c claimView) mapsNamed(name string) []*v1beta1.TrafficMap {
 	keys := hostLookupKeys(name)
 	seen := map[types.NamespacedName]bool{}
 	var out []*v1beta1.TrafficMap
@@ -121,7 +125,7 @@ func (c *caches) mapsNamed(name string) []*v1beta1.TrafficMap {
 
 // rivals returns the claims of the other maps that claim or journaled a name overlapping
 // name, in the same scope as namespace.
-func (c *caches) rivals(name, namespace string, self types.NamespacedName) []model.Claim {
+func (c claimView) rivals(name, namespace string, self types.NamespacedName) []model.Claim {
 	var out []model.Claim
 	for _, tm := range c.mapsNamed(name) {
 		if model.KeyOf(tm) == self || tm.DeletionTimestamp != nil || c.scoped && tm.Namespace != namespace {
@@ -140,7 +144,7 @@ func (c *caches) rivals(name, namespace string, self types.NamespacedName) []mod
 // claims gathers what decides self's names (ResolveHostnames): the claim of every other
 // map that claims or journaled a name overlapping one of self's, and of every map that
 // journaled a name overlapping one such rival's unjournaled names.
-func (c *caches) claims(self model.Claim) []model.Claim {
+func (c claimView) claims(self model.Claim) []model.Claim {
 	seen := map[types.NamespacedName]bool{self.Key(): true}
 	var out []model.Claim
 	for _, n := range model.UniqueNames(self.Names) {
@@ -173,7 +177,7 @@ func (c *caches) claims(self model.Claim) []model.Claim {
 
 // foreignClaims returns the claims of the foreign routes that contend with a route of a map
 // in namespace and overlap one of names.
-func (c *caches) foreignClaims(namespace string, names []string) []model.Claim {
+func (c claimView) foreignClaims(namespace string, names []string) []model.Claim {
 	if len(c.routes) == 0 {
 		return nil
 	}
@@ -207,7 +211,7 @@ func routeCreated(route *gwapiv1.HTTPRoute) *time.Time {
 
 // contenders returns the keys of the maps whose names overlap one of names: the maps whose
 // ownership may change when a claim on names appears, goes or moves.
-func (c *caches) contenders(names ...string) []cache.ObjectName {
+func (c claimView) contenders(names ...string) []cache.ObjectName {
 	seen := map[cache.ObjectName]bool{}
 	var out []cache.ObjectName
 	for _, n := range model.UniqueNames(names) {

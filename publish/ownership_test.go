@@ -76,8 +76,8 @@ func (f *ownershipFixture) ownership(t *testing.T, tm *v1beta1.TrafficMap) model
 	self := f.p.caches.mapClaim(tm, isvc)
 	route, err := f.p.caches.Route(tm.Namespace, httproute.RouteName(tm.Name))
 	require.NoError(t, err)
-	return model.ForeignConflicts(model.ResolveHostnames(self, f.p.caches.claims(self)), routeCreated(route),
-		f.p.caches.foreignClaims(tm.Namespace, self.Names))
+	return model.ForeignConflicts(model.ResolveHostnames(self, f.p.caches.owners.claims(self)), routeCreated(route),
+		f.p.caches.owners.foreignClaims(tm.Namespace, self.Names))
 }
 
 // queued drains the queue.

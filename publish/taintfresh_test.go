@@ -104,7 +104,7 @@ func (f *freshFixture) inferenceClusters(t *testing.T, objs ...*unstructured.Uns
 	for _, o := range objs {
 		require.NoError(t, inf.GetIndexer().Add(o))
 	}
-	f.caches.inferenceClusters = inf
+	f.caches.sources.inferenceClusters = inf
 	return inf
 }
 
@@ -150,7 +150,7 @@ func TestReconcileClusterTaintsOfUnwatchedSource(t *testing.T) {
 	inf := metadatainformer.NewFilteredMetadataInformer(metadatafake.NewSimpleMetadataClient(runtime.NewScheme()), model.WorkloadClustersResource, "", 0, cache.Indexers{}, nil).Informer()
 	require.NoError(t, inf.GetIndexer().Add(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "worker-b", ResourceVersion: "9",
 		Annotations: map[string]string{weights.TaintsAnnotation: maintJSON}}}))
-	f.caches.workloadClusters = inf
+	f.caches.sources.workloadClusters = inf
 	c, err = f.run(t)
 	require.NoError(t, err)
 	assert.Equal(t, metav1.ConditionTrue, c.Status)
@@ -194,7 +194,7 @@ func TestTaintDiscovery(t *testing.T) {
 	})
 	log := zaptest.NewLogger(t)
 	p := &Publisher{cfg: Config{ResyncPeriod: time.Hour}, log: log, health: newWatchHealth(log), caches: f.caches, queue: newQueue(),
-		clients: clients{kube: kc, dyn: f.caches.live.dyn}}
+		clients: clients{kube: kc, dyn: f.caches.sources.live.dyn}}
 	t.Cleanup(p.queue.ShutDown)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -202,7 +202,7 @@ func TestTaintDiscovery(t *testing.T) {
 	synced, err := p.startTaintSources(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, synced, "nothing served at the start")
-	assert.Nil(t, f.caches.taintInformer(model.KindInferenceCluster))
+	assert.Nil(t, f.caches.sources.informer(model.KindInferenceCluster))
 
 	tm, err := f.caches.trafficMap("prod", "chat")
 	require.NoError(t, err)
@@ -211,8 +211,8 @@ func TestTaintDiscovery(t *testing.T) {
 	assert.Equal(t, "InferenceCluster worker-a: the caches say taints none, the API server says taints maintenance=planned:NoExecute", stale)
 
 	unserved.Store(false) // the CRD is installed; the stale check above kicked the discovery
-	require.Eventually(t, func() bool { return f.caches.taintInformer(model.KindInferenceCluster) != nil }, 10*time.Second, 10*time.Millisecond)
-	cts, err := f.caches.clusterTaints(tm)
+	require.Eventually(t, func() bool { return f.caches.sources.informer(model.KindInferenceCluster) != nil }, 10*time.Second, 10*time.Millisecond)
+	cts, err := f.caches.sources.clusterTaints(tm)
 	require.NoError(t, err)
 	assert.Equal(t, []model.ClusterTaints{{Kind: model.KindInferenceCluster, Cluster: "worker-a", Taints: []weights.Taint{maint}}}, cts)
 	require.Eventually(t, func() bool { return p.queue.Len() > 0 }, 10*time.Second, 10*time.Millisecond)
@@ -221,9 +221,9 @@ func TestTaintDiscovery(t *testing.T) {
 	p.queue.Done(key)
 
 	unserved.Store(true) // the CRD is removed
-	f.caches.kickDiscovery()
-	require.Eventually(t, func() bool { return f.caches.taintInformer(model.KindInferenceCluster) == nil }, 10*time.Second, 10*time.Millisecond)
-	cts, err = f.caches.clusterTaints(tm)
+	f.caches.sources.kick()
+	require.Eventually(t, func() bool { return f.caches.sources.informer(model.KindInferenceCluster) == nil }, 10*time.Second, 10*time.Millisecond)
+	cts, err = f.caches.sources.clusterTaints(tm)
 	require.NoError(t, err)
 	assert.Empty(t, cts)
 }
