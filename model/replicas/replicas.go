@@ -240,9 +240,16 @@ func trimmed(m Map) Map {
 	return t
 }
 
-// fit is r (sanitized; its JSON compresses about ratio times) with as much of Maps as
-// fits MaxEncoded: see Encode.
-func fit(r Report, ratio float64) (string, error) {
+// fitItem is one item fit keeps or leaves out: a map, or its detail.
+type fitItem struct {
+	i      int  // index in r.Maps
+	detail bool // the map's detail, not the map
+}
+
+// fitOrder is the order in which fit keeps r's items: namespace by namespace in turn, first
+// the maps without detail (those no client waits on first), then the detail of those that
+// have some.
+func fitOrder(r Report) []fitItem {
 	// The order in which maps are kept: namespace by namespace in turn, first without
 	// detail, then the detail of those that have some.
 	byNS := map[string][]int{}
@@ -267,22 +274,18 @@ func fit(r Report, ratio float64) (string, error) {
 	}
 	// Each namespace's items: its maps without detail, then the detail of those that have
 	// some; the order takes one item of each namespace in turn.
-	type item struct {
-		i      int  // index in r.Maps
-		detail bool // the map's detail, not the map
-	}
-	seqs := make([][]item, len(names))
+	seqs := make([][]fitItem, len(names))
 	for n, ns := range names {
 		for _, i := range byNS[ns] {
-			seqs[n] = append(seqs[n], item{i: i})
+			seqs[n] = append(seqs[n], fitItem{i: i})
 		}
 		for _, i := range byNS[ns] {
 			if len(r.Maps[i].Waiting) > 0 || r.Maps[i].Nack != nil {
-				seqs[n] = append(seqs[n], item{i: i, detail: true})
+				seqs[n] = append(seqs[n], fitItem{i: i, detail: true})
 			}
 		}
 	}
-	var order []item
+	var order []fitItem
 	for round := 0; ; round++ {
 		more := false
 		for _, seq := range seqs {
@@ -295,34 +298,44 @@ func fit(r Report, ratio float64) (string, error) {
 			break
 		}
 	}
-	build := func(k int) Report {
-		kept := make([]bool, len(r.Maps))
-		full := make([]bool, len(r.Maps))
-		for _, it := range order[:k] {
-			if it.detail {
-				full[it.i] = true
-			} else {
-				kept[it.i] = true
-			}
+	return order
+}
+
+// fitted is r with the first k items of order kept: the maps left out, or kept without
+// their detail, are named by namespace in Truncated.
+func fitted(r Report, order []fitItem, k int) Report {
+	kept := make([]bool, len(r.Maps))
+	full := make([]bool, len(r.Maps))
+	for _, it := range order[:k] {
+		if it.detail {
+			full[it.i] = true
+		} else {
+			kept[it.i] = true
 		}
-		out := Report{Identity: r.Identity, Seq: r.Seq, Clients: r.Clients, Truncated: slices.Clone(r.Truncated), Overflow: r.Overflow}
-		for i, m := range r.Maps {
-			switch {
-			case !kept[i]:
-				out.Truncated = append(out.Truncated, namespace(m.Key))
-			case full[i]:
-				out.Maps = append(out.Maps, m)
-			default:
-				t := trimmed(m)
-				if t.Trimmed {
-					out.Truncated = append(out.Truncated, namespace(m.Key))
-				}
-				out.Maps = append(out.Maps, t)
-			}
-		}
-		out.Truncated, out.Overflow = boundNamespaces(out.Truncated, out.Overflow)
-		return out
 	}
+	out := Report{Identity: r.Identity, Seq: r.Seq, Clients: r.Clients, Truncated: slices.Clone(r.Truncated), Overflow: r.Overflow}
+	for i, m := range r.Maps {
+		switch {
+		case !kept[i]:
+			out.Truncated = append(out.Truncated, namespace(m.Key))
+		case full[i]:
+			out.Maps = append(out.Maps, m)
+		default:
+			t := trimmed(m)
+			if t.Trimmed {
+				out.Truncated = append(out.Truncated, namespace(m.Key))
+			}
+			out.Maps = append(out.Maps, t)
+		}
+	}
+	out.Truncated, out.Overflow = boundNamespaces(out.Truncated, out.Overflow)
+	return out
+}
+
+// fit is r (sanitized; its JSON compresses about ratio times) with as much of Maps as
+// fits MaxEncoded: see Encode.
+func fit(r Report, ratio float64) (string, error) {
+	order := fitOrder(r)
 	// The largest k that fits, nearly: the search starts from the size the compression
 	// ratio predicts and stops within 1/64 of the answer, so a report that does not fit
 	// costs a handful of encodings, not one per halving of every map.
@@ -339,7 +352,7 @@ func fit(r Report, ratio float64) (string, error) {
 		return max(k-1, 0)
 	}
 	try := func(k int) (string, bool, error) {
-		v, err := encode(build(k))
+		v, err := encode(fitted(r, order, k))
 		return v, err == nil && len(v) <= MaxEncoded, err
 	}
 	lo, hi := -1, len(order) // lo fits, hi does not
