@@ -13,7 +13,7 @@ import (
 	"github.com/trafficmap/publisher/weights"
 )
 
-// Step 4 of the pipeline: decide the Published condition from the sinks' typed
+// The decide step of the pipeline: the Published condition from the sinks' typed
 // confirmations. Everything here is pure.
 
 // maxMessage bounds condition messages (the API allows 32768 bytes).

@@ -1,16 +1,3 @@
-// Package model is the publisher's pure domain model and the contract between the pipeline
-// (package publish) and its sinks. A sink receives a Plan, a sink-neutral description of what
-// one map must publish, translates it into its own form (an HTTPRoute, xDS resources, ...)
-// and answers with a typed Confirmation. The pipeline sets Published True only when every
-// enabled sink answers InPlace.
-//
-// One decision for all sinks: before any sink applies a plan, the pipeline asks every
-// enabled sink whether it can carry it at all (Check). A plan one sink refuses is applied
-// by none, so no sink moves while another keeps the old weights.
-//
-// A new sink is one new package that implements Sink; it never needs to change the
-// pipeline. Optional capabilities (a server of its own, debug endpoints, asynchronous
-// rebuilds) are the small interfaces Starter, Debugger and Notified.
 package model
 
 import (

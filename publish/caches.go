@@ -71,7 +71,7 @@ type caches struct {
 	fieldManager string
 
 	// publisher is the publisherName whose claim journals count (journal.go); policy says
-	// which namespace may claim which hostname (policy.go).
+	// which namespace may claim which hostname (model.ClaimPolicy).
 	publisher string
 	policy    model.ClaimPolicy
 }

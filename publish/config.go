@@ -112,7 +112,7 @@ type Config struct {
 	// PublisherName is status.publisher.publisherName of the claim journals this publisher
 	// writes and honours; default the FieldManager.
 	PublisherName string
-	// HostnameEntitlements is the optional entitlement policy (policy.go): each rule gives
+	// HostnameEntitlements is the optional entitlement policy (model.ClaimPolicy): each rule gives
 	// a domain to a list of namespaces. None: any namespace may claim any name that is not
 	// another namespace's gRPC-form name.
 	HostnameEntitlements []model.Entitlement

@@ -6,13 +6,13 @@
 //
 // Each key runs one level-triggered, idempotent pipeline (reconcile.go): gather the map's
 // inputs from the caches, plan (pure: effective weights from package weights and a
-// sink-neutral sink.Plan, carrying only the names the map holds: hosts.go decides hostname
+// sink-neutral model.Plan, carrying only the names the map holds: model.ResolveHostnames decides hostname
 // ownership by claim time, from the claims ownership.go looks up in the caches' name
-// indexes and the claim journals in the maps' status.publisher, after policy.go said which
+// indexes and the claim journals in the maps' status.publisher, after model.ClaimPolicy said which
 // names the map's namespace may claim), check the plan with every enabled sink (a plan one
 // sink refuses goes to none, and the xDS sink's rebuild loop reads plans through the same
 // check), journal the names newly granted (journal.go) before any sink serves them, apply it to
-// every enabled sink through the sink.Sink contract (publish/routesink, publish/xdssink), decide the Published condition from the
+// every enabled sink through the model.Sink contract (publish/routesink, publish/xdssink), decide the Published condition from the
 // sinks' typed confirmations (pure), and write the status with server-side apply under the
 // publisher's field manager, only when it differs. Published is True only when every
 // enabled sink confirms the plan is in place.

@@ -9,22 +9,10 @@ import (
 	"github.com/trafficmap/publisher/model"
 )
 
-// The claim journal: status.publisher of each TrafficMap (OME's TrafficMapPublisherStatus),
-// the persisted record of which names a map was granted. Everything about it lives here:
-//
-//   - the typed targets ("grpc:<service>.<namespace>", "hostname:<name>") and how names are
-//     read back from a map's journal (JournaledNames);
-//   - the journal a reconcile writes (nextJournal), before any sink serves a newly granted
-//     name, and the pruned journal it writes after the sinks applied the plan (a name the
-//     map no longer claims leaves the journal only then, so no other map is granted a
-//     name while this one may still serve it);
-//   - lastPositive, the last plan fully in place with a positive weight, written with the
-//     True condition that says so;
-//   - the claim table (claimTable), the one lock that makes granting a name and journaling
-//     it one step for the workers of this process.
-//
-// Only the journal of this publisher (publisherName, Config.PublisherName) counts; a journal
-// written by another publisher holds nothing here and is replaced on the first grant.
+// The claim table: the lock of this process that makes granting a name and journaling it
+// one step for its workers. The claim journal itself (status.publisher: the typed targets,
+// JournalOf, LastPositive, JournaledNames) is pure and lives in package model
+// (model/journal.go); only the journal of this publisher (Config.PublisherName) counts.
 
 // claimTable is the claim table of this process: the names it granted to each map, from
 // the grant until the map's journal drops them or the map is deleted. A reconcile's plan

@@ -21,7 +21,7 @@ type claimView struct{ *caches }
 
 // The ownership view: which claims contend for a name, read from the informer caches
 // through the byHostname indexes, so a reconcile looks up the few claims on its own names
-// and never scans the fleet. The decision itself is ResolveHostnames (hosts.go), pure.
+// and never scans the fleet. The decision itself is model.ResolveHostnames, pure.
 
 // indexTrafficMapByHostname indexes a map under its gRPC name, its --host-template name
 // and the names its claim journal holds (a map whose InferenceService has the annotation is

@@ -21,7 +21,7 @@ import (
 // The pipeline, one map at a time, read top-down:
 //
 //	gather (gather.go)  the map's inputs from the caches
-//	plan   (plan.go)    effective weights and the sink-neutral plan; pure
+//	plan   (plan.go)    effective weights and the sink-neutral plan (model.PlanMap); pure
 //	check  (sinks)      every enabled sink says whether it can carry the plan; pure. A plan
 //	                    one sink refuses goes to no sink (each keeps its last good)
 //	claim  (journal.go) names no one holds are granted (claim table) and written into the
@@ -29,7 +29,7 @@ import (
 //	apply  (sinks)      each enabled sink applies the plan and answers with a typed confirmation
 //	record (recorded.go) with the HTTPRoute sink off, the last valid drains, taints and
 //	                    tolerations, in an owned ConfigMap, once every sink applied the plan
-//	decide (decide.go)  the Published condition from the confirmations; pure
+//	decide (model)      the Published condition from the confirmations (model.Decide); pure
 //	write  (status.go)  the status, only when it differs, with the claim journal pruned
 //	                    of names the map no longer claims (the sinks no longer serve them)
 //

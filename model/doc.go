@@ -1,0 +1,26 @@
+// Package model is the publisher's pure domain model: what the controller (package
+// publish), the sinks (httproute, xds) and the operator commands (drain, report) all decide
+// from. It holds no informer, lister, client, work queue or gRPC; everything in it is a
+// function of its arguments, so the operator commands compute exactly what the publisher
+// computes without linking the controller.
+//
+// It holds, in the order the pipeline uses them:
+//
+//   - inputs -> effective weights: Inputs, Compute (drains, cluster taints, tolerations,
+//     ramps, and the fallback to the recorded state for a malformed input: Recorded);
+//   - hostname claims and ownership: Claim, ResolveHostnames, ForeignConflicts (who holds
+//     which name, by claim time), ClaimPolicy (which namespace may claim which name), and
+//     the claim journal in status.publisher (JournalOf, JournaledNames, LastPositive);
+//   - the plan step: PlanMap, from a plain Gathered to a Planned holding the sink-neutral
+//     Plan, or a UserError;
+//   - the sink contract: Plan, Sink, Confirmation (sink.go). A sink receives a Plan,
+//     translates it into its own form and answers with a typed Confirmation; a plan one
+//     enabled sink refuses (Check) is applied by none;
+//   - the decide step: Decide, the Published condition (Status) from the confirmations,
+//     True only when every enabled sink answers InPlace;
+//   - typed state: the Published reasons (Reason), the one content digest (ContentDigest,
+//     Plan.Digest), the one key type (types.NamespacedName: Key, KeyOf), and the xDS
+//     sink's /debug/xds wire types (XDSDebugState).
+//
+// Nothing here parses a condition message: packages talk in these types.
+package model
