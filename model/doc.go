@@ -13,9 +13,15 @@
 //     the claim journal in status.publisher (JournalOf, JournaledNames, LastPositive);
 //   - the plan step: PlanMap, from a plain Gathered to a Planned holding the sink-neutral
 //     Plan, or a UserError;
-//   - the sink contract: Plan, Sink, Confirmation (sink.go). A sink receives a Plan,
-//     translates it into its own form and answers with a typed Confirmation; a plan one
-//     enabled sink refuses (Check) is applied by none;
+//   - the sink contract: Plan, Sink, Confirmation (sink.go). A sink receives a Plan, a
+//     sink-neutral description of what one map must publish, translates it into its own
+//     form (an HTTPRoute, xDS resources, ...) and answers with a typed Confirmation. One
+//     decision for all sinks: before any sink applies a plan, the pipeline asks every
+//     enabled sink whether it can carry it at all (Check); a plan one sink refuses is
+//     applied by none, so no sink moves while another keeps the old weights. A new sink is
+//     one new package that implements Sink; optional capabilities (a server of its own,
+//     debug endpoints, asynchronous rebuilds) are the small interfaces Starter, Debugger
+//     and Notified;
 //   - the decide step: Decide, the Published condition (Status) from the confirmations,
 //     True only when every enabled sink answers InPlace;
 //   - typed state: the Published reasons (Reason), the one content digest (ContentDigest,
