@@ -234,7 +234,7 @@ func sortConflicts(cs []Conflict) {
 	slices.SortStableFunc(cs, func(a, b Conflict) int { return cmp.Compare(a.Hostname, b.Hostname) })
 }
 
-// uniqueNames are names normalized, sorted and without repeats.
+// UniqueNames are names normalized, sorted and without repeats.
 func UniqueNames(names []string) []string {
 	out := make([]string, 0, len(names))
 	for _, n := range names {

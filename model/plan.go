@@ -25,6 +25,7 @@ type UserError struct {
 	Message string
 }
 
+// Error is "Reason: Message".
 func (e *UserError) Error() string { return string(e.Reason) + ": " + e.Message }
 
 // Gathered is everything one map's plan is made from. The controller fills it from its
