@@ -46,7 +46,7 @@ func TestMalformedDrainKeepsLastValidDrains(t *testing.T) {
 				reasons = append(reasons, e.Reason)
 			}
 		}
-		assert.Contains(c, reasons, model.ReasonInvalidDrainAnnotation)
+		assert.Contains(c, reasons, string(model.ReasonInvalidDrainAnnotation))
 	}, waitTimeout, tick)
 
 	// Spec changes still flow, with the last valid drains applied.

@@ -64,7 +64,7 @@ func TestOpsPublisherDown(t *testing.T) {
 	cond := published(tm)
 	require.NotNil(t, cond)
 	assert.Equal(t, metav1.ConditionFalse, cond.Status)
-	assert.Equal(t, model.ReasonPublishing, cond.Reason)
+	assert.Equal(t, string(model.ReasonPublishing), cond.Reason)
 	assert.Equal(t, "publisher drain of maintenance-a on worker-a requested; not yet published", cond.Message)
 	assert.Equal(t, tm.Generation, cond.ObservedGeneration)
 	assert.False(t, tm.Status.Published)

@@ -156,6 +156,6 @@ func TestXDSProxylessGRPCClient(t *testing.T) {
 	f.waitPublishedWith("xds version " + acked + " ACKed by 1/1 clients")
 
 	for _, tr := range w.transitions() {
-		assert.NotEqual(t, model.ReasonXDSRejected, tr.Reason, "no NACK: %v", tr)
+		assert.NotEqual(t, string(model.ReasonXDSRejected), tr.Reason, "no NACK: %v", tr)
 	}
 }
