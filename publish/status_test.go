@@ -2,8 +2,10 @@ package publish
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
@@ -90,6 +92,41 @@ func TestSameComparesTypedContent(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.same, same(tc.tm, tc.want, tc.known))
+		})
+	}
+}
+
+// After a start (a status writer that remembers nothing), a True condition whose message
+// differs only in consumer counts is kept when the pipeline proves it was confirmed for this
+// content (a Durable sink carries the plan), and written when nothing proves it.
+func TestReconcileKeepsTrueCountsAfterRestart(t *testing.T) {
+	for _, durable := range []bool{true, false} {
+		t.Run(map[bool]string{true: "durable sink carries the plan", false: "no proof"}[durable], func(t *testing.T) {
+			route := inPlace("route stored")
+			xds := &fakeSink{name: "xds", conf: model.Confirmation{State: model.InPlace, Message: "xds version v1 ACKed by 1/1 clients",
+				Progress: &model.Progress{Confirmed: 1, Total: 1}}}
+			f := newFixture(t, route, xds)
+			if durable {
+				f.rec.sinks[0] = durableSink{route}
+			}
+			_, err := f.run(t)
+			require.NoError(t, err)
+			require.Equal(t, 1, f.api.applies)
+			require.Equal(t, metav1.ConditionTrue, f.published().Status)
+
+			// The restart: a new status writer; the clients reconnect and are counted anew.
+			f.rec.status = newStatusWriter(f.api, f.events, nil)
+			f.rec.status.now = func() time.Time { return f.clock }
+			xds.conf.Message, xds.conf.Progress = "xds version v1 ACKed by 4/4 clients", &model.Progress{Confirmed: 4, Total: 4}
+			_, err = f.run(t)
+			require.NoError(t, err)
+			if durable {
+				assert.Equal(t, 1, f.api.applies, "the True condition is about this content: counts are no news")
+				assert.Contains(t, f.published().Message, "ACKed by 1/1 clients")
+			} else {
+				assert.Equal(t, 2, f.api.applies, "nothing proves the condition's content: written")
+				assert.Contains(t, f.published().Message, "ACKed by 4/4 clients")
+			}
 		})
 	}
 }
