@@ -408,7 +408,7 @@ func (r *reconciler) fail(ctx context.Context, tm *v1beta1.TrafficMap, ue *model
 // delete removes what every sink published for a deleted map and forgets it.
 func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.Logger) error {
 	r.metrics.forget(key)
-	r.status.forget(key)
+	r.status.forget(types.NamespacedName(key))
 	r.claims.forget(types.NamespacedName(key))
 	var errs []error
 	for _, s := range r.sinks {

@@ -329,7 +329,7 @@ func TestReconcile(t *testing.T) {
 	t.Run("deletion: every sink removes the map and nothing is remembered", func(t *testing.T) {
 		a, b := inPlace("x"), inPlace("y")
 		f := newFixture(t, a, b)
-		f.rec.status.progress[f.key] = f.clock
+		f.rec.status.progress[types.NamespacedName(f.key)] = f.clock
 		f.inputs.tm = nil
 		_, err := f.run(t)
 		require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -72,16 +73,16 @@ type statusWriter struct {
 	now      func() time.Time
 
 	mu       sync.Mutex
-	fresh    map[cache.ObjectName]time.Time // when a map with no condition was first found Publishing
-	progress map[cache.ObjectName]time.Time // when a map's last progress message was written
-	written  map[cache.ObjectName]string    // the resourceVersion of a map's last status write, until the cache holds it
-	content  map[cache.ObjectName]string    // the model.Status.Content of the True condition last written or kept
+	fresh    map[types.NamespacedName]time.Time // when a map with no condition was first found Publishing
+	progress map[types.NamespacedName]time.Time // when a map's last progress message was written
+	written  map[types.NamespacedName]string    // the resourceVersion of a map's last status write, until the cache holds it
+	content  map[types.NamespacedName]string    // the model.Status.Content of the True condition last written or kept
 }
 
 func newStatusWriter(api statusAPI, recorder record.EventRecorder, m *metrics) *statusWriter {
-	return &statusWriter{api: api, recorder: recorder, metrics: m, now: time.Now, progress: map[cache.ObjectName]time.Time{},
-		fresh:   map[cache.ObjectName]time.Time{},
-		written: map[cache.ObjectName]string{}, content: map[cache.ObjectName]string{}}
+	return &statusWriter{api: api, recorder: recorder, metrics: m, now: time.Now, progress: map[types.NamespacedName]time.Time{},
+		fresh:   map[types.NamespacedName]time.Time{},
+		written: map[types.NamespacedName]string{}, content: map[types.NamespacedName]string{}}
 }
 
 // write applies want to tm's status. It returns a positive hold instead of writing when
@@ -125,7 +126,7 @@ func (w *statusWriter) write(ctx context.Context, tm *v1beta1.TrafficMap, want m
 // sinks (most maps are then written once, True, which halves a cold start's writes and
 // keeps such maps out of the reconnect grace, which holds maps that have a condition).
 func (w *statusWriter) hold(tm *v1beta1.TrafficMap, want model.Status) time.Duration {
-	key := cache.NewObjectName(tm.Namespace, tm.Name)
+	key := model.KeyOf(tm)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if model.FindPublished(tm) == nil && !want.Published && want.Condition.Reason == string(model.ReasonPublishing) {
@@ -163,7 +164,7 @@ func (w *statusWriter) hold(tm *v1beta1.TrafficMap, want model.Status) time.Dura
 }
 
 // forget drops what the writer remembers about a deleted map.
-func (w *statusWriter) forget(key cache.ObjectName) {
+func (w *statusWriter) forget(key types.NamespacedName) {
 	w.mu.Lock()
 	delete(w.progress, key)
 	delete(w.fresh, key)
@@ -175,7 +176,7 @@ func (w *statusWriter) forget(key cache.ObjectName) {
 // behind reports whether tm is older than the writer's last status write of it, or cannot
 // be compared with it. A tm at least as new meets the expectation, which is dropped.
 func (w *statusWriter) behind(tm *v1beta1.TrafficMap) bool {
-	key := cache.NewObjectName(tm.Namespace, tm.Name)
+	key := model.KeyOf(tm)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	last, ok := w.written[key]
@@ -195,7 +196,7 @@ func (w *statusWriter) wrote(updated *v1beta1.TrafficMap) {
 		return
 	}
 	w.mu.Lock()
-	w.written[cache.NewObjectName(updated.Namespace, updated.Name)] = updated.ResourceVersion
+	w.written[model.KeyOf(updated)] = updated.ResourceVersion
 	w.mu.Unlock()
 }
 
@@ -226,7 +227,7 @@ func same(tm *v1beta1.TrafficMap, want model.Status, known string) bool {
 }
 
 // known is the Content of the True condition the writer last wrote or kept for the map.
-func (w *statusWriter) known(key cache.ObjectName) string {
+func (w *statusWriter) known(key types.NamespacedName) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.content[key]
@@ -234,7 +235,7 @@ func (w *statusWriter) known(key cache.ObjectName) string {
 
 // shown records what the map's Published condition is about now: want's Content when it
 // is True, nothing otherwise.
-func (w *statusWriter) shown(key cache.ObjectName, want model.Status) {
+func (w *statusWriter) shown(key types.NamespacedName, want model.Status) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if want.Published && want.Content != "" {
@@ -245,7 +246,7 @@ func (w *statusWriter) shown(key cache.ObjectName, want model.Status) {
 }
 
 func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want model.Status, log *zap.Logger) (*v1beta1.TrafficMap, error) {
-	key := cache.NewObjectName(tm.Namespace, tm.Name)
+	key := model.KeyOf(tm)
 	if same(tm, want, w.known(key)) && !w.behind(tm) {
 		w.shown(key, want)
 		return tm, nil
@@ -262,7 +263,7 @@ func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want m
 	}
 	w.wrote(updated)
 	w.shown(key, want)
-	w.metrics.condition(key, string(cond.Status), cond.Reason)
+	w.metrics.condition(cache.ObjectName(key), string(cond.Status), cond.Reason)
 	log.Info("published condition", zap.String("status", string(cond.Status)),
 		zap.String("reason", cond.Reason), zap.Int64("generation", tm.Generation), zap.String("message", cond.Message))
 	if prev == nil || prev.Reason != cond.Reason || prev.Status != cond.Status {
