@@ -14,12 +14,13 @@ import (
 	omeac "github.com/trafficmap/publisher/api/client/applyconfiguration/api/v1beta1"
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
+	"github.com/trafficmap/publisher/model/statusapply"
 )
 
 // FieldManager is the field manager the Published flip is applied under: the publisher's
-// own (publish.DefaultFieldManager), so that the publisher's next status write replaces it.
-const FieldManager = publish.DefaultFieldManager
+// own (model.DefaultFieldManager), so that the publisher's next status write replaces it.
+const FieldManager = model.DefaultFieldManager
 
 // flipAttempts bounds the retries of a flip whose read went stale (the publisher wrote the
 // status in between).
@@ -59,7 +60,7 @@ func PublishingMessage(p *Plan) string {
 		p.Request.Action, p.Request.ID, p.Cluster)
 }
 
-// MarkPublishing sets Published=False (reason publish.ReasonPublishing, message
+// MarkPublishing sets Published=False (reason model.ReasonPublishing, message
 // PublishingMessage, observedGeneration the map's generation) on the TrafficMap named as the
 // plan's target, whose spec.service must name it. It server-side applies the status under
 // FieldManager with force, exactly the fields the publisher owns: published false and the
@@ -142,7 +143,7 @@ func (c MapClient) Mark(ctx context.Context, ns, name string, dry DryRun, now ti
 func publishingCondition(tm *v1beta1.TrafficMap, message string, now time.Time) metav1.Condition {
 	conds := slices.Clone(tm.Status.Conditions)
 	meta.SetStatusCondition(&conds, metav1.Condition{
-		Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse, Reason: publish.ReasonPublishing,
+		Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse, Reason: string(model.ReasonPublishing),
 		Message: message, ObservedGeneration: tm.Generation, LastTransitionTime: metav1.NewTime(now.Truncate(time.Second)),
 	})
 	return *meta.FindStatusCondition(conds, v1beta1.ConditionPublished)
@@ -152,5 +153,5 @@ func publishingCondition(tm *v1beta1.TrafficMap, message string, now time.Time) 
 // fields as publish writes them (published, the Published condition, and
 // observedTrafficMapGeneration and gatewayRef as tm has them), at tm's resourceVersion.
 func FlipConfiguration(tm *v1beta1.TrafficMap, cond metav1.Condition) *omeac.TrafficMapApplyConfiguration {
-	return publish.StatusApplyConfiguration(tm, false, tm.Status.ObservedTrafficMapGeneration, tm.Status.GatewayRef, cond, tm.Status.Publisher)
+	return statusapply.Configuration(tm, false, tm.Status.ObservedTrafficMapGeneration, tm.Status.GatewayRef, cond, tm.Status.Publisher)
 }

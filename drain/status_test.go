@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
 )
 
 func publishedMap(status metav1.ConditionStatus, since time.Time) *v1beta1.TrafficMap {
@@ -19,7 +19,7 @@ func publishedMap(status metav1.ConditionStatus, since time.Time) *v1beta1.Traff
 		Spec:       v1beta1.TrafficMapSpec{Service: "chat"},
 		Status: v1beta1.TrafficMapStatus{Published: status == metav1.ConditionTrue, ObservedTrafficMapGeneration: 3,
 			GatewayRef: &v1beta1.TrafficMapGatewayRef{Group: "gateway.networking.k8s.io", Kind: "HTTPRoute", Name: "chat-global"},
-			Conditions: []metav1.Condition{{Type: v1beta1.ConditionPublished, Status: status, Reason: publish.ReasonPublished,
+			Conditions: []metav1.Condition{{Type: v1beta1.ConditionPublished, Status: status, Reason: string(model.ReasonPublished),
 				Message: "old", ObservedGeneration: 2, LastTransitionTime: metav1.NewTime(since)}}},
 	}
 }
@@ -35,7 +35,7 @@ func TestFlipConfiguration(t *testing.T) {
 
 	tm := publishedMap(metav1.ConditionTrue, since)
 	cond := publishingCondition(tm, PublishingMessage(p), now)
-	assert.Equal(t, metav1.Condition{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse, Reason: publish.ReasonPublishing,
+	assert.Equal(t, metav1.Condition{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse, Reason: string(model.ReasonPublishing),
 		Message: "publisher drain of maintenance-a on worker-a requested; not yet published", ObservedGeneration: 3,
 		LastTransitionTime: metav1.NewTime(since.Add(time.Hour))}, cond)
 	b, err := json.Marshal(FlipConfiguration(tm, cond))

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/report"
 	"github.com/trafficmap/publisher/weights"
 )
@@ -49,8 +49,8 @@ type Source string
 // when both do; untaint: the one holding the taint).
 const (
 	SourceAuto             Source = "auto"
-	SourceInferenceCluster Source = publish.KindInferenceCluster
-	SourceWorkloadCluster  Source = publish.KindWorkloadCluster
+	SourceInferenceCluster Source = model.KindInferenceCluster
+	SourceWorkloadCluster  Source = model.KindWorkloadCluster
 )
 
 // Sources are the --source values.
@@ -59,9 +59,9 @@ var Sources = []string{string(SourceAuto), string(SourceInferenceCluster), strin
 // Resource is the API resource of a concrete source.
 func (s Source) Resource() schema.GroupVersionResource {
 	if s == SourceWorkloadCluster {
-		return publish.WorkloadClustersResource
+		return model.WorkloadClustersResource
 	}
-	return publish.InferenceClustersResource
+	return model.InferenceClustersResource
 }
 
 // ParseTaintArg parses KEY[=VALUE]:EFFECT (EFFECT NoExecute or NoSchedule) and validates it
@@ -73,7 +73,7 @@ func ParseTaintArg(s string) (weights.Taint, error) {
 	}
 	t := weights.Taint{Effect: weights.Effect(s[i+1:])}
 	t.Key, t.Value, _ = strings.Cut(s[:i], "=")
-	if _, err := weights.ParseTaints(EncodeTaints([]weights.Taint{t})); err != nil {
+	if _, err := weights.ParseTaints(weights.EncodeTaints([]weights.Taint{t})); err != nil {
 		return weights.Taint{}, fmt.Errorf("taint %q: %w", s, err)
 	}
 	return t, nil
@@ -87,32 +87,10 @@ func ParseUntaintArg(s string) (string, weights.Effect, error) {
 	if effect == "" {
 		probe.Effect = weights.EffectNoExecute
 	}
-	if _, err := weights.ParseTaints(EncodeTaints([]weights.Taint{probe})); err != nil {
+	if _, err := weights.ParseTaints(weights.EncodeTaints([]weights.Taint{probe})); err != nil {
 		return "", "", fmt.Errorf("untaint %q: must be KEY[:EFFECT]: %w", s, err)
 	}
 	return key, weights.Effect(effect), nil
-}
-
-// taintJSON is one taint in the sources' JSON shape; field order fixes its encoding.
-type taintJSON struct {
-	Key    string `json:"key"`
-	Value  string `json:"value,omitempty"`
-	Effect string `json:"effect"`
-}
-
-func taintList(taints []weights.Taint) []taintJSON {
-	out := make([]taintJSON, 0, len(taints))
-	for _, t := range taints {
-		out = append(out, taintJSON{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
-	}
-	return out
-}
-
-// EncodeTaints renders taints as the sources hold them: a JSON list of
-// {"key","value","effect"} objects, value omitted when empty.
-func EncodeTaints(taints []weights.Taint) string {
-	b, _ := json.Marshal(taintList(taints)) // strings always encode
-	return string(b)
 }
 
 // ClusterObject is a taint source object as read, reduced to what taint and untaint use.
@@ -146,11 +124,11 @@ func (c ClusterClient) Get(ctx context.Context, src Source, name string) (obj Cl
 		return ClusterObject{}, false, c.apiError(ctx, "get", src, err)
 	}
 	obj = ClusterObject{Source: src, Name: u.GetName(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion()}
-	var ct publish.ClusterTaints
+	var ct model.ClusterTaints
 	if src == SourceWorkloadCluster {
-		ct = publish.WorkloadClusterTaints(u.GetName(), u.GetAnnotations())
+		ct = model.WorkloadClusterTaints(u.GetName(), u.GetAnnotations())
 	} else {
-		ct = publish.InferenceClusterTaints(u)
+		ct = model.InferenceClusterTaints(u)
 	}
 	obj.Taints, obj.Err = ct.Taints, ct.Err
 	if !SafeScalar(obj.Name) || !SafeScalar(string(obj.UID)) || !SafeScalar(obj.ResourceVersion) {
@@ -180,7 +158,7 @@ func PlanTaint(obj ClusterObject, t weights.Taint) (*TaintPlan, error) {
 			return nil, fmt.Errorf("taint refused: %s %s already has taint %s; untaint %s:%s first to change it", obj.Source, obj.Name, old, t.Key, t.Effect)
 		}
 	}
-	after, err := weights.ParseTaints(EncodeTaints(append(slices.Clone(obj.Taints), t)))
+	after, err := weights.ParseTaints(weights.EncodeTaints(append(slices.Clone(obj.Taints), t)))
 	if err != nil {
 		return nil, fmt.Errorf("taint refused: %w", err)
 	}
@@ -219,9 +197,9 @@ func untaintName(key string, effect weights.Effect) string {
 	return key + ":" + string(effect)
 }
 
-// ClusterTaints is the source's view of the cluster after the patch, for publish.Compute.
-func (p *TaintPlan) ClusterTaints() publish.ClusterTaints {
-	return publish.ClusterTaints{Kind: string(p.Object.Source), Cluster: p.Object.Name, Taints: slices.Clone(p.After)}
+// ClusterTaints is the source's view of the cluster after the patch, for model.Compute.
+func (p *TaintPlan) ClusterTaints() model.ClusterTaints {
+	return model.ClusterTaints{Kind: string(p.Object.Source), Cluster: p.Object.Name, Taints: slices.Clone(p.After)}
 }
 
 // Patch returns the JSON merge patch: the read UID and resourceVersion, which the API
@@ -234,12 +212,12 @@ func (p *TaintPlan) Patch() []byte {
 	if p.Object.Source == SourceWorkloadCluster {
 		var value *string
 		if len(p.After) > 0 {
-			v := EncodeTaints(p.After)
+			v := weights.EncodeTaints(p.After)
 			value = &v
 		}
 		meta["annotations"] = map[string]*string{weights.TaintsAnnotation: value}
 	} else {
-		doc["spec"] = map[string]any{"taints": taintList(p.After)}
+		doc["spec"] = map[string]any{"taints": json.RawMessage(weights.EncodeTaints(p.After))}
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

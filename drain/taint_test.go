@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/report"
 	"github.com/trafficmap/publisher/weights"
 )
@@ -67,7 +67,7 @@ func TestPlanTaintAndUntaint(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []weights.Taint{other, planned}, p.After)
 	assert.Equal(t, `{"metadata":{"resourceVersion":"7","uid":"u1"},"spec":{"taints":[{"key":"gpu","effect":"NoSchedule"},{"key":"maintenance","value":"planned","effect":"NoExecute"}]}}`, string(p.Patch()))
-	assert.Equal(t, publish.ClusterTaints{Kind: publish.KindInferenceCluster, Cluster: "worker-a", Taints: p.After}, p.ClusterTaints())
+	assert.Equal(t, model.ClusterTaints{Kind: model.KindInferenceCluster, Cluster: "worker-a", Taints: p.After}, p.ClusterTaints())
 
 	_, err = PlanTaint(clusterObject(SourceInferenceCluster, planned), weights.Taint{Key: "maintenance", Value: "other", Effect: weights.EffectNoExecute})
 	assert.EqualError(t, err, "taint refused: InferenceCluster worker-a already has taint maintenance=planned:NoExecute; untaint maintenance:NoExecute first to change it")

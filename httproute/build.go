@@ -2,7 +2,6 @@ package httproute
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -83,7 +82,9 @@ func ownerReferences(src Source) []metav1.OwnerReference {
 }
 
 // Key returns the source's namespace/name.
-func (s Source) Key() string { return s.Namespace + "/" + s.Name }
+func (s Source) Key() types.NamespacedName {
+	return types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+}
 
 // Desired is everything the sink stores for one TrafficMap.
 type Desired struct {
@@ -151,10 +152,7 @@ func Build(cfg Config, src Source, res weights.Result, in Inputs) (*Desired, err
 	if err != nil {
 		return nil, err
 	}
-	drains, err := json.Marshal(drainRecord(in.Drains))
-	if err != nil {
-		return nil, fmt.Errorf("encode drains: %w", err)
-	}
+	drains := weights.EncodeDrains(in.Drains)
 
 	route := &gwapiv1.HTTPRoute{
 		TypeMeta: metav1.TypeMeta{APIVersion: gwapiv1.GroupVersion.String(), Kind: "HTTPRoute"},
@@ -164,7 +162,7 @@ func Build(cfg Config, src Source, res weights.Result, in Inputs) (*Desired, err
 			Labels:          ownerLabels(src),
 			OwnerReferences: ownerReferences(src),
 			Annotations: map[string]string{
-				AnnotationDrains:               string(drains),
+				AnnotationDrains:               drains,
 				AnnotationTrafficMapGeneration: strconv.FormatInt(in.Generation, 10),
 			},
 		},
@@ -181,10 +179,10 @@ func Build(cfg Config, src Source, res weights.Result, in Inputs) (*Desired, err
 	}
 
 	if in.Taints != nil {
-		route.Annotations[AnnotationClusterTaints] = encodeClusterTaints(in.Taints)
+		route.Annotations[AnnotationClusterTaints] = weights.EncodeClusterTaints(in.Taints)
 	}
 	if in.Tolerations != nil {
-		route.Annotations[AnnotationServiceTolerations] = EncodeTolerations(in.Tolerations)
+		route.Annotations[AnnotationServiceTolerations] = weights.EncodeTolerations(in.Tolerations)
 	}
 
 	services := make([]*corev1.Service, 0, len(res.Entries))
@@ -282,20 +280,6 @@ func SourceOf(labels map[string]string) (types.NamespacedName, bool) {
 		return types.NamespacedName{}, false
 	}
 	return types.NamespacedName{Namespace: labels[LabelSourceNamespace], Name: labels[LabelSourceName]}, true
-}
-
-// drainJSON is the stored form of one drain in AnnotationDrains.
-type drainJSON struct {
-	Cluster string `json:"cluster"`
-	Reason  string `json:"reason"`
-}
-
-func drainRecord(drains []weights.Drain) map[string]drainJSON {
-	m := make(map[string]drainJSON, len(drains))
-	for _, d := range drains {
-		m[d.ID] = drainJSON{Cluster: d.Cluster, Reason: d.Reason}
-	}
-	return m
 }
 
 // RecordedDrains returns the drain set stored on a route built by Build, and whether the

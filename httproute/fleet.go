@@ -1,12 +1,9 @@
 package httproute
 
 import (
-	"encoding/json"
-	"maps"
-	"slices"
-
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -21,54 +18,6 @@ const (
 	AnnotationServiceTolerations = "publisher.trafficmap.dev/service-tolerations"
 )
 
-type taintJSON struct {
-	Key    string `json:"key"`
-	Value  string `json:"value,omitempty"`
-	Effect string `json:"effect"`
-}
-
-type tolerationJSON struct {
-	Key      string `json:"key,omitempty"`
-	Operator string `json:"operator,omitempty"`
-	Value    string `json:"value,omitempty"`
-	Effect   string `json:"effect,omitempty"`
-}
-
-// encodeTaints renders taints in the JSON shape ParseTaints reads.
-func encodeTaints(taints []weights.Taint) []taintJSON {
-	out := make([]taintJSON, 0, len(taints))
-	for _, t := range taints {
-		out = append(out, taintJSON{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
-	}
-	return out
-}
-
-// EncodeTaints returns taints as the JSON list ParseTaints reads ("[]" for none).
-func EncodeTaints(taints []weights.Taint) string {
-	b, _ := json.Marshal(encodeTaints(taints)) // strings only: cannot fail
-	return string(b)
-}
-
-// EncodeTolerations returns tolerations as the JSON list ParseTolerations reads ("[]" for
-// none).
-func EncodeTolerations(tols []weights.Toleration) string {
-	out := make([]tolerationJSON, 0, len(tols))
-	for _, t := range tols {
-		out = append(out, tolerationJSON{Key: t.Key, Operator: string(t.Operator), Value: t.Value, Effect: string(t.Effect)})
-	}
-	b, _ := json.Marshal(out) // strings only: cannot fail
-	return string(b)
-}
-
-func encodeClusterTaints(taints map[string][]weights.Taint) string {
-	rec := make(map[string][]taintJSON, len(taints))
-	for _, c := range slices.Sorted(maps.Keys(taints)) {
-		rec[c] = encodeTaints(taints[c])
-	}
-	b, _ := json.Marshal(rec) // strings only: cannot fail; map keys are sorted
-	return string(b)
-}
-
 // RecordedTaints returns the per-cluster taints recorded on a route built by Build, and
 // whether the route carried a valid record. Each list is parsed with weights.ParseTaints.
 func RecordedTaints(route *gwapiv1.HTTPRoute) (map[string][]weights.Taint, bool) {
@@ -79,17 +28,9 @@ func RecordedTaints(route *gwapiv1.HTTPRoute) (map[string][]weights.Taint, bool)
 	if !ok {
 		return nil, false
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(v), &raw); err != nil || raw == nil {
+	out, err := weights.ParseClusterTaints(v)
+	if err != nil {
 		return nil, false
-	}
-	out := make(map[string][]weights.Taint, len(raw))
-	for c, list := range raw {
-		taints, err := weights.ParseTaints(string(list))
-		if err != nil {
-			return nil, false
-		}
-		out[c] = taints
 	}
 	return out, true
 }
@@ -109,4 +50,13 @@ func RecordedTolerations(route *gwapiv1.HTTPRoute) ([]weights.Toleration, bool) 
 		return nil, false
 	}
 	return tols, true
+}
+
+// Recorded returns the fallback state recorded on a route built by Build (its drains,
+// cluster taints and tolerations annotations); a nil route records nothing.
+func Recorded(route *gwapiv1.HTTPRoute) model.Recorded {
+	if route == nil {
+		return model.Recorded{}
+	}
+	return model.RecordedFrom(route.Annotations, AnnotationDrains, AnnotationClusterTaints, AnnotationServiceTolerations)
 }

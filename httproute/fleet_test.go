@@ -14,16 +14,16 @@ import (
 func TestFleetRecords(t *testing.T) {
 	maint := weights.Taint{Key: "maintenance", Value: "planned", Effect: weights.EffectNoExecute}
 	tols := []weights.Toleration{{Key: "maintenance", Operator: weights.OperatorExists}, {Key: "zone", Value: "a", Effect: weights.EffectNoSchedule}}
-	assert.Equal(t, `[{"key":"maintenance","value":"planned","effect":"NoExecute"}]`, EncodeTaints([]weights.Taint{maint}))
-	assert.Equal(t, `[]`, EncodeTaints(nil))
-	assert.Equal(t, `[{"key":"maintenance","operator":"Exists"},{"key":"zone","value":"a","effect":"NoSchedule"}]`, EncodeTolerations(tols))
+	assert.Equal(t, `[{"key":"maintenance","value":"planned","effect":"NoExecute"}]`, weights.EncodeTaints([]weights.Taint{maint}))
+	assert.Equal(t, `[]`, weights.EncodeTaints(nil))
+	assert.Equal(t, `[{"key":"maintenance","operator":"Exists"},{"key":"zone","value":"a","effect":"NoSchedule"}]`, weights.EncodeTolerations(tols))
 
 	route := func(annotations map[string]string) *gwapiv1.HTTPRoute {
 		return &gwapiv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Annotations: annotations}}
 	}
 	rec := route(map[string]string{
-		AnnotationClusterTaints:      encodeClusterTaints(map[string][]weights.Taint{"worker-a": {maint}, "worker-b": nil}),
-		AnnotationServiceTolerations: EncodeTolerations(tols),
+		AnnotationClusterTaints:      weights.EncodeClusterTaints(map[string][]weights.Taint{"worker-a": {maint}, "worker-b": nil}),
+		AnnotationServiceTolerations: weights.EncodeTolerations(tols),
 	})
 	assert.Equal(t, `{"worker-a":[{"key":"maintenance","value":"planned","effect":"NoExecute"}],"worker-b":[]}`, rec.Annotations[AnnotationClusterTaints])
 	taints, ok := RecordedTaints(rec)

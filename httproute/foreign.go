@@ -1,6 +1,7 @@
 package httproute
 
 import (
+	"k8s.io/apimachinery/pkg/types"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
@@ -27,7 +28,7 @@ func (c Config) Contends(route *gwapiv1.HTTPRoute, mapNamespace string) bool {
 		if ref.Namespace != nil {
 			ns = string(*ref.Namespace)
 		}
-		if ns+"/"+string(ref.Name) != c.gatewayName(mapNamespace) {
+		if (types.NamespacedName{Namespace: ns, Name: string(ref.Name)}) != c.gatewayName(mapNamespace) {
 			continue
 		}
 		if ref.SectionName == nil || *ref.SectionName == "" || c.GatewaySection == "" || string(*ref.SectionName) == c.GatewaySection {

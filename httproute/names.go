@@ -73,3 +73,8 @@ func sanitize(name string) string {
 	}
 	return s
 }
+
+// RecordName returns the name of the record ConfigMap in which the publisher keeps the
+// fallback state of the TrafficMap named mapName while the HTTPRoute sink is off: the map's
+// route name, bounded and distinct per map.
+func RecordName(mapName string) string { return RouteName(mapName) }

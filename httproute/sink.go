@@ -21,16 +21,16 @@ const SinkName = "httproute"
 // Reasons of the Published condition this sink reports.
 const (
 	// ReasonConflict: a foreign object holds the route's or a Service's name.
-	ReasonConflict = "RouteConflict"
+	ReasonConflict = model.ReasonRouteConflict
 	// ReasonRefused: the plan cannot be written as a route (for example too many entries).
-	ReasonRefused = "RouteRefused"
+	ReasonRefused = model.ReasonRouteRefused
 	// ReasonNotAccepted: the parent Gateway did not accept the route.
-	ReasonNotAccepted = "RouteNotAccepted"
+	ReasonNotAccepted = model.ReasonRouteNotAccepted
 	// ReasonLastPositiveRetained: every weight is 0 and the policy keeps the last positive
 	// weights on the route.
-	ReasonLastPositiveRetained = "LastPositiveRetained"
+	ReasonLastPositiveRetained = model.ReasonLastPositiveRetained
 	// ReasonWaiting: the route is stored and the gateway has not decided yet.
-	ReasonWaiting = "Publishing"
+	ReasonWaiting = model.ReasonPublishing
 )
 
 // SinkConfig configures the Sink.

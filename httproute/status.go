@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
@@ -33,7 +34,7 @@ type Acceptance struct {
 // contract requires.
 func (c Config) Acceptance(route *gwapiv1.HTTPRoute) Acceptance {
 	gw := c.gatewayName(route.Namespace)
-	rt := route.Namespace + "/" + route.Name
+	rt := types.NamespacedName{Namespace: route.Namespace, Name: route.Name}
 	for _, p := range route.Status.Parents {
 		if !c.sameParent(p.ParentRef, route.Namespace) {
 			continue
@@ -63,12 +64,12 @@ func current(conds []metav1.Condition, typ string, generation int64) *metav1.Con
 	return c
 }
 
-func (c Config) gatewayName(routeNamespace string) string {
+func (c Config) gatewayName(routeNamespace string) types.NamespacedName {
 	ns := c.Gateway.Namespace
 	if ns == "" {
 		ns = routeNamespace
 	}
-	return ns + "/" + c.Gateway.Name
+	return types.NamespacedName{Namespace: ns, Name: c.Gateway.Name}
 }
 
 // sameParent reports whether ref names the configured Gateway (group and kind defaulting to
@@ -84,7 +85,7 @@ func (c Config) sameParent(ref gwapiv1.ParentReference, routeNamespace string) b
 	if ref.Namespace != nil {
 		ns = string(*ref.Namespace)
 	}
-	if ns+"/"+string(ref.Name) != c.gatewayName(routeNamespace) {
+	if (types.NamespacedName{Namespace: ns, Name: string(ref.Name)}) != c.gatewayName(routeNamespace) {
 		return false
 	}
 	section := ""

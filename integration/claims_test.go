@@ -14,6 +14,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/integration/standin"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 )
 
@@ -77,12 +78,12 @@ func TestOlderNamespaceTakesNothing(t *testing.T) {
 		claim, reason string
 		message       []string
 	}{
-		{grpcName, publish.ReasonHostnameNotEntitled, []string{
+		{grpcName, string(model.ReasonHostnameNotEntitled), []string{
 			"inferenceservice " + evil.ns + "/chat metadata.annotations[ome.io/global-host] \"" + grpcName + "\" may not be claimed from namespace " + evil.ns,
 			"is a gRPC name of namespace " + prod.ns + ", which only maps in namespace " + prod.ns + " may claim"}},
-		{shared, publish.ReasonHostnameConflict, []string{
+		{shared, string(model.ReasonHostnameConflict), []string{
 			"hostname " + shared + " is held by trafficmap " + prod.ns + "/chat (hostname " + shared}},
-		{"*." + prod.ns, publish.ReasonHostnameNotEntitled, []string{
+		{"*." + prod.ns, string(model.ReasonHostnameNotEntitled), []string{
 			"metadata.annotations[ome.io/global-host] \"*." + prod.ns + "\" may not be claimed from namespace " + evil.ns,
 			"is a gRPC name of namespace " + prod.ns}},
 	} {

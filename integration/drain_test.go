@@ -9,6 +9,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 )
 
@@ -111,7 +112,7 @@ func TestDrainEverythingRetainLastPositive(t *testing.T) {
 	f.waitPublished()
 
 	f.drain(`{"all-a":{"cluster":"worker-a","reason":"dc move"},"all-b":{"cluster":"worker-b","reason":"dc move"}}`)
-	tm := f.waitCondition(metav1.ConditionFalse, publish.ReasonLastPositiveRetained)
+	tm := f.waitCondition(metav1.ConditionFalse, string(model.ReasonLastPositiveRetained))
 	assert.Contains(t, published(tm).Message, "RetainLastPositive keeps the last positive weights")
 	assert.Equal(t, map[string]int32{"worker-a": 1, "worker-b": 1}, f.routeWeights("worker-a", "worker-b"))
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
@@ -35,7 +36,7 @@ func TestXDSOnlyFallbackSurvivesRestart(t *testing.T) {
 	rec, err := cms.Get(context.Background(), publish.RecordName(service), metav1.GetOptions{})
 	require.NoError(t, err, "the record is written before the status says Published")
 	assert.Equal(t, httproute.OwnerLabels(httproute.Source{Namespace: f.ns, Name: service, Service: service}), rec.Labels)
-	assert.JSONEq(t, seedDrain, rec.Data[publish.RecordKeyDrains])
+	assert.JSONEq(t, seedDrain, rec.Data[model.RecordKeyDrains])
 	require.NotEmpty(t, rec.ManagedFields)
 	assert.Equal(t, publish.DefaultFieldManager, rec.ManagedFields[0].Manager)
 	assert.Equal(t, metav1.ManagedFieldsOperationApply, rec.ManagedFields[0].Operation)
@@ -46,7 +47,7 @@ func TestXDSOnlyFallbackSurvivesRestart(t *testing.T) {
 	pub.stop(t)
 	f.drain(`{"x":{}}`)
 	restarted := f.startPublisher(xdsOnly)
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidDrainAnnotation, "keeping the last valid drains (maintenance-a on worker-a)")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidDrainAnnotation), "keeping the last valid drains (maintenance-a on worker-a)")
 	client := xdsClient(t, restarted.xdsAddr, "grpc-client-1", service+"."+f.ns)
 	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, client, 20), "the map stays on xDS with the last valid drains")
 	st := admin(t).run(t, "status", service, "-n", f.ns)
@@ -70,14 +71,14 @@ func TestXDSOnlyForeignRecordIgnored(t *testing.T) {
 	cms := kube.CoreV1().ConfigMaps(f.ns)
 	foreign, err := cms.Create(context.Background(), &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: publish.RecordName(service)},
-		Data:       map[string]string{publish.RecordKeyDrains: seedDrain, "team": "someone-else"},
+		Data:       map[string]string{model.RecordKeyDrains: seedDrain, "team": "someone-else"},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	f.startPublisher(func(c *publish.Config) { c.Sinks, c.XDSAddress = []string{publish.SinkXDS}, "127.0.0.1:0" })
 	f.drain(seedDrain)
 	f.waitPublishedWith("worker-a=0 (drained by maintenance-a)")
 	f.drain(`{"x":{}}`)
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidDrainAnnotation, "nothing is published")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidDrainAnnotation), "nothing is published")
 	got, err := cms.Get(context.Background(), publish.RecordName(service), metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, foreign.ResourceVersion, got.ResourceVersion, "never written")

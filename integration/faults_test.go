@@ -20,6 +20,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 )
 
@@ -35,7 +36,7 @@ func TestMalformedDrainKeepsLastValidDrains(t *testing.T) {
 
 	f.drain(`{"maintenance-a":{"cluster":"worker-a","reason":"planned maintenance","until":"friday"}}`)
 	parserErr := `override "maintenance-a" has unknown field "until"`
-	tm := f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidDrainAnnotation, parserErr, "keeping the last valid drains (maintenance-a on worker-a)")
+	tm := f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidDrainAnnotation), parserErr, "keeping the last valid drains (maintenance-a on worker-a)")
 	assert.False(t, tm.Status.Published)
 	assert.Equal(t, map[string]int32{"worker-a": 0, "worker-b": 1}, f.routeWeights("worker-a", "worker-b"))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -45,19 +46,19 @@ func TestMalformedDrainKeepsLastValidDrains(t *testing.T) {
 				reasons = append(reasons, e.Reason)
 			}
 		}
-		assert.Contains(c, reasons, publish.ReasonInvalidDrainAnnotation)
+		assert.Contains(c, reasons, string(model.ReasonInvalidDrainAnnotation))
 	}, waitTimeout, tick)
 
 	// Spec changes still flow, with the last valid drains applied.
 	f.updateMap(func(s *v1beta1.TrafficMapSpec) { s.Entries[1].Weight = 2 })
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidDrainAnnotation, parserErr, "worker-b=2")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidDrainAnnotation), parserErr, "worker-b=2")
 	assert.Equal(t, map[string]int32{"worker-a": 0, "worker-b": 2}, f.routeWeights("worker-a", "worker-b"))
 
 	// A new publisher process knows the last valid drains from what is stored.
 	pub.stop(t)
 	f.updateMap(func(s *v1beta1.TrafficMapSpec) { s.Entries[1].Weight = 3 })
 	f.startPublisher()
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidDrainAnnotation, parserErr, "worker-a=0 (drained by maintenance-a), worker-b=3")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidDrainAnnotation), parserErr, "worker-a=0 (drained by maintenance-a), worker-b=3")
 	assert.Equal(t, map[string]int32{"worker-a": 0, "worker-b": 3}, f.routeWeights("worker-a", "worker-b"))
 
 	f.drain(`{}`)
@@ -74,7 +75,7 @@ func TestInvalidTrafficMapLeavesRoute(t *testing.T) {
 	before := f.route()
 
 	f.updateMap(func(s *v1beta1.TrafficMapSpec) { s.Entries[1].Endpoint = "ftp://chat.worker-b.example.com" })
-	tm := f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidTrafficMap,
+	tm := f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTrafficMap),
 		`spec.entries[1] (cluster "worker-b")`, `endpoint "ftp://chat.worker-b.example.com"`, "must be an absolute http or https URL",
 		"the published route is left as it was")
 	assert.False(t, tm.Status.Published)
@@ -184,7 +185,7 @@ func TestForeignRouteIsNotOverwritten(t *testing.T) {
 	f.createMap(seedEntries())
 	f.startPublisher()
 
-	tm := f.waitCondition(metav1.ConditionFalse, publish.ReasonRouteConflict,
+	tm := f.waitCondition(metav1.ConditionFalse, string(model.ReasonRouteConflict),
 		"httproute "+f.ns+"/chat-global exists and is not owned by the publisher", "refusing to overwrite it")
 	assert.False(t, tm.Status.Published)
 	after := f.route()
@@ -259,7 +260,7 @@ func TestMalformedDrainBeforeFirstPublish(t *testing.T) {
 	f.createMap(seedEntries())
 	f.startPublisher()
 
-	tm := f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidDrainAnnotation,
+	tm := f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidDrainAnnotation),
 		`override "maintenance-a" reason must be non-empty`, "nothing is published")
 	assert.False(t, tm.Status.Published)
 	assert.Nil(t, f.route(), "no route published")

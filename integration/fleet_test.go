@@ -16,7 +16,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -53,7 +53,7 @@ func setInferenceClusterTaints(t *testing.T, name, taintsJSON string) {
 	t.Helper()
 	var taints any
 	require.NoError(t, json.Unmarshal([]byte(taintsJSON), &taints))
-	res := dyn.Resource(publish.InferenceClustersResource)
+	res := dyn.Resource(model.InferenceClustersResource)
 	_, err := res.Get(ctxFor(t), name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		u := &unstructured.Unstructured{Object: map[string]any{
@@ -77,7 +77,7 @@ func setInferenceClusterTaints(t *testing.T, name, taintsJSON string) {
 // annotation set to value (or removed), and deletes it after the test.
 func setWorkloadClusterTaints(t *testing.T, name, value string, remove bool) {
 	t.Helper()
-	res := dyn.Resource(publish.WorkloadClustersResource)
+	res := dyn.Resource(model.WorkloadClustersResource)
 	_, err := res.Get(ctxFor(t), name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		u := &unstructured.Unstructured{Object: map[string]any{
@@ -257,7 +257,7 @@ func TestFleetTaintEveryCluster(t *testing.T) {
 
 	setInferenceClusterTaints(t, fl.a, maintenanceNoExecute)
 	setWorkloadClusterTaints(t, fl.b, `[{"key":"decommission","effect":"NoExecute"}]`, false)
-	tm := f.waitCondition(metav1.ConditionTrue, publish.ReasonPublished, fl.a+"=0 ("+maintenanceTaint+"), "+fl.b+"=0 (taint decommission:NoExecute)",
+	tm := f.waitCondition(metav1.ConditionTrue, string(model.ReasonPublished), fl.a+"=0 ("+maintenanceTaint+"), "+fl.b+"=0 (taint decommission:NoExecute)",
 		"every effective weight is 0, so no traffic is routed")
 	assert.True(t, tm.Status.Published)
 	assert.Equal(t, map[string]int32{fl.a: 0, fl.b: 0}, fl.weights(f))
@@ -304,10 +304,10 @@ func TestFleetMalformedKeepsLastValid(t *testing.T) {
 		"keeping the last valid taints of cluster " + fl.a + " (maintenance=planned:NoExecute)",
 		fl.a + "=0 (" + maintenanceTaint + "), " + fl.b + "=1",
 	}
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidTaints, want...)
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTaints), want...)
 	assert.Equal(t, map[string]int32{fl.a: 0, fl.b: 1}, fl.weights(f))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.True(c, hasEvent(clusterEvents(t, publish.KindInferenceCluster, fl.a), publish.ReasonInvalidTaints, `effect "Sometimes"`))
+		assert.True(c, hasEvent(clusterEvents(t, model.KindInferenceCluster, fl.a), string(model.ReasonInvalidTaints), `effect "Sometimes"`))
 	}, waitTimeout, tick)
 
 	// The last valid taints survive a restart: they are recorded on the route. A drain on the
@@ -315,15 +315,15 @@ func TestFleetMalformedKeepsLastValid(t *testing.T) {
 	pub.stop(t)
 	f.startPublisher()
 	f.drain(`{"probe-b":{"cluster":"` + fl.b + `","reason":"probe"}}`)
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidTaints, want[0], want[1],
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTaints), want[0], want[1],
 		fl.a+"=0 ("+maintenanceTaint+"), "+fl.b+"=0 (drained by probe-b)")
 	assert.Equal(t, map[string]int32{fl.a: 0, fl.b: 0}, fl.weights(f))
 	f.drain(`{}`)
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidTaints, want...)
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTaints), want...)
 
 	// The WorkloadCluster annotation is checked as strictly.
 	setWorkloadClusterTaints(t, fl.b, `{"key":"x"}`, false)
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidTaints,
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTaints),
 		"workloadcluster "+fl.b+" annotation "+weights.TaintsAnnotation+": taint list must be a JSON array of objects, got object",
 		"keeping the last valid taints of cluster "+fl.b+" (none)", want[0], want[2])
 	assert.Equal(t, map[string]int32{fl.a: 0, fl.b: 1}, fl.weights(f))
@@ -338,7 +338,7 @@ func TestFleetMalformedKeepsLastValid(t *testing.T) {
 	f.tolerate(`[{"key":"maintenance","operator":"Exists"}]`)
 	f.waitPublishedWith(fl.a + "=1, " + fl.b + "=1")
 	f.tolerate(`[{"key":"maintenance","operator":"Exist"}]`)
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidTolerations,
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTolerations),
 		`annotation `+weights.TolerationsAnnotation+`: toleration [0] (key "maintenance"): operator "Exist" must be Exists or Equal`,
 		"keeping the last valid tolerations (maintenance:Exists)", fl.a+"=1, "+fl.b+"=1")
 	assert.Equal(t, map[string]int32{fl.a: 1, fl.b: 1}, fl.weights(f))
@@ -347,7 +347,7 @@ func TestFleetMalformedKeepsLastValid(t *testing.T) {
 			FieldSelector: "involvedObject.kind=InferenceService,involvedObject.name=" + service,
 		})
 		require.NoError(c, err)
-		assert.True(c, hasEvent(list.Items, publish.ReasonInvalidTolerations, `operator "Exist"`))
+		assert.True(c, hasEvent(list.Items, string(model.ReasonInvalidTolerations), `operator "Exist"`))
 	}, waitTimeout, tick)
 
 	f.tolerate(`[]`)
@@ -362,8 +362,8 @@ func TestFleetMalformedTaintsBeforeFirstPublish(t *testing.T) {
 	setInferenceClusterTaints(t, fl.a, `[{"key":"maintenance"}]`)
 	f.createMap(fl.entries())
 	f.startPublisher()
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonInvalidTaints,
-		`field "effect" is required`, "cluster "+fl.a+": "+publish.ErrNoTaintFallback.Error())
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTaints),
+		`field "effect" is required`, "cluster "+fl.a+": "+model.ErrNoTaintFallback.Error())
 	assert.Nil(t, f.route())
 
 	setInferenceClusterTaints(t, fl.a, maintenanceNoExecute)

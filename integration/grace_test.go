@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 )
 
@@ -132,5 +133,5 @@ func TestXDSOnlyRestartKeepsUnchangedMaps(t *testing.T) {
 	f.startPublisher(xdsOnly, func(c *publish.Config) { c.XDSAddress = addr })
 	// Not True: it waits for the client to reconnect (--xds-min-clients) and then for the
 	// window (--xds-reconnect-grace), whichever the reconcile meets first.
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "waiting for xds clients")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "waiting for xds clients")
 }

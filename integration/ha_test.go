@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/model/replicas"
 	"github.com/trafficmap/publisher/publish"
 )
@@ -151,7 +152,7 @@ func TestHAEveryReplicasClientsCount(t *testing.T) {
 	frozen.freeze()
 	w := f.watchPublished()
 	f.drain(seedDrain)
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "replica c: 1/2 relevant clients ACKed, waiting for frozen-c/sotw-")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "replica c: 1/2 relevant clients ACKed, waiting for frozen-c/sotw-")
 	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, clientB, 20), "b's client has the drain")
 	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, clientC, 20), "c's real client has the drain")
 	for _, tr := range w.transitions() {
@@ -177,7 +178,7 @@ func TestHAEveryReplicasClientsCount(t *testing.T) {
 	// c dies (SIGKILL) while its frozen client holds the undrain back.
 	frozen.freeze()
 	f.setAnnotation(service, "ome.io/traffic-drain", "", true)
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "replica c: ", "waiting for frozen-c/sotw-")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "replica c: ", "waiting for frozen-c/sotw-")
 	killed := time.Now()
 	require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
 	_, _ = c.cmd.Process.Wait()

@@ -24,6 +24,7 @@ import (
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/integration/standin"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 )
 
@@ -213,14 +214,14 @@ func published(tm *v1beta1.TrafficMap) *metav1.Condition {
 // status.published agreeing, and returns the map.
 func (f *fixture) waitPublished() *v1beta1.TrafficMap {
 	f.t.Helper()
-	return f.waitCondition(metav1.ConditionTrue, publish.ReasonPublished)
+	return f.waitCondition(metav1.ConditionTrue, string(model.ReasonPublished))
 }
 
 // waitPublishedWith waits until Published is True at the current generation with a message
 // containing want.
 func (f *fixture) waitPublishedWith(want string) *v1beta1.TrafficMap {
 	f.t.Helper()
-	return f.waitCondition(metav1.ConditionTrue, publish.ReasonPublished, want)
+	return f.waitCondition(metav1.ConditionTrue, string(model.ReasonPublished), want)
 }
 
 // waitCondition waits until Published has this status and reason at the current generation,

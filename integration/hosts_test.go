@@ -19,6 +19,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/integration/standin"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/report"
 	"github.com/trafficmap/publisher/xds"
@@ -74,7 +75,7 @@ func TestHostnameOwnership(t *testing.T) {
 	owner.waitPublishedWith("ACKed by 1/1 clients")
 	require.NotNil(t, owner.route())
 	assert.Equal(t, []gwapiv1.Hostname{gwapiv1.Hostname(shared)}, owner.route().Spec.Hostnames)
-	conflict := loser.waitCondition(metav1.ConditionFalse, publish.ReasonHostnameConflict,
+	conflict := loser.waitCondition(metav1.ConditionFalse, string(model.ReasonHostnameConflict),
 		"hostname "+shared+" is held by trafficmap "+owner.ns+"/chat",
 		"httproute "+loser.ns+"/chat-global is not written with the contested hostname")
 	assert.Nil(t, loser.route(), "the newer map's route is not written")
@@ -82,7 +83,7 @@ func TestHostnameOwnership(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		found := false
 		for _, e := range loser.events() {
-			found = found || e.Type == corev1.EventTypeWarning && e.Reason == publish.ReasonHostnameConflict
+			found = found || e.Type == corev1.EventTypeWarning && e.Reason == string(model.ReasonHostnameConflict)
 		}
 		assert.True(c, found, "a Warning Event HostnameConflict on the newer map")
 	}, waitTimeout, tick)
@@ -172,7 +173,7 @@ func TestForeignRouteHoldsHostname(t *testing.T) {
 	f.createMap(seedEntries())
 	f.startPublisher()
 
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonHostnameConflict,
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonHostnameConflict),
 		"hostname "+host+" is held by httproute "+f.ns+"/legacy (hostname *."+f.ns+".example.com")
 	assert.Nil(t, f.route(), "no route is written for a hostname a foreign route holds")
 

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
@@ -181,7 +182,7 @@ func TestXDSChartDefaultMutualTLS(t *testing.T) {
 	}))
 	server := pub.xdsAddr.String()
 	for _, f := range []*fixture{a, b} {
-		f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "waiting for xds clients: 0 connected, --xds-min-clients is 1")
+		f.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "waiting for xds clients: 0 connected, --xds-min-clients is 1")
 	}
 
 	// No certificate: refused at the handshake, never counted.
@@ -191,7 +192,7 @@ func TestXDSChartDefaultMutualTLS(t *testing.T) {
 	cancel()
 	require.Error(t, err, "a client without a certificate gets no configuration")
 	assert.Empty(t, pub.pub.XDSClients(), "a refused client is no xds client")
-	b.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "waiting for xds clients: 0 connected, --xds-min-clients is 1")
+	b.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "waiting for xds clients: 0 connected, --xds-min-clients is 1")
 
 	// An authenticated protocol-level client subscribed to a's map that never ACKs: it
 	// holds a's map, and only a's.
@@ -218,7 +219,7 @@ func TestXDSChartDefaultMutualTLS(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("the authenticated client was sent nothing")
 	}
-	a.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "waiting for xds clients: 0/1 ACKed a version with these weights")
+	a.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "waiting for xds clients: 0/1 ACKed a version with these weights")
 	b.waitPublishedWith("none of the 1 connected xds clients subscribes to its resources")
 
 	// A real gRPC client with the chart's client certificate gets b's weights and counts.
@@ -239,7 +240,7 @@ func TestXDSChartDefaultMutualTLS(t *testing.T) {
 		}
 	}, waitTimeout, tick)
 	b.waitPublishedWith("ACKed by 1/1 clients")
-	a.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "waiting for xds clients: 0/1 ACKed a version with these weights")
+	a.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "waiting for xds clients: 0/1 ACKed a version with these weights")
 
 	// The debug endpoints are on the debug address only.
 	require.NotNil(t, pub.pub.DebugAddr())

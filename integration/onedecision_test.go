@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 )
 
@@ -46,7 +47,7 @@ func TestOneDecisionForAllSinks(t *testing.T) {
 				Endpoint: "http://localhost:1", Weight: 10, Healthy: true})
 		}
 	})
-	tm := f.waitCondition(metav1.ConditionFalse, publish.ReasonRouteRefused, "httproute sink cannot publish trafficmap "+f.ns+"/chat", "has 17 entries")
+	tm := f.waitCondition(metav1.ConditionFalse, string(model.ReasonRouteRefused), "httproute sink cannot publish trafficmap "+f.ns+"/chat", "has 17 entries")
 	assert.False(t, tm.Status.Published)
 
 	// A barrier for the xDS rebuild loop: a second map created after the update is served
@@ -80,6 +81,6 @@ func TestOneDecisionForAllSinks(t *testing.T) {
 	require.NotNil(t, route)
 	require.Len(t, route.Spec.Rules, 1)
 	assert.Len(t, route.Spec.Rules[0].BackendRefs, 2, "no backend of the refused entries")
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonRouteRefused, "httproute sink cannot publish trafficmap "+f.ns+"/chat",
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonRouteRefused), "httproute sink cannot publish trafficmap "+f.ns+"/chat",
 		"the httproute sink refuses these weights, so no sink publishes them and each keeps what it published before")
 }

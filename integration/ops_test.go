@@ -16,7 +16,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/drain"
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/report"
 	"github.com/trafficmap/publisher/weights"
 )
@@ -430,7 +430,7 @@ func TestOpsStatusShowsFleetTaints(t *testing.T) {
 	f.waitPublished()
 	op := admin(t)
 
-	res := dyn.Resource(publish.WorkloadClustersResource)
+	res := dyn.Resource(model.WorkloadClustersResource)
 	wc := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "ome.io/v1beta1", "kind": "WorkloadCluster",
 		"metadata": map[string]any{"name": a, "annotations": map[string]any{weights.TaintsAnnotation: `[{"key":"maintenance","value":"planned","effect":"NoExecute"}]`}},

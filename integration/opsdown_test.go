@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 )
 
@@ -63,7 +64,7 @@ func TestOpsPublisherDown(t *testing.T) {
 	cond := published(tm)
 	require.NotNil(t, cond)
 	assert.Equal(t, metav1.ConditionFalse, cond.Status)
-	assert.Equal(t, publish.ReasonPublishing, cond.Reason)
+	assert.Equal(t, string(model.ReasonPublishing), cond.Reason)
 	assert.Equal(t, "publisher drain of maintenance-a on worker-a requested; not yet published", cond.Message)
 	assert.Equal(t, tm.Generation, cond.ObservedGeneration)
 	assert.False(t, tm.Status.Published)

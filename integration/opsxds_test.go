@@ -14,6 +14,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/report"
 	"github.com/trafficmap/publisher/xds"
@@ -96,7 +97,7 @@ func TestOpsStatusShowsXDSClients(t *testing.T) {
 	assert.Empty(t, c.Nacked)
 
 	envoyClient(t, pub, "envoy-nacks", resource.ClusterType, "cluster rejected by test")
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonXDSRejected, "xds client envoy-nacks rejected version")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonXDSRejected), "xds client envoy-nacks rejected version")
 	st = statusWith(t, op, f.ns, "--publisher-url", url)
 	assert.Equal(t, "XDSRejected", st.Published.Reason)
 	assert.NotNil(t, st.Published.LastTransitionTime)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/report"
 	"github.com/trafficmap/publisher/weights"
@@ -57,7 +58,7 @@ func TestOpsRampedDrainAndUndrain(t *testing.T) {
 		"--ramp", "18s", "--ramp-steps", "3", "--yes", "--wait")
 	const rpcs = 1500
 	for k := range 3 {
-		f.waitCondition(metav1.ConditionFalse, publish.ReasonRamping, fmt.Sprintf("ramping worker-a down: step %d of 3 in place", k))
+		f.waitCondition(metav1.ConditionFalse, string(model.ReasonRamping), fmt.Sprintf("ramping worker-a down: step %d of 3 in place", k))
 		want := int32(3 - k)
 		assert.Equal(t, map[string]int32{"worker-a": want, "worker-b": 3}, f.routeWeights("worker-a", "worker-b"), "step %d on the HTTPRoute", k)
 		// The client's RPC shares follow the step: a chi-square test at alpha 1e-6 (critical
@@ -105,8 +106,8 @@ func TestOpsRampedDrainAndUndrain(t *testing.T) {
 	for _, e := range f.events() {
 		reasons[e.Reason] = true
 	}
-	assert.True(t, reasons[publish.ReasonRampStarted], "a RampStarted Event")
-	assert.True(t, reasons[publish.ReasonRampFinished], "a RampFinished Event")
+	assert.True(t, reasons[string(model.ReasonRampStarted)], "a RampStarted Event")
+	assert.True(t, reasons[string(model.ReasonRampFinished)], "a RampFinished Event")
 
 	// undrain --ramp: 0, 1, 2 against 3, then 1 against 1.
 	w = f.watchPublished()
@@ -124,7 +125,7 @@ func rampSteps(t *testing.T, seen []transition, gen int64, cluster string) []int
 	t.Helper()
 	stepRE := regexp.MustCompile(`step (\d+) of (\d+) in place.*weights .*\b` + regexp.QuoteMeta(cluster) + `=(\d+)`)
 	require.NotEmpty(t, seen)
-	first := slices.IndexFunc(seen, func(tr transition) bool { return tr.Reason == publish.ReasonRamping })
+	first := slices.IndexFunc(seen, func(tr transition) bool { return tr.Reason == string(model.ReasonRamping) })
 	require.GreaterOrEqual(t, first, 0, "no Ramping transition: %v", seen)
 	seen = seen[first:]
 	last := seen[len(seen)-1]
@@ -133,7 +134,7 @@ func rampSteps(t *testing.T, seen []transition, gen int64, cluster string) []int
 	var out []int
 	for _, tr := range seen[:len(seen)-1] {
 		require.Equal(t, metav1.ConditionFalse, tr.Status, "Published is never True mid-ramp: %v", seen)
-		require.Contains(t, []string{publish.ReasonPublishing, publish.ReasonRamping}, tr.Reason, "%v", tr)
+		require.Contains(t, []string{string(model.ReasonPublishing), string(model.ReasonRamping)}, tr.Reason, "%v", tr)
 		if m := stepRE.FindStringSubmatch(tr.Message); m != nil {
 			w, _ := strconv.Atoi(m[3])
 			if len(out) == 0 || out[len(out)-1] != w {
@@ -195,7 +196,7 @@ func TestRampSurvivesLeaderChange(t *testing.T) {
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{"ome.io/traffic-drain":%q,%q:%q}}}`, seedDrain, weights.RampAnnotation, weights.EncodeRamps([]weights.Ramp{ramp}))
 	_, err := dyn.Resource(v1beta1.InferenceServicesResource).Namespace(f.ns).Patch(ctxFor(t), service, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	require.NoError(t, err)
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonRamping, "ramping worker-a down: step 1 of 3 in place")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonRamping), "ramping worker-a down: step 1 of 3 in place")
 	a.stop(t) // releases the Lease; b takes it
 
 	tm := f.waitPublishedWith("weights worker-a=0 (drained by maintenance-a), worker-b=1")

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/trafficmap/publisher/integration/testenv"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/model/replicas"
 	"github.com/trafficmap/publisher/publish"
 )
@@ -292,7 +293,7 @@ func TestChartRBACXDSOnlyRecord(t *testing.T) {
 		f.waitPublishedWith("worker-a=0 (drained by maintenance-a), worker-b=1")
 		rec, err := kube.CoreV1().ConfigMaps(f.ns).Get(ctxFor(t), publish.RecordName(service), metav1.GetOptions{})
 		require.NoError(t, err)
-		assert.JSONEq(t, seedDrain, rec.Data[publish.RecordKeyDrains])
+		assert.JSONEq(t, seedDrain, rec.Data[model.RecordKeyDrains])
 	})
 	t.Run("dropped", func(t *testing.T) {
 		_, logs := run(t, true)

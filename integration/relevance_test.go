@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/xds"
 	"github.com/trafficmap/publisher/xds/xdstest"
@@ -128,7 +129,7 @@ func TestXDSRelevanceAndSharedNodeIDs(t *testing.T) {
 		{Cluster: "worker-b", Endpoint: xdstest.StartBackend(t, "worker-b"), Weight: 1},
 	})
 	pub := f.startPublisher(xdsOnlyAck)
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "waiting for xds clients: 0 connected, --xds-min-clients is 1")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "waiting for xds clients: 0 connected, --xds-min-clients is 1")
 
 	// A mistyped target: the client subscribes to one listener nobody serves.
 	typo := xdsConn(t, pub.xdsAddr, "grpc-typo", "chta."+f.ns)
@@ -165,7 +166,7 @@ func TestXDSRelevanceAndSharedNodeIDs(t *testing.T) {
 	frozen.freeze()
 	before := frozen.responses()
 	f.drain(seedDrain)
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "waiting for xds clients: 1/2 ACKed a version with these weights")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "waiting for xds clients: 1/2 ACKed a version with these weights")
 	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, shared, 20), "the real client has the drain")
 	require.Eventually(t, func() bool { return frozen.responses() > before }, waitTimeout, tick, "the frozen client was sent the drain")
 	d = debugXDS(t, pub)
@@ -210,7 +211,7 @@ func TestXDSDeltaReconnectWithCurrentVersionsCounts(t *testing.T) {
 
 	// The client goes away: the map waits for a client.
 	cancel()
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "waiting for xds clients: 0 connected, --xds-min-clients is 1")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "waiting for xds clients: 0 connected, --xds-min-clients is 1")
 
 	// It reconnects with what it holds, which is current: nothing is sent, and it counts.
 	again, err := adsClient(t, pub).DeltaAggregatedResources(context.Background())

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
 )
 
 // Exit codes of the operator commands (cmd/publisher).
@@ -97,12 +97,12 @@ func TestOpsTaintPreviewGuardWaitAndUntaint(t *testing.T) {
 	setInferenceClusterTaints(t, fl.a, `[]`)
 	op := admin(t)
 	rvOf := func() string {
-		u, err := dyn.Resource(publish.InferenceClustersResource).Get(ctxFor(t), fl.a, metav1.GetOptions{})
+		u, err := dyn.Resource(model.InferenceClustersResource).Get(ctxFor(t), fl.a, metav1.GetOptions{})
 		require.NoError(t, err)
 		return u.GetResourceVersion()
 	}
 	taintsOf := func() any {
-		u, err := dyn.Resource(publish.InferenceClustersResource).Get(ctxFor(t), fl.a, metav1.GetOptions{})
+		u, err := dyn.Resource(model.InferenceClustersResource).Get(ctxFor(t), fl.a, metav1.GetOptions{})
 		require.NoError(t, err)
 		v, _, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "taints")
 		return v
@@ -183,14 +183,14 @@ func TestOpsTaintWorkloadClusterSource(t *testing.T) {
 	setWorkloadClusterTaints(t, fl.a, "", true)
 	got = op.run(t, "taint", fl.a, "maintenance=planned:NoExecute", "--source", "WorkloadCluster", "--yes", "--wait=1m")
 	require.Equal(t, 0, got.code, got.stderr)
-	wc, err := dyn.Resource(publish.WorkloadClustersResource).Get(ctxFor(t), fl.a, metav1.GetOptions{})
+	wc, err := dyn.Resource(model.WorkloadClustersResource).Get(ctxFor(t), fl.a, metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, `[{"key":"maintenance","value":"planned","effect":"NoExecute"}]`, wc.GetAnnotations()["publisher.trafficmap.dev/taints"])
 	assert.Equal(t, map[string]int32{fl.a: 0, fl.b: 1}, fl.weights(f))
 
 	got = op.run(t, "untaint", fl.a, "maintenance:NoExecute", "--yes", "--wait=1m")
 	require.Equal(t, 0, got.code, got.stderr)
-	wc, err = dyn.Resource(publish.WorkloadClustersResource).Get(ctxFor(t), fl.a, metav1.GetOptions{})
+	wc, err = dyn.Resource(model.WorkloadClustersResource).Get(ctxFor(t), fl.a, metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.NotContains(t, wc.GetAnnotations(), "publisher.trafficmap.dev/taints")
 	assert.Equal(t, map[string]int32{fl.a: 1, fl.b: 1}, fl.weights(f))

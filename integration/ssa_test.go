@@ -14,6 +14,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/weights"
 )
@@ -87,7 +88,7 @@ func TestForeignServiceIsNotOverwritten(t *testing.T) {
 	f.createMap(seedEntries())
 	f.startPublisher()
 
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonRouteConflict,
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonRouteConflict),
 		"service "+f.ns+"/"+name+" exists and is not owned by the publisher", "refusing to overwrite it")
 	after, err := kube.CoreV1().Services(f.ns).Get(ctxFor(t), name, metav1.GetOptions{})
 	require.NoError(t, err)

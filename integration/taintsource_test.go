@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
@@ -32,12 +33,12 @@ func workloadClusterCRD() envtest.CRDInstallOptions {
 // servesWorkloadClusters reports whether the API server's discovery lists workloadclusters.
 func servesWorkloadClusters(t *testing.T) bool {
 	t.Helper()
-	list, err := kube.Discovery().ServerResourcesForGroupVersion(publish.WorkloadClustersResource.GroupVersion().String())
+	list, err := kube.Discovery().ServerResourcesForGroupVersion(model.WorkloadClustersResource.GroupVersion().String())
 	if apierrors.IsNotFound(err) {
 		return false
 	}
 	require.NoError(t, err)
-	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == publish.WorkloadClustersResource.Resource })
+	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == model.WorkloadClustersResource.Resource })
 }
 
 // uninstallWorkloadClusters removes the WorkloadCluster CRD until the test installs it again

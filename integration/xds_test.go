@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
@@ -108,7 +109,7 @@ func TestXDSProxylessGRPCClient(t *testing.T) {
 		c.Sinks, c.XDSAddress, c.RequireXDSAck, c.XDSMinClients = []string{publish.SinkXDS}, "127.0.0.1:0", true, 1
 	}
 	pub := f.startPublisher(xdsOnly)
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "waiting for xds clients: 0 connected, --xds-min-clients is 1")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "waiting for xds clients: 0 connected, --xds-min-clients is 1")
 
 	client := xdsClient(t, pub.xdsAddr, "grpc-client-1", "chat."+f.ns)
 	_, err := call(client)
@@ -155,6 +156,6 @@ func TestXDSProxylessGRPCClient(t *testing.T) {
 	f.waitPublishedWith("xds version " + acked + " ACKed by 1/1 clients")
 
 	for _, tr := range w.transitions() {
-		assert.NotEqual(t, publish.ReasonXDSRejected, tr.Reason, "no NACK: %v", tr)
+		assert.NotEqual(t, string(model.ReasonXDSRejected), tr.Reason, "no NACK: %v", tr)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
@@ -74,7 +75,7 @@ func TestXDSSotWNackSetsPublishedFalse(t *testing.T) {
 	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType,
 		ResponseNonce: first.GetNonce(), ErrorDetail: &rpcstatus.Status{Message: "cluster " + f.ns + "/chat/worker-a: tls context unsupported"}}))
 
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonXDSRejected,
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonXDSRejected),
 		"xds client envoy-sotw rejected version "+first.GetVersionInfo()+" (Cluster): cluster "+f.ns+"/chat/worker-a: tls context unsupported")
 	debug := get(t, pub, "/debug/xds")
 	assert.Contains(t, debug, `"nodeID": "envoy-sotw"`)
@@ -88,7 +89,7 @@ func TestXDSSotWNackSetsPublishedFalse(t *testing.T) {
 	// served, so nothing is sent on this cluster stream and the map stays rejected.
 	f.drain(seedDrain)
 	require.Eventually(t, func() bool { return f.routeWeights("worker-a", "worker-b")["worker-a"] == 0 }, waitTimeout, tick)
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonXDSRejected, "rejected version "+first.GetVersionInfo())
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonXDSRejected), "rejected version "+first.GetVersionInfo())
 	_, again = xdstest.Next(in, 500*time.Millisecond)
 	assert.False(t, again, "unchanged clusters are not sent")
 
@@ -100,7 +101,7 @@ func TestXDSSotWNackSetsPublishedFalse(t *testing.T) {
 	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType,
 		VersionInfo: second.GetVersionInfo(), ResponseNonce: second.GetNonce()}))
 	// Clusters ACKed, but this client never asked for listeners and routes: not all in place.
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonPublishing, "waiting for xds clients: 0/1 ACKed")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "waiting for xds clients: 0/1 ACKed")
 }
 
 // A delta client NACKs: Published is False with its error text.
@@ -120,7 +121,7 @@ func TestXDSDeltaNackSetsPublishedFalse(t *testing.T) {
 	require.True(t, ok)
 	require.NoError(t, stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.RouteType,
 		ResponseNonce: first.GetNonce(), ErrorDetail: &rpcstatus.Status{Message: "virtual host rejected"}}))
-	f.waitCondition(metav1.ConditionFalse, publish.ReasonXDSRejected, "xds client envoy-delta rejected version", "(RouteConfiguration): virtual host rejected")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonXDSRejected), "xds client envoy-delta rejected version", "(RouteConfiguration): virtual host rejected")
 	_, again := xdstest.Next(in, 500*time.Millisecond)
 	assert.False(t, again, "the rejected version is not sent again")
 }

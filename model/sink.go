@@ -1,26 +1,8 @@
-// Package model is the publisher's pure domain model and the contract between the pipeline
-// (package publish) and its sinks. A sink receives a Plan, a sink-neutral description of what
-// one map must publish, translates it into its own form (an HTTPRoute, xDS resources, ...)
-// and answers with a typed Confirmation. The pipeline sets Published True only when every
-// enabled sink answers InPlace.
-//
-// One decision for all sinks: before any sink applies a plan, the pipeline asks every
-// enabled sink whether it can carry it at all (Check). A plan one sink refuses is applied
-// by none, so no sink moves while another keeps the old weights.
-//
-// A new sink is one new package that implements Sink; it never needs to change the
-// pipeline. Optional capabilities (a server of its own, debug endpoints, asynchronous
-// rebuilds, news from its consumers) are the small interfaces Starter, Debugger, Serving
-// and Updater.
 package model
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
-	"slices"
-	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -84,10 +66,6 @@ type Standing struct {
 	Published bool
 }
 
-// ReasonHostnameConflict is the Published reason while one of a map's names is held by
-// another claim (Plan.Conflicts); a sink that refuses a plan for that reason reports it.
-const ReasonHostnameConflict = "HostnameConflict"
-
 // Conflict is one of a map's names that another claim holds, or that the map claims but
 // has not journaled yet (no sink serves a name before it is in the map's claim journal).
 type Conflict struct {
@@ -122,13 +100,8 @@ func (p *Plan) Withheld(name string) bool {
 	return false
 }
 
-// Key is the map's namespace/name.
-func (p *Plan) Key() string { return p.Namespace + "/" + p.Name }
-
-// NamespacedName is the map's key.
-func (p *Plan) NamespacedName() types.NamespacedName {
-	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
-}
+// Key is the map's key.
+func (p *Plan) Key() types.NamespacedName { return Key(p.Namespace, p.Name) }
 
 // State is where a sink stands with a plan.
 type State int
@@ -177,7 +150,7 @@ type Confirmation struct {
 	State State
 	// Reason is the Published condition reason for a Refused or Rejected state (and may
 	// refine Pending); empty for InPlace.
-	Reason string
+	Reason Reason
 	// Message explains the state for people, naming the objects involved. Nothing parses it.
 	Message string
 	// Progress counts confirming consumers, nil when the sink has no such count.
@@ -260,39 +233,15 @@ type Debugger interface {
 	DebugHandlers() map[string]http.Handler
 }
 
-// Digest is a short, deterministic digest of everything a sink publishes for the plan: the
-// service, the names it serves and withholds, and per entry the cluster, endpoint and
-// effective weight. Two plans that publish the same thing have the same digest, whatever
-// the inputs they were computed from. The publisher records it (with the HTTPRoute sink
-// off) to prove after a restart that a map's Published condition was about this content.
+// Digest is a short, deterministic digest of everything a sink publishes for the plan
+// (ContentDigest of its service, the names it serves and withholds, and its effective
+// weights). Two plans that publish the same thing have the same digest, whatever the inputs
+// they were computed from. The publisher records it (with the HTTPRoute sink off) to prove
+// after a restart that a map's Published condition was about this content.
 func (p *Plan) Digest() string {
-	h := sha256.New()
-	var buf []byte
-	field := func(v string) { // length-prefixed, so no two field lists encode the same
-		buf = strconv.AppendInt(buf[:0], int64(len(v)), 10)
-		buf = append(buf, ':')
-		buf = append(buf, v...)
-		h.Write(buf)
-	}
-	field(p.Service)
-	field(strconv.Itoa(len(p.Hostnames)))
-	for _, n := range slices.Sorted(slices.Values(p.Hostnames)) {
-		field(n)
-	}
 	withheld := make([]string, 0, len(p.Conflicts))
 	for _, c := range p.Conflicts {
 		withheld = append(withheld, c.Hostname)
 	}
-	slices.Sort(withheld)
-	field(strconv.Itoa(len(withheld)))
-	for _, n := range withheld {
-		field(n)
-	}
-	for _, e := range p.Result.Entries {
-		field(e.Cluster)
-		field(e.Endpoint.URL)
-		field(strconv.FormatInt(int64(e.Effective), 10))
-	}
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:12])
+	return ContentDigest(p.Service, p.Hostnames, withheld, p.Result.Entries)
 }

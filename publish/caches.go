@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
@@ -24,6 +22,7 @@ import (
 	omeinformers "github.com/trafficmap/publisher/api/client/informers/externalversions"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -41,9 +40,10 @@ const (
 
 // caches are the publisher's informers, one set per watched namespace ("" = all), and the
 // reads the pipeline makes from them. The informers are built in New and started in Run and
-// never change afterwards, so reads need no lock, except the optional taint sources: the
-// taint source discovery (taintsources.go) sets and clears them while workers run, under
-// sourcesMu. Objects read from the caches are never modified.
+// never change afterwards, so reads need no lock, except the optional taint sources
+// (sources, clusterSources: the taint source discovery sets and clears them while workers
+// run, under their lock). The ownership lookups are owners (claimView, ownership.go).
+// Objects read from the caches are never modified.
 type caches struct {
 	// route derives hostnames (the annotation, else the template) and says which foreign
 	// routes contend with the publisher's.
@@ -60,15 +60,10 @@ type caches struct {
 	// is on, whose routes record the fallback state instead.
 	records []cache.SharedIndexInformer
 
-	// sourcesMu guards inferenceClusters and workloadClusters: each is set once its API is
-	// served and its informer synced, and cleared when the API is no longer served.
-	sourcesMu         sync.RWMutex
-	inferenceClusters cache.SharedIndexInformer // nil while the API is not served
-	workloadClusters  cache.SharedIndexInformer // nil while the API is not served
-	// live reads the taint sources past the caches (staleClusters); discover is kicked when
-	// it finds a taint on a source no informer watches yet (buffered 1, never blocks).
-	live     *liveTaints
-	discover chan struct{}
+	// sources are the optional taint sources (taintsources.go).
+	sources *clusterSources
+	// owners answers who claims which name (ownership.go).
+	owners claimView
 
 	// meta reads an InferenceService past the cache (sourceVersion) and writes its ramp
 	// annotation (writeRamps) as fieldManager.
@@ -76,16 +71,17 @@ type caches struct {
 	fieldManager string
 
 	// publisher is the publisherName whose claim journals count (journal.go); policy says
-	// which namespace may claim which hostname (policy.go).
+	// which namespace may claim which hostname (model.ClaimPolicy).
 	publisher string
-	policy    ClaimPolicy
+	policy    model.ClaimPolicy
 }
 
 func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 	cs := &caches{scopes: cfg.Namespaces, route: route, meta: c.meta, fieldManager: cfg.FieldManager,
 		publisher: cfg.publisherName(), policy: cfg.claimPolicy(),
-		scoped: !cfg.sinkOn(SinkXDS) && route.Gateway.Namespace == "",
-		live:   &liveTaints{dyn: c.dyn}, discover: make(chan struct{}, 1)}
+		scoped:  !cfg.sinkOn(SinkXDS) && route.Gateway.Namespace == "",
+		sources: &clusterSources{live: &liveTaints{dyn: c.dyn}, discover: make(chan struct{}, 1)}}
+	cs.owners = claimView{cs}
 	if len(cs.scopes) == 0 {
 		cs.scopes = []string{corev1.NamespaceAll}
 	}
@@ -98,7 +94,7 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 			indexByService:   indexTrafficMapByService,
 			indexByRouteName: indexTrafficMapByRoute,
 			indexByCluster:   indexTrafficMapByCluster,
-			indexByHostname:  cs.indexTrafficMapByHostname,
+			indexByHostname:  cs.owners.indexTrafficMapByHostname,
 		})
 		isvcs := metadatainformer.NewFilteredMetadataInformer(c.meta, v1beta1.InferenceServicesResource, ns, resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, indexByHostname: indexInferenceServiceByHostname}, nil).Informer()
@@ -141,12 +137,13 @@ func dropManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// informerFor returns the informer among infs that covers namespace, or nil.
-func (c *caches) informerFor(infs []cache.SharedIndexInformer, namespace string) cache.SharedIndexInformer {
+// informerFor returns the informer among infs (one per scope of scopes) that covers
+// namespace, or nil.
+func informerFor(scopes []string, infs []cache.SharedIndexInformer, namespace string) cache.SharedIndexInformer {
 	if len(infs) == 0 { // a sink that is off has no informers
 		return nil
 	}
-	for i, scope := range c.scopes {
+	for i, scope := range scopes {
 		if scope == "" || scope == namespace {
 			return infs[i]
 		}
@@ -157,11 +154,11 @@ func (c *caches) informerFor(infs []cache.SharedIndexInformer, namespace string)
 // cached returns the cached object at namespace/name as a T, or the zero T when absent.
 func cached[T any](c *caches, infs []cache.SharedIndexInformer, namespace, name string) (T, error) {
 	var zero T
-	inf := c.informerFor(infs, namespace)
+	inf := informerFor(c.scopes, infs, namespace)
 	if inf == nil {
 		return zero, nil
 	}
-	obj, ok, err := inf.GetIndexer().GetByKey(namespace + "/" + name)
+	obj, ok, err := inf.GetIndexer().GetByKey(model.Key(namespace, name).String())
 	if err != nil || !ok {
 		return zero, err
 	}
@@ -199,8 +196,8 @@ func (c *caches) unconfirmed() []string {
 	var out []string
 	for _, inf := range c.maps {
 		for _, obj := range inf.GetStore().List() {
-			if tm, ok := obj.(*v1beta1.TrafficMap); ok && !publishedTrue(tm) {
-				out = append(out, tm.Namespace+"/"+tm.Name)
+			if tm, ok := obj.(*v1beta1.TrafficMap); ok && !model.PublishedTrue(tm) {
+				out = append(out, model.KeyOf(tm).String())
 			}
 		}
 	}
@@ -216,11 +213,11 @@ func (c *caches) unpublished(now time.Time) (int, time.Duration) {
 	for _, inf := range c.maps {
 		for _, obj := range inf.GetStore().List() {
 			tm, ok := obj.(*v1beta1.TrafficMap)
-			if !ok || publishedTrue(tm) || ramping(tm) {
+			if !ok || model.PublishedTrue(tm) || model.Ramping(tm) {
 				continue
 			}
 			n++
-			if cond := findPublished(tm); cond != nil && !cond.LastTransitionTime.IsZero() {
+			if cond := model.FindPublished(tm); cond != nil && !cond.LastTransitionTime.IsZero() {
 				oldest = max(oldest, now.Sub(cond.LastTransitionTime.Time))
 			}
 		}
@@ -233,19 +230,12 @@ func (c *caches) ramping() int {
 	n := 0
 	for _, inf := range c.maps {
 		for _, obj := range inf.GetStore().List() {
-			if tm, ok := obj.(*v1beta1.TrafficMap); ok && ramping(tm) {
+			if tm, ok := obj.(*v1beta1.TrafficMap); ok && model.Ramping(tm) {
 				n++
 			}
 		}
 	}
 	return n
-}
-
-// ramping reports whether tm's Published condition is False with reason Ramping at its
-// generation.
-func ramping(tm *v1beta1.TrafficMap) bool {
-	c := findPublished(tm)
-	return c != nil && c.Reason == ReasonRamping && c.ObservedGeneration == tm.Generation
 }
 
 // writeRamps sets the ramp annotation of the InferenceService namespace/name to value
@@ -283,7 +273,7 @@ func (c *caches) keys() []string {
 func (c *caches) mapsIndexed(index, namespace, value string) []*v1beta1.TrafficMap {
 	infs := c.maps
 	if namespace != "" {
-		inf := c.informerFor(c.maps, namespace)
+		inf := informerFor(c.scopes, c.maps, namespace)
 		if inf == nil {
 			return nil
 		}
@@ -316,11 +306,11 @@ func (c *caches) record(namespace, name string) (*corev1.ConfigMap, error) {
 
 // Services implements httproute.Store.
 func (c *caches) Services(src httproute.Source) ([]*corev1.Service, error) {
-	inf := c.informerFor(c.services, src.Namespace)
+	inf := informerFor(c.scopes, c.services, src.Namespace)
 	if inf == nil {
 		return nil, nil
 	}
-	objs, err := inf.GetIndexer().ByIndex(indexBySource, src.Namespace+"/"+src.Name)
+	objs, err := inf.GetIndexer().ByIndex(indexBySource, model.Key(src.Namespace, src.Name).String())
 	if err != nil {
 		return nil, fmt.Errorf("list cached services: %w", err)
 	}
@@ -335,33 +325,6 @@ func (c *caches) Services(src httproute.Source) ([]*corev1.Service, error) {
 
 var _ httproute.Store = (*caches)(nil)
 
-// clusterTaints reads every enabled taint source for the map's entry clusters.
-func (c *caches) clusterTaints(tm *v1beta1.TrafficMap) ([]ClusterTaints, error) {
-	var out []ClusterTaints
-	ics, wcs := c.taintInformer(KindInferenceCluster), c.taintInformer(KindWorkloadCluster)
-	for _, e := range tm.Spec.Entries {
-		if ics != nil {
-			obj, ok, err := ics.GetIndexer().GetByKey(e.Cluster)
-			if err != nil {
-				return nil, fmt.Errorf("read cached inferencecluster %s: %w", e.Cluster, err)
-			}
-			if u, isU := obj.(*unstructured.Unstructured); ok && isU {
-				out = append(out, InferenceClusterTaints(u))
-			}
-		}
-		if wcs != nil {
-			obj, ok, err := wcs.GetIndexer().GetByKey(e.Cluster)
-			if err != nil {
-				return nil, fmt.Errorf("read cached workloadcluster %s: %w", e.Cluster, err)
-			}
-			if m, isM := obj.(*metav1.PartialObjectMetadata); ok && isM {
-				out = append(out, WorkloadClusterTaints(m.Name, m.Annotations))
-			}
-		}
-	}
-	return out, nil
-}
-
 // indexServiceBySource indexes an owned Service by its TrafficMap's namespace/name, so a
 // reconcile reads its map's Services without scanning every Service of the namespace.
 func indexServiceBySource(obj any) ([]string, error) {
@@ -373,7 +336,7 @@ func indexServiceBySource(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	return []string{src.Namespace + "/" + src.Name}, nil
+	return []string{model.Key(src.Namespace, src.Name).String()}, nil
 }
 
 func indexTrafficMapByService(obj any) ([]string, error) {
@@ -381,7 +344,7 @@ func indexTrafficMapByService(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	return []string{tm.Namespace + "/" + tm.Spec.Service}, nil
+	return []string{model.Key(tm.Namespace, tm.Spec.Service).String()}, nil
 }
 
 func indexTrafficMapByRoute(obj any) ([]string, error) {
@@ -389,7 +352,7 @@ func indexTrafficMapByRoute(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	return []string{tm.Namespace + "/" + httproute.RouteName(tm.Name)}, nil
+	return []string{model.Key(tm.Namespace, httproute.RouteName(tm.Name)).String()}, nil
 }
 
 func indexTrafficMapByCluster(obj any) ([]string, error) {

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/trafficmap/publisher/model"
 )
 
 // NoPositivePolicy says what to publish when no entry has a positive effective weight.
@@ -24,7 +26,7 @@ const (
 )
 
 // DefaultFieldManager is the field manager of every write the publisher makes.
-const DefaultFieldManager = "trafficmap-publisher"
+const DefaultFieldManager = model.DefaultFieldManager
 
 // DefaultXDSReconnectGrace is the CLI's --xds-reconnect-grace. gRPC clients reconnect with
 // exponential backoff (initial 1s, multiplier 1.6, jitter 20%, at most 120s; gRPC's
@@ -110,10 +112,10 @@ type Config struct {
 	// PublisherName is status.publisher.publisherName of the claim journals this publisher
 	// writes and honours; default the FieldManager.
 	PublisherName string
-	// HostnameEntitlements is the optional entitlement policy (policy.go): each rule gives
+	// HostnameEntitlements is the optional entitlement policy (model.ClaimPolicy): each rule gives
 	// a domain to a list of namespaces. None: any namespace may claim any name that is not
 	// another namespace's gRPC-form name.
-	HostnameEntitlements []Entitlement
+	HostnameEntitlements []model.Entitlement
 }
 
 // publisherName is PublisherName or its default.
@@ -128,8 +130,8 @@ func (c Config) publisherName() string {
 }
 
 // claimPolicy is the policy of who may claim which hostname.
-func (c Config) claimPolicy() ClaimPolicy {
-	return ClaimPolicy{Entitlements: c.HostnameEntitlements, GRPCNames: c.sinkOn(SinkXDS)}
+func (c Config) claimPolicy() model.ClaimPolicy {
+	return model.ClaimPolicy{Entitlements: c.HostnameEntitlements, GRPCNames: c.sinkOn(SinkXDS)}
 }
 
 // optionsDigest is status.publisher.observedOptionsDigest: the digest of the options that
@@ -147,7 +149,7 @@ func (c Config) optionsDigest() string {
 	for _, e := range c.HostnameEntitlements {
 		opts = append(opts, "hostnameEntitlement="+e.String())
 	}
-	return OptionsDigest(opts)
+	return model.OptionsDigest(opts)
 }
 
 // The sinks.
@@ -223,7 +225,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: --publisher-name is %d bytes: at most 128 (status.publisher.publisherName)", ErrInvalidConfig, n))
 	}
 	for _, e := range c.HostnameEntitlements {
-		if _, err := ParseEntitlement(e.String()); err != nil {
+		if _, err := model.ParseEntitlement(e.String()); err != nil {
 			errs = append(errs, fmt.Errorf("%w: --hostname-entitlement: %w", ErrInvalidConfig, err))
 		}
 	}

@@ -6,14 +6,15 @@
 //
 // One pipeline that pushes: the workers (workers.go) take each key and walk down floors,
 // never back up (reconcile.go): gather the map's inputs from the caches (gather.go) → plan
-// once (pure: effective weights and a sink-neutral model.Plan carrying only the names the
-// map holds; hosts.go decides hostname ownership by claim time from the claims ownership.go
-// looks up, after policy.go said which names the map's namespace may claim) → sinks: check
+// once (plan.go over model.PlanMap, pure: effective weights and a sink-neutral model.Plan
+// carrying only the names the map holds; model.ResolveHostnames decides hostname ownership
+// by claim time from the claims ownership.go looks up, after model.ClaimPolicy said which
+// names the map's namespace may claim) → sinks: check
 // the plan with every enabled sink (a plan one sink refuses goes to none), journal the names
 // newly granted (journal.go), announce a change, hand the same plan to every enabled sink
 // (httproute.Sink, xds.Sink) with the map's model.Standing, each
 // answering with a typed confirmation → decide the Published condition from them (pure,
-// decide.go) → status: write it with server-side apply under the publisher's field manager,
+// model.Decide) → status: write it with server-side apply under the publisher's field manager,
 // only when it differs (status.go). Published is True only when every enabled sink
 // confirms the plan is in place. No sink plans or calls back: what a sink learns later (an
 // xDS ACK, a client joining, its reconnect grace ending) it names through model.Updater,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model"
 )
 
 // priority orders the work queue: every key waiting at normalPriority is reconciled before
@@ -122,7 +123,7 @@ func (p *router) onTrafficMap(pr priority, old, obj any) {
 		prev.Status.SourceUID == tm.Status.SourceUID &&
 		maps.Equal(prev.Labels, tm.Labels) && maps.Equal(prev.Annotations, tm.Annotations) &&
 		prev.DeletionTimestamp.Equal(tm.DeletionTimestamp) {
-		if pj, tj := JournaledNames(prev, ""), JournaledNames(tm, ""); !slices.Equal(pj, tj) {
+		if pj, tj := model.JournaledNames(prev, ""), model.JournaledNames(tm, ""); !slices.Equal(pj, tj) {
 			// The claim journal moved: the map's newly granted names may be served now (every
 			// replica plans from the cache) and a name it dropped may go to a contender.
 			p.enqueue(pr, tm.Namespace, tm.Name)
@@ -177,7 +178,7 @@ func (p *router) onInferenceService(pr priority, old, obj any) {
 
 // enqueueContenders enqueues every map that may claim a name overlapping one of names.
 func (p *router) enqueueContenders(pr priority, names ...string) {
-	for _, key := range p.caches.contenders(names...) {
+	for _, key := range p.caches.owners.contenders(names...) {
 		p.enqueue(pr, key.Namespace, key.Name)
 	}
 }

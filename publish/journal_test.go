@@ -3,7 +3,6 @@ package publish
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 
@@ -14,36 +13,6 @@ import (
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/model"
 )
-
-func TestJournalContents(t *testing.T) {
-	tm := fleetMap() // prod/chat
-	j, err := journalOf(tm, "edge", OptionsDigest([]string{"b=2", "a=1"}), []string{"Chat.Example.com.", "chat.prod", "chat.example.com"})
-	require.NoError(t, err)
-	assert.Equal(t, "edge", j.PublisherName)
-	assert.Equal(t, []string{"grpc:chat.prod", "hostname:chat.example.com"}, j.ClaimedTargets, "typed, normalized, sorted, unique")
-	assert.Equal(t, OptionsDigest([]string{"a=1", "b=2"}), j.ObservedOptionsDigest, "the options' order does not matter")
-	assert.Regexp(t, `^sha256:[0-9a-f]{64}$`, j.ObservedOptionsDigest)
-
-	tm.Status.Publisher = j
-	assert.Equal(t, []string{"chat.example.com", "chat.prod"}, JournaledNames(tm, "edge"))
-	assert.Empty(t, JournaledNames(tm, "other"), "another publisher's journal holds nothing here")
-	assert.Equal(t, []string{"chat.example.com", "chat.prod"}, JournaledNames(tm, ""))
-
-	j, err = journalOf(tm, "edge", "", nil)
-	require.NoError(t, err)
-	assert.Nil(t, j.ClaimedTargets, "omitted, never empty")
-
-	many := make([]string, maxJournalTargets+1)
-	for i := range many {
-		many[i] = fmt.Sprintf("h%d.example.com", i)
-	}
-	_, err = journalOf(tm, "edge", "", many)
-	var ue *userError
-	require.ErrorAs(t, err, &ue)
-	assert.Contains(t, ue.message, "trafficmap prod/chat would claim 129 names in status.publisher.claimedTargets, more than the 128 allowed")
-	_, err = journalOf(tm, "edge", "", []string{strings.Repeat("a", 510) + ".com"})
-	require.ErrorAs(t, err, &ue)
-}
 
 // Two workers granting overlapping names at once: exactly one gets each, and a name is
 // free again once its holder released it (its journal dropped it) or was deleted.
@@ -59,7 +28,7 @@ func TestClaimTableGrantsOnce(t *testing.T) {
 			if i%2 == 1 {
 				name = "*.example.com"
 			}
-			wins[i], _, _ = table.reserve(fmt.Sprintf("ns/m%d", i), []string{name, fmt.Sprintf("m%d.ns", i)})
+			wins[i], _, _ = table.reserve(model.Key("ns", fmt.Sprintf("m%d", i)), []string{name, fmt.Sprintf("m%d.ns", i)})
 		}()
 	}
 	wg.Wait()
@@ -73,30 +42,30 @@ func TestClaimTableGrantsOnce(t *testing.T) {
 	assert.Equal(t, 1, winners, "one map is granted the overlapping names: %v", wins)
 
 	table = newClaimTable()
-	granted, added, held := table.reserve("prod/chat", []string{"chat.example.com"})
+	granted, added, held := table.reserve(model.Key("prod", "chat"), []string{"chat.example.com"})
 	assert.Equal(t, []string{"chat.example.com"}, granted)
 	assert.Equal(t, granted, added)
 	assert.Empty(t, held)
-	granted, added, _ = table.reserve("prod/chat", []string{"chat.example.com"})
+	granted, added, _ = table.reserve(model.Key("prod", "chat"), []string{"chat.example.com"})
 	assert.Equal(t, []string{"chat.example.com"}, granted, "granting again to the holder is a no-op")
 	assert.Empty(t, added)
-	granted, _, held = table.reserve("evil/chat", []string{"*.example.com"})
+	granted, _, held = table.reserve(model.Key("evil", "chat"), []string{"*.example.com"})
 	assert.Empty(t, granted)
-	assert.Equal(t, map[string]tableHolder{"*.example.com": {Key: "prod/chat", Name: "chat.example.com"}}, held)
-	table.release("evil/chat", []string{"chat.example.com"})
-	_, _, held = table.reserve("evil/chat", []string{"chat.example.com"})
+	assert.Equal(t, map[string]tableHolder{"*.example.com": {Key: model.Key("prod", "chat"), Name: "chat.example.com"}}, held)
+	table.release(model.Key("evil", "chat"), []string{"chat.example.com"})
+	_, _, held = table.reserve(model.Key("evil", "chat"), []string{"chat.example.com"})
 	assert.NotEmpty(t, held, "only the holder releases")
-	table.release("prod/chat", []string{"chat.example.com"})
-	granted, _, _ = table.reserve("evil/chat", []string{"*.example.com"})
+	table.release(model.Key("prod", "chat"), []string{"chat.example.com"})
+	granted, _, _ = table.reserve(model.Key("evil", "chat"), []string{"*.example.com"})
 	assert.Equal(t, []string{"*.example.com"}, granted)
-	table.forget("evil/chat")
+	table.forget(model.Key("evil", "chat"))
 	assert.Empty(t, table.holder)
 	assert.Empty(t, table.index)
 	assert.Empty(t, table.byKey)
 }
 
 func TestClaimPolicy(t *testing.T) {
-	open := ClaimPolicy{GRPCNames: true}
+	open := model.ClaimPolicy{GRPCNames: true}
 	for _, tc := range []struct {
 		ns, host string
 		refused  string
@@ -118,10 +87,10 @@ func TestClaimPolicy(t *testing.T) {
 		}
 	}
 
-	e, err := ParseEntitlement("Example.com=staging,prod")
+	e, err := model.ParseEntitlement("Example.com=staging,prod")
 	require.NoError(t, err)
-	assert.Equal(t, Entitlement{Domain: "example.com", Namespaces: []string{"prod", "staging"}}, e)
-	policy := ClaimPolicy{GRPCNames: true, Entitlements: []Entitlement{e, {Domain: "chat.example.com", Namespaces: []string{"prod"}}}}
+	assert.Equal(t, model.Entitlement{Domain: "example.com", Namespaces: []string{"prod", "staging"}}, e)
+	policy := model.ClaimPolicy{GRPCNames: true, Entitlements: []model.Entitlement{e, {Domain: "chat.example.com", Namespaces: []string{"prod"}}}}
 	for _, tc := range []struct {
 		ns, host string
 		allowed  bool
@@ -143,8 +112,8 @@ func TestClaimPolicy(t *testing.T) {
 	assert.Contains(t, policy.Check("evil", "embed.example.com").Rule, "--hostname-entitlement example.com=prod,staging gives names under example.com to namespace(s) prod, staging only")
 
 	for _, bad := range []string{"example.com", "example.com=", "*.example.com=prod", "example.com=Prod", "exa mple.com=prod"} {
-		_, err := ParseEntitlement(bad)
-		assert.ErrorIs(t, err, ErrInvalidEntitlement, bad)
+		_, err := model.ParseEntitlement(bad)
+		assert.ErrorIs(t, err, model.ErrInvalidEntitlement, bad)
 	}
 }
 
@@ -159,12 +128,12 @@ func TestReconcileHostnameNotEntitled(t *testing.T) {
 	f.api.tm = f.inputs.tm.DeepCopy()
 	f.key.Namespace = "evil"
 	f.inputs.global = "chat.prod"
-	f.inputs.policy = ClaimPolicy{GRPCNames: true}
+	f.inputs.policy = model.ClaimPolicy{GRPCNames: true}
 	_, err := f.run(t)
 	require.NoError(t, err)
 	c := f.published()
 	require.NotNil(t, c)
-	assert.Equal(t, ReasonHostnameNotEntitled, c.Reason)
+	assert.Equal(t, string(model.ReasonHostnameNotEntitled), c.Reason)
 	assert.Equal(t, `inferenceservice evil/chat metadata.annotations[ome.io/global-host] "chat.prod" may not be claimed from namespace evil: `+
 		`a name of the form <service>.<namespace> (or *.<namespace>) is a gRPC name of namespace prod, which only maps in namespace prod may claim; `+
 		`trafficmap evil/chat claims nothing under it and keeps what it published before`, c.Message)
@@ -190,7 +159,7 @@ func TestReconcileClaimsBeforeSinks(t *testing.T) {
 	assert.Equal(t, []string{"grpc:chat.prod", "hostname:chat.example.com"}, s.journalAtApply[0], "journaled before the sink got the plan")
 	assert.Equal(t, metav1.ConditionTrue, f.published().Status)
 	assert.Equal(t, testPublisher, f.api.tm.Status.Publisher.PublisherName)
-	assert.Equal(t, OptionsDigest(nil), f.api.tm.Status.Publisher.ObservedOptionsDigest)
+	assert.Equal(t, model.OptionsDigest(nil), f.api.tm.Status.Publisher.ObservedOptionsDigest)
 
 	// The hostname moves: the new name is journaled next to the old one before the sink
 	// applies; the old one is dropped after.
@@ -208,11 +177,11 @@ func TestReconcileClaimsBeforeSinks(t *testing.T) {
 	// the old name stays journaled.
 	other := claim("staging", "x", 0, "x.staging", "held.example.com")
 	other.Journaled = other.Names
-	f.inputs.claims = []Claim{other}
+	f.inputs.claims = []model.Claim{other}
 	f.inputs.global = "held.example.com"
 	_, err = f.run(t)
 	require.NoError(t, err)
-	assert.Equal(t, ReasonHostnameConflict, f.published().Reason)
+	assert.Equal(t, string(model.ReasonHostnameConflict), f.published().Reason)
 	assert.Equal(t, []string{"grpc:chat.prod", "hostname:chat2.example.com"}, f.api.tm.Status.Publisher.ClaimedTargets)
 	f.inputs.claims = nil
 
@@ -249,17 +218,17 @@ func TestReconcileClaimTableHeld(t *testing.T) {
 	f := newFixture(t, s)
 	f.inputs.tm.Status.Publisher.ClaimedTargets = []string{"grpc:chat.prod"}
 	f.api.tm = f.inputs.tm.DeepCopy()
-	f.rec.claims.reserve("staging/other", []string{"*.example.com"})
+	f.rec.claims.reserve(model.Key("staging", "other"), []string{"*.example.com"})
 	hold, err := f.run(t)
 	require.NoError(t, err)
 	assert.Equal(t, claimRetry, hold)
-	assert.Equal(t, ReasonHostnameConflict, f.published().Reason)
+	assert.Equal(t, string(model.ReasonHostnameConflict), f.published().Reason)
 	assert.Contains(t, f.published().Message, "hostname chat.example.com is held by trafficmap staging/other (hostname *.example.com, being granted)")
 	require.Len(t, s.applied, 1)
 	assert.Empty(t, s.applied[0].Hostnames)
 	assert.Equal(t, []string{"grpc:chat.prod"}, f.api.tm.Status.Publisher.ClaimedTargets)
 
-	f.rec.claims.forget("staging/other") // its journal write failed, or it was deleted
+	f.rec.claims.forget(model.Key("staging", "other")) // its journal write failed, or it was deleted
 	_, err = f.run(t)
 	require.NoError(t, err)
 	assert.Equal(t, metav1.ConditionTrue, f.published().Status)

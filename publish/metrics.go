@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -115,7 +116,7 @@ func (m *metrics) condition(key cache.ObjectName, status, reason string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
-	case reason == ReasonPublishing:
+	case reason == string(model.ReasonPublishing):
 		m.startLocked(key)
 	case status == "True":
 		if start, running := m.since[key]; running {

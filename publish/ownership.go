@@ -6,38 +6,36 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model"
 )
+
+// claimView is the ownership view over the caches: the lookups below, apart from the
+// caches' own reads.
+type claimView struct{ *caches }
 
 // The ownership view: which claims contend for a name, read from the informer caches
 // through the byHostname indexes, so a reconcile looks up the few claims on its own names
-// and never scans the fleet. The decision itself is ResolveHostnames (hosts.go), pure.
-
-// Kinds of claimants (Claim.Kind).
-const (
-	// KindTrafficMap is a TrafficMap's claim.
-	KindTrafficMap = "TrafficMap"
-	// KindHTTPRoute is the claim of an HTTPRoute the publisher does not manage.
-	KindHTTPRoute = "HTTPRoute"
-)
+// and never scans the fleet. The decision itself is model.ResolveHostnames, pure.
 
 // indexTrafficMapByHostname indexes a map under its gRPC name, its --host-template name
 // and the names its claim journal holds (a map whose InferenceService has the annotation is
 // found through that index instead; lookups check each candidate's real names).
-func (c *caches) indexTrafficMapByHostname(obj any) ([]string, error) {
+func (c claimView) indexTrafficMapByHostname(obj any) ([]string, error) {
 	tm, ok := obj.(*v1beta1.TrafficMap)
 	if !ok {
 		return nil, nil
 	}
-	keys := hostIndexKeys(GRPCName(tm.Namespace, tm.Spec.Service))
+	keys := hostIndexKeys(model.GRPCName(tm.Namespace, tm.Spec.Service))
 	if host, err := c.route.Hostname(httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service}); err == nil {
 		keys = append(keys, hostIndexKeys(host)...)
 	}
-	for _, n := range JournaledNames(tm, "") {
+	for _, n := range model.JournaledNames(tm, "") {
 		keys = append(keys, hostIndexKeys(n)...)
 	}
 	slices.Sort(keys)
@@ -74,14 +72,14 @@ func globalHost(isvc *metav1.PartialObjectMetadata) string {
 // mapClaim is tm's claim with isvc (nil when missing) supplying the annotation: its
 // hostname when one can be derived and the policy lets its namespace claim it, its gRPC
 // name, and the names its journal holds.
-func (c *caches) mapClaim(tm *v1beta1.TrafficMap, isvc *metav1.PartialObjectMetadata) Claim {
-	names := []string{GRPCName(tm.Namespace, tm.Spec.Service)}
+func (c *caches) mapClaim(tm *v1beta1.TrafficMap, isvc *metav1.PartialObjectMetadata) model.Claim {
+	names := []string{model.GRPCName(tm.Namespace, tm.Spec.Service)}
 	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service, GlobalHost: globalHost(isvc)}
 	if host, err := c.route.Hostname(src); err == nil && c.policy.Check(tm.Namespace, host) == nil {
 		names = append(names, host)
 	}
-	return Claim{Kind: KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time, Names: names,
-		Journaled: JournaledNames(tm, c.publisher)}
+	return model.Claim{Kind: model.KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time, Names: names,
+		Journaled: model.JournaledNames(tm, c.publisher)}
 }
 
 // byIndex lists the objects of every informer in infs whose index holds one of keys.
@@ -100,12 +98,12 @@ func byIndex(infs []cache.SharedIndexInformer, index string, keys []string) []an
 
 // mapsNamed returns the cached maps that may claim a name overlapping name (candidates: the
 // caller checks their claims).
-func (c *caches) mapsNamed(name string) []*v1beta1.TrafficMap {
+func (c claimView) mapsNamed(name string) []*v1beta1.TrafficMap {
 	keys := hostLookupKeys(name)
-	seen := map[string]bool{}
+	seen := map[types.NamespacedName]bool{}
 	var out []*v1beta1.TrafficMap
 	add := func(tm *v1beta1.TrafficMap) {
-		if k := tm.Namespace + "/" + tm.Name; !seen[k] {
+		if k := model.KeyOf(tm); !seen[k] {
 			seen[k] = true
 			out = append(out, tm)
 		}
@@ -117,7 +115,7 @@ func (c *caches) mapsNamed(name string) []*v1beta1.TrafficMap {
 	}
 	for _, o := range byIndex(c.isvcs, indexByHostname, keys) {
 		if m, ok := o.(*metav1.PartialObjectMetadata); ok {
-			for _, tm := range c.mapsIndexed(indexByService, m.Namespace, m.Namespace+"/"+m.Name) {
+			for _, tm := range c.mapsIndexed(indexByService, m.Namespace, model.KeyOf(m).String()) {
 				add(tm)
 			}
 		}
@@ -127,15 +125,15 @@ func (c *caches) mapsNamed(name string) []*v1beta1.TrafficMap {
 
 // rivals returns the claims of the other maps that claim or journaled a name overlapping
 // name, in the same scope as namespace.
-func (c *caches) rivals(name, namespace, self string) []Claim {
-	var out []Claim
+func (c claimView) rivals(name, namespace string, self types.NamespacedName) []model.Claim {
+	var out []model.Claim
 	for _, tm := range c.mapsNamed(name) {
-		if tm.Namespace+"/"+tm.Name == self || tm.DeletionTimestamp != nil || c.scoped && tm.Namespace != namespace {
+		if model.KeyOf(tm) == self || tm.DeletionTimestamp != nil || c.scoped && tm.Namespace != namespace {
 			continue
 		}
 		isvc, _ := c.inferenceService(tm.Namespace, tm.Spec.Service)
 		cl := c.mapClaim(tm, isvc)
-		over := func(n string) bool { return HostnamesOverlap(n, name) }
+		over := func(n string) bool { return model.HostnamesOverlap(n, name) }
 		if slices.ContainsFunc(cl.Names, over) || slices.ContainsFunc(cl.Journaled, over) {
 			out = append(out, cl)
 		}
@@ -146,10 +144,10 @@ func (c *caches) rivals(name, namespace, self string) []Claim {
 // claims gathers what decides self's names (ResolveHostnames): the claim of every other
 // map that claims or journaled a name overlapping one of self's, and of every map that
 // journaled a name overlapping one such rival's unjournaled names.
-func (c *caches) claims(self Claim) []Claim {
-	seen := map[string]bool{self.Key(): true}
-	var out []Claim
-	for _, n := range uniqueNames(self.Names) {
+func (c claimView) claims(self model.Claim) []model.Claim {
+	seen := map[types.NamespacedName]bool{self.Key(): true}
+	var out []model.Claim
+	for _, n := range model.UniqueNames(self.Names) {
 		for _, r := range c.rivals(n, self.Namespace, self.Key()) {
 			if !seen[r.Key()] {
 				seen[r.Key()] = true
@@ -161,8 +159,8 @@ func (c *caches) claims(self Claim) []Claim {
 	// holds nothing back (ResolveHostnames, rule 3).
 	direct := len(out)
 	for _, r := range out[:direct] {
-		journaled := uniqueNames(r.Journaled)
-		for _, n := range uniqueNames(r.Names) {
+		journaled := model.UniqueNames(r.Journaled)
+		for _, n := range model.UniqueNames(r.Names) {
 			if slices.Contains(journaled, n) {
 				continue
 			}
@@ -179,20 +177,20 @@ func (c *caches) claims(self Claim) []Claim {
 
 // foreignClaims returns the claims of the foreign routes that contend with a route of a map
 // in namespace and overlap one of names.
-func (c *caches) foreignClaims(namespace string, names []string) []Claim {
+func (c claimView) foreignClaims(namespace string, names []string) []model.Claim {
 	if len(c.routes) == 0 {
 		return nil
 	}
-	seen := map[string]bool{}
-	var out []Claim
-	for _, n := range uniqueNames(names) {
+	seen := map[types.NamespacedName]bool{}
+	var out []model.Claim
+	for _, n := range model.UniqueNames(names) {
 		for _, o := range byIndex(c.routes, indexByHostname, hostLookupKeys(n)) {
 			route, ok := o.(*gwapiv1.HTTPRoute)
-			if !ok || seen[route.Namespace+"/"+route.Name] || !c.route.Contends(route, namespace) {
+			if !ok || seen[model.KeyOf(route)] || !c.route.Contends(route, namespace) {
 				continue
 			}
-			seen[route.Namespace+"/"+route.Name] = true
-			cl := Claim{Kind: KindHTTPRoute, Namespace: route.Namespace, Name: route.Name, Created: route.CreationTimestamp.Time}
+			seen[model.KeyOf(route)] = true
+			cl := model.Claim{Kind: model.KindHTTPRoute, Namespace: route.Namespace, Name: route.Name, Created: route.CreationTimestamp.Time}
 			for _, h := range route.Spec.Hostnames {
 				cl.Names = append(cl.Names, string(h))
 			}
@@ -213,10 +211,10 @@ func routeCreated(route *gwapiv1.HTTPRoute) *time.Time {
 
 // contenders returns the keys of the maps whose names overlap one of names: the maps whose
 // ownership may change when a claim on names appears, goes or moves.
-func (c *caches) contenders(names ...string) []cache.ObjectName {
+func (c claimView) contenders(names ...string) []cache.ObjectName {
 	seen := map[cache.ObjectName]bool{}
 	var out []cache.ObjectName
-	for _, n := range uniqueNames(names) {
+	for _, n := range model.UniqueNames(names) {
 		for _, tm := range c.mapsNamed(n) {
 			key := cache.NewObjectName(tm.Namespace, tm.Name)
 			if !seen[key] {
@@ -226,4 +224,43 @@ func (c *caches) contenders(names ...string) []cache.ObjectName {
 		}
 	}
 	return out
+}
+
+// hostIndexKeys are the index keys a name is stored under: "=" and the name, and "<" and
+// every suffix after one of its dots (so "*.example.com" and "a.example.com" are both found
+// under "<example.com").
+func hostIndexKeys(name string) []string {
+	name = model.NormalizeHostname(name)
+	if name == "" {
+		return nil
+	}
+	keys := []string{"=" + name}
+	for i := 0; i < len(name); i++ {
+		if name[i] == '.' && i+1 < len(name) {
+			keys = append(keys, "<"+name[i+1:])
+		}
+	}
+	return keys
+}
+
+// hostLookupKeys are the index keys under which every name overlapping name is stored:
+// the name itself, every wildcard over one of its parent domains, and, for a wildcard, every
+// name below its domain.
+func hostLookupKeys(name string) []string {
+	name = model.NormalizeHostname(name)
+	if name == "" {
+		return nil
+	}
+	keys := []string{"=" + name}
+	rest := name
+	if strings.HasPrefix(name, "*.") {
+		rest = name[2:]
+		keys = append(keys, "<"+rest)
+	}
+	for i := 0; i < len(rest); i++ {
+		if rest[i] == '.' && i+1 < len(rest) {
+			keys = append(keys, "=*."+rest[i+1:])
+		}
+	}
+	return keys
 }

@@ -65,21 +65,21 @@ func (f *ownershipFixture) journal(t *testing.T, tm *v1beta1.TrafficMap, names .
 	t.Helper()
 	tm = tm.DeepCopy()
 	tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: testPublisher,
-		ClaimedTargets: claimTargets(GRPCName(tm.Namespace, tm.Spec.Service), names)}
+		ClaimedTargets: model.ClaimTargets(model.GRPCName(tm.Namespace, tm.Spec.Service), names)}
 	require.NoError(t, f.p.caches.maps[0].GetIndexer().Update(tm))
 	return tm
 }
 
 // ownership is what the plan step decides for the cached map.
-func (f *ownershipFixture) ownership(t *testing.T, tm *v1beta1.TrafficMap) Ownership {
+func (f *ownershipFixture) ownership(t *testing.T, tm *v1beta1.TrafficMap) model.Ownership {
 	t.Helper()
 	isvc, err := f.p.caches.inferenceService(tm.Namespace, tm.Spec.Service)
 	require.NoError(t, err)
 	self := f.p.caches.mapClaim(tm, isvc)
 	route, err := f.p.caches.Route(tm.Namespace, httproute.RouteName(tm.Name))
 	require.NoError(t, err)
-	return ForeignConflicts(ResolveHostnames(self, f.p.caches.claims(self)), routeCreated(route),
-		f.p.caches.foreignClaims(tm.Namespace, self.Names))
+	return model.ForeignConflicts(model.ResolveHostnames(self, f.p.caches.owners.claims(self)), routeCreated(route),
+		f.p.caches.owners.foreignClaims(tm.Namespace, self.Names))
 }
 
 // queued drains the queue.
@@ -140,7 +140,7 @@ func TestOwnershipFromCaches(t *testing.T) {
 	own = f.ownership(t, prod)
 	assert.Equal(t, []string{"chat.prod"}, own.Owned)
 	require.Len(t, own.Conflicts, 1)
-	assert.Equal(t, KindHTTPRoute, own.Conflicts[0].Owner.Kind)
+	assert.Equal(t, model.KindHTTPRoute, own.Conflicts[0].Owner.Kind)
 	assert.Equal(t, "legacy", own.Conflicts[0].Owner.Name)
 
 	ours := &gwapiv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: httproute.RouteName("chat"),
@@ -200,7 +200,7 @@ func TestOlderNamespaceTakesNothingFromCaches(t *testing.T) {
 			assert.Empty(t, f.ownership(t, prod).Conflicts)
 			own := f.ownership(t, evil)
 			for _, n := range own.Owned {
-				assert.False(t, HostnamesOverlap(n, "chat.prod") || HostnamesOverlap(n, "chat.example.com"), "evil owns %s", n)
+				assert.False(t, model.HostnamesOverlap(n, "chat.prod") || model.HostnamesOverlap(n, "chat.example.com"), "evil owns %s", n)
 			}
 			for _, c := range own.Conflicts {
 				assert.Equal(t, "prod/chat", c.Owner.Namespace+"/"+c.Owner.Name)
@@ -292,7 +292,7 @@ func TestServeServesMapsPublishedBeforeJournals(t *testing.T) {
 	f.addISVC(t, "prod", "chat", "shared.example.com")
 	legacy = legacy.DeepCopy()
 	legacy.Status.Published = true
-	legacy.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionPublished, Status: metav1.ConditionTrue, Reason: ReasonPublished}}
+	legacy.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionPublished, Status: metav1.ConditionTrue, Reason: string(model.ReasonPublished)}}
 	require.NoError(t, f.p.caches.maps[0].GetIndexer().Update(legacy))
 	assert.Empty(t, unjournaled(t, "prod", "chat"), "published before journals: served while being journaled")
 
@@ -302,4 +302,23 @@ func TestServeServesMapsPublishedBeforeJournals(t *testing.T) {
 	pl := served(t, "prod", "chat")
 	require.Len(t, pl.Conflicts, 1)
 	assert.Equal(t, "other", pl.Conflicts[0].Owner.Namespace, "a name another map journaled is not served provisionally")
+}
+
+func TestHostIndexKeysFindOverlaps(t *testing.T) {
+	names := []string{"chat.example.com", "*.example.com", "a.b.example.com", "*.b.example.com", "example.com", "chat.prod", "*.com", "x.org"}
+	for _, a := range names {
+		for _, b := range names {
+			index := map[string]bool{}
+			for _, k := range hostIndexKeys(b) {
+				index[k] = true
+			}
+			found := false
+			for _, k := range hostLookupKeys(a) {
+				found = found || index[k]
+			}
+			if model.HostnamesOverlap(a, b) {
+				assert.True(t, found, "lookup of %s finds %s", a, b)
+			}
+		}
+	}
 }

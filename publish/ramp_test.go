@@ -32,7 +32,7 @@ func TestReconcileRamp(t *testing.T) {
 	c := f.published()
 	require.NotNil(t, c)
 	assert.Equal(t, metav1.ConditionFalse, c.Status)
-	assert.Equal(t, ReasonRamping, c.Reason)
+	assert.Equal(t, string(model.ReasonRamping), c.Reason)
 	assert.Equal(t, "ramping worker-a down: step 0 of 4 in place, 100% of its weight (4 of 4); next step due 1970-01-01T00:16:41Z, 0% at 1970-01-01T00:16:44Z; "+
 		"route stored; xds ACKed; weights worker-a=4 (drained by m-1), worker-b=4", c.Message)
 	assert.Equal(t, time.Second, hold, "reconciled again when step 1 is due")
@@ -53,7 +53,7 @@ func TestReconcileRamp(t *testing.T) {
 		last := route.applied[len(route.applied)-1]
 		weightsSeen = append(weightsSeen, last.Result.Entries[0].Effective)
 		if i < 4 {
-			assert.Equal(t, ReasonRamping, f.published().Reason, "step %d", i)
+			assert.Equal(t, string(model.ReasonRamping), f.published().Reason, "step %d", i)
 		}
 	}
 	assert.Equal(t, []int32{3, 2, 1, 0}, weightsSeen, "strictly decreasing, then the drain's 0")
@@ -80,7 +80,7 @@ func TestReconcileRampWaitsForEverySink(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, f.inputs.rampWrites, "step 1 is not in place on the xds sink: step 2 waits")
 	c := f.published()
-	assert.Equal(t, ReasonRamping, c.Reason)
+	assert.Equal(t, string(model.ReasonRamping), c.Reason)
 	assert.True(t, strings.HasPrefix(c.Message, "ramping worker-a down: publishing step 1 of 4, 75% of its weight (3 of 4); next step due "), c.Message)
 	assert.Contains(t, c.Message, "waiting for 1/2 xds clients to ACK")
 
@@ -107,7 +107,7 @@ func TestReconcileInvalidRampKeepsWhatIsPublished(t *testing.T) {
 	_, err := f.run(t)
 	require.NoError(t, err)
 	c := f.published()
-	assert.Equal(t, ReasonInvalidRamp, c.Reason)
+	assert.Equal(t, string(model.ReasonInvalidRamp), c.Reason)
 	assert.Contains(t, c.Message, `inferenceservice prod/chat annotation publisher.trafficmap.dev/ramp: invalid ramp annotation publisher.trafficmap.dev/ramp: cluster worker-a: direction "sideways" must be "down" or "up"`)
 	assert.Empty(t, route.applied, "nothing is published")
 }
@@ -125,7 +125,7 @@ func TestReconcileRampLastStepSaysRamping(t *testing.T) {
 	f.inputs.cachedRV, f.inputs.liveRV = "10", "10"
 	_, err := f.run(t)
 	require.NoError(t, err)
-	require.Equal(t, ReasonRamping, f.published().Reason)
+	require.Equal(t, string(model.ReasonRamping), f.published().Reason)
 
 	f.clock = f.clock.Add(2 * time.Second)
 	_, err = f.run(t) // step 1 is in place and the end is due: the ramp is removed
@@ -136,7 +136,7 @@ func TestReconcileRampLastStepSaysRamping(t *testing.T) {
 	_, err = f.run(t)
 	require.NoError(t, err)
 	c := f.published()
-	assert.Equal(t, ReasonRamping, c.Reason)
+	assert.Equal(t, string(model.ReasonRamping), c.Reason)
 	assert.Equal(t, "no ramp shapes the weights any more, publishing where it ends; waiting for gateway prod/g", c.Message)
 
 	route.conf = model.Confirmation{State: model.InPlace, Message: "route accepted"}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -15,10 +14,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
-	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
-	"github.com/trafficmap/publisher/xds"
 )
 
 // The pipeline, one map at a time, read top-down (reconcile, on the leader):
@@ -43,45 +40,19 @@ import (
 // back into the pipeline; what a sink learns later (an ACK) it names to the workers
 // (model.Updater), which queue the map.
 
-// Reasons of the Published condition. They are part of the publisher's interface: the
-// README documents each one.
-const (
-	ReasonPublished              = "Published"
-	ReasonPublishing             = "Publishing"
-	ReasonInvalidTrafficMap      = "InvalidTrafficMap"
-	ReasonInvalidDrainAnnotation = "InvalidDrainAnnotation"
-	ReasonInvalidTaints          = "InvalidTaints"
-	ReasonInvalidTolerations     = "InvalidTolerations"
-	ReasonInvalidRamp            = "InvalidRampAnnotation"
-	ReasonRamping                = "Ramping"
-	ReasonSourceNotFound         = "SourceNotFound"
-	ReasonHostnameConflict       = model.ReasonHostnameConflict
-	ReasonRouteConflict          = httproute.ReasonConflict
-	ReasonRouteRefused           = httproute.ReasonRefused
-	ReasonRouteNotAccepted       = httproute.ReasonNotAccepted
-	ReasonLastPositiveRetained   = httproute.ReasonLastPositiveRetained
-	ReasonXDSRejected            = xds.ReasonRejected
-	ReasonXDSInvalid             = xds.ReasonInvalid
-)
-
-// Reasons of the Normal Events that mark a ramp's first step and its end (the Published
-// condition's Ramping reason marks its start).
-const (
-	ReasonRampStarted  = "RampStarted"
-	ReasonRampFinished = "RampFinished"
-)
+// The reasons of the Published condition are model.Reason constants (model/reason.go).
 
 // mapInputs is where the pipeline reads a map and its inputs (the informer caches).
 type mapInputs interface {
 	trafficMap(namespace, name string) (*v1beta1.TrafficMap, error)
-	gather(tm *v1beta1.TrafficMap) (gathered, error)
+	gather(tm *v1beta1.TrafficMap) (model.Gathered, error)
 	// sourceVersion is the live resourceVersion of the InferenceService namespace/name,
 	// read from the API server ("" when it does not exist).
 	sourceVersion(ctx context.Context, namespace, name string) (string, error)
 	// staleClusters compares the cluster taints a decision about tm used with the taint
 	// sources on the API server, read after the call began: "" when they agree, else the
 	// first difference (taintsources.go).
-	staleClusters(ctx context.Context, tm *v1beta1.TrafficMap, used []ClusterTaints) (string, error)
+	staleClusters(ctx context.Context, tm *v1beta1.TrafficMap, used []model.ClusterTaints) (string, error)
 	// writeRamps stores value as the InferenceService's weights.RampAnnotation ("" removes
 	// it), guarded by its resourceVersion (a conflict error when it moved on).
 	writeRamps(ctx context.Context, namespace, name, resourceVersion, value string) error
@@ -102,13 +73,13 @@ type reconciler struct {
 	// publisherName and observedOptionsDigest.
 	claims            *claimTable
 	publisher, digest string
-	// planner plans a map from its gathered inputs; nil is planMap with hosts (tests count
+	// planner plans a map from its model.Gathered inputs; nil is planMap with hosts (tests count
 	// its calls).
-	planner func(g gathered) (*planned, error)
+	planner func(g model.Gathered) (*model.Planned, error)
 }
 
-// plan is the pipeline's plan floor: the map's plan from its gathered inputs.
-func (r *reconciler) plan(g gathered) (*planned, error) {
+// plan is the pipeline's plan floor: the map's plan from its model.Gathered inputs.
+func (r *reconciler) plan(g model.Gathered) (*model.Planned, error) {
 	if r.planner != nil {
 		return r.planner(g)
 	}
@@ -131,7 +102,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		return 0, err
 	}
 	g, err := r.inputs.gather(tm)
-	var ue *userError
+	var ue *model.UserError
 	if errors.As(err, &ue) {
 		return r.fail(ctx, tm, ue, log)
 	}
@@ -152,7 +123,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	case err != nil:
 		return 0, err
 	case res.refused != nil: // no sink was handed the plan
-		_, hold, err := r.status.write(ctx, tm, decide(tm, pl, []model.Confirmation{*res.refused}), log)
+		_, hold, err := r.status.write(ctx, tm, model.Decide(tm, pl, []model.Confirmation{*res.refused}), log)
 		return hold, err
 	}
 	return r.decideAndWrite(ctx, key, res, g, log)
@@ -190,23 +161,25 @@ func (r *reconciler) load(ctx context.Context, key cache.ObjectName) (_ *v1beta1
 // (then no sink was handed it).
 type applied struct {
 	tm        *v1beta1.TrafficMap
-	pl        *planned
+	pl        *model.Planned
 	confs     []model.Confirmation
 	tableHeld bool
 	refused   *model.Confirmation
+	// confirmed: the map's True condition was already about this content (Standing.Confirmed).
+	confirmed bool
 }
 
 // sinkFloor checks the plan with every enabled sink (a plan one refuses goes to none),
 // journals the names newly granted, announces a change (Published False before any sink
 // moves), hands the plan to every enabled sink with the map's standing, and records the last
 // valid state when no sink records it.
-func (r *reconciler) sinkFloor(ctx context.Context, key cache.ObjectName, tm *v1beta1.TrafficMap, g gathered, pl *planned, log *zap.Logger) (applied, error) {
+func (r *reconciler) sinkFloor(ctx context.Context, key cache.ObjectName, tm *v1beta1.TrafficMap, g model.Gathered, pl *model.Planned, log *zap.Logger) (applied, error) {
 	res := applied{tm: tm, pl: pl}
-	if res.refused = refusal(r.sinks, &pl.plan); res.refused != nil {
+	if res.refused = refusal(r.sinks, &pl.Plan); res.refused != nil {
 		return res, nil
 	}
 	var err error
-	if len(pl.claimable) > 0 {
+	if len(pl.Claimable) > 0 {
 		if res.tm, res.pl, res.tableHeld, err = r.claim(ctx, tm, g, pl, log); err != nil {
 			return res, err
 		}
@@ -217,28 +190,29 @@ func (r *reconciler) sinkFloor(ctx context.Context, key cache.ObjectName, tm *v1
 		return res, err
 	}
 	switch {
-	case needsAnnounce(tm, carried):
-		if tm, _, err = r.status.write(ctx, tm, notPublished(tm, ReasonPublishing, "publishing weights "+describeWeights(pl.plan.Result), nil), log); err != nil {
+	case model.NeedsAnnounce(tm, carried):
+		if tm, _, err = r.status.write(ctx, tm, model.NotPublished(tm, model.ReasonPublishing, "publishing weights "+model.DescribeWeights(pl.Plan.Result), nil), log); err != nil {
 			return res, err
 		}
 		res.tm = tm
 	case !carried:
 		r.metrics.started(key) // no condition yet: the latency clock starts without a write
 	}
-	st.Published = publishedTrue(tm)
+	st.Published = model.PublishedTrue(tm)
+	res.confirmed = st.Confirmed
 	res.confs = make([]model.Confirmation, 0, len(r.sinks))
 	var errs []error
 	for _, s := range r.sinks {
 		// Every sink is handed the plan even when another failed transiently (an API
 		// outage stalls no other sink); the reconcile is then retried.
-		c, err := s.Apply(ctx, &pl.plan, st)
+		c, err := s.Apply(ctx, &pl.Plan, st)
 		r.metrics.routeWritten(c.Writes)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s sink: %w", s.Name(), err))
 			continue
 		}
 		if c.Writes > 0 {
-			log.Info("sink wrote", zap.String("sink", s.Name()), zap.Int("writes", c.Writes), zap.String("weights", describeWeights(pl.plan.Result)))
+			log.Info("sink wrote", zap.String("sink", s.Name()), zap.Int("writes", c.Writes), zap.String("weights", model.DescribeWeights(pl.Plan.Result)))
 		}
 		if c.State == model.InPlace {
 			r.metrics.sinkConfirmed(key, s.Name())
@@ -265,10 +239,10 @@ func (r *reconciler) sinkFloor(ctx context.Context, key cache.ObjectName, tm *v1
 
 // standing is where the map's Published condition stands with the plan (model.Standing,
 // Published set after the announce), and whether every sink already carries the plan.
-func (r *reconciler) standing(tm *v1beta1.TrafficMap, pl *planned) (model.Standing, bool, error) {
+func (r *reconciler) standing(tm *v1beta1.TrafficMap, pl *model.Planned) (model.Standing, bool, error) {
 	carried, durable, kept := true, false, true
 	for _, s := range r.sinks {
-		c := s.Carries(&pl.plan)
+		c := s.Carries(&pl.Plan)
 		carried = carried && c
 		if _, ok := s.(model.Durable); ok {
 			durable, kept = true, kept && c
@@ -278,7 +252,7 @@ func (r *reconciler) standing(tm *v1beta1.TrafficMap, pl *planned) (model.Standi
 		// With no Durable sink the record stands in for one: it is written for a content
 		// only after that content was announced, so together with a True condition it
 		// proves the condition was about this content (recordStore.carries).
-		c, err := r.record.carries(tm, &pl.plan)
+		c, err := r.record.carries(tm, &pl.Plan)
 		if err != nil {
 			return model.Standing{}, false, err
 		}
@@ -287,41 +261,42 @@ func (r *reconciler) standing(tm *v1beta1.TrafficMap, pl *planned) (model.Standi
 	// A map with no Published condition claims nothing yet, so it has nothing to protect
 	// while clients reconnect (and a cold start of N new maps is not held by the grace).
 	var st model.Standing
-	st.Confirmed = durable && kept && publishedTrue(tm)
-	st.PublishedBefore = findPublished(tm) == nil || st.Confirmed
+	st.Confirmed = durable && kept && model.PublishedTrue(tm)
+	st.PublishedBefore = model.FindPublished(tm) == nil || st.Confirmed
 	return st, carried, nil
 }
 
 // decideAndWrite decides the Published condition from the sinks' confirmations, prunes the
 // claim journal of names no sink serves for the map any more, writes the status when it
 // differs, and moves ramps on.
-func (r *reconciler) decideAndWrite(ctx context.Context, key cache.ObjectName, res applied, g gathered, log *zap.Logger) (time.Duration, error) {
+func (r *reconciler) decideAndWrite(ctx context.Context, key cache.ObjectName, res applied, g model.Gathered, log *zap.Logger) (time.Duration, error) {
 	tm, pl, confs := res.tm, res.pl, res.confs
-	want := decide(tm, pl, confs)
+	want := model.Decide(tm, pl, confs)
+	want.Confirmed = res.confirmed
 	// Every sink applied the plan: names the map no longer claims are not served for it any
 	// more, so they leave its journal now (and other maps may be granted them).
 	// A sink that refused the plan (a contested hostname, a retained last positive route)
 	// may still serve the old names: then they stay.
-	dropped, keep := journaledNotClaimed(tm, r.publisher, pl.self), keptNames(tm, r.publisher, pl.self)
-	if slices.ContainsFunc(confs, func(c model.Confirmation) bool { return c.State == model.Refused }) || len(pl.plan.Conflicts) > 0 {
-		dropped, keep = nil, JournaledNames(tm, r.publisher)
+	dropped, keep := journaledNotClaimed(tm, r.publisher, pl.Self), keptNames(tm, r.publisher, pl.Self)
+	if slices.ContainsFunc(confs, func(c model.Confirmation) bool { return c.State == model.Refused }) || len(pl.Plan.Conflicts) > 0 {
+		dropped, keep = nil, model.JournaledNames(tm, r.publisher)
 	}
 	var err error
-	if want.journal, err = journalOf(tm, r.publisher, r.digest, keep); err != nil {
+	if want.Journal, err = model.JournalOf(tm, r.publisher, r.digest, keep); err != nil {
 		return 0, err
 	}
-	if want.published {
-		if lp := lastPositive(tm, &pl.plan, r.digest); lp != nil {
-			want.journal.LastPositive = lp
+	if want.Published {
+		if lp := model.LastPositive(tm, &pl.Plan, r.digest); lp != nil {
+			want.Journal.LastPositive = lp
 		}
 	}
-	if want.published && !publishedTrue(tm) && findPublished(tm) != nil {
+	if want.Published && !model.PublishedTrue(tm) && model.FindPublished(tm) != nil {
 		if retry, err := r.fresh(ctx, tm, g, log); retry || err != nil {
 			return sourceRetry, err
 		}
 	}
-	if !want.published && log.Core().Enabled(zap.DebugLevel) {
-		log.Debug("not published yet", zap.String("reason", want.condition.Reason), zap.String("message", want.condition.Message))
+	if !want.Published && log.Core().Enabled(zap.DebugLevel) {
+		log.Debug("not published yet", zap.String("reason", want.Condition.Reason), zap.String("message", want.Condition.Message))
 	}
 	written, hold, err := r.status.write(ctx, tm, want, log)
 	if res.tableHeld && (hold <= 0 || hold > claimRetry) {
@@ -329,11 +304,11 @@ func (r *reconciler) decideAndWrite(ctx context.Context, key cache.ObjectName, r
 		// deletion may not, so it is looked at again after claimRetry anyway.
 		hold = claimRetry
 	}
-	if err == nil && hold == 0 && len(dropped) > 0 && !slices.Equal(JournaledNames(written, r.publisher), JournaledNames(tm, r.publisher)) {
-		r.claims.release(key.String(), dropped)
+	if err == nil && hold == 0 && len(dropped) > 0 && !slices.Equal(model.JournaledNames(written, r.publisher), model.JournaledNames(tm, r.publisher)) {
+		r.claims.release(types.NamespacedName(key), dropped)
 		log.Info("claim journal dropped names no longer claimed", zap.Strings("names", dropped))
 	}
-	if err != nil || len(pl.computed.Ramps) == 0 {
+	if err != nil || len(pl.Computed.Ramps) == 0 {
 		return hold, err
 	}
 	next, err := r.advanceRamps(ctx, tm, g, pl, confs, log)
@@ -352,17 +327,17 @@ func (r *reconciler) decideAndWrite(ctx context.Context, key cache.ObjectName, r
 // decision about the weights before it; the informer's event reconciles it next. The same
 // for the taints of its clusters, which `publisher taint` patches after its flip, and whose
 // source no informer may watch yet. retry is true when either moved on.
-func (r *reconciler) fresh(ctx context.Context, tm *v1beta1.TrafficMap, g gathered, log *zap.Logger) (retry bool, _ error) {
+func (r *reconciler) fresh(ctx context.Context, tm *v1beta1.TrafficMap, g model.Gathered, log *zap.Logger) (retry bool, _ error) {
 	live, err := r.inputs.sourceVersion(ctx, tm.Namespace, tm.Spec.Service)
 	if err != nil {
 		return false, err
 	}
-	if live != g.isvc.ResourceVersion {
+	if live != g.Source.ResourceVersion {
 		log.Debug("inferenceservice changed since the cache was read; deciding again",
-			zap.String("cached", g.isvc.ResourceVersion), zap.String("live", live))
+			zap.String("cached", g.Source.ResourceVersion), zap.String("live", live))
 		return true, nil
 	}
-	if stale, err := r.inputs.staleClusters(ctx, tm, g.inputs.Clusters); err != nil || stale != "" {
+	if stale, err := r.inputs.staleClusters(ctx, tm, g.Inputs.Clusters); err != nil || stale != "" {
 		log.Debug("cluster taints changed since the cache was read; deciding again", zap.String("stale", stale), zap.Error(err))
 		return true, err
 	}
@@ -375,8 +350,8 @@ func (r *reconciler) fresh(ctx context.Context, tm *v1beta1.TrafficMap, g gather
 // that ended. It returns how long until a step is due (0 for none), or sourceRetry when the
 // InferenceService moved on since it was read. The annotation is the ramp's only state:
 // a restarted publisher or a new leader continues from the step stored there.
-func (r *reconciler) advanceRamps(ctx context.Context, tm *v1beta1.TrafficMap, g gathered, pl *planned, confs []model.Confirmation, log *zap.Logger) (time.Duration, error) {
-	if len(pl.plan.Conflicts) > 0 {
+func (r *reconciler) advanceRamps(ctx context.Context, tm *v1beta1.TrafficMap, g model.Gathered, pl *model.Planned, confs []model.Confirmation, log *zap.Logger) (time.Duration, error) {
+	if len(pl.Plan.Conflicts) > 0 {
 		return 0, nil // the step is not served for this map's hostname: wait for the owner
 	}
 	for _, c := range confs {
@@ -385,31 +360,31 @@ func (r *reconciler) advanceRamps(ctx context.Context, tm *v1beta1.TrafficMap, g
 		}
 	}
 	now := r.status.now() // the status writer's clock
-	ramps := pl.computed.Ramps
-	next, changed, due := weights.AdvanceRamps(ramps, pl.computed.Progress, now)
+	ramps := pl.Computed.Ramps
+	next, changed, due := weights.AdvanceRamps(ramps, pl.Computed.Progress, now)
 	if !changed {
 		if due.IsZero() {
 			return 0, nil
 		}
 		return max(due.Sub(now), time.Millisecond), nil
 	}
-	err := r.inputs.writeRamps(ctx, g.isvc.Namespace, g.isvc.Name, g.isvc.ResourceVersion, weights.EncodeRamps(next))
+	err := r.inputs.writeRamps(ctx, g.Source.Namespace, g.Source.Name, g.Source.ResourceVersion, weights.EncodeRamps(next))
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return sourceRetry, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	for _, p := range pl.computed.Progress {
+	for _, p := range pl.Computed.Progress {
 		i := slices.IndexFunc(next, func(n weights.Ramp) bool { return n.Cluster == p.Cluster })
 		switch {
 		case i < 0:
 			r.metrics.rampStep(string(p.Direction))
-			r.event(tm, ReasonRampFinished, fmt.Sprintf("ramp of %s %s finished: step %d of %d is the %s's weights", p.Cluster, p.Direction, p.Steps, p.Steps, finalWord(p.Direction)))
+			r.event(tm, model.ReasonRampFinished, fmt.Sprintf("ramp of %s %s finished: step %d of %d is the %s's weights", p.Cluster, p.Direction, p.Steps, p.Steps, finalWord(p.Direction)))
 		case next[i].Step != p.Step:
 			r.metrics.rampStep(string(p.Direction))
 			if p.Step == 0 {
-				r.event(tm, ReasonRampStarted, fmt.Sprintf("ramp of %s %s started: %d steps over %s, the last due %s",
+				r.event(tm, model.ReasonRampStarted, fmt.Sprintf("ramp of %s %s started: %d steps over %s, the last due %s",
 					p.Cluster, p.Direction, p.Steps, next[i].Duration, p.End.UTC().Format(time.RFC3339)))
 			}
 		}
@@ -427,25 +402,24 @@ const claimRetry = time.Second
 // stored and the plan made again from it (the granted names are then owned). A name the
 // table holds for another map stays a conflict naming that map, and held is true; the
 // grants of a holder the cache no longer has (deleted) are dropped first.
-func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g gathered, pl *planned, log *zap.Logger) (
-	_ *v1beta1.TrafficMap, _ *planned, held bool, _ error) {
-	key := tm.Namespace + "/" + tm.Name
-	granted, added, holders := r.claims.reserve(key, pl.claimable)
+func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g model.Gathered, pl *model.Planned, log *zap.Logger) (
+	_ *v1beta1.TrafficMap, _ *model.Planned, held bool, _ error) {
+	key := model.KeyOf(tm)
+	granted, added, holders := r.claims.reserve(key, pl.Claimable)
 	stale := false
 	for _, h := range holders {
-		ns, name, _ := strings.Cut(h.Key, "/")
-		if other, err := r.inputs.trafficMap(ns, name); err == nil && (other == nil || other.DeletionTimestamp != nil) {
+		if other, err := r.inputs.trafficMap(h.Key.Namespace, h.Key.Name); err == nil && (other == nil || other.DeletionTimestamp != nil) {
 			r.claims.forget(h.Key) // its delete is being reconciled; its grants are void
 			stale = true
 		}
 	}
 	if stale {
 		var more []string
-		granted, more, holders = r.claims.reserve(key, pl.claimable)
+		granted, more, holders = r.claims.reserve(key, pl.Claimable)
 		added = append(added, more...)
 	}
 	if len(granted) > 0 {
-		j, err := journalOf(tm, r.publisher, r.digest, append(JournaledNames(tm, r.publisher), granted...))
+		j, err := model.JournalOf(tm, r.publisher, r.digest, append(model.JournaledNames(tm, r.publisher), granted...))
 		if err != nil {
 			r.claims.release(key, added)
 			return tm, pl, false, err
@@ -457,15 +431,14 @@ func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g gather
 		}
 		log.Info("claimed names", zap.Strings("names", granted), zap.Strings("journal", j.ClaimedTargets))
 		tm = updated
-		g.inputs.TrafficMap = tm
+		g.Inputs.TrafficMap = tm
 		if pl, err = r.plan(g); err != nil {
 			return tm, pl, false, err
 		}
 	}
-	for i, c := range pl.plan.Conflicts {
+	for i, c := range pl.Plan.Conflicts {
 		if h, ok := holders[c.Hostname]; ok && c.Unjournaled {
-			ns, name, _ := strings.Cut(h.Key, "/")
-			pl.plan.Conflicts[i] = model.Conflict{Hostname: c.Hostname, Owner: model.Owner{Kind: KindTrafficMap, Namespace: ns, Name: name, Hostname: h.Name}}
+			pl.Plan.Conflicts[i] = model.Conflict{Hostname: c.Hostname, Owner: model.Owner{Kind: model.KindTrafficMap, Namespace: h.Key.Namespace, Name: h.Key.Name, Hostname: h.Name}}
 		}
 	}
 	return tm, pl, len(holders) > 0, nil
@@ -473,15 +446,15 @@ func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g gather
 
 // keptNames are the names tm's journal keeps after a plan for self was applied: the
 // journaled ones self still claims.
-func keptNames(tm *v1beta1.TrafficMap, publisher string, self Claim) []string {
-	claimed := uniqueNames(self.Names)
-	return slices.DeleteFunc(JournaledNames(tm, publisher), func(n string) bool { return !slices.Contains(claimed, n) })
+func keptNames(tm *v1beta1.TrafficMap, publisher string, self model.Claim) []string {
+	claimed := model.UniqueNames(self.Names)
+	return slices.DeleteFunc(model.JournaledNames(tm, publisher), func(n string) bool { return !slices.Contains(claimed, n) })
 }
 
 // journaledNotClaimed are the names tm's journal holds that self no longer claims.
-func journaledNotClaimed(tm *v1beta1.TrafficMap, publisher string, self Claim) []string {
-	claimed := uniqueNames(self.Names)
-	return slices.DeleteFunc(JournaledNames(tm, publisher), func(n string) bool { return slices.Contains(claimed, n) })
+func journaledNotClaimed(tm *v1beta1.TrafficMap, publisher string, self model.Claim) []string {
+	claimed := model.UniqueNames(self.Names)
+	return slices.DeleteFunc(model.JournaledNames(tm, publisher), func(n string) bool { return slices.Contains(claimed, n) })
 }
 
 // finalWord names what a ramp's last step is: the drain's weights (down) or the undrain's.
@@ -493,9 +466,9 @@ func finalWord(d weights.RampDirection) string {
 }
 
 // event records a Normal Event on tm (only while leading, like every Event).
-func (r *reconciler) event(tm *v1beta1.TrafficMap, reason, message string) {
+func (r *reconciler) event(tm *v1beta1.TrafficMap, reason model.Reason, message string) {
 	if r.status.recorder != nil {
-		r.status.recorder.Event(tm, corev1.EventTypeNormal, reason, message)
+		r.status.recorder.Event(tm, corev1.EventTypeNormal, string(reason), message)
 	}
 }
 
@@ -518,16 +491,16 @@ func refusal(sinks []model.Sink, plan *model.Plan) *model.Confirmation {
 }
 
 // fail records a user error: Published False and an Event, no hot retry.
-func (r *reconciler) fail(ctx context.Context, tm *v1beta1.TrafficMap, ue *userError, log *zap.Logger) (time.Duration, error) {
-	_, _, err := r.status.write(ctx, tm, notPublished(tm, ue.reason, ue.message, nil), log)
+func (r *reconciler) fail(ctx context.Context, tm *v1beta1.TrafficMap, ue *model.UserError, log *zap.Logger) (time.Duration, error) {
+	_, _, err := r.status.write(ctx, tm, model.NotPublished(tm, ue.Reason, ue.Message, nil), log)
 	return 0, err
 }
 
 // delete removes what every sink published for a deleted map and forgets it.
 func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.Logger) error {
 	r.metrics.forget(key)
-	r.status.forget(key)
-	r.claims.forget(key.String())
+	r.status.forget(types.NamespacedName(key))
+	r.claims.forget(types.NamespacedName(key))
 	var errs []error
 	for _, s := range r.sinks {
 		n, err := s.Delete(ctx, key.Namespace, key.Name)
@@ -570,7 +543,7 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 		}
 		return nil
 	}
-	var ue *userError
+	var ue *model.UserError
 	g, err := r.inputs.gather(tm)
 	if errors.As(err, &ue) {
 		return nil // the leader reports it; the last plan given stays
@@ -585,7 +558,7 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
-	if refusal(r.sinks, &pl.plan) != nil {
+	if refusal(r.sinks, &pl.Plan) != nil {
 		return nil
 	}
 	if servedBeforeJournals(tm) {
@@ -594,10 +567,10 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 		// takes minutes at fleet scale, and a proxyless client reconnecting to an upgraded
 		// replica would otherwise find no listener for its name). Names another map
 		// journaled stay conflicts.
-		pl.plan.Conflicts = slices.DeleteFunc(pl.plan.Conflicts, func(c model.Conflict) bool { return c.Unjournaled })
+		pl.Plan.Conflicts = slices.DeleteFunc(pl.Plan.Conflicts, func(c model.Conflict) bool { return c.Unjournaled })
 	}
 	for _, sv := range serving {
-		sv.Serve(&pl.plan)
+		sv.Serve(&pl.Plan)
 	}
 	return nil
 }
@@ -606,5 +579,5 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 // no claim journal: it has a Published condition but no status.publisher. A new map (no
 // condition yet) is served only once journaled.
 func servedBeforeJournals(tm *v1beta1.TrafficMap) bool {
-	return tm.Status.Publisher == nil && findPublished(tm) != nil
+	return tm.Status.Publisher == nil && model.FindPublished(tm) != nil
 }

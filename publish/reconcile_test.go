@@ -90,7 +90,7 @@ func (s *servingSink) Serve(p *model.Plan) {
 	if s.served == nil {
 		s.served = map[string][]*model.Plan{}
 	}
-	s.served[p.Key()] = append(s.served[p.Key()], p)
+	s.served[p.Key().String()] = append(s.served[p.Key().String()], p)
 }
 
 func (s *servingSink) Withdraw(key types.NamespacedName) {
@@ -158,16 +158,16 @@ func (f *fakeStatusAPI) ApplyStatus(_ context.Context, ac *omeac.TrafficMapApply
 	return tm.DeepCopy(), nil
 }
 
-// fakeInputs serves one map and its InferenceService's annotations from memory, gathered
+// fakeInputs serves one map and its InferenceService's annotations from memory, model.Gathered
 // the way the caches gather.
 type fakeInputs struct {
 	tm          *v1beta1.TrafficMap
 	annotations map[string]string
 	noSource    bool
 	err         error
-	claims      []Claim // other maps' claims on names
-	global      string  // the ome.io/global-host annotation; "" is chat.example.com
-	policy      ClaimPolicy
+	claims      []model.Claim // other maps' claims on names
+	global      string        // the ome.io/global-host annotation; "" is chat.example.com
+	policy      model.ClaimPolicy
 	// cachedRV and liveRV are the InferenceService's resourceVersion in the cache and on
 	// the API server; they differ while the cache is behind.
 	cachedRV, liveRV string
@@ -197,9 +197,9 @@ func (f *fakeInputs) writeRamps(_ context.Context, _, _, rv, value string) error
 }
 
 func (f *fakeInputs) trafficMap(string, string) (*v1beta1.TrafficMap, error) { return f.tm, f.err }
-func (f *fakeInputs) gather(tm *v1beta1.TrafficMap) (gathered, error) {
+func (f *fakeInputs) gather(tm *v1beta1.TrafficMap) (model.Gathered, error) {
 	if f.noSource {
-		return gathered{}, &userError{reason: ReasonSourceNotFound, message: "inferenceservice prod/chat does not exist"}
+		return model.Gathered{}, &model.UserError{Reason: model.ReasonSourceNotFound, Message: "inferenceservice prod/chat does not exist"}
 	}
 	isvc := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: tm.Namespace, Name: tm.Spec.Service, Annotations: f.annotations,
 		ResourceVersion: f.cachedRV}}
@@ -207,8 +207,8 @@ func (f *fakeInputs) gather(tm *v1beta1.TrafficMap) (gathered, error) {
 	if global == "" {
 		global = "chat.example.com"
 	}
-	return gathered{isvc: isvc, globalHost: global, inputs: Inputs{TrafficMap: tm, SourceAnnotations: f.annotations}, claims: f.claims,
-		publisher: testPublisher, policy: f.policy}, nil
+	return model.Gathered{Source: isvc, GlobalHost: global, Inputs: model.Inputs{TrafficMap: tm, SourceAnnotations: f.annotations}, Claims: f.claims,
+		Publisher: testPublisher, Policy: f.policy}, nil
 }
 
 // testPublisher is the publisherName of the unit tests' claim journals.
@@ -231,7 +231,7 @@ func newFixture(t *testing.T, sinks ...*fakeSink) *fixture {
 	// Its names are journaled already (a map the publisher claimed for before); the claim
 	// step is tested on its own (TestReconcileClaimsBeforeSinks).
 	tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: testPublisher,
-		ClaimedTargets: []string{"grpc:chat.prod", "hostname:chat.example.com"}, ObservedOptionsDigest: OptionsDigest(nil)}
+		ClaimedTargets: []string{"grpc:chat.prod", "hostname:chat.example.com"}, ObservedOptionsDigest: model.OptionsDigest(nil)}
 	f := &fixture{inputs: &fakeInputs{tm: tm}, api: &fakeStatusAPI{tm: tm}, sinks: sinks, events: record.NewFakeRecorder(32),
 		clock: time.Unix(1000, 0), key: cache.NewObjectName("prod", "chat")}
 	var ss []model.Sink
@@ -241,7 +241,7 @@ func newFixture(t *testing.T, sinks ...*fakeSink) *fixture {
 	status := newStatusWriter(f.api, f.events, nil)
 	status.now = func() time.Time { return f.clock }
 	f.rec = &reconciler{inputs: f.inputs, hosts: httproute.Config{Gateway: types.NamespacedName{Name: "g"}}, sinks: ss, status: status,
-		claims: newClaimTable(), publisher: testPublisher, digest: OptionsDigest(nil)}
+		claims: newClaimTable(), publisher: testPublisher, digest: model.OptionsDigest(nil)}
 	return f
 }
 
@@ -255,7 +255,7 @@ func (f *fixture) run(t *testing.T) (time.Duration, error) {
 	return hold, err
 }
 
-func (f *fixture) published() *metav1.Condition { return findPublished(f.api.tm) }
+func (f *fixture) published() *metav1.Condition { return model.FindPublished(f.api.tm) }
 
 func (f *fixture) event() string {
 	select {
@@ -281,7 +281,7 @@ func TestReconcile(t *testing.T) {
 		c := f.published()
 		require.NotNil(t, c)
 		assert.Equal(t, metav1.ConditionTrue, c.Status)
-		assert.Equal(t, ReasonPublished, c.Reason)
+		assert.Equal(t, string(model.ReasonPublished), c.Reason)
 		assert.Equal(t, int64(3), c.ObservedGeneration)
 		assert.Equal(t, "route stored; xds version v1 ACKed by 2/2 clients; weights worker-a=1, worker-b=1", c.Message)
 		assert.True(t, f.api.tm.Status.Published)
@@ -308,29 +308,29 @@ func TestReconcile(t *testing.T) {
 		require.NoError(t, err)
 		c := f.published()
 		assert.Equal(t, metav1.ConditionFalse, c.Status)
-		assert.Equal(t, ReasonPublishing, c.Reason)
+		assert.Equal(t, string(model.ReasonPublishing), c.Reason)
 		assert.Equal(t, "waiting for gateway prod/g", c.Message)
 		assert.False(t, f.api.tm.Status.Published)
 	})
 
 	t.Run("refusal: the sink cannot carry the plan", func(t *testing.T) {
-		f := newFixture(t, &fakeSink{name: "a", conf: model.Confirmation{State: model.Refused, Reason: ReasonRouteConflict,
+		f := newFixture(t, &fakeSink{name: "a", conf: model.Confirmation{State: model.Refused, Reason: model.ReasonRouteConflict,
 			Message: `httproute prod/chat-global exists and is not owned by the publisher`}})
 		_, err := f.run(t)
 		require.NoError(t, err, "a user error is not retried")
 		c := f.published()
-		assert.Equal(t, ReasonRouteConflict, c.Reason)
+		assert.Equal(t, string(model.ReasonRouteConflict), c.Reason)
 		assert.Contains(t, c.Message, "not owned by the publisher")
 		assert.Contains(t, f.event(), "Warning RouteConflict")
 	})
 
 	t.Run("rejection: a consumer rejected the content", func(t *testing.T) {
-		f := newFixture(t, inPlace("route stored"), &fakeSink{name: "b", conf: model.Confirmation{State: model.Rejected, Reason: ReasonXDSRejected,
+		f := newFixture(t, inPlace("route stored"), &fakeSink{name: "b", conf: model.Confirmation{State: model.Rejected, Reason: model.ReasonXDSRejected,
 			Message: "xds client node-1 rejected version v2 (RouteConfiguration): bad"}})
 		_, err := f.run(t)
 		require.NoError(t, err)
 		c := f.published()
-		assert.Equal(t, ReasonXDSRejected, c.Reason)
+		assert.Equal(t, string(model.ReasonXDSRejected), c.Reason)
 		assert.Equal(t, metav1.ConditionFalse, c.Status)
 	})
 
@@ -340,7 +340,7 @@ func TestReconcile(t *testing.T) {
 		f.inputs.annotations = map[string]string{weights.DrainAnnotation: `{"x":{}}`}
 		_, err := f.run(t)
 		require.NoError(t, err)
-		assert.Equal(t, ReasonInvalidDrainAnnotation, f.published().Reason)
+		assert.Equal(t, string(model.ReasonInvalidDrainAnnotation), f.published().Reason)
 		assert.Empty(t, s.applied, "nothing is published")
 	})
 
@@ -350,7 +350,7 @@ func TestReconcile(t *testing.T) {
 		f.inputs.noSource = true
 		_, err := f.run(t)
 		require.NoError(t, err)
-		assert.Equal(t, ReasonSourceNotFound, f.published().Reason)
+		assert.Equal(t, string(model.ReasonSourceNotFound), f.published().Reason)
 		assert.Empty(t, s.applied)
 	})
 
@@ -366,7 +366,7 @@ func TestReconcile(t *testing.T) {
 	t.Run("deletion: every sink removes the map and nothing is remembered", func(t *testing.T) {
 		a, b := inPlace("x"), inPlace("y")
 		f := newFixture(t, a, b)
-		f.rec.status.progress[f.key] = f.clock
+		f.rec.status.progress[types.NamespacedName(f.key)] = f.clock
 		f.inputs.tm = nil
 		_, err := f.run(t)
 		require.NoError(t, err)
@@ -450,13 +450,13 @@ func TestReconcileHostnameConflict(t *testing.T) {
 	f.api.tm = f.inputs.tm.DeepCopy()
 	owner := claim("staging", "chat", 60, "chat.staging", "chat.example.com") // younger, but journaled first
 	owner.Journaled = owner.Names
-	f.inputs.claims = []Claim{owner}
+	f.inputs.claims = []model.Claim{owner}
 	_, err := f.run(t)
 	require.NoError(t, err)
 	c := f.published()
 	require.NotNil(t, c)
 	assert.Equal(t, metav1.ConditionFalse, c.Status)
-	assert.Equal(t, ReasonHostnameConflict, c.Reason)
+	assert.Equal(t, string(model.ReasonHostnameConflict), c.Reason)
 	assert.Contains(t, c.Message, "hostname chat.example.com is held by trafficmap staging/chat (hostname chat.example.com, created 2026-12-03T11:00:00Z)")
 	assert.False(t, f.api.tm.Status.Published)
 	assert.Contains(t, f.event(), "Warning HostnameConflict hostname chat.example.com is held by trafficmap staging/chat")
@@ -480,10 +480,10 @@ func TestReconcileHostnameConflict(t *testing.T) {
 
 	// Another map claiming the same name now, journaled or not, changes nothing for this
 	// one: not journaled, it loses to the journal; journaled too (a race), this map is older.
-	for _, other := range []Claim{claim("zeta", "chat", 120, "chat.zeta", "chat.example.com"),
-		{Kind: KindTrafficMap, Namespace: "zeta", Name: "chat", Created: t0.Add(120 * time.Minute), Names: []string{"chat.zeta", "chat.example.com"},
+	for _, other := range []model.Claim{claim("zeta", "chat", 120, "chat.zeta", "chat.example.com"),
+		{Kind: model.KindTrafficMap, Namespace: "zeta", Name: "chat", Created: t0.Add(120 * time.Minute), Names: []string{"chat.zeta", "chat.example.com"},
 			Journaled: []string{"chat.zeta", "chat.example.com"}}} {
-		f.inputs.claims = []Claim{other}
+		f.inputs.claims = []model.Claim{other}
 		_, err = f.run(t)
 		require.NoError(t, err)
 		assert.Equal(t, metav1.ConditionTrue, f.published().Status)
@@ -554,7 +554,7 @@ func TestReconcileStatusConflict(t *testing.T) {
 	f.api.conflicts = 5
 	f.api.tm = f.api.tm.DeepCopy()
 	f.api.tm.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse,
-		Reason: ReasonPublishing, Message: "publisher drain of m-a on worker-a requested; not yet published", ObservedGeneration: 3}}
+		Reason: string(model.ReasonPublishing), Message: "publisher drain of m-a on worker-a requested; not yet published", ObservedGeneration: 3}}
 	_, err = f.rec.reconcile(t.Context(), f.key, zaptest.NewLogger(t))
 	require.Error(t, err)
 	assert.True(t, apierrors.IsConflict(err))
@@ -597,10 +597,10 @@ func TestReconcileStatusStaleCache(t *testing.T) {
 func TestReconcileOneDecision(t *testing.T) {
 	refuseMap := func(key string) func(*model.Plan) *model.Confirmation {
 		return func(p *model.Plan) *model.Confirmation {
-			if p.Key() != key {
+			if p.Key().String() != key {
 				return nil
 			}
-			return &model.Confirmation{State: model.Refused, Reason: ReasonRouteRefused,
+			return &model.Confirmation{State: model.Refused, Reason: model.ReasonRouteRefused,
 				Message: "httproute sink cannot publish trafficmap " + key + ": 17 entries, more than 16"}
 		}
 	}
@@ -617,7 +617,7 @@ func TestReconcileOneDecision(t *testing.T) {
 		c := f.published()
 		require.NotNil(t, c)
 		assert.Equal(t, metav1.ConditionFalse, c.Status)
-		assert.Equal(t, ReasonRouteRefused, c.Reason)
+		assert.Equal(t, string(model.ReasonRouteRefused), c.Reason)
 		assert.Equal(t, "httproute sink cannot publish trafficmap prod/chat: 17 entries, more than 16; "+
 			"the httproute sink refuses these weights, so no sink publishes them and each keeps what it published before; "+
 			"weights worker-a=1, worker-b=1", c.Message)
@@ -648,7 +648,7 @@ func TestReconcilePlansOnceForEverySink(t *testing.T) {
 	f := newFixture(t, route)
 	f.rec.sinks = []model.Sink{durableSink{route}, xds}
 	plans := 0
-	f.rec.planner = func(g gathered) (*planned, error) {
+	f.rec.planner = func(g model.Gathered) (*model.Planned, error) {
 		plans++
 		return planMap(f.rec.hosts, g)
 	}
@@ -704,7 +704,7 @@ func (durableSink) Durable() {}
 func TestReconcilePublishedBefore(t *testing.T) {
 	published := func(f *fixture, status metav1.ConditionStatus, generation int64) {
 		f.inputs.tm.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionPublished, Status: status,
-			Reason: ReasonPublished, ObservedGeneration: generation}}
+			Reason: string(model.ReasonPublished), ObservedGeneration: generation}}
 		f.api.tm = f.inputs.tm.DeepCopy()
 	}
 	tests := []struct {
@@ -771,7 +771,7 @@ func TestReconcileKeepsTrueCounts(t *testing.T) {
 func TestReconcileSourceNewerThanCache(t *testing.T) {
 	f := newFixture(t, inPlace("route stored"))
 	f.inputs.tm.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse,
-		Reason: ReasonPublishing, Message: "publisher drain of m-a on worker-a requested; not yet published", ObservedGeneration: 3}}
+		Reason: string(model.ReasonPublishing), Message: "publisher drain of m-a on worker-a requested; not yet published", ObservedGeneration: 3}}
 	f.api.tm = f.inputs.tm.DeepCopy()
 	f.inputs.cachedRV, f.inputs.liveRV = "10", "11"
 	hold, err := f.run(t)

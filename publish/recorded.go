@@ -2,7 +2,6 @@ package publish
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"sync"
@@ -14,97 +13,14 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/model"
-	"github.com/trafficmap/publisher/weights"
 )
 
-// The fallback state: the last valid drains, taints and tolerations a map was published
-// with. With the HTTPRoute sink on it is read from the route's annotations; with the sink off
-// the publisher keeps it in a ConfigMap of its own (the record), so a malformed input after a
-// restart still keeps the last valid state.
-
-// Data keys of the record ConfigMap. Each holds the same JSON as the route annotation of the
-// same name (httproute.AnnotationDrains, AnnotationClusterTaints, AnnotationServiceTolerations).
-const (
-	RecordKeyDrains      = "drains"
-	RecordKeyTaints      = "cluster-taints"
-	RecordKeyTolerations = "service-tolerations"
-	// RecordKeyContent holds model.Plan.Digest of the plan the record was written for: with
-	// the map's Published condition True at its generation, it proves after a restart that
-	// the condition is about the content the plan publishes (see recordStore.carries).
-	RecordKeyContent = "content"
-)
-
-// Recorded is the last valid fleet-drain state of one map, the fallback Compute uses for a
-// malformed input. The zero value records nothing.
-type Recorded struct {
-	// Drains is the recorded drain set; meaningful only when HasDrains.
-	Drains    []weights.Drain
-	HasDrains bool
-	// Taints are the recorded NoExecute taints by cluster; nil when none are recorded.
-	Taints map[string][]weights.Taint
-	// Tolerations is the recorded toleration list; meaningful only when HasTolerations.
-	Tolerations    []weights.Toleration
-	HasTolerations bool
-}
-
-// RecordedFromRoute returns the state recorded on the annotations of a route built by
-// httproute.Build; a nil route records nothing.
-func RecordedFromRoute(route *gwapiv1.HTTPRoute) Recorded {
-	var r Recorded
-	r.Drains, r.HasDrains = httproute.RecordedDrains(route)
-	r.Taints, _ = httproute.RecordedTaints(route)
-	r.Tolerations, r.HasTolerations = httproute.RecordedTolerations(route)
-	return r
-}
-
-// RecordedFromData returns the state recorded in a record ConfigMap's data (EncodeRecorded);
-// a key that is absent or does not parse records nothing.
-func RecordedFromData(data map[string]string) Recorded {
-	route := &gwapiv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}}}
-	for key, annotation := range map[string]string{
-		RecordKeyDrains:      httproute.AnnotationDrains,
-		RecordKeyTaints:      httproute.AnnotationClusterTaints,
-		RecordKeyTolerations: httproute.AnnotationServiceTolerations,
-	} {
-		if v, ok := data[key]; ok {
-			route.Annotations[annotation] = v
-		}
-	}
-	return RecordedFromRoute(route)
-}
-
-// EncodeRecorded returns the record ConfigMap data for drains, NoExecute taints by cluster
-// and tolerations, in the JSON the route annotations use. It is deterministic.
-func EncodeRecorded(drains []weights.Drain, taints map[string][]weights.Taint, tols []weights.Toleration) map[string]string {
-	type drainJSON struct {
-		Cluster string `json:"cluster"`
-		Reason  string `json:"reason"`
-	}
-	d := make(map[string]drainJSON, len(drains))
-	for _, x := range drains {
-		d[x.ID] = drainJSON{Cluster: x.Cluster, Reason: x.Reason}
-	}
-	t := make(map[string]json.RawMessage, len(taints))
-	for c, list := range taints {
-		t[c] = json.RawMessage(httproute.EncodeTaints(list))
-	}
-	db, _ := json.Marshal(d) // strings only: cannot fail; map keys are sorted
-	tb, _ := json.Marshal(t)
-	return map[string]string{
-		RecordKeyDrains:      string(db),
-		RecordKeyTaints:      string(tb),
-		RecordKeyTolerations: httproute.EncodeTolerations(tols),
-	}
-}
-
-// RecordName returns the name of the record ConfigMap of the TrafficMap named mapName: the
-// map's route name (httproute.RouteName), bounded and distinct per map.
-func RecordName(mapName string) string { return httproute.RouteName(mapName) }
+// RecordName is httproute.RecordName.
+func RecordName(mapName string) string { return httproute.RecordName(mapName) }
 
 // recordStore writes and deletes the record ConfigMaps, by server-side apply under the
 // publisher's field manager, reading the current ones from the caches. Its own writes are
@@ -116,11 +32,11 @@ type recordStore struct {
 	cached  func(namespace, name string) (*corev1.ConfigMap, error)
 
 	mu      sync.Mutex
-	content map[string]string // namespace/name of a map -> RecordKeyContent it last wrote
+	content map[types.NamespacedName]string // a map -> the model.RecordKeyContent it last wrote
 }
 
 // carries reports whether the map's record was written for plan's content (its
-// RecordKeyContent is plan.Digest()). A record is written only after every sink took the
+// model.RecordKeyContent is plan.Digest()). A record is written only after every sink took the
 // plan and after the pipeline announced the change (Published False) whenever the record
 // did not carry it yet, so a Published condition True at the map's generation together
 // with a record that carries the plan means that content was confirmed before: the proof
@@ -138,15 +54,15 @@ func (s *recordStore) carries(tm *v1beta1.TrafficMap, plan *model.Plan) (bool, e
 		return false, err
 	}
 	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service}
-	return httproute.Owned(cur.Labels, src) && ownedBy(cur.OwnerReferences, tm.UID) && cur.Data[RecordKeyContent] == want, nil
+	return httproute.Owned(cur.Labels, src) && ownedBy(cur.OwnerReferences, tm.UID) && cur.Data[model.RecordKeyContent] == want, nil
 }
 
 // remember records that the map's record now holds content.
-func (s *recordStore) remember(key, content string) {
+func (s *recordStore) remember(key types.NamespacedName, content string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.content == nil {
-		s.content = map[string]string{}
+		s.content = map[types.NamespacedName]string{}
 	}
 	if content == "" {
 		delete(s.content, key)
@@ -159,11 +75,11 @@ func (s *recordStore) remember(key, content string) {
 // wrote. The ConfigMap is owned by the TrafficMap (garbage collected with it) and labelled as
 // the route would be; a ConfigMap at its name without the map's ownership labels is left
 // alone.
-func (s *recordStore) write(ctx context.Context, tm *v1beta1.TrafficMap, pl *planned) (bool, error) {
+func (s *recordStore) write(ctx context.Context, tm *v1beta1.TrafficMap, pl *model.Planned) (bool, error) {
 	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service}
 	name := RecordName(tm.Name)
-	data := EncodeRecorded(pl.computed.Drains, pl.plan.Taints, pl.computed.Tolerations)
-	data[RecordKeyContent] = pl.plan.Digest()
+	data := model.EncodeRecorded(pl.Computed.Drains, pl.Plan.Taints, pl.Computed.Tolerations)
+	data[model.RecordKeyContent] = pl.Plan.Digest()
 	labels := httproute.OwnerLabels(src)
 	cur, err := s.cached(tm.Namespace, name)
 	if err != nil {
@@ -183,7 +99,7 @@ func (s *recordStore) write(ctx context.Context, tm *v1beta1.TrafficMap, pl *pla
 		return false, nil // someone else's object: never overwritten, and no fallback is kept
 	}
 	if cur != nil && maps.Equal(cur.Data, data) && maps.Equal(cur.Labels, labels) && ownedBy(cur.OwnerReferences, tm.UID) {
-		s.remember(pl.plan.Key(), data[RecordKeyContent])
+		s.remember(pl.Plan.Key(), data[model.RecordKeyContent])
 		return false, nil
 	}
 	ac := corev1ac.ConfigMap(name, tm.Namespace).WithLabels(labels).WithData(data).
@@ -192,13 +108,13 @@ func (s *recordStore) write(ctx context.Context, tm *v1beta1.TrafficMap, pl *pla
 	if _, err := s.kube.CoreV1().ConfigMaps(tm.Namespace).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: s.manager, Force: cur != nil}); err != nil {
 		return false, fmt.Errorf("apply configmap %s/%s recording the last valid drains: %w", tm.Namespace, name, err)
 	}
-	s.remember(pl.plan.Key(), data[RecordKeyContent])
+	s.remember(pl.Plan.Key(), data[model.RecordKeyContent])
 	return true, nil
 }
 
 // delete removes the record of the deleted map namespace/name, when it is the publisher's.
 func (s *recordStore) delete(ctx context.Context, namespace, mapName string) (int, error) {
-	s.remember(namespace+"/"+mapName, "")
+	s.remember(model.Key(namespace, mapName), "")
 	name := RecordName(mapName)
 	cur, err := s.cached(namespace, name)
 	if err != nil || cur == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,14 +13,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	omeac "github.com/trafficmap/publisher/api/client/applyconfiguration/api/v1beta1"
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
+	"github.com/trafficmap/publisher/model/statusapply"
 )
 
 // Step 5 of the pipeline: write the decided status.
@@ -72,15 +73,16 @@ type statusWriter struct {
 	now      func() time.Time
 
 	mu       sync.Mutex
-	fresh    map[cache.ObjectName]time.Time // when a map with no condition was first found Publishing
-	progress map[cache.ObjectName]time.Time // when a map's last progress message was written
-	written  map[cache.ObjectName]string    // the resourceVersion of a map's last status write, until the cache holds it
+	fresh    map[types.NamespacedName]time.Time // when a map with no condition was first found Publishing
+	progress map[types.NamespacedName]time.Time // when a map's last progress message was written
+	written  map[types.NamespacedName]string    // the resourceVersion of a map's last status write, until the cache holds it
+	content  map[types.NamespacedName]string    // the model.Status.Content of the True condition last written or kept
 }
 
 func newStatusWriter(api statusAPI, recorder record.EventRecorder, m *metrics) *statusWriter {
-	return &statusWriter{api: api, recorder: recorder, metrics: m, now: time.Now, progress: map[cache.ObjectName]time.Time{},
-		fresh:   map[cache.ObjectName]time.Time{},
-		written: map[cache.ObjectName]string{}}
+	return &statusWriter{api: api, recorder: recorder, metrics: m, now: time.Now, progress: map[types.NamespacedName]time.Time{},
+		fresh:   map[types.NamespacedName]time.Time{},
+		written: map[types.NamespacedName]string{}, content: map[types.NamespacedName]string{}}
 }
 
 // write applies want to tm's status. It returns a positive hold instead of writing when
@@ -94,7 +96,7 @@ func newStatusWriter(api statusAPI, recorder record.EventRecorder, m *metrics) *
 //
 // It returns the map as stored after the write (tm itself when nothing was written), for
 // a second write in the same reconcile.
-func (w *statusWriter) write(ctx context.Context, tm *v1beta1.TrafficMap, want publisherStatus, log *zap.Logger) (*v1beta1.TrafficMap, time.Duration, error) {
+func (w *statusWriter) write(ctx context.Context, tm *v1beta1.TrafficMap, want model.Status, log *zap.Logger) (*v1beta1.TrafficMap, time.Duration, error) {
 	if hold := w.hold(tm, want); hold > 0 {
 		return tm, hold, nil
 	}
@@ -107,7 +109,7 @@ func (w *statusWriter) write(ctx context.Context, tm *v1beta1.TrafficMap, want p
 		return tm, 0, fmt.Errorf("re-read trafficmap after conflict: %w", getErr)
 	}
 	if live.UID != tm.UID || live.Generation != tm.Generation ||
-		!equality.Semantic.DeepEqual(findPublished(live), findPublished(tm)) {
+		!equality.Semantic.DeepEqual(model.FindPublished(live), model.FindPublished(tm)) {
 		// The map changed under us, or someone else (`publisher drain`) wrote the
 		// condition since the read: reconcile it afresh, with backoff.
 		return tm, 0, err
@@ -123,11 +125,11 @@ func (w *statusWriter) write(ctx context.Context, tm *v1beta1.TrafficMap, want p
 // has an empty column, which is not stale, so its first status waits freshQuiet for the
 // sinks (most maps are then written once, True, which halves a cold start's writes and
 // keeps such maps out of the reconnect grace, which holds maps that have a condition).
-func (w *statusWriter) hold(tm *v1beta1.TrafficMap, want publisherStatus) time.Duration {
-	key := cache.NewObjectName(tm.Namespace, tm.Name)
+func (w *statusWriter) hold(tm *v1beta1.TrafficMap, want model.Status) time.Duration {
+	key := model.KeyOf(tm)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if findPublished(tm) == nil && !want.published && want.condition.Reason == ReasonPublishing {
+	if model.FindPublished(tm) == nil && !want.Published && want.Condition.Reason == string(model.ReasonPublishing) {
 		now := w.now()
 		first, ok := w.fresh[key]
 		if !ok {
@@ -140,21 +142,21 @@ func (w *statusWriter) hold(tm *v1beta1.TrafficMap, want publisherStatus) time.D
 		delete(w.fresh, key)
 	}
 	now := w.now()
-	if !want.progress {
-		if want.published {
+	if !want.Progress {
+		if want.Published {
 			delete(w.progress, key)
 		} else {
 			w.progress[key] = now // a False message a progress message may follow
 		}
 		return 0
 	}
-	prev := findPublished(tm)
-	if prev != nil && prev.Message == want.condition.Message {
+	prev := model.FindPublished(tm)
+	if prev != nil && prev.Message == want.Condition.Message {
 		return 0 // nothing to rewrite
 	}
 	last, ok := w.progress[key]
-	if ok && prev != nil && prev.Status == metav1.ConditionFalse && prev.Reason == want.condition.Reason &&
-		prev.ObservedGeneration == want.condition.ObservedGeneration && now.Sub(last) < progressInterval {
+	if ok && prev != nil && prev.Status == metav1.ConditionFalse && prev.Reason == want.Condition.Reason &&
+		prev.ObservedGeneration == want.Condition.ObservedGeneration && now.Sub(last) < progressInterval {
 		return progressInterval - now.Sub(last)
 	}
 	w.progress[key] = now // written now
@@ -162,18 +164,19 @@ func (w *statusWriter) hold(tm *v1beta1.TrafficMap, want publisherStatus) time.D
 }
 
 // forget drops what the writer remembers about a deleted map.
-func (w *statusWriter) forget(key cache.ObjectName) {
+func (w *statusWriter) forget(key types.NamespacedName) {
 	w.mu.Lock()
 	delete(w.progress, key)
 	delete(w.fresh, key)
 	delete(w.written, key)
+	delete(w.content, key)
 	w.mu.Unlock()
 }
 
 // behind reports whether tm is older than the writer's last status write of it, or cannot
 // be compared with it. A tm at least as new meets the expectation, which is dropped.
 func (w *statusWriter) behind(tm *v1beta1.TrafficMap) bool {
-	key := cache.NewObjectName(tm.Namespace, tm.Name)
+	key := model.KeyOf(tm)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	last, ok := w.written[key]
@@ -193,49 +196,79 @@ func (w *statusWriter) wrote(updated *v1beta1.TrafficMap) {
 		return
 	}
 	w.mu.Lock()
-	w.written[cache.NewObjectName(updated.Namespace, updated.Name)] = updated.ResourceVersion
+	w.written[model.KeyOf(updated)] = updated.ResourceVersion
 	w.mu.Unlock()
 }
 
-// same reports whether tm's status already is want, or is a True condition want keeps:
-// True at the same generation with a message that ends with want's tail (the same weights;
-// only the sinks' consumer counts may differ, see publisherStatus.tail).
-func same(tm *v1beta1.TrafficMap, want publisherStatus) bool {
-	prev := findPublished(tm)
-	if prev == nil || prev.Status != want.condition.Status || prev.Reason != want.condition.Reason ||
-		prev.ObservedGeneration != want.condition.ObservedGeneration ||
-		tm.Status.Published != want.published || tm.Status.ObservedTrafficMapGeneration != want.observed ||
-		!equality.Semantic.DeepEqual(tm.Status.GatewayRef, want.gatewayRef) ||
-		want.journal != nil && !equality.Semantic.DeepEqual(tm.Status.Publisher, want.journal) {
+// same reports whether tm's status already is want, comparing typed fields: the condition's
+// status, reason and observedGeneration, status.published, observedTrafficMapGeneration,
+// gatewayRef and the claim journal (with status.publisher.lastPositive, the weights of a
+// positive True plan) must be equal. Then a condition with the same message is the same;
+// a True condition with another message is kept when it is about the same content: known
+// (the Content of the True condition this writer last wrote or kept for the map) or, after
+// a start or a change of leader, want.Confirmed (the pipeline proved the map's True
+// condition was confirmed for this very content) says its content is want.Content. Such a
+// message differs only in the consumer counts of the moment it turned True, which are
+// not worth a write per map. Nothing here reads a message: a False condition whose text
+// differs (a Pending answer's new counts, another error) is written.
+func same(tm *v1beta1.TrafficMap, want model.Status, known string) bool {
+	prev := model.FindPublished(tm)
+	if prev == nil || prev.Status != want.Condition.Status || prev.Reason != want.Condition.Reason ||
+		prev.ObservedGeneration != want.Condition.ObservedGeneration ||
+		tm.Status.Published != want.Published || tm.Status.ObservedTrafficMapGeneration != want.Observed ||
+		!equality.Semantic.DeepEqual(tm.Status.GatewayRef, want.GatewayRef) ||
+		want.Journal != nil && !equality.Semantic.DeepEqual(tm.Status.Publisher, want.Journal) {
 		return false
 	}
-	if prev.Message == want.condition.Message {
+	if prev.Message == want.Condition.Message {
 		return true
 	}
-	return want.published && want.tail != "" && strings.HasSuffix(prev.Message, "; "+want.tail)
+	return want.Published && want.Content != "" && (want.Content == known || want.Confirmed)
 }
 
-func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want publisherStatus, log *zap.Logger) (*v1beta1.TrafficMap, error) {
-	if same(tm, want) && !w.behind(tm) {
+// known is the Content of the True condition the writer last wrote or kept for the map.
+func (w *statusWriter) known(key types.NamespacedName) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.content[key]
+}
+
+// shown records what the map's Published condition is about now: want's Content when it
+// is True, nothing otherwise.
+func (w *statusWriter) shown(key types.NamespacedName, want model.Status) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if want.Published && want.Content != "" {
+		w.content[key] = want.Content
+		return
+	}
+	delete(w.content, key)
+}
+
+func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want model.Status, log *zap.Logger) (*v1beta1.TrafficMap, error) {
+	key := model.KeyOf(tm)
+	if same(tm, want, w.known(key)) && !w.behind(tm) {
+		w.shown(key, want)
 		return tm, nil
 	}
-	prev := findPublished(tm)
+	prev := model.FindPublished(tm)
 	// meta.SetStatusCondition's transition rule: the time moves only when the status does.
 	conds := slices.Clone(tm.Status.Conditions)
-	want.condition.LastTransitionTime = metav1.NewTime(w.now())
-	meta.SetStatusCondition(&conds, want.condition)
+	want.Condition.LastTransitionTime = metav1.NewTime(w.now())
+	meta.SetStatusCondition(&conds, want.Condition)
 	cond := *meta.FindStatusCondition(conds, v1beta1.ConditionPublished)
 	updated, err := w.api.ApplyStatus(ctx, applyConfiguration(tm, want, cond))
 	if err != nil {
 		return tm, fmt.Errorf("apply trafficmap %s/%s status: %w", tm.Namespace, tm.Name, err)
 	}
 	w.wrote(updated)
-	w.metrics.condition(cache.NewObjectName(tm.Namespace, tm.Name), string(cond.Status), cond.Reason)
+	w.shown(key, want)
+	w.metrics.condition(cache.ObjectName(key), string(cond.Status), cond.Reason)
 	log.Info("published condition", zap.String("status", string(cond.Status)),
 		zap.String("reason", cond.Reason), zap.Int64("generation", tm.Generation), zap.String("message", cond.Message))
 	if prev == nil || prev.Reason != cond.Reason || prev.Status != cond.Status {
 		eventType := corev1.EventTypeWarning
-		if cond.Reason == ReasonPublished || cond.Reason == ReasonPublishing || cond.Reason == ReasonRamping {
+		if model.Reason(cond.Reason).Normal() {
 			eventType = corev1.EventTypeNormal
 		}
 		w.recorder.Event(tm, eventType, cond.Reason, cond.Message)
@@ -246,82 +279,23 @@ func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want p
 // applyConfiguration is the server-side apply request for want: only the publisher-owned
 // status fields, at the resourceVersion the decision was made for (so a decision based on
 // a stale read conflicts).
-func applyConfiguration(tm *v1beta1.TrafficMap, want publisherStatus, cond metav1.Condition) *omeac.TrafficMapApplyConfiguration {
-	journal := want.journal
+func applyConfiguration(tm *v1beta1.TrafficMap, want model.Status, cond metav1.Condition) *omeac.TrafficMapApplyConfiguration {
+	journal := want.Journal
 	if journal == nil {
 		journal = tm.Status.Publisher
 	}
-	return statusApply(tm, want.published, want.observed, want.gatewayRef, &cond, journal)
+	return statusapply.Apply(tm, want.Published, want.Observed, want.GatewayRef, &cond, journal)
 }
 
 // writeJournal writes journal as tm's claim journal (status.publisher), restating the
 // other publisher-owned status fields as tm has them, and returns the map as stored. A
 // stale tm conflicts (the caller reconciles again).
 func (w *statusWriter) writeJournal(ctx context.Context, tm *v1beta1.TrafficMap, journal *v1beta1.TrafficMapPublisherStatus) (*v1beta1.TrafficMap, error) {
-	updated, err := w.api.ApplyStatus(ctx, statusApply(tm, tm.Status.Published, tm.Status.ObservedTrafficMapGeneration,
-		tm.Status.GatewayRef, findPublished(tm), journal))
+	updated, err := w.api.ApplyStatus(ctx, statusapply.Apply(tm, tm.Status.Published, tm.Status.ObservedTrafficMapGeneration,
+		tm.Status.GatewayRef, model.FindPublished(tm), journal))
 	if err != nil {
 		return tm, fmt.Errorf("apply trafficmap %s/%s claim journal: %w", tm.Namespace, tm.Name, err)
 	}
 	w.wrote(updated)
 	return updated, nil
-}
-
-// StatusApplyConfiguration is the server-side apply request for the publisher-owned part
-// of tm's status: status.published, the Published condition cond, observedTrafficMapGeneration
-// and gatewayRef (omitted when zero) and the claim journal status.publisher (journal,
-// omitted when nil: pass tm.Status.Publisher to keep it), at tm's resourceVersion so that a
-// request decided from a stale read conflicts. Everything that writes these fields under
-// the publisher's field manager (the publisher, `publisher drain`) builds its request here,
-// so they never disagree on which fields they own (a field left out of a request is
-// removed).
-func StatusApplyConfiguration(tm *v1beta1.TrafficMap, published bool, observed int64, gatewayRef *v1beta1.TrafficMapGatewayRef,
-	cond metav1.Condition, journal *v1beta1.TrafficMapPublisherStatus) *omeac.TrafficMapApplyConfiguration {
-	return statusApply(tm, published, observed, gatewayRef, &cond, journal)
-}
-
-func statusApply(tm *v1beta1.TrafficMap, published bool, observed int64, gatewayRef *v1beta1.TrafficMapGatewayRef,
-	cond *metav1.Condition, journal *v1beta1.TrafficMapPublisherStatus) *omeac.TrafficMapApplyConfiguration {
-	st := omeac.TrafficMapStatus().WithPublished(published)
-	if cond != nil {
-		st.WithConditions(metav1ac.Condition().
-			WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).WithMessage(cond.Message).
-			WithObservedGeneration(cond.ObservedGeneration).WithLastTransitionTime(cond.LastTransitionTime))
-	}
-	if observed != 0 {
-		st.WithObservedTrafficMapGeneration(observed)
-	}
-	if r := gatewayRef; r != nil {
-		ref := omeac.TrafficMapGatewayRef().WithKind(r.Kind).WithName(r.Name)
-		if r.Group != "" {
-			ref.WithGroup(r.Group)
-		}
-		if r.Namespace != "" {
-			ref.WithNamespace(r.Namespace)
-		}
-		st.WithGatewayRef(ref)
-	}
-	if j := journal; j != nil {
-		pj := omeac.TrafficMapPublisherStatus().WithPublisherName(j.PublisherName)
-		if len(j.ClaimedTargets) > 0 {
-			pj.WithClaimedTargets(j.ClaimedTargets...)
-		}
-		if j.ObservedOptionsDigest != "" {
-			pj.WithObservedOptionsDigest(j.ObservedOptionsDigest)
-		}
-		if lp := j.LastPositive; lp != nil {
-			alp := omeac.TrafficMapPublisherLastPositive().WithTrafficMapGeneration(lp.TrafficMapGeneration).
-				WithObservedISVCGeneration(lp.ObservedISVCGeneration).WithPlanCompatibilityDigest(lp.PlanCompatibilityDigest)
-			for _, t := range lp.Targets {
-				alp.WithTargets(omeac.TrafficMapPublisherTarget().WithTarget(t.Target).WithWeight(t.Weight))
-			}
-			pj.WithLastPositive(alp)
-		}
-		st.WithPublisher(pj)
-	}
-	ac := omeac.TrafficMap(tm.Name, tm.Namespace).WithStatus(st)
-	if tm.ResourceVersion != "" {
-		ac.WithResourceVersion(tm.ResourceVersion)
-	}
-	return ac
 }

@@ -52,7 +52,7 @@ func clusterObject(gvr schema.GroupVersionResource, kind, name, rv, taints strin
 	if taints == "" {
 		return u
 	}
-	if kind == KindWorkloadCluster {
+	if kind == model.KindWorkloadCluster {
 		u.SetAnnotations(map[string]string{weights.TaintsAnnotation: taints})
 		return u
 	}
@@ -70,7 +70,7 @@ func newFreshFixture(t *testing.T, live ...runtime.Object) *freshFixture {
 	isvc := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "ome.io/v1beta1", Kind: "InferenceService"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "chat", UID: "isvc-uid", ResourceVersion: "5"}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		InferenceClustersResource: "InferenceClusterList", WorkloadClustersResource: "WorkloadClusterList"}, live...)
+		model.InferenceClustersResource: "InferenceClusterList", model.WorkloadClustersResource: "WorkloadClusterList"}, live...)
 	c := clients{kube: kubefake.NewClientset(), gateway: gwfake.NewClientset(), maps: omefake.NewClientset(),
 		meta: metadatafake.NewSimpleMetadataClient(scheme, isvc), dyn: dyn}
 	route := httproute.Config{Gateway: types.NamespacedName{Namespace: "infra", Name: "global"},
@@ -80,11 +80,11 @@ func newFreshFixture(t *testing.T, live ...runtime.Object) *freshFixture {
 	tm := fleetMap()
 	tm.UID, tm.Generation, tm.ResourceVersion = "uid-1", 3, "1"
 	tm.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse,
-		Reason: ReasonPublishing, Message: "publisher taint requested; not yet published", ObservedGeneration: 3}}
+		Reason: string(model.ReasonPublishing), Message: "publisher taint requested; not yet published", ObservedGeneration: 3}}
 	// Its names are journaled (a map published before): every status write the tests count
 	// is a condition's.
 	tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: testPublisher,
-		ClaimedTargets: claimTargets(GRPCName(tm.Namespace, tm.Spec.Service), []string{"chat.prod", "chat.prod.example.com"})}
+		ClaimedTargets: model.ClaimTargets(model.GRPCName(tm.Namespace, tm.Spec.Service), []string{"chat.prod", "chat.prod.example.com"})}
 	require.NoError(t, cs.maps[0].GetIndexer().Add(tm))
 	cached := isvc.DeepCopy()
 	cached.TypeMeta = metav1.TypeMeta{}
@@ -93,18 +93,18 @@ func newFreshFixture(t *testing.T, live ...runtime.Object) *freshFixture {
 	f := &freshFixture{caches: cs, api: &fakeStatusAPI{tm: tm.DeepCopy()}, key: cache.NewObjectName("prod", "chat")}
 	status := newStatusWriter(f.api, record.NewFakeRecorder(32), nil)
 	f.rec = &reconciler{inputs: cs, hosts: route, sinks: []model.Sink{inPlace("xds version v1 ACKed by 1/1 clients")}, status: status,
-		claims: newClaimTable(), publisher: testPublisher, digest: OptionsDigest(nil)}
+		claims: newClaimTable(), publisher: testPublisher, digest: model.OptionsDigest(nil)}
 	return f
 }
 
 // inferenceClusters gives the caches a (not running) InferenceCluster informer holding objs.
 func (f *freshFixture) inferenceClusters(t *testing.T, objs ...*unstructured.Unstructured) cache.SharedIndexInformer {
 	t.Helper()
-	inf := dynamicinformer.NewFilteredDynamicInformer(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), InferenceClustersResource, "", 0, cache.Indexers{}, nil).Informer()
+	inf := dynamicinformer.NewFilteredDynamicInformer(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), model.InferenceClustersResource, "", 0, cache.Indexers{}, nil).Informer()
 	for _, o := range objs {
 		require.NoError(t, inf.GetIndexer().Add(o))
 	}
-	f.caches.inferenceClusters = inf
+	f.caches.sources.inferenceClusters = inf
 	return inf
 }
 
@@ -113,16 +113,16 @@ func (f *freshFixture) run(t *testing.T) (*metav1.Condition, error) {
 	t.Helper()
 	_, err := f.rec.reconcile(t.Context(), f.key, zaptest.NewLogger(t))
 	require.NoError(t, f.caches.maps[0].GetIndexer().Update(f.api.tm.DeepCopy()))
-	return findPublished(f.api.tm), err
+	return model.FindPublished(f.api.tm), err
 }
 
 // Issue 25 item 5: the cached taints of worker-a are older than the live ones (a taint
 // patched after the flip to False, before the watch delivered it): the map does not turn
 // True from the stale decision; once the cache has the taint it turns True with it.
 func TestReconcileClusterTaintsNewerThanCache(t *testing.T) {
-	live := clusterObject(InferenceClustersResource, KindInferenceCluster, "worker-a", "8", maintJSON)
+	live := clusterObject(model.InferenceClustersResource, model.KindInferenceCluster, "worker-a", "8", maintJSON)
 	f := newFreshFixture(t, live)
-	inf := f.inferenceClusters(t, clusterObject(InferenceClustersResource, KindInferenceCluster, "worker-a", "7", ""))
+	inf := f.inferenceClusters(t, clusterObject(model.InferenceClustersResource, model.KindInferenceCluster, "worker-a", "7", ""))
 
 	c, err := f.run(t)
 	require.NoError(t, err)
@@ -139,7 +139,7 @@ func TestReconcileClusterTaintsNewerThanCache(t *testing.T) {
 // A taint source whose API the publisher does not watch (its CRD was installed after the
 // publisher started) holds a taint: the map does not turn True without it.
 func TestReconcileClusterTaintsOfUnwatchedSource(t *testing.T) {
-	live := clusterObject(WorkloadClustersResource, KindWorkloadCluster, "worker-b", "9", maintJSON)
+	live := clusterObject(model.WorkloadClustersResource, model.KindWorkloadCluster, "worker-b", "9", maintJSON)
 	f := newFreshFixture(t, live)
 
 	c, err := f.run(t)
@@ -147,10 +147,10 @@ func TestReconcileClusterTaintsOfUnwatchedSource(t *testing.T) {
 	assert.Equal(t, metav1.ConditionFalse, c.Status, "no True while a live taint is not watched: %s", c.Message)
 
 	// Once the source is watched (its informer holds the object), the taint holds worker-b.
-	inf := metadatainformer.NewFilteredMetadataInformer(metadatafake.NewSimpleMetadataClient(runtime.NewScheme()), WorkloadClustersResource, "", 0, cache.Indexers{}, nil).Informer()
+	inf := metadatainformer.NewFilteredMetadataInformer(metadatafake.NewSimpleMetadataClient(runtime.NewScheme()), model.WorkloadClustersResource, "", 0, cache.Indexers{}, nil).Informer()
 	require.NoError(t, inf.GetIndexer().Add(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "worker-b", ResourceVersion: "9",
 		Annotations: map[string]string{weights.TaintsAnnotation: maintJSON}}}))
-	f.caches.workloadClusters = inf
+	f.caches.sources.workloadClusters = inf
 	c, err = f.run(t)
 	require.NoError(t, err)
 	assert.Equal(t, metav1.ConditionTrue, c.Status)
@@ -160,8 +160,8 @@ func TestReconcileClusterTaintsOfUnwatchedSource(t *testing.T) {
 // Taints the cache and the API server agree on, and other fields that changed, do not hold
 // a map.
 func TestReconcileClusterTaintsFresh(t *testing.T) {
-	f := newFreshFixture(t, clusterObject(InferenceClustersResource, KindInferenceCluster, "worker-a", "8", maintJSON))
-	f.inferenceClusters(t, clusterObject(InferenceClustersResource, KindInferenceCluster, "worker-a", "7", maintJSON))
+	f := newFreshFixture(t, clusterObject(model.InferenceClustersResource, model.KindInferenceCluster, "worker-a", "8", maintJSON))
+	f.inferenceClusters(t, clusterObject(model.InferenceClustersResource, model.KindInferenceCluster, "worker-a", "7", maintJSON))
 	c, err := f.run(t)
 	require.NoError(t, err)
 	assert.Equal(t, metav1.ConditionTrue, c.Status, c.Message)
@@ -170,7 +170,7 @@ func TestReconcileClusterTaintsFresh(t *testing.T) {
 
 // staleClusters implements mapInputs: the fake's clusters have no taint sources, so the
 // API server agrees with whatever a decision used.
-func (f *fakeInputs) staleClusters(context.Context, *v1beta1.TrafficMap, []ClusterTaints) (string, error) {
+func (f *fakeInputs) staleClusters(context.Context, *v1beta1.TrafficMap, []model.ClusterTaints) (string, error) {
 	return "", nil
 }
 
@@ -178,14 +178,14 @@ func (f *fakeInputs) staleClusters(context.Context, *v1beta1.TrafficMap, []Clust
 // restart, and reconciles the maps of its clusters; it stops it once the API is gone. A
 // kick (staleClusters finding a taint on an unwatched source) checks at once.
 func TestTaintDiscovery(t *testing.T) {
-	live := clusterObject(InferenceClustersResource, KindInferenceCluster, "worker-a", "8", maintJSON)
+	live := clusterObject(model.InferenceClustersResource, model.KindInferenceCluster, "worker-a", "8", maintJSON)
 	f := newFreshFixture(t, live)
 	var unserved atomic.Bool
 	unserved.Store(true)
 	kc := kubefake.NewClientset()
 	disc := kc.Discovery().(*fakediscovery.FakeDiscovery)
-	disc.Resources = []*metav1.APIResourceList{{GroupVersion: InferenceClustersResource.GroupVersion().String(),
-		APIResources: []metav1.APIResource{{Name: InferenceClustersResource.Resource}}}}
+	disc.Resources = []*metav1.APIResourceList{{GroupVersion: model.InferenceClustersResource.GroupVersion().String(),
+		APIResources: []metav1.APIResource{{Name: model.InferenceClustersResource.Resource}}}}
 	disc.PrependReactor("get", "resource", func(clienttesting.Action) (bool, runtime.Object, error) {
 		if unserved.Load() {
 			return true, nil, apierrors.NewNotFound(schema.GroupResource{}, "modelplane.ai/v1alpha1")
@@ -194,7 +194,7 @@ func TestTaintDiscovery(t *testing.T) {
 	})
 	log := zaptest.NewLogger(t)
 	p := &Publisher{cfg: Config{ResyncPeriod: time.Hour}, log: log, health: newWatchHealth(log), caches: f.caches, queue: newQueue(),
-		clients: clients{kube: kc, dyn: f.caches.live.dyn}}
+		clients: clients{kube: kc, dyn: f.caches.sources.live.dyn}}
 	wire(p)
 	t.Cleanup(p.queue.ShutDown)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -203,7 +203,7 @@ func TestTaintDiscovery(t *testing.T) {
 	synced, err := p.startTaintSources(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, synced, "nothing served at the start")
-	assert.Nil(t, f.caches.taintInformer(KindInferenceCluster))
+	assert.Nil(t, f.caches.sources.informer(model.KindInferenceCluster))
 
 	tm, err := f.caches.trafficMap("prod", "chat")
 	require.NoError(t, err)
@@ -212,19 +212,19 @@ func TestTaintDiscovery(t *testing.T) {
 	assert.Equal(t, "InferenceCluster worker-a: the caches say taints none, the API server says taints maintenance=planned:NoExecute", stale)
 
 	unserved.Store(false) // the CRD is installed; the stale check above kicked the discovery
-	require.Eventually(t, func() bool { return f.caches.taintInformer(KindInferenceCluster) != nil }, 10*time.Second, 10*time.Millisecond)
-	cts, err := f.caches.clusterTaints(tm)
+	require.Eventually(t, func() bool { return f.caches.sources.informer(model.KindInferenceCluster) != nil }, 10*time.Second, 10*time.Millisecond)
+	cts, err := f.caches.sources.clusterTaints(tm)
 	require.NoError(t, err)
-	assert.Equal(t, []ClusterTaints{{Kind: KindInferenceCluster, Cluster: "worker-a", Taints: []weights.Taint{maint}}}, cts)
+	assert.Equal(t, []model.ClusterTaints{{Kind: model.KindInferenceCluster, Cluster: "worker-a", Taints: []weights.Taint{maint}}}, cts)
 	require.Eventually(t, func() bool { return p.queue.Len() > 0 }, 10*time.Second, 10*time.Millisecond)
 	key, _ := p.queue.Get()
 	assert.Equal(t, "prod/chat", key.String(), "the maps of its clusters are reconciled")
 	p.queue.Done(key)
 
 	unserved.Store(true) // the CRD is removed
-	f.caches.kickDiscovery()
-	require.Eventually(t, func() bool { return f.caches.taintInformer(KindInferenceCluster) == nil }, 10*time.Second, 10*time.Millisecond)
-	cts, err = f.caches.clusterTaints(tm)
+	f.caches.sources.kick()
+	require.Eventually(t, func() bool { return f.caches.sources.informer(model.KindInferenceCluster) == nil }, 10*time.Second, 10*time.Millisecond)
+	cts, err = f.caches.sources.clusterTaints(tm)
 	require.NoError(t, err)
 	assert.Empty(t, cts)
 }
@@ -233,9 +233,9 @@ func TestTaintDiscovery(t *testing.T) {
 // next list, and sees what was written before it asked.
 func TestLiveTaintsRoundStartsAfterCall(t *testing.T) {
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		InferenceClustersResource: "InferenceClusterList", WorkloadClustersResource: "WorkloadClusterList"})
+		model.InferenceClustersResource: "InferenceClusterList", model.WorkloadClustersResource: "WorkloadClusterList"})
 	var state atomic.Pointer[unstructured.Unstructured] // the API server's InferenceCluster
-	state.Store(clusterObject(InferenceClustersResource, KindInferenceCluster, "worker-a", "1", ""))
+	state.Store(clusterObject(model.InferenceClustersResource, model.KindInferenceCluster, "worker-a", "1", ""))
 	entered, release := make(chan struct{}), make(chan struct{})
 	var lists atomic.Int32
 	dyn.PrependReactor("list", "inferenceclusters", func(clienttesting.Action) (bool, runtime.Object, error) {
@@ -249,15 +249,15 @@ func TestLiveTaintsRoundStartsAfterCall(t *testing.T) {
 		return true, list, nil
 	})
 	l := &liveTaints{dyn: dyn}
-	read := func(out chan<- map[string]map[string]ClusterTaints) {
+	read := func(out chan<- map[string]map[string]model.ClusterTaints) {
 		got, err := l.read(t.Context())
 		assert.NoError(t, err)
 		out <- got
 	}
-	first, second := make(chan map[string]map[string]ClusterTaints, 1), make(chan map[string]map[string]ClusterTaints, 1)
+	first, second := make(chan map[string]map[string]model.ClusterTaints, 1), make(chan map[string]map[string]model.ClusterTaints, 1)
 	go read(first)
 	<-entered // the first round's list is in flight
-	state.Store(clusterObject(InferenceClustersResource, KindInferenceCluster, "worker-a", "2", maintJSON))
+	state.Store(clusterObject(model.InferenceClustersResource, model.KindInferenceCluster, "worker-a", "2", maintJSON))
 	go read(second)
 	require.Eventually(t, func() bool { // the second caller waits for the next round
 		l.mu.Lock()
@@ -265,7 +265,7 @@ func TestLiveTaintsRoundStartsAfterCall(t *testing.T) {
 		return l.next != nil
 	}, 10*time.Second, time.Millisecond)
 	close(release)
-	assert.Empty(t, (<-first)[KindInferenceCluster]["worker-a"].Taints, "the first round began before the taint")
-	assert.Equal(t, []weights.Taint{maint}, (<-second)[KindInferenceCluster]["worker-a"].Taints, "the second call's round began after it")
+	assert.Empty(t, (<-first)[model.KindInferenceCluster]["worker-a"].Taints, "the first round began before the taint")
+	assert.Equal(t, []weights.Taint{maint}, (<-second)[model.KindInferenceCluster]["worker-a"].Taints, "the second call's round began after it")
 	assert.Equal(t, int32(2), lists.Load())
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
 )
 
 // The taint sources' freshness and discovery (issue 25 item 5):
@@ -50,45 +51,86 @@ type taintSource struct {
 	resource string // as named in logs, health and errors
 	// read is the source's view of one object (InferenceClusterTaints,
 	// WorkloadClusterTaints).
-	read func(u *unstructured.Unstructured) ClusterTaints
+	read func(u *unstructured.Unstructured) model.ClusterTaints
 }
 
 // taintSources are the optional taint sources, in the order they are read.
 var taintSources = []taintSource{
-	{kind: KindInferenceCluster, gvr: InferenceClustersResource, resource: "inferenceclusters.modelplane.ai", read: InferenceClusterTaints},
-	{kind: KindWorkloadCluster, gvr: WorkloadClustersResource, resource: "workloadclusters.ome.io",
-		read: func(u *unstructured.Unstructured) ClusterTaints {
-			return WorkloadClusterTaints(u.GetName(), u.GetAnnotations())
+	{kind: model.KindInferenceCluster, gvr: model.InferenceClustersResource, resource: "inferenceclusters.modelplane.ai", read: model.InferenceClusterTaints},
+	{kind: model.KindWorkloadCluster, gvr: model.WorkloadClustersResource, resource: "workloadclusters.ome.io",
+		read: func(u *unstructured.Unstructured) model.ClusterTaints {
+			return model.WorkloadClusterTaints(u.GetName(), u.GetAnnotations())
 		}},
 }
 
-// taintInformer is the running, synced informer of the taint source kind, or nil.
-func (c *caches) taintInformer(kind string) cache.SharedIndexInformer {
-	c.sourcesMu.RLock()
-	defer c.sourcesMu.RUnlock()
-	if kind == KindWorkloadCluster {
-		return c.workloadClusters
-	}
-	return c.inferenceClusters
+// clusterSources are the optional taint sources as the pipeline reads them: the informer of
+// each source whose API is served, and the live reads past them.
+type clusterSources struct {
+	// mu guards inferenceClusters and workloadClusters: each is set once its API is served
+	// and its informer synced, and cleared when the API is no longer served.
+	mu                sync.RWMutex
+	inferenceClusters cache.SharedIndexInformer // nil while the API is not served
+	workloadClusters  cache.SharedIndexInformer // nil while the API is not served
+	// live reads the taint sources past the caches (stale); discover is kicked when it
+	// finds a taint on a source no informer watches yet (buffered 1, never blocks).
+	live     *liveTaints
+	discover chan struct{}
 }
 
-// setTaintInformer sets (nil: clears) the informer of the taint source kind.
-func (c *caches) setTaintInformer(kind string, inf cache.SharedIndexInformer) {
-	c.sourcesMu.Lock()
-	defer c.sourcesMu.Unlock()
-	if kind == KindWorkloadCluster {
-		c.workloadClusters = inf
+// informer is the running, synced informer of the taint source kind, or nil.
+func (s *clusterSources) informer(kind string) cache.SharedIndexInformer {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if kind == model.KindWorkloadCluster {
+		return s.workloadClusters
+	}
+	return s.inferenceClusters
+}
+
+// set sets (nil: clears) the informer of the taint source kind.
+func (s *clusterSources) set(kind string, inf cache.SharedIndexInformer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if kind == model.KindWorkloadCluster {
+		s.workloadClusters = inf
 	} else {
-		c.inferenceClusters = inf
+		s.inferenceClusters = inf
 	}
 }
 
-// kickDiscovery asks the taint source discovery to check discovery now; it never blocks.
-func (c *caches) kickDiscovery() {
+// kick asks the taint source discovery to check discovery now; it never blocks.
+func (s *clusterSources) kick() {
 	select {
-	case c.discover <- struct{}{}:
+	case s.discover <- struct{}{}:
 	default:
 	}
+}
+
+// clusterTaints reads every enabled taint source for the map's entry clusters.
+func (s *clusterSources) clusterTaints(tm *v1beta1.TrafficMap) ([]model.ClusterTaints, error) {
+	var out []model.ClusterTaints
+	ics, wcs := s.informer(model.KindInferenceCluster), s.informer(model.KindWorkloadCluster)
+	for _, e := range tm.Spec.Entries {
+		if ics != nil {
+			obj, ok, err := ics.GetIndexer().GetByKey(e.Cluster)
+			if err != nil {
+				return nil, fmt.Errorf("read cached inferencecluster %s: %w", e.Cluster, err)
+			}
+			if u, isU := obj.(*unstructured.Unstructured); ok && isU {
+				out = append(out, model.InferenceClusterTaints(u))
+			}
+		}
+		if wcs != nil {
+			obj, ok, err := wcs.GetIndexer().GetByKey(e.Cluster)
+			if err != nil {
+				return nil, fmt.Errorf("read cached workloadcluster %s: %w", e.Cluster, err)
+			}
+			if m, isM := obj.(*metav1.PartialObjectMetadata); ok && isM {
+				out = append(out, model.WorkloadClusterTaints(m.Name, m.Annotations))
+			}
+		}
+	}
+	return out, nil
 }
 
 // staleClusters reports whether the taints a decision about tm used (used, from the
@@ -97,8 +139,13 @@ func (c *caches) kickDiscovery() {
 // when they are, else the first difference, naming the source and the cluster. Only the
 // taints count: another field of a cluster object that changed holds no map. A difference
 // on a source no informer watches kicks the discovery.
-func (c *caches) staleClusters(ctx context.Context, tm *v1beta1.TrafficMap, used []ClusterTaints) (string, error) {
-	live, err := c.live.read(ctx)
+func (c *caches) staleClusters(ctx context.Context, tm *v1beta1.TrafficMap, used []model.ClusterTaints) (string, error) {
+	return c.sources.stale(ctx, tm, used)
+}
+
+// stale is caches.staleClusters.
+func (s *clusterSources) stale(ctx context.Context, tm *v1beta1.TrafficMap, used []model.ClusterTaints) (string, error) {
+	live, err := s.live.read(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -110,8 +157,8 @@ func (c *caches) staleClusters(ctx context.Context, tm *v1beta1.TrafficMap, used
 			if was == now {
 				continue
 			}
-			if c.taintInformer(src.kind) == nil {
-				c.kickDiscovery()
+			if s.informer(src.kind) == nil {
+				s.kick()
 			}
 			return fmt.Sprintf("%s %s: the caches say %s, the API server says %s", src.kind, e.Cluster, was, now), nil
 		}
@@ -119,25 +166,25 @@ func (c *caches) staleClusters(ctx context.Context, tm *v1beta1.TrafficMap, used
 	return "", nil
 }
 
-func findTaints(list []ClusterTaints, kind, cluster string) (ClusterTaints, bool) {
+func findTaints(list []model.ClusterTaints, kind, cluster string) (model.ClusterTaints, bool) {
 	for _, ct := range list {
 		if ct.Kind == kind && ct.Cluster == cluster {
 			return ct, true
 		}
 	}
-	return ClusterTaints{}, false
+	return model.ClusterTaints{}, false
 }
 
 // taintsKey is what a source says of a cluster, for comparison: its taints, or its parse
 // error; no object says what an object without taints says.
-func taintsKey(ct ClusterTaints, found bool) string {
+func taintsKey(ct model.ClusterTaints, found bool) string {
 	switch {
 	case !found:
-		return "taints " + describeTaints(nil)
+		return "taints " + model.DescribeTaints(nil)
 	case ct.Err != nil:
 		return "malformed taints (" + ct.Err.Error() + ")"
 	}
-	return "taints " + describeTaints(ct.Taints)
+	return "taints " + model.DescribeTaints(ct.Taints)
 }
 
 // liveTaints reads every taint source from the API server, past the caches: one list per
@@ -156,12 +203,12 @@ type liveRound struct {
 	done chan struct{}
 	// taints holds, per source kind, what each existing object says, by name; a source
 	// whose API is not served has none.
-	taints map[string]map[string]ClusterTaints
+	taints map[string]map[string]model.ClusterTaints
 	err    error
 }
 
 // read returns the taint sources as read by a round that started after this call.
-func (l *liveTaints) read(ctx context.Context) (map[string]map[string]ClusterTaints, error) {
+func (l *liveTaints) read(ctx context.Context) (map[string]map[string]model.ClusterTaints, error) {
 	l.mu.Lock()
 	r := l.next
 	if r == nil {
@@ -198,12 +245,12 @@ func (l *liveTaints) run() {
 	}
 }
 
-func (l *liveTaints) list() (map[string]map[string]ClusterTaints, error) {
+func (l *liveTaints) list() (map[string]map[string]model.ClusterTaints, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), liveReadTimeout)
 	defer cancel()
-	out := make(map[string]map[string]ClusterTaints, len(taintSources))
+	out := make(map[string]map[string]model.ClusterTaints, len(taintSources))
 	for _, src := range taintSources {
-		byName := map[string]ClusterTaints{}
+		byName := map[string]model.ClusterTaints{}
 		out[src.kind] = byName
 		list, err := l.dyn.Resource(src.gvr).List(ctx, metav1.ListOptions{})
 		if apierrors.IsNotFound(err) {
@@ -251,7 +298,7 @@ func (d *taintDiscovery) run(ctx context.Context, period time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-d.p.caches.discover:
+		case <-d.p.caches.sources.discover:
 			if wait := minDiscoveryGap - time.Since(last); wait > 0 {
 				timer.Reset(wait)
 				continue
@@ -297,12 +344,12 @@ func (d *taintDiscovery) sync(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("%s is served but its cache did not sync", src.resource))
 				continue
 			}
-			d.p.caches.setTaintInformer(src.kind, inf)
+			d.p.caches.sources.set(src.kind, inf)
 			d.p.log.Info("taint source served since the start: watching it", zap.String("resource", src.resource),
 				zap.Int("objects", d.p.enqueueClusters(inf)))
 		case !served && running:
-			inf := d.p.caches.taintInformer(src.kind)
-			d.p.caches.setTaintInformer(src.kind, nil)
+			inf := d.p.caches.sources.informer(src.kind)
+			d.p.caches.sources.set(src.kind, nil)
 			stop()
 			delete(d.stops, src.kind)
 			d.p.log.Info("taint source no longer served: its taints no longer apply", zap.String("resource", src.resource),

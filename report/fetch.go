@@ -22,9 +22,8 @@ import (
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/model/replicas"
-	"github.com/trafficmap/publisher/publish"
-	"github.com/trafficmap/publisher/xds"
 )
 
 // Needs is the permission the status view needs, for permission errors.
@@ -121,7 +120,7 @@ func DebugXDSURL(publisher string) (string, error) {
 
 // ReadXDS reads the publisher's /debug/xds document at debugURL with client
 // (http.DefaultClient when nil).
-func ReadXDS(ctx context.Context, client *http.Client, debugURL string) (*xds.DebugState, error) {
+func ReadXDS(ctx context.Context, client *http.Client, debugURL string) (*model.XDSDebugState, error) {
 	if client == nil {
 		client = http.DefaultClient
 	}
@@ -148,7 +147,7 @@ func ReadXDS(ctx context.Context, client *http.Client, debugURL string) (*xds.De
 	if len(body) > MaxDebugXDSBytes {
 		return nil, fmt.Errorf("read %s: the document exceeds %d bytes", debugURL, MaxDebugXDSBytes)
 	}
-	var d xds.DebugState
+	var d model.XDSDebugState
 	if err := json.Unmarshal(body, &d); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", debugURL, err)
 	}
@@ -217,12 +216,12 @@ func (r Reader) objects(ctx context.Context, tm *v1beta1.TrafficMap) (Objects, e
 // route carries the last valid drains, taints and tolerations); nil when there is none, it is
 // not the publisher's for this map, or it cannot be read (the weights are then computed
 // without that fallback, as without a route).
-func (r Reader) record(ctx context.Context, tm *v1beta1.TrafficMap) *publish.Recorded {
+func (r Reader) record(ctx context.Context, tm *v1beta1.TrafficMap) *model.Recorded {
 	if r.Dynamic == nil {
 		return nil
 	}
 	u, err := r.Dynamic.Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).Namespace(tm.Namespace).
-		Get(ctx, publish.RecordName(tm.Name), metav1.GetOptions{})
+		Get(ctx, httproute.RecordName(tm.Name), metav1.GetOptions{})
 	if err != nil {
 		return nil
 	}
@@ -230,14 +229,14 @@ func (r Reader) record(ctx context.Context, tm *v1beta1.TrafficMap) *publish.Rec
 		return nil
 	}
 	data, _, _ := unstructured.NestedStringMap(u.Object, "data")
-	rec := publish.RecordedFromData(data)
+	rec := model.RecordedFromData(data)
 	return &rec
 }
 
 // claims reads the other TrafficMaps' claims on names: every namespace's, or the map's own
 // namespace's when listing across namespaces is forbidden; read is false when that is
 // forbidden too.
-func (r Reader) claims(ctx context.Context, tm *v1beta1.TrafficMap) (claims []publish.Claim, read bool, err error) {
+func (r Reader) claims(ctx context.Context, tm *v1beta1.TrafficMap) (claims []model.Claim, read bool, err error) {
 	ns := ""
 	list, err := r.Maps.OmeV1beta1().TrafficMaps(ns).List(ctx, metav1.ListOptions{})
 	if apierrors.IsForbidden(err) {
@@ -257,18 +256,18 @@ func (r Reader) claims(ctx context.Context, tm *v1beta1.TrafficMap) (claims []pu
 	if err != nil {
 		return nil, false, apiError("list", "inferenceservices.ome.io", inNamespace(ns), err)
 	}
-	hosts := map[string]string{}
+	hosts := map[types.NamespacedName]string{}
 	for _, m := range isvcs.Items {
-		hosts[m.Namespace+"/"+m.Name] = strings.TrimSpace(m.Annotations[v1beta1.AnnotationGlobalHost])
+		hosts[model.KeyOf(&m)] = strings.TrimSpace(m.Annotations[v1beta1.AnnotationGlobalHost])
 	}
-	var out []publish.Claim
+	var out []model.Claim
 	for _, m := range list.Items {
 		if m.Namespace == tm.Namespace && m.Name == tm.Name || m.DeletionTimestamp != nil {
 			continue
 		}
-		c := publish.Claim{Kind: publish.KindTrafficMap, Namespace: m.Namespace, Name: m.Name, Created: m.CreationTimestamp.Time,
-			Names: []string{publish.GRPCName(m.Namespace, m.Spec.Service)}, Journaled: publish.JournaledNames(&m, "")}
-		if h := hosts[m.Namespace+"/"+m.Spec.Service]; h != "" {
+		c := model.Claim{Kind: model.KindTrafficMap, Namespace: m.Namespace, Name: m.Name, Created: m.CreationTimestamp.Time,
+			Names: []string{model.GRPCName(m.Namespace, m.Spec.Service)}, Journaled: model.JournaledNames(&m, "")}
+		if h := hosts[model.Key(m.Namespace, m.Spec.Service)]; h != "" {
 			c.Names = append(c.Names, h)
 		}
 		out = append(out, c)
@@ -278,24 +277,24 @@ func (r Reader) claims(ctx context.Context, tm *v1beta1.TrafficMap) (claims []pu
 
 // taints reads the taint sources of the map's entry clusters, as the publisher does. A
 // source that is not served, or has no object for a cluster, contributes nothing.
-func (r Reader) taints(ctx context.Context, tm *v1beta1.TrafficMap) ([]publish.ClusterTaints, error) {
-	var out []publish.ClusterTaints
+func (r Reader) taints(ctx context.Context, tm *v1beta1.TrafficMap) ([]model.ClusterTaints, error) {
+	var out []model.ClusterTaints
 	for _, e := range tm.Spec.Entries {
-		u, err := r.Dynamic.Resource(publish.InferenceClustersResource).Get(ctx, e.Cluster, metav1.GetOptions{})
+		u, err := r.Dynamic.Resource(model.InferenceClustersResource).Get(ctx, e.Cluster, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return nil, apiError("get", "inferenceclusters.modelplane.ai", "at cluster scope", err)
 		default:
-			out = append(out, publish.InferenceClusterTaints(u))
+			out = append(out, model.InferenceClusterTaints(u))
 		}
-		m, err := r.Metadata.Resource(publish.WorkloadClustersResource).Get(ctx, e.Cluster, metav1.GetOptions{})
+		m, err := r.Metadata.Resource(model.WorkloadClustersResource).Get(ctx, e.Cluster, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return nil, apiError("get", "workloadclusters.ome.io", "at cluster scope", err)
 		default:
-			out = append(out, publish.WorkloadClusterTaints(m.Name, m.Annotations))
+			out = append(out, model.WorkloadClusterTaints(m.Name, m.Annotations))
 		}
 	}
 	return out, nil

@@ -11,7 +11,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
 )
 
 // Objects reads what tm's status is computed from: its InferenceService's metadata, its
@@ -21,7 +21,7 @@ func (r Reader) Objects(ctx context.Context, tm *v1beta1.TrafficMap) (Objects, e
 	return r.objects(ctx, tm)
 }
 
-// Impact is one service's effective weights, as publish.Compute gives them, before and after
+// Impact is one service's effective weights, as model.Compute gives them, before and after
 // a change of its inputs (a drain, undrain, taint or untaint): before, the weights published
 // now (a ramp under way at its current step); after, where the change ends (every ramp
 // over: a ramp only eases the way there).
@@ -86,12 +86,12 @@ func positive(cs []ImpactCluster, before bool) bool {
 }
 
 // Ref is the service as "namespace/service".
-func (i Impact) Ref() string { return i.Namespace + "/" + i.Service }
+func (i Impact) Ref() string { return model.Key(i.Namespace, i.Service).String() }
 
 // Effective computes o's effective weights with the publisher's computation and checks
-// (publish.Compute over the map, the source's annotations, the owned route's record and
+// (model.Compute over the map, the source's annotations, the owned route's record and
 // the taint sources), as Build does.
-func Effective(o Objects) (publish.Computed, error) {
+func Effective(o Objects) (model.Computed, error) {
 	route := o.Route
 	if route != nil && !httproute.Owned(route.Labels, httproute.Source{Namespace: o.TrafficMap.Namespace, Name: o.TrafficMap.Name}) {
 		route = nil
@@ -113,8 +113,8 @@ func (o Objects) WithAnnotations(annotations map[string]string) Objects {
 // WithClusterTaints returns o with every view of ct.Kind on ct.Cluster replaced by ct,
 // added when there was none (o itself is not modified): the inputs after a taint or
 // untaint.
-func (o Objects) WithClusterTaints(ct publish.ClusterTaints) Objects {
-	out := make([]publish.ClusterTaints, 0, len(o.Clusters)+1)
+func (o Objects) WithClusterTaints(ct model.ClusterTaints) Objects {
+	out := make([]model.ClusterTaints, 0, len(o.Clusters)+1)
 	for _, c := range o.Clusters {
 		if c.Kind != ct.Kind || c.Cluster != ct.Cluster {
 			out = append(out, c)

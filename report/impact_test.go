@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -19,11 +19,11 @@ func weightsOf(cs []ImpactCluster) (before, after map[string]int32) {
 	return before, after
 }
 
-// The impact of a change is publish.Compute before and after it: drains from the annotation,
+// The impact of a change is model.Compute before and after it: drains from the annotation,
 // taints from the sources, tolerations from the service.
 func TestNewImpact(t *testing.T) {
 	base := Objects{TrafficMap: seedMap(), Source: source(nil)}
-	noexec := publish.ClusterTaints{Kind: publish.KindInferenceCluster, Cluster: "worker-a",
+	noexec := model.ClusterTaints{Kind: model.KindInferenceCluster, Cluster: "worker-a",
 		Taints: []weights.Taint{{Key: "maintenance", Value: "planned", Effect: weights.EffectNoExecute}}}
 	drainedB := base.WithAnnotations(map[string]string{weights.DrainAnnotation: `{"b":{"cluster":"worker-b","reason":"r"}}`})
 	for _, tc := range []struct {
@@ -42,10 +42,10 @@ func TestNewImpact(t *testing.T) {
 		{"tolerated taint", base.WithAnnotations(map[string]string{weights.TolerationsAnnotation: `[{"key":"maintenance","operator":"Exists"}]`}),
 			base.WithAnnotations(map[string]string{weights.TolerationsAnnotation: `[{"key":"maintenance","operator":"Exists"}]`}).WithClusterTaints(noexec),
 			map[string]int32{"worker-a": 1, "worker-b": 1}, map[string]int32{"worker-a": 1, "worker-b": 1}, false, false},
-		{"NoSchedule moves nothing", base, base.WithClusterTaints(publish.ClusterTaints{Kind: publish.KindWorkloadCluster, Cluster: "worker-a",
+		{"NoSchedule moves nothing", base, base.WithClusterTaints(model.ClusterTaints{Kind: model.KindWorkloadCluster, Cluster: "worker-a",
 			Taints: []weights.Taint{{Key: "maintenance", Effect: weights.EffectNoSchedule}}}),
 			map[string]int32{"worker-a": 1, "worker-b": 1}, map[string]int32{"worker-a": 1, "worker-b": 1}, false, false},
-		{"untaint", base.WithClusterTaints(noexec), base.WithClusterTaints(publish.ClusterTaints{Kind: publish.KindInferenceCluster, Cluster: "worker-a"}),
+		{"untaint", base.WithClusterTaints(noexec), base.WithClusterTaints(model.ClusterTaints{Kind: model.KindInferenceCluster, Cluster: "worker-a"}),
 			map[string]int32{"worker-a": 0, "worker-b": 1}, map[string]int32{"worker-a": 1, "worker-b": 1}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,10 +15,9 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/model/replicas"
-	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/weights"
-	"github.com/trafficmap/publisher/xds"
 )
 
 // APIVersion is the version of the reports' JSON and YAML form.
@@ -58,12 +57,12 @@ type Objects struct {
 	GatewaySection string
 	// Clusters are the taint sources' views of the entry clusters (fleet drains), as the
 	// publisher reads them.
-	Clusters []publish.ClusterTaints
+	Clusters []model.ClusterTaints
 	// XDS is the publisher's /debug/xds document; nil when it was not read.
-	XDS *xds.DebugState
+	XDS *model.XDSDebugState
 	// Record is the fallback state of the publisher's record ConfigMap, read when there is
 	// no route (--sinks xds alone); nil otherwise.
-	Record *publish.Recorded
+	Record *model.Recorded
 	// XDSSource is where XDS was read from.
 	XDSSource string
 	// Replicas are the replicas whose xDS reports the publisher counts (its
@@ -72,7 +71,7 @@ type Objects struct {
 	// Claims are the other TrafficMaps' claims on names (their "<service>.<namespace>" and
 	// ome.io/global-host), as far as they were read; the map's hostname ownership is
 	// recomputed from them with the publisher's rule.
-	Claims []publish.Claim
+	Claims []model.Claim
 	// ClaimsRead is false when the other maps could not be read (forbidden): the map's
 	// hostname ownership is then not reported.
 	ClaimsRead bool
@@ -105,7 +104,7 @@ type Status struct {
 	// Error says why no effective weights could be computed; empty when they were.
 	Error string `json:"error,omitempty"`
 	// Hostnames are the map's names (its hostname and "<service>.<namespace>") and who
-	// holds each, by the publisher's rule (publish.ResolveHostnames) over the TrafficMaps
+	// holds each, by the publisher's rule (model.ResolveHostnames) over the TrafficMaps
 	// status read (every namespace's, else the map's namespace's); omitted when it could
 	// read none.
 	Hostnames []Hostname `json:"hostnames,omitempty"`
@@ -177,7 +176,7 @@ type DrainState struct {
 	// Error is the parser's error for a malformed annotation.
 	Error string `json:"error,omitempty"`
 	// NoFallback is true for a malformed annotation when no route records a last valid drain
-	// set (publish.ErrNoDrainFallback): no weights are computed and InEffect is empty. It is
+	// set (model.ErrNoDrainFallback): no weights are computed and InEffect is empty. It is
 	// not part of the JSON form, where Status.Error says the same.
 	NoFallback bool `json:"-"`
 	// InEffect is the drain set the weights are computed with: the annotation's, or for a
@@ -215,13 +214,13 @@ type XDSSink struct {
 	// Served is the version served to each flavour, per resource type ("Listener",
 	// "RouteConfiguration", "Cluster"). Every flavour's snapshot carries every map the
 	// publisher serves over xDS.
-	Served map[xds.Flavour]map[string]string `json:"served,omitempty"`
+	Served map[model.Flavour]map[string]string `json:"served,omitempty"`
 	// Clients are the connected clients, sorted by node id.
 	Clients []XDSClient `json:"clients"`
 	// Replicas are the publisher's replicas with their xDS clients, when it runs several
 	// (every live replica's relevant clients count for Published).
 	Replicas []replicas.Replica `json:"replicas,omitempty"`
-	// Map is this map's relevance as the publisher judges it (xds.DebugMap): nil when the
+	// Map is this map's relevance as the publisher judges it (model.XDSDebugMap): nil when the
 	// publisher did not report it (it does not serve the map, or an older publisher).
 	Map *XDSMap `json:"map,omitempty"`
 }
@@ -238,8 +237,8 @@ type XDSMap struct {
 
 // XDSClient is one connected xDS client.
 type XDSClient struct {
-	NodeID  string      `json:"nodeID"`
-	Flavour xds.Flavour `json:"flavour"`
+	NodeID  string        `json:"nodeID"`
+	Flavour model.Flavour `json:"flavour"`
 	// Acked is the last version the client ACKed, per resource type.
 	Acked map[string]string `json:"acked"`
 	// Nacked is the client's last NACK per resource type (cleared by a later ACK of it).
@@ -290,7 +289,7 @@ func Build(o Objects) Status {
 		Namespace: tm.Namespace, TrafficMap: tm.Name, Service: tm.Spec.Service, Generation: tm.Generation,
 		Clusters: []Cluster{}, Pending: []Drain{},
 		Drains: DrainState{State: AnnotationAbsent, InEffect: []Drain{}},
-		Sinks:  Sinks{XDS: xdsSink(o.XDS, o.XDSSource, tm.Namespace+"/"+tm.Name, o.Replicas)},
+		Sinks:  Sinks{XDS: xdsSink(o.XDS, o.XDSSource, model.KeyOf(tm).String(), o.Replicas)},
 	}
 	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name}
 	route := o.Route
@@ -310,14 +309,14 @@ func Build(o Objects) Status {
 	}
 	var parseErr error
 	switch {
-	case errors.Is(err, publish.ErrNoDrainFallback):
+	case errors.Is(err, model.ErrNoDrainFallback):
 		parseErr = err
 	case err == nil && computed.DrainErr != nil:
 		parseErr = computed.DrainErr
 	}
 	if parseErr != nil {
 		s.Drains.State, s.Drains.Error = AnnotationMalformed, parseErr.Error()
-		s.Drains.NoFallback = errors.Is(parseErr, publish.ErrNoDrainFallback)
+		s.Drains.NoFallback = errors.Is(parseErr, model.ErrNoDrainFallback)
 	}
 	if err != nil {
 		s.Error = err.Error()
@@ -352,8 +351,8 @@ func Build(o Objects) Status {
 // --host-template there).
 func hostnames(o Objects, route *gwapiv1.HTTPRoute) []Hostname {
 	tm := o.TrafficMap
-	self := publish.Claim{Kind: publish.KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time,
-		Names: []string{publish.GRPCName(tm.Namespace, tm.Spec.Service)}, Journaled: publish.JournaledNames(tm, "")}
+	self := model.Claim{Kind: model.KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time,
+		Names: []string{model.GRPCName(tm.Namespace, tm.Spec.Service)}, Journaled: model.JournaledNames(tm, "")}
 	host := ""
 	if o.Source != nil {
 		host = strings.TrimSpace(o.Source.Annotations[v1beta1.AnnotationGlobalHost])
@@ -364,7 +363,7 @@ func hostnames(o Objects, route *gwapiv1.HTTPRoute) []Hostname {
 	if host != "" {
 		self.Names = append(self.Names, host)
 	}
-	own := publish.ResolveHostnames(self, o.Claims)
+	own := model.ResolveHostnames(self, o.Claims)
 	out := make([]Hostname, 0, len(own.Owned)+len(own.Conflicts))
 	// A name no one holds is the map's: the publisher journals it before it serves it.
 	for _, n := range append(own.Owned, own.Claimable...) {
@@ -379,19 +378,23 @@ func hostnames(o Objects, route *gwapiv1.HTTPRoute) []Hostname {
 }
 
 // compute runs the publisher's computation, with the publisher's checks of the source.
-func compute(o Objects, route *gwapiv1.HTTPRoute) (publish.Computed, error) {
+func compute(o Objects, route *gwapiv1.HTTPRoute) (model.Computed, error) {
 	tm := o.TrafficMap
 	if o.Source == nil {
-		return publish.Computed{}, fmt.Errorf("inferenceservice %s/%s named by spec.service does not exist", tm.Namespace, tm.Spec.Service)
+		return model.Computed{}, fmt.Errorf("inferenceservice %s/%s named by spec.service does not exist", tm.Namespace, tm.Spec.Service)
 	}
 	if tm.Status.SourceUID != "" && tm.Status.SourceUID != o.Source.UID {
-		return publish.Computed{}, fmt.Errorf("inferenceservice %s/%s has uid %s but status.sourceUID is %s",
+		return model.Computed{}, fmt.Errorf("inferenceservice %s/%s has uid %s but status.sourceUID is %s",
 			tm.Namespace, tm.Spec.Service, o.Source.UID, tm.Status.SourceUID)
 	}
-	return publish.Compute(publish.Inputs{TrafficMap: tm, SourceAnnotations: o.Source.Annotations, Route: route, Recorded: o.Record, Clusters: o.Clusters})
+	recorded := httproute.Recorded(route)
+	if o.Record != nil {
+		recorded = *o.Record
+	}
+	return model.Compute(model.Inputs{TrafficMap: tm, SourceAnnotations: o.Source.Annotations, Recorded: recorded, Clusters: o.Clusters})
 }
 
-func clusters(tm *v1beta1.TrafficMap, c publish.Computed) []Cluster {
+func clusters(tm *v1beta1.TrafficMap, c model.Computed) []Cluster {
 	reasons := map[string]string{}
 	annotated := map[string]map[string]bool{} // cluster -> drain IDs
 	for _, d := range c.Drains {
@@ -458,7 +461,7 @@ func published(tm *v1beta1.TrafficMap) Published {
 }
 
 // xdsSink reduces the /debug/xds document; d nil means it was not read.
-func xdsSink(d *xds.DebugState, source, key string, reps []replicas.Replica) XDSSink {
+func xdsSink(d *model.XDSDebugState, source, key string, reps []replicas.Replica) XDSSink {
 	x := XDSSink{Clients: []XDSClient{}}
 	if d == nil {
 		return x
@@ -479,7 +482,7 @@ func xdsSink(d *xds.DebugState, source, key string, reps []replicas.Replica) XDS
 	}
 	for f, vs := range d.Snapshots {
 		if x.Served == nil {
-			x.Served = map[xds.Flavour]map[string]string{}
+			x.Served = map[model.Flavour]map[string]string{}
 		}
 		x.Served[f] = map[string]string{}
 		for typ, v := range vs {
@@ -508,9 +511,9 @@ func xdsSink(d *xds.DebugState, source, key string, reps []replicas.Replica) XDS
 	return x
 }
 
-func routeSink(o Objects, src httproute.Source, c publish.Computed, computed bool) RouteSink {
+func routeSink(o Objects, src httproute.Source, c model.Computed, computed bool) RouteSink {
 	tm := o.TrafficMap
-	rs := RouteSink{Name: tm.Namespace + "/" + httproute.RouteName(tm.Name)}
+	rs := RouteSink{Name: model.Key(tm.Namespace, httproute.RouteName(tm.Name)).String()}
 	r := o.Route
 	if r == nil {
 		return rs

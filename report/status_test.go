@@ -20,7 +20,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
 )
@@ -47,7 +47,7 @@ func source(annotations map[string]string) *metav1.PartialObjectMetadata {
 // builtRoute is what the publisher stores for tm with these drains, accepted by prod/global.
 func builtRoute(t *testing.T, tm *v1beta1.TrafficMap, annotations map[string]string, accepted bool) *gwapiv1.HTTPRoute {
 	t.Helper()
-	c, err := publish.Compute(publish.Inputs{TrafficMap: tm, SourceAnnotations: annotations})
+	c, err := model.Compute(model.Inputs{TrafficMap: tm, SourceAnnotations: annotations})
 	require.NoError(t, err)
 	cfg := httproute.Config{Gateway: types.NamespacedName{Namespace: "prod", Name: "global"}}
 	d, err := httproute.Build(cfg, httproute.Source{Namespace: "prod", Name: "chat", Service: "chat", GlobalHost: "chat.example.com"},
@@ -128,7 +128,7 @@ func TestBuildDrained(t *testing.T) {
 }
 
 // A malformed annotation shows the parser's error and the drains the publisher keeps: the
-// ones recorded on the route, exactly what publish.Compute uses.
+// ones recorded on the route, exactly what model.Compute uses.
 func TestBuildMalformedKeepsRecordedDrains(t *testing.T) {
 	tm := seedMap()
 	route := builtRoute(t, tm, map[string]string{weights.DrainAnnotation: seedValue}, true)
@@ -154,7 +154,7 @@ func TestBuildMalformedWithoutRoute(t *testing.T) {
 	s := Build(Objects{TrafficMap: tm, Source: source(map[string]string{weights.DrainAnnotation: `nope`})})
 	assert.Equal(t, AnnotationMalformed, s.Drains.State)
 	assert.True(t, s.Drains.NoFallback)
-	assert.Contains(t, s.Error, publish.ErrNoDrainFallback.Error())
+	assert.Contains(t, s.Error, model.ErrNoDrainFallback.Error())
 	assert.Nil(t, s.Clusters[0].Effective, "unknown, never read as no drains")
 	assert.False(t, s.Sinks.HTTPRoute.Found)
 	var out bytes.Buffer
@@ -215,7 +215,7 @@ func TestForCluster(t *testing.T) {
 
 func TestBuildFleetTaints(t *testing.T) {
 	tm := seedMap()
-	taints := []publish.ClusterTaints{publish.WorkloadClusterTaints("worker-a", map[string]string{
+	taints := []model.ClusterTaints{model.WorkloadClusterTaints("worker-a", map[string]string{
 		weights.TaintsAnnotation: `[{"key":"maintenance","value":"planned","effect":"NoExecute"}]`,
 	})}
 	s := Build(Objects{TrafficMap: tm, Source: source(nil), Clusters: taints})
@@ -228,7 +228,7 @@ func TestBuildFleetTaints(t *testing.T) {
 	s = Build(Objects{TrafficMap: tm, Source: source(tolerated), Clusters: taints})
 	assert.Equal(t, int32(1), *s.Clusters[0].Effective, "a tolerated taint holds nothing")
 
-	bad := []publish.ClusterTaints{publish.WorkloadClusterTaints("worker-a", map[string]string{weights.TaintsAnnotation: `nope`})}
+	bad := []model.ClusterTaints{model.WorkloadClusterTaints("worker-a", map[string]string{weights.TaintsAnnotation: `nope`})}
 	s = Build(Objects{TrafficMap: tm, Source: source(nil), Clusters: bad})
 	assert.Contains(t, s.Error, "no route records the last valid taints", "malformed taints are never no taints")
 	assert.Nil(t, s.Clusters[0].Effective)
@@ -242,16 +242,16 @@ func TestBuildPublishedAndXDSClients(t *testing.T) {
 	tm.Status.Conditions[0] = metav1.Condition{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse, Reason: "XDSRejected",
 		ObservedGeneration: 3, LastTransitionTime: at,
 		Message: "xds client envoy-b rejected version v2 (Cluster): tls context unsupported; xds version v9 ACKed by 7/7 clients"}
-	state := &xds.DebugState{
-		Snapshots: map[xds.Flavour]map[string]string{xds.FlavourEnvoy: {"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
-		Clients: []xds.DebugClient{
-			{NodeID: "envoy-b", Flavour: xds.FlavourEnvoy, Acked: map[string]string{"Cluster": "v1", "Listener": "v1", "RouteConfiguration": "v3"},
-				Nacked: map[string]xds.Nack{"Cluster": {Version: "v2", Message: "tls context unsupported"}}},
-			{NodeID: "envoy-a", Flavour: xds.FlavourEnvoy, Acked: map[string]string{"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
-			{NodeID: "grpc-a", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
-			{NodeID: "odd node\x1b[2J", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
+	state := &model.XDSDebugState{
+		Snapshots: map[model.Flavour]map[string]string{model.FlavourEnvoy: {"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
+		Clients: []model.XDSDebugClient{
+			{NodeID: "envoy-b", Flavour: model.FlavourEnvoy, Acked: map[string]string{"Cluster": "v1", "Listener": "v1", "RouteConfiguration": "v3"},
+				Nacked: map[string]model.XDSNack{"Cluster": {Version: "v2", Message: "tls context unsupported"}}},
+			{NodeID: "envoy-a", Flavour: model.FlavourEnvoy, Acked: map[string]string{"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
+			{NodeID: "grpc-a", Flavour: model.FlavourGRPC, Acked: map[string]string{}},
+			{NodeID: "odd node\x1b[2J", Flavour: model.FlavourGRPC, Acked: map[string]string{}},
 		},
-		Maps: []xds.DebugMap{
+		Maps: []model.XDSDebugMap{
 			{Key: "prod/other", Relevant: []string{"grpc-a/sotw-3"}, Acked: []string{}},
 			{Key: "prod/chat", Relevant: []string{"envoy-a/delta-1", "envoy-b/delta-2", "odd node\x1b[2J/sotw-4"}, Acked: []string{"envoy-a/delta-1"}},
 		},
@@ -262,19 +262,19 @@ func TestBuildPublishedAndXDSClients(t *testing.T) {
 		LastTransitionTime: &at, Freshness: Current}, s.Published)
 	assert.Equal(t, XDSSink{
 		Reported: true, Source: "http://127.0.0.1:8080/debug/xds",
-		Served: map[xds.Flavour]map[string]string{xds.FlavourEnvoy: {"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
+		Served: map[model.Flavour]map[string]string{model.FlavourEnvoy: {"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}},
 		Clients: []XDSClient{
-			{NodeID: "envoy-a", Flavour: xds.FlavourEnvoy, Acked: map[string]string{"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}, Current: true},
-			{NodeID: "envoy-b", Flavour: xds.FlavourEnvoy, Acked: map[string]string{"Cluster": "v1", "Listener": "v1", "RouteConfiguration": "v3"},
+			{NodeID: "envoy-a", Flavour: model.FlavourEnvoy, Acked: map[string]string{"Cluster": "v2", "Listener": "v1", "RouteConfiguration": "v3"}, Current: true},
+			{NodeID: "envoy-b", Flavour: model.FlavourEnvoy, Acked: map[string]string{"Cluster": "v1", "Listener": "v1", "RouteConfiguration": "v3"},
 				Nacked: map[string]XDSNack{"Cluster": {Version: "v2", Message: "tls context unsupported"}}},
-			{NodeID: "grpc-a", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
-			{NodeID: "odd node\x1b[2J", Flavour: xds.FlavourGRPC, Acked: map[string]string{}},
+			{NodeID: "grpc-a", Flavour: model.FlavourGRPC, Acked: map[string]string{}},
+			{NodeID: "odd node\x1b[2J", Flavour: model.FlavourGRPC, Acked: map[string]string{}},
 		},
 		Map: &XDSMap{Relevant: []string{"envoy-a/delta-1", "envoy-b/delta-2", "odd node\x1b[2J/sotw-4"}, Acked: []string{"envoy-a/delta-1"},
 			Waiting: []string{"envoy-b/delta-2", "odd node\x1b[2J/sotw-4"}},
 	}, s.Sinks.XDS, "the document's state, sorted; the message's \"7/7\" is not read")
-	state.Snapshots[xds.FlavourEnvoy]["Cluster"] = "changed"
-	assert.Equal(t, "v2", s.Sinks.XDS.Served[xds.FlavourEnvoy]["Cluster"], "Build copies its input")
+	state.Snapshots[model.FlavourEnvoy]["Cluster"] = "changed"
+	assert.Equal(t, "v2", s.Sinks.XDS.Served[model.FlavourEnvoy]["Cluster"], "Build copies its input")
 
 	var out bytes.Buffer
 	require.NoError(t, Write(&out, s, "table"))
@@ -305,7 +305,7 @@ func TestBuildPublishedAndXDSClients(t *testing.T) {
 // ReadXDS decodes what the xDS server's own debug handler serves.
 func TestReadXDSFromDebugHandler(t *testing.T) {
 	srv := xds.NewServer(xds.ServerConfig{})
-	versions, err := srv.SetResources(context.Background(), xds.FlavourGRPC, xds.Resources{})
+	versions, err := srv.SetResources(context.Background(), model.FlavourGRPC, xds.Resources{})
 	require.NoError(t, err)
 	require.NotEmpty(t, versions)
 	hs := httptest.NewServer(srv.DebugHandler())
@@ -316,9 +316,9 @@ func TestReadXDSFromDebugHandler(t *testing.T) {
 	assert.Equal(t, hs.URL+"/debug/xds", u)
 	d, err := ReadXDS(context.Background(), hs.Client(), u)
 	require.NoError(t, err)
-	require.Len(t, d.Snapshots[xds.FlavourGRPC], len(versions))
+	require.Len(t, d.Snapshots[model.FlavourGRPC], len(versions))
 	for typeURL, v := range versions {
-		assert.Equal(t, v, d.Snapshots[xds.FlavourGRPC][path.Ext(typeURL)[1:]])
+		assert.Equal(t, v, d.Snapshots[model.FlavourGRPC][path.Ext(typeURL)[1:]])
 	}
 	assert.Empty(t, d.Clients)
 
@@ -343,9 +343,9 @@ func TestBuildHostnameConflict(t *testing.T) {
 	o := Objects{TrafficMap: seedMap(), Source: source(map[string]string{v1beta1.AnnotationGlobalHost: "chat.example.com"}), ClaimsRead: true}
 	o.TrafficMap.CreationTimestamp = metav1.NewTime(time.Date(2026, 12, 3, 11, 0, 0, 0, time.UTC))
 	older := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	o.Claims = []publish.Claim{
-		{Kind: publish.KindTrafficMap, Namespace: "staging", Name: "chat", Created: older, Names: []string{"chat.staging", "chat.example.com"}},
-		{Kind: publish.KindTrafficMap, Namespace: "zeta", Name: "chat", Created: older.Add(2 * time.Hour), Names: []string{"chat.zeta", "chat.prod"}},
+	o.Claims = []model.Claim{
+		{Kind: model.KindTrafficMap, Namespace: "staging", Name: "chat", Created: older, Names: []string{"chat.staging", "chat.example.com"}},
+		{Kind: model.KindTrafficMap, Namespace: "zeta", Name: "chat", Created: older.Add(2 * time.Hour), Names: []string{"chat.zeta", "chat.prod"}},
 	}
 	s := Build(o)
 	assert.Equal(t, []Hostname{

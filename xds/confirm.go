@@ -1,15 +1,14 @@
 package xds
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/trafficmap/publisher/model"
 )
 
 // waitingPrefix begins every Confirmation message that waits for clients to connect or ACK;
@@ -40,34 +39,7 @@ func (s Service) Sealed() Service {
 }
 
 func (s Service) computeDigest() string {
-	h := sha256.New()
-	var buf []byte
-	field := func(v string) { // length-prefixed, so no two field lists encode the same
-		buf = strconv.AppendInt(buf[:0], int64(len(v)), 10)
-		buf = append(buf, ':')
-		buf = append(buf, v...)
-		h.Write(buf)
-	}
-	field(s.Service) // the gRPC listener "<service>.<namespace>" is named after it
-	hosts := slices.Sorted(slices.Values(s.Hostnames))
-	field(strconv.Itoa(len(hosts)))
-	for _, n := range hosts {
-		field(n)
-	}
-	withheld := slices.Sorted(slices.Values(s.Withheld))
-	if len(withheld) > 0 { // absent from older digests, which stay valid
-		field("withheld:" + strconv.Itoa(len(withheld)))
-		for _, n := range withheld {
-			field(n)
-		}
-	}
-	for _, e := range s.Result.Entries {
-		field(e.Cluster)
-		field(e.Endpoint.URL)
-		field(strconv.FormatInt(int64(e.Effective), 10))
-	}
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:8])
+	return model.ContentDigest(s.Service, s.Hostnames, s.Withheld, s.Result.Entries)
 }
 
 // History remembers which content of each service the recent versions of each type served

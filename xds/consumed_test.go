@@ -30,7 +30,7 @@ type memPlans struct {
 	plans map[string]*model.Plan
 }
 
-func (m *memPlans) set(p *model.Plan) { m.plans[p.Key()] = p }
+func (m *memPlans) set(p *model.Plan) { m.plans[p.Key().String()] = p }
 
 func (m *memPlans) serve(s *Sink) {
 	for _, p := range m.plans {

@@ -4,15 +4,18 @@ import (
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/trafficmap/publisher/model"
 )
 
-// Flavour is the kind of xDS client a node is, which decides the resources it gets.
-type Flavour string
+// Flavour is the kind of xDS client a node is, which decides the resources it gets
+// (model.Flavour, part of the /debug/xds wire format).
+type Flavour = model.Flavour
 
 // Flavours.
 const (
-	FlavourEnvoy Flavour = "envoy"
-	FlavourGRPC  Flavour = "grpc"
+	FlavourEnvoy = model.FlavourEnvoy
+	FlavourGRPC  = model.FlavourGRPC
 )
 
 // FlavourMetadataKey, in a node's metadata, overrides the flavour read from the user agent.

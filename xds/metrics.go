@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/trafficmap/publisher/model"
 )
 
 // metrics are the xDS server's Prometheus metrics. ACKs and NACKs are counted as they
@@ -74,54 +76,18 @@ func (m *metrics) observe(typeURL string, nack bool) {
 	m.acks.WithLabelValues(typeLabel(typeURL)).Inc()
 }
 
-// DebugState is the JSON document DebugHandler serves. Resource types are named by their
-// message name ("Listener", "RouteConfiguration", "Cluster").
-type DebugState struct {
-	// Snapshots is the version served to each flavour that has a snapshot, per resource type.
-	Snapshots map[Flavour]map[string]string `json:"snapshots"`
-	// Clients are the connected clients (one per stream) that identified themselves, sorted
-	// by node id, then stream.
-	Clients []DebugClient `json:"clients"`
-	// Maps, when the handler has a source for them, are the served maps sorted by key, each
-	// with the clients relevant to it and those that ACKed its current content.
-	Maps []DebugMap `json:"maps,omitempty"`
-}
-
-// DebugClient is one connected client in DebugState.
-type DebugClient struct {
-	NodeID  string  `json:"nodeID"`
-	Flavour Flavour `json:"flavour"`
-	// Stream names the stream ("sotw-3", "delta-1"); Peer is its remote address.
-	Stream string `json:"stream,omitempty"`
-	Peer   string `json:"peer,omitempty"`
-	// Identity is the client certificate's identity (mutual TLS); Namespaces, when the
-	// client policy restricts it, the namespace patterns it sees.
-	Identity   string   `json:"identity,omitempty"`
-	Namespaces []string `json:"namespaces,omitempty"`
-	// Type is the stream's one resource type for per-type xDS, empty for ADS.
-	Type string `json:"type,omitempty"`
-	// Acked is the last version the client ACKed, per resource type.
-	Acked map[string]string `json:"acked"`
-	// Nacked is the client's last NACK per resource type, cleared by a later ACK of that type
-	// (a delta stream's only once no resource of the type stays rejected).
-	Nacked map[string]Nack `json:"nacked,omitempty"`
-	// Subscribed is what the stream subscribed to, per resource type.
-	Subscribed map[string]DebugSubscription `json:"subscribed,omitempty"`
-}
-
-// DebugSubscription is one type's subscription in DebugClient.
-type DebugSubscription struct {
-	Wildcard bool     `json:"wildcard,omitempty"`
-	Names    []string `json:"names,omitempty"`
-}
-
-// DebugMap is one map's xDS confirmation in DebugState: the clients (by ClientState.ID)
-// relevant to it, and those of them that ACKed its current content, both sorted.
-type DebugMap struct {
-	Key      string   `json:"key"`
-	Relevant []string `json:"relevant"`
-	Acked    []string `json:"acked"`
-}
+// The /debug/xds JSON wire types are model's (model/xdsdebug.go), so readers of the
+// document (the operator commands) need not link the xDS server.
+type (
+	// DebugState is model.XDSDebugState.
+	DebugState = model.XDSDebugState
+	// DebugClient is model.XDSDebugClient.
+	DebugClient = model.XDSDebugClient
+	// DebugSubscription is model.XDSDebugSubscription.
+	DebugSubscription = model.XDSDebugSubscription
+	// DebugMap is model.XDSDebugMap.
+	DebugMap = model.XDSDebugMap
+)
 
 // DebugMapOf is the DebugMap of the service key served as served, judged by Judge.
 func DebugMapOf(clients []ClientState, h *History, key string, served map[Flavour]Served) DebugMap {

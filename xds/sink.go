@@ -27,9 +27,9 @@ const SinkName = "xds"
 // Reasons of the Published condition this sink reports.
 const (
 	// ReasonRejected: an xDS client NACKed a version carrying the map's content.
-	ReasonRejected = "XDSRejected"
+	ReasonRejected = model.ReasonXDSRejected
 	// ReasonInvalid: the map's resources failed validation; its last good ones stay served.
-	ReasonInvalid = "XDSInvalid"
+	ReasonInvalid = model.ReasonXDSInvalid
 )
 
 // SinkConfig configures the sink.
@@ -284,7 +284,7 @@ func (s *Sink) Carries(p *model.Plan) bool {
 	want := view(p).Digest()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	svc, ok := s.served[p.Key()]
+	svc, ok := s.served[p.Key().String()]
 	return ok && svc.Digest() == want
 }
 

@@ -59,7 +59,7 @@ func TestReportBrokenMapsDoNotHoldOtherNamespaces(t *testing.T) {
 	exchange(resource.ListenerType)
 	exchange(resource.RouteType, DefaultEnvoyOptions.RouteConfigName)
 
-	keys := append(slicesClone(broken), chat.Key())
+	keys := append(slicesClone(broken), chat.Key().String())
 	digest := view(chat).Digest()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		v, err := replicas.Encode(s.Replica().Report(keys))
@@ -67,7 +67,7 @@ func TestReportBrokenMapsDoNotHoldOtherNamespaces(t *testing.T) {
 		r, err := replicas.Decode(v)
 		require.NoError(c, err)
 		r.Identity = "pub-b"
-		verdict := replicas.Judge([]replicas.Report{r}, chat.Key(), digest, false)
+		verdict := replicas.Judge([]replicas.Report{r}, chat.Key().String(), digest, false)
 		assert.True(c, verdict.Done, verdict.Message)
 		assert.Equal(c, 1, verdict.Total, "the Envoy is relevant to bbb/chat")
 	}, 20*time.Second, 10*time.Millisecond)

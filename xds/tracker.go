@@ -13,6 +13,8 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc/peer"
+
+	"github.com/trafficmap/publisher/model"
 )
 
 // ClientState is what one connected client has done with each resource type. Every xDS
@@ -120,11 +122,8 @@ func (s Subscription) SortedNames() []string {
 	return slices.Sorted(maps.Keys(s.Names))
 }
 
-// Nack is a client's rejection of one version.
-type Nack struct {
-	Version string
-	Message string
-}
+// Nack is a client's rejection of one version (model.XDSNack).
+type Nack = model.XDSNack
 
 // maxNackMessage bounds the bytes of a NACK's error_detail message the tracker keeps: the
 // text is client-chosen, and it is copied into conditions, reports and the debug page.

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/trafficmap/publisher/drain"
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 )
 
@@ -279,10 +280,10 @@ func (f runFlags) config() publish.Config {
 		}
 	}
 	for _, raw := range f.hostnameEntitlements {
-		e, err := publish.ParseEntitlement(raw)
+		e, err := model.ParseEntitlement(raw)
 		if err != nil { // kept as given: Validate names the flag and the rule
 			domain, list, _ := strings.Cut(raw, "=")
-			e = publish.Entitlement{Domain: domain, Namespaces: strings.Split(list, ",")}
+			e = model.Entitlement{Domain: domain, Namespaces: strings.Split(list, ",")}
 		}
 		cfg.HostnameEntitlements = append(cfg.HostnameEntitlements, e)
 	}

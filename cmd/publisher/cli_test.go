@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
+	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 )
 
@@ -71,7 +72,7 @@ func TestFlagsToConfig(t *testing.T) {
 		"--hostname-entitlement", "internal.example.org=ops")
 	cfg = f.config()
 	assert.Equal(t, "edge", cfg.PublisherName)
-	assert.Equal(t, []publish.Entitlement{{Domain: "example.com", Namespaces: []string{"prod", "staging"}},
+	assert.Equal(t, []model.Entitlement{{Domain: "example.com", Namespaces: []string{"prod", "staging"}},
 		{Domain: "internal.example.org", Namespaces: []string{"ops"}}}, cfg.HostnameEntitlements)
 	require.NoError(t, cfg.Validate())
 	for _, bad := range []string{"example.com", "*.example.com=prod", "example.com=Prod_1", "=prod"} {

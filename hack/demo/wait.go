@@ -18,7 +18,7 @@ import (
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
 )
 
 // clusters are the seed's workload clusters.
@@ -83,7 +83,7 @@ func (d *demo) waitPublished(ctx context.Context, want expect) (*v1beta1.Traffic
 		}
 		tm, route = gotMap, gotRoute
 		c := meta.FindStatusCondition(tm.Status.Conditions, v1beta1.ConditionPublished)
-		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != publish.ReasonPublished ||
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(model.ReasonPublished) ||
 			c.ObservedGeneration != tm.Generation || !tm.Status.Published {
 			return false, nil
 		}
@@ -263,7 +263,7 @@ func (pw *publishedWatch) stop() { pw.cancel() }
 // report waits until the watch has delivered Published True at generation, prints every
 // transition seen and checks that PUBLISHED went False before it came back True.
 func (pw *publishedWatch) report(ctx context.Context, generation int64) error {
-	final := fmt.Sprintf("%s/%s observedGeneration=%d", metav1.ConditionTrue, publish.ReasonPublished, generation)
+	final := fmt.Sprintf("%s/%s observedGeneration=%d", metav1.ConditionTrue, model.ReasonPublished, generation)
 	err := wait.PollUntilContextTimeout(ctx, pollInterval, waitTimeout, true, func(context.Context) (bool, error) {
 		seen := pw.snapshot()
 		return seen[len(seen)-1] == final, nil

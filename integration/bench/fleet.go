@@ -21,7 +21,7 @@ import (
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
-	"github.com/trafficmap/publisher/publish"
+	"github.com/trafficmap/publisher/model"
 )
 
 // The fleet's shape: every map has clustersPerMap entries of entryWeight each.
@@ -162,16 +162,27 @@ func routeWeights(route *gwapiv1.HTTPRoute, mapIndex int) string {
 }
 
 // publishedFor reports whether the map's Published condition is True at its generation
-// with a message that agrees with the intent.
+// with the intent's weights, read from typed status: status.publisher.lastPositive, which
+// the publisher writes in the same status write as the True condition, holds each entry
+// cluster's effective weight (every map keeps a positive weight, so it is always written).
+// Nothing here reads the condition's message.
 func publishedFor(tm *v1beta1.TrafficMap, in intent) bool {
 	c := meta.FindStatusCondition(tm.Status.Conditions, v1beta1.ConditionPublished)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != publish.ReasonPublished || c.ObservedGeneration != tm.Generation {
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(model.ReasonPublished) || c.ObservedGeneration != tm.Generation {
 		return false
 	}
-	if in.id == "" {
-		return !strings.Contains(c.Message, "drained by")
+	j := tm.Status.Publisher
+	if j == nil || j.LastPositive == nil || j.LastPositive.TrafficMapGeneration != tm.Generation {
+		return false
 	}
-	return strings.Contains(c.Message, fmt.Sprintf("%s=0 (drained by %s)", clusterName(in.cluster), in.id))
+	var parts []string
+	for _, t := range j.LastPositive.Targets {
+		if t.Weight > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", t.Target, t.Weight))
+		}
+	}
+	sortStrings(parts)
+	return strings.Join(parts, ",") == in.weightsFor()
 }
 
 // isPublished reports whether the map's Published condition is True at its generation.

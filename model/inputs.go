@@ -1,10 +1,8 @@
-package publish
+package model
 
 import (
 	"errors"
 	"fmt"
-
-	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/weights"
@@ -18,13 +16,11 @@ type Inputs struct {
 	TrafficMap *v1beta1.TrafficMap
 	// SourceAnnotations are the annotations of the InferenceService spec.service names.
 	SourceAnnotations map[string]string
-	// Route is the publisher's stored HTTPRoute for the map, or nil. Unless Recorded is set,
-	// its recorded drain set stands in for a malformed drain annotation, its recorded taints
-	// and tolerations for malformed ones.
-	Route *gwapiv1.HTTPRoute
-	// Recorded, when set, is the fallback state instead of Route's record: the publisher's
-	// record ConfigMap when the HTTPRoute sink is off (RecordedFromData).
-	Recorded *Recorded
+	// Recorded is the fallback state: the last valid drain set stands in for a malformed
+	// drain annotation, the recorded taints and tolerations for malformed ones. It is read
+	// from the publisher's own HTTPRoute (httproute.Recorded) or, with the HTTPRoute sink
+	// off, from the publisher's record ConfigMap (RecordedFromData); zero records nothing.
+	Recorded Recorded
 	// Clusters are the taint sources' views of the workload clusters (InferenceClusterTaints,
 	// WorkloadClusterTaints), in any order; those naming no entry cluster are ignored. The
 	// service's tolerations are read from SourceAnnotations (weights.TolerationsAnnotation).
@@ -65,7 +61,7 @@ type Computed struct {
 }
 
 // ErrNoDrainFallback means the drain annotation is malformed and nothing records a last
-// valid drain set (Inputs.Route, or Inputs.Recorded when set), so no weights can be
+// valid drain set (Inputs.Recorded), so no weights can be
 // computed: a malformed drain is never "no drains".
 var ErrNoDrainFallback = errors.New("no route was published before, so there is no last valid drain set to keep and nothing is published")
 
@@ -77,7 +73,7 @@ func Compute(in Inputs) (Computed, error) {
 	var c Computed
 	drains, err := parseDrainAnnotation(in.SourceAnnotations)
 	if err != nil {
-		fb := in.fallback()
+		fb := in.Recorded
 		recorded, ok := fb.Drains, fb.HasDrains
 		if !ok {
 			return c, fmt.Errorf("annotation %s: %w; %w", weights.DrainAnnotation, err, ErrNoDrainFallback)
@@ -97,14 +93,6 @@ func Compute(in Inputs) (Computed, error) {
 	}
 	c.Result, c.Progress = weights.ApplyRamps(c.Final, c.Ramps)
 	return c, nil
-}
-
-// fallback is the last valid state Compute falls back to: Recorded, else Route's record.
-func (in Inputs) fallback() Recorded {
-	if in.Recorded != nil {
-		return *in.Recorded
-	}
-	return RecordedFromRoute(in.Route)
 }
 
 func parseDrainAnnotation(annotations map[string]string) ([]weights.Drain, error) {

@@ -1,4 +1,4 @@
-package publish
+package model
 
 import (
 	"errors"
@@ -23,10 +23,6 @@ import (
 //     rule's domain (is the domain, is below it, or is a wildcard covering part of it) may
 //     be claimed only from a namespace every such rule lists. Without rules any namespace
 //     may claim any name rule 1 allows, first claim first served.
-
-// ReasonHostnameNotEntitled is the Published reason of a map whose hostname its namespace
-// may not claim (ClaimPolicy).
-const ReasonHostnameNotEntitled = "HostnameNotEntitled"
 
 // Entitlement is one rule of the entitlement policy.
 type Entitlement struct {

@@ -1,4 +1,4 @@
-package publish
+package model
 
 import (
 	"cmp"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/trafficmap/publisher/model"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Hostname ownership: one owner per name. Everything in this file is pure.
@@ -40,6 +40,14 @@ import (
 // domain the entitlement policy gives to other namespaces) is decided before, by
 // ClaimPolicy (policy.go): a refused name is no claim.
 
+// Kinds of claimants (Claim.Kind).
+const (
+	// KindTrafficMap is a TrafficMap's claim.
+	KindTrafficMap = "TrafficMap"
+	// KindHTTPRoute is the claim of an HTTPRoute the publisher does not manage.
+	KindHTTPRoute = "HTTPRoute"
+)
+
 // Claim is one map's claim on names.
 type Claim struct {
 	// Kind is "TrafficMap", or "HTTPRoute" for a route the publisher does not manage.
@@ -56,8 +64,8 @@ type Claim struct {
 	Journaled []string
 }
 
-// Key is the claimant's namespace/name.
-func (c Claim) Key() string { return c.Namespace + "/" + c.Name }
+// Key is the claimant's key.
+func (c Claim) Key() types.NamespacedName { return Key(c.Namespace, c.Name) }
 
 // Precedes reports whether a wins over b in a tie between two journaled (or two
 // unjournaled) claims: a is older, or as old and first by namespace/name.
@@ -113,10 +121,10 @@ func ForeignConflicts(own Ownership, routeCreated *time.Time, foreign []Claim) O
 			if routeCreated != nil && !f.Created.Before(*routeCreated) {
 				continue
 			}
-			for _, fn := range uniqueNames(f.Names) {
+			for _, fn := range UniqueNames(f.Names) {
 				if HostnamesOverlap(n, fn) {
-					out.Conflicts = append(out.Conflicts, model.Conflict{Hostname: n,
-						Owner: model.Owner{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Hostname: fn, Created: f.Created}})
+					out.Conflicts = append(out.Conflicts, Conflict{Hostname: n,
+						Owner: Owner{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Hostname: fn, Created: f.Created}})
 					return true
 				}
 			}
@@ -146,7 +154,7 @@ type Ownership struct {
 	// sorted: the pipeline grants them by journaling them; until then no sink serves them.
 	Claimable []string
 	// Conflicts are its other names, each with the claim that holds it, sorted by name.
-	Conflicts []model.Conflict
+	Conflicts []Conflict
 }
 
 // ResolveHostnames decides which of self's names self owns, given claims: every other
@@ -157,20 +165,20 @@ type Ownership struct {
 func ResolveHostnames(self Claim, claims []Claim) Ownership {
 	rivals := slices.DeleteFunc(slices.Clone(claims), func(c Claim) bool { return c.Kind == self.Kind && c.Key() == self.Key() })
 	slices.SortFunc(rivals, compareClaims)
-	journaled := uniqueNames(self.Journaled)
+	journaled := UniqueNames(self.Journaled)
 	var out Ownership
-	for _, n := range uniqueNames(self.Names) {
+	for _, n := range UniqueNames(self.Names) {
 		mine := slices.Contains(journaled, n)
-		var holder, wanter *model.Conflict
+		var holder, wanter *Conflict
 		for _, r := range rivals {
 			if holder == nil {
 				if hn, ok := overlapping(n, r.Journaled); ok && (!mine || Precedes(r, self)) {
-					holder = &model.Conflict{Hostname: n, Owner: ownerOf(r, hn)}
+					holder = &Conflict{Hostname: n, Owner: ownerOf(r, hn)}
 				}
 			}
 			if wanter == nil && !mine && Precedes(r, self) {
-				if wn, ok := overlapping(n, r.Names); ok && !slices.Contains(uniqueNames(r.Journaled), wn) && !heldAgainst(wn, r, self, rivals) {
-					wanter = &model.Conflict{Hostname: n, Owner: ownerOf(r, wn)}
+				if wn, ok := overlapping(n, r.Names); ok && !slices.Contains(UniqueNames(r.Journaled), wn) && !heldAgainst(wn, r, self, rivals) {
+					wanter = &Conflict{Hostname: n, Owner: ownerOf(r, wn)}
 				}
 			}
 		}
@@ -210,7 +218,7 @@ func heldAgainst(wn string, wanter, self Claim, rivals []Claim) bool {
 
 // overlapping returns the first of names (normalized, sorted) that overlaps n.
 func overlapping(n string, names []string) (string, bool) {
-	for _, m := range uniqueNames(names) {
+	for _, m := range UniqueNames(names) {
 		if HostnamesOverlap(n, m) {
 			return m, true
 		}
@@ -218,16 +226,16 @@ func overlapping(n string, names []string) (string, bool) {
 	return "", false
 }
 
-func ownerOf(c Claim, name string) model.Owner {
-	return model.Owner{Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Hostname: name, Created: c.Created}
+func ownerOf(c Claim, name string) Owner {
+	return Owner{Kind: c.Kind, Namespace: c.Namespace, Name: c.Name, Hostname: name, Created: c.Created}
 }
 
-func sortConflicts(cs []model.Conflict) {
-	slices.SortStableFunc(cs, func(a, b model.Conflict) int { return cmp.Compare(a.Hostname, b.Hostname) })
+func sortConflicts(cs []Conflict) {
+	slices.SortStableFunc(cs, func(a, b Conflict) int { return cmp.Compare(a.Hostname, b.Hostname) })
 }
 
-// uniqueNames are names normalized, sorted and without repeats.
-func uniqueNames(names []string) []string {
+// UniqueNames are names normalized, sorted and without repeats.
+func UniqueNames(names []string) []string {
 	out := make([]string, 0, len(names))
 	for _, n := range names {
 		if n = NormalizeHostname(n); n != "" {
@@ -240,42 +248,3 @@ func uniqueNames(names []string) []string {
 
 // GRPCName is "<service>.<namespace>", the name gRPC clients dial a map's service by.
 func GRPCName(namespace, service string) string { return service + "." + namespace }
-
-// hostIndexKeys are the index keys a name is stored under: "=" and the name, and "<" and
-// every suffix after one of its dots (so "*.example.com" and "a.example.com" are both found
-// under "<example.com").
-func hostIndexKeys(name string) []string {
-	name = NormalizeHostname(name)
-	if name == "" {
-		return nil
-	}
-	keys := []string{"=" + name}
-	for i := 0; i < len(name); i++ {
-		if name[i] == '.' && i+1 < len(name) {
-			keys = append(keys, "<"+name[i+1:])
-		}
-	}
-	return keys
-}
-
-// hostLookupKeys are the index keys under which every name overlapping name is stored:
-// the name itself, every wildcard over one of its parent domains, and, for a wildcard, every
-// name below its domain.
-func hostLookupKeys(name string) []string {
-	name = NormalizeHostname(name)
-	if name == "" {
-		return nil
-	}
-	keys := []string{"=" + name}
-	rest := name
-	if strings.HasPrefix(name, "*.") {
-		rest = name[2:]
-		keys = append(keys, "<"+rest)
-	}
-	for i := 0; i < len(rest); i++ {
-		if rest[i] == '.' && i+1 < len(rest) {
-			keys = append(keys, "=*."+rest[i+1:])
-		}
-	}
-	return keys
-}

@@ -1,19 +1,11 @@
-package publish
+package model
 
 import (
-	"fmt"
-	"math/rand/v2"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/trafficmap/publisher/model"
-	"github.com/trafficmap/publisher/weights"
-	"github.com/trafficmap/publisher/xds"
 )
 
 var t0 = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
@@ -49,25 +41,6 @@ func TestHostnamesOverlap(t *testing.T) {
 
 // The index keys find every overlapping name: hostLookupKeys(a) meets hostIndexKeys(b)
 // whenever a and b overlap.
-func TestHostIndexKeysFindOverlaps(t *testing.T) {
-	names := []string{"chat.example.com", "*.example.com", "a.b.example.com", "*.b.example.com", "example.com", "chat.prod", "*.com", "x.org"}
-	for _, a := range names {
-		for _, b := range names {
-			index := map[string]bool{}
-			for _, k := range hostIndexKeys(b) {
-				index[k] = true
-			}
-			found := false
-			for _, k := range hostLookupKeys(a) {
-				found = found || index[k]
-			}
-			if HostnamesOverlap(a, b) {
-				assert.True(t, found, "lookup of %s finds %s", a, b)
-			}
-		}
-	}
-}
-
 // journaled is c with every name in its claim journal.
 func journaled(c Claim) Claim {
 	c.Journaled = c.Names
@@ -82,7 +55,7 @@ func TestResolveHostnamesOrder(t *testing.T) {
 	assert.Equal(t, []string{"chat.staging"}, own.Claimable, "its unshared name is free to journal")
 	assert.Empty(t, own.Owned, "nothing is owned before it is journaled")
 	require.Len(t, own.Conflicts, 1)
-	assert.Equal(t, model.Conflict{Hostname: "chat.example.com", Owner: model.Owner{Kind: KindTrafficMap, Namespace: "prod", Name: "chat",
+	assert.Equal(t, Conflict{Hostname: "chat.example.com", Owner: Owner{Kind: KindTrafficMap, Namespace: "prod", Name: "chat",
 		Hostname: "chat.example.com", Created: prod.Created}}, own.Conflicts[0], "a journaled name beats an older map's new claim")
 
 	staging.Journaled = []string{"chat.staging"}
@@ -200,70 +173,4 @@ func TestForeignConflicts(t *testing.T) {
 	got = ForeignConflicts(own, &older, []Claim{foreign})
 	assert.Equal(t, own.Owned, got.Owned, "the map's route is older: the gateway prefers it")
 	assert.Empty(t, got.Conflicts)
-}
-
-// Whatever names the maps claim, the hostnames the plans keep translate into an Envoy route
-// configuration without a duplicate domain or virtual host, and into gRPC listeners
-// without a duplicate name: the snapshot passes Validate.
-func TestOwnedNamesNeverDuplicate(t *testing.T) {
-	labels := []string{"a", "b", "chat", "x"}
-	domains := []string{"example.com", "b.example.com", "prod"}
-	res, err := weights.Compute(weights.Input{Entries: []weights.Entry{{Cluster: "c1", Endpoint: "https://c1.example.com", Weight: 1}}})
-	require.NoError(t, err)
-	for seed := range uint64(300) {
-		rng := rand.New(rand.NewPCG(seed, 7))
-		var claims []Claim
-		for i := range 2 + rng.IntN(8) {
-			ns := []string{"prod", "staging", "x"}[rng.IntN(3)]
-			svc := labels[rng.IntN(len(labels))]
-			host := labels[rng.IntN(len(labels))] + "." + domains[rng.IntN(len(domains))]
-			if rng.IntN(4) == 0 {
-				host = "*." + domains[rng.IntN(len(domains))]
-			}
-			c := claim(ns, fmt.Sprintf("m%d", i), rng.IntN(3), svc+"."+ns)
-			if (ClaimPolicy{GRPCNames: true}).Check(ns, host) == nil {
-				c.Names = append(c.Names, host)
-			}
-			// Any journal: a race or a restore may have journaled overlapping names, and a
-			// name no longer claimed may still be in it.
-			for _, n := range append(slices.Clone(c.Names), labels[rng.IntN(len(labels))]+"."+domains[rng.IntN(len(domains))]) {
-				if rng.IntN(2) == 0 {
-					c.Journaled = append(c.Journaled, n)
-				}
-			}
-			claims = append(claims, c)
-		}
-		var services []xds.Service
-		var withHosts []xds.Service
-		for _, c := range claims {
-			own := ResolveHostnames(c, claims)
-			svc := xds.Service{Namespace: c.Namespace, Name: c.Name, Service: strings.TrimSuffix(c.Names[0], "."+c.Namespace), Result: res}
-			for _, n := range own.Owned {
-				if len(c.Names) > 1 && n == c.Names[1] {
-					svc.Hostnames = []string{n}
-				}
-			}
-			for _, cf := range own.Conflicts {
-				svc.Withheld = append(svc.Withheld, cf.Hostname)
-			}
-			svc.Withheld = append(svc.Withheld, own.Claimable...) // served once journaled
-			services = append(services, svc)
-			if len(svc.Hostnames) > 0 {
-				withHosts = append(withHosts, svc)
-			}
-		}
-		envoy, err := xds.TranslateEnvoy(xds.DefaultEnvoyOptions, withHosts)
-		require.NoError(t, err)
-		seen := map[string]string{}
-		for _, vh := range envoy.Routes[0].VirtualHosts {
-			for _, d := range vh.Domains {
-				require.NotContains(t, seen, d, "seed %d: domain %s of %s is also %s's (claims %+v)", seed, d, vh.Name, seen[d], claims)
-				seen[d] = vh.Name
-			}
-		}
-		require.NoError(t, xds.Validate(envoy), "seed %d", seed)
-		grpc, err := xds.TranslateGRPC(services)
-		require.NoError(t, err)
-		require.NoError(t, xds.Validate(grpc), "seed %d: claims %+v", seed, claims)
-	}
 }

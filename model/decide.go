@@ -1,4 +1,4 @@
-package publish
+package model
 
 import (
 	"fmt"
@@ -10,65 +10,69 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
-	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
 
-// Step 4 of the pipeline: decide the Published condition from the sinks' typed
+// The decide step of the pipeline: the Published condition from the sinks' typed
 // confirmations. Everything here is pure.
 
 // maxMessage bounds condition messages (the API allows 32768 bytes).
 const maxMessage = 4096
 
-// publisherStatus is the part of TrafficMap status the publisher owns. status.published and
-// the Published condition always move together.
-type publisherStatus struct {
-	published  bool
-	observed   int64
-	gatewayRef *v1beta1.TrafficMapGatewayRef
-	condition  metav1.Condition // LastTransitionTime is set by the status writer
-	// progress marks a Pending answer: its news is only why the map is not published yet
+// Status is the part of TrafficMap status the publisher owns, as the pipeline decided it.
+// status.published and the Published condition always move together. The status writer
+// compares its typed fields, never the condition's message, to decide whether a write
+// would change anything.
+type Status struct {
+	Published  bool
+	Observed   int64
+	GatewayRef *v1beta1.TrafficMapGatewayRef
+	Condition  metav1.Condition // LastTransitionTime is set by the status writer
+	// Progress marks a Pending answer: its news is only why the map is not published yet
 	// (a sink still working, a consumer count), so the status writer rewrites such a
-	// message at most once per progressInterval while the condition stays False for the
+	// status at most once per progress interval while the condition stays False for the
 	// same reason.
-	progress bool
-	// tail, on a True status, is the end of its message that says what is published (the
-	// weights and what they were computed with), after the sinks' confirmations. A True
-	// condition at the same generation whose message ends with the same tail is kept as it
-	// is (see statusWriter): the consumer counts in a True message are those of the moment
-	// it turned True, so clients that come and go (or reconnect after a restart) cost no
-	// status write per map.
-	tail string
-	// journal is the claim journal to write (status.publisher); nil keeps the map's as it
+	Progress bool
+	// Content, on a True status, is the Plan.Digest of what the condition says is
+	// published. A True condition at the same generation that the writer knows to be about
+	// the same Content is kept as it is: the consumer counts in a True message are those
+	// of the moment it turned True, so clients that come and go (or reconnect after a
+	// restart) cost no status write per map.
+	Content string
+	// Confirmed is set by the pipeline when the map's condition is True at its generation
+	// and every Durable sink (or the publisher's record) carries the plan: the True
+	// condition is already about Content (model.Standing.Confirmed).
+	Confirmed bool
+	// Journal is the claim journal to write (status.publisher); nil keeps the map's as it
 	// is.
-	journal *v1beta1.TrafficMapPublisherStatus
+	Journal *v1beta1.TrafficMapPublisherStatus
 }
 
-func condition(tm *v1beta1.TrafficMap, status metav1.ConditionStatus, reason, message string) metav1.Condition {
+func condition(tm *v1beta1.TrafficMap, status metav1.ConditionStatus, reason Reason, message string) metav1.Condition {
 	if len(message) > maxMessage {
 		message = message[:maxMessage-3] + "..."
 	}
-	return metav1.Condition{Type: v1beta1.ConditionPublished, Status: status, Reason: reason, Message: message,
+	return metav1.Condition{Type: v1beta1.ConditionPublished, Status: status, Reason: string(reason), Message: message,
 		ObservedGeneration: tm.Generation}
 }
 
-// notPublished is Published False with reason and message, keeping the last success's
+// NotPublished is Published False with reason and message, keeping the last success's
 // observedTrafficMapGeneration and, unless ref is set, its gatewayRef.
-func notPublished(tm *v1beta1.TrafficMap, reason, message string, ref *v1beta1.TrafficMapGatewayRef) publisherStatus {
+func NotPublished(tm *v1beta1.TrafficMap, reason Reason, message string, ref *v1beta1.TrafficMapGatewayRef) Status {
 	if ref == nil {
 		ref = tm.Status.GatewayRef
 	}
-	return publisherStatus{observed: tm.Status.ObservedTrafficMapGeneration, gatewayRef: ref,
-		condition: condition(tm, metav1.ConditionFalse, reason, message)}
+	return Status{Observed: tm.Status.ObservedTrafficMapGeneration, GatewayRef: ref,
+		Condition: condition(tm, metav1.ConditionFalse, reason, message)}
 }
 
-// decide is the status for a plan given every enabled sink's confirmation, in sink order:
+// Decide is the status for a plan given every enabled sink's confirmation, in sink order:
 // Published True only when every sink is InPlace, no input fell back and no ramp is under
 // way; otherwise the first sink that is not in place says why. While a ramp shapes the
 // weights, Published is False with reason Ramping and the ramp's progress, whether its
 // current step is in place or still publishing (an operator waiting for PUBLISHED never
 // starts maintenance mid-ramp); a sink that refuses or rejects the step says why instead.
-func decide(tm *v1beta1.TrafficMap, pl *planned, confs []model.Confirmation) publisherStatus {
+func Decide(tm *v1beta1.TrafficMap, pl *Planned, confs []Confirmation) Status {
 	var ref *v1beta1.TrafficMapGatewayRef
 	for _, c := range confs {
 		if c.GatewayRef != nil {
@@ -77,38 +81,38 @@ func decide(tm *v1beta1.TrafficMap, pl *planned, confs []model.Confirmation) pub
 	}
 	// A name not journaled yet is no conflict: the pipeline journals it before the sinks
 	// apply (a plan refused before that step is described by the refusal).
-	if conflicts := slices.DeleteFunc(slices.Clone(pl.plan.Conflicts), func(c model.Conflict) bool { return c.Unjournaled }); len(conflicts) > 0 {
+	if conflicts := slices.DeleteFunc(slices.Clone(pl.Plan.Conflicts), func(c Conflict) bool { return c.Unjournaled }); len(conflicts) > 0 {
 		parts := []string{describeConflicts(conflicts)}
 		for _, c := range confs {
 			parts = append(parts, c.Message)
 		}
-		parts = append(parts, "weights "+describeWeights(pl.plan.Result))
-		if pl.inputErr != nil {
-			parts = append(parts, pl.inputErr.Error())
+		parts = append(parts, "weights "+DescribeWeights(pl.Plan.Result))
+		if pl.InputErr != nil {
+			parts = append(parts, pl.InputErr.Error())
 		}
-		return notPublished(tm, ReasonHostnameConflict, strings.Join(parts, "; "), ref)
+		return NotPublished(tm, ReasonHostnameConflict, strings.Join(parts, "; "), ref)
 	}
 	for _, c := range confs {
 		switch c.State {
-		case model.InPlace:
+		case InPlace:
 			continue
-		case model.Pending:
+		case Pending:
 			reason, msg := ReasonPublishing, c.Message
-			if ramps := pl.computed.Progress; len(ramps) > 0 {
+			if ramps := pl.Computed.Progress; len(ramps) > 0 {
 				reason, msg = ReasonRamping, describeRamps(ramps, false)+"; "+c.Message
-			} else if ramping(tm) {
+			} else if Ramping(tm) {
 				// The last step: the ramp is over once these weights are in place.
 				reason, msg = ReasonRamping, "no ramp shapes the weights any more, publishing where it ends; "+c.Message
 			}
-			st := notPublished(tm, reason, msg, ref)
-			st.progress = true
+			st := NotPublished(tm, reason, msg, ref)
+			st.Progress = true
 			return st
 		default:
-			msg := c.Message + "; weights " + describeWeights(pl.plan.Result)
-			if pl.inputErr != nil {
-				msg += "; " + pl.inputErr.Error()
+			msg := c.Message + "; weights " + DescribeWeights(pl.Plan.Result)
+			if pl.InputErr != nil {
+				msg += "; " + pl.InputErr.Error()
 			}
-			return notPublished(tm, c.Reason, msg, ref)
+			return NotPublished(tm, c.Reason, msg, ref)
 		}
 	}
 
@@ -116,8 +120,8 @@ func decide(tm *v1beta1.TrafficMap, pl *planned, confs []model.Confirmation) pub
 	for _, c := range confs {
 		parts = append(parts, c.Message)
 	}
-	res := pl.plan.Result
-	parts = append(parts, "weights "+describeWeights(res))
+	res := pl.Plan.Result
+	parts = append(parts, "weights "+DescribeWeights(res))
 	if res.AllZero() {
 		parts = append(parts, "every effective weight is 0, so no traffic is routed (--no-positive-policy ApplyCurrent)")
 	}
@@ -125,25 +129,21 @@ func decide(tm *v1beta1.TrafficMap, pl *planned, confs []model.Confirmation) pub
 		parts = append(parts, "pending drains (no such entry): "+describeDrains(res.Pending))
 	}
 	msg := strings.Join(parts, "; ")
-	if pl.inputErr != nil {
-		return notPublished(tm, pl.inputReason, msg+"; but "+pl.inputErr.Error(), ref)
+	if pl.InputErr != nil {
+		return NotPublished(tm, pl.InputReason, msg+"; but "+pl.InputErr.Error(), ref)
 	}
-	if ramps := pl.computed.Progress; len(ramps) > 0 {
-		return notPublished(tm, ReasonRamping, describeRamps(ramps, true)+"; "+msg, ref)
+	if ramps := pl.Computed.Progress; len(ramps) > 0 {
+		return NotPublished(tm, ReasonRamping, describeRamps(ramps, true)+"; "+msg, ref)
 	}
-	st := publisherStatus{published: true, observed: tm.Generation, gatewayRef: ref,
-		condition: condition(tm, metav1.ConditionTrue, ReasonPublished, msg)}
-	if st.condition.Message == msg { // not truncated
-		st.tail = strings.Join(parts[len(confs):], "; ")
-	}
-	return st
+	return Status{Published: true, Observed: tm.Generation, GatewayRef: ref, Content: pl.Plan.Digest(),
+		Condition: condition(tm, metav1.ConditionTrue, ReasonPublished, msg)}
 }
 
 // describeConflicts names each contested name and its owner, e.g. `hostname
 // chat.example.com is held by trafficmap prod/chat (hostname chat.example.com, created
 // 2026-12-03T10:00:00Z), which takes precedence: no sink serves it for this map until the
 // owner is deleted or gives it up`.
-func describeConflicts(conflicts []model.Conflict) string {
+func describeConflicts(conflicts []Conflict) string {
 	parts := make([]string, 0, len(conflicts))
 	for _, c := range conflicts {
 		o := c.Owner
@@ -161,12 +161,12 @@ func describeConflicts(conflicts []model.Conflict) string {
 	return strings.Join(parts, ", ") + ", which takes precedence: no sink serves it for this map until the owner is deleted or gives it up"
 }
 
-// needsAnnounce reports whether Published must say "not yet" before a plan that some sink
+// NeedsAnnounce reports whether Published must say "not yet" before a plan that some sink
 // does not carry is applied, so PUBLISHED is never stale: when the condition is for an older
 // generation, or says True for content that is not what every sink carries. A map with no
 // Published condition yet has an empty column, which is not stale: it gets no write.
-func needsAnnounce(tm *v1beta1.TrafficMap, carried bool) bool {
-	c := findPublished(tm)
+func NeedsAnnounce(tm *v1beta1.TrafficMap, carried bool) bool {
+	c := FindPublished(tm)
 	if c == nil {
 		return false
 	}
@@ -176,21 +176,22 @@ func needsAnnounce(tm *v1beta1.TrafficMap, carried bool) bool {
 	return c.Status == metav1.ConditionTrue && !carried
 }
 
-// publishedTrue reports whether the map's Published condition is True at its current
+// PublishedTrue reports whether the map's Published condition is True at its current
 // generation.
-func publishedTrue(tm *v1beta1.TrafficMap) bool {
-	c := findPublished(tm)
+func PublishedTrue(tm *v1beta1.TrafficMap) bool {
+	c := FindPublished(tm)
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == tm.Generation
 }
 
-func findPublished(tm *v1beta1.TrafficMap) *metav1.Condition {
+// FindPublished is tm's Published condition, nil when it has none.
+func FindPublished(tm *v1beta1.TrafficMap) *metav1.Condition {
 	return meta.FindStatusCondition(tm.Status.Conditions, v1beta1.ConditionPublished)
 }
 
-// describeWeights renders effective weights as "worker-a=0 (drained by m-a), worker-b=1",
+// DescribeWeights renders effective weights as "worker-a=0 (drained by m-a), worker-b=1",
 // with the taints holding an entry after its drains:
-// "worker-a=0 (drained by m-a; taint maintenance=planned:NoExecute)".
-func describeWeights(res weights.Result) string {
+// "worker-a=0 (drained by m-a; taint maintenance=Planned:NoExecute)".
+func DescribeWeights(res weights.Result) string {
 	if len(res.Entries) == 0 {
 		return "(no entries)"
 	}
@@ -203,7 +204,7 @@ func describeWeights(res weights.Result) string {
 				holds = append(holds, "drained by "+strings.Join(e.HeldBy, ","))
 			}
 			if len(e.Taints) > 0 {
-				holds = append(holds, "taint "+describeTaints(e.Taints))
+				holds = append(holds, "taint "+DescribeTaints(e.Taints))
 			}
 			s += " (" + strings.Join(holds, "; ") + ")"
 		}
@@ -234,6 +235,13 @@ func describeRamps(ramps []weights.RampProgress, inPlace bool) string {
 			p.Cluster, p.Direction, step, p.Percent(), p.Weight, p.Full, next, end, p.End.UTC().Format(time.RFC3339)))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// Ramping reports whether tm's Published condition is False with reason Ramping at its
+// generation.
+func Ramping(tm *v1beta1.TrafficMap) bool {
+	c := FindPublished(tm)
+	return c != nil && c.Reason == string(ReasonRamping) && c.ObservedGeneration == tm.Generation
 }
 
 func describeDrains(drains []weights.Drain) string {

@@ -1,0 +1,76 @@
+package model
+
+// Reason is a reason of the Published condition. Reasons are part of the publisher's
+// interface (the README documents each one): the pipeline, the sinks and the operator
+// commands name them with these constants, and nothing reads a condition's message to
+// learn what happened.
+type Reason string
+
+// Reasons of the Published condition.
+const (
+	// ReasonPublished: every enabled sink carries the plan and its consumers confirmed it.
+	ReasonPublished Reason = "Published"
+	// ReasonPublishing: a change is on its way; some sink or consumer has not confirmed it
+	// yet. It is also the HTTPRoute sink's answer while the gateway has not decided.
+	ReasonPublishing Reason = "Publishing"
+	// ReasonInvalidTrafficMap: the map itself is invalid; nothing of it is published.
+	ReasonInvalidTrafficMap Reason = "InvalidTrafficMap"
+	// ReasonInvalidDrainAnnotation: the drain annotation is malformed (the last valid drain
+	// set is kept when one is recorded).
+	ReasonInvalidDrainAnnotation Reason = "InvalidDrainAnnotation"
+	// ReasonInvalidTaints: a taint source of an entry cluster is malformed.
+	ReasonInvalidTaints Reason = "InvalidTaints"
+	// ReasonInvalidTolerations: the tolerations annotation is malformed.
+	ReasonInvalidTolerations Reason = "InvalidTolerations"
+	// ReasonInvalidRamp: the ramp annotation is malformed; nothing is published.
+	ReasonInvalidRamp Reason = "InvalidRampAnnotation"
+	// ReasonRamping: a ramp shapes the weights; Published says True only once it ended.
+	ReasonRamping Reason = "Ramping"
+	// ReasonSourceNotFound: the InferenceService spec.service names does not exist (or is
+	// not the one status.sourceUID names).
+	ReasonSourceNotFound Reason = "SourceNotFound"
+	// ReasonHostnameConflict: one of the map's names is held by another claim
+	// (Plan.Conflicts); a sink that refuses a plan for that reason reports it.
+	ReasonHostnameConflict Reason = "HostnameConflict"
+	// ReasonHostnameNotEntitled: the map's namespace may not claim its hostname
+	// (ClaimPolicy).
+	ReasonHostnameNotEntitled Reason = "HostnameNotEntitled"
+	// ReasonRouteConflict (HTTPRoute sink): a foreign object holds the route's or a
+	// Service's name.
+	ReasonRouteConflict Reason = "RouteConflict"
+	// ReasonRouteRefused (HTTPRoute sink): the plan cannot be written as a route (for
+	// example too many entries).
+	ReasonRouteRefused Reason = "RouteRefused"
+	// ReasonRouteNotAccepted (HTTPRoute sink): the parent Gateway did not accept the route.
+	ReasonRouteNotAccepted Reason = "RouteNotAccepted"
+	// ReasonLastPositiveRetained (HTTPRoute sink): every weight is 0 and the policy keeps
+	// the last positive weights on the route.
+	ReasonLastPositiveRetained Reason = "LastPositiveRetained"
+	// ReasonXDSRejected (xDS sink): an xDS client NACKed a version carrying the map's
+	// content.
+	ReasonXDSRejected Reason = "XDSRejected"
+	// ReasonXDSInvalid (xDS sink): the map's resources failed validation; its last good
+	// ones stay served.
+	ReasonXDSInvalid Reason = "XDSInvalid"
+)
+
+// Reasons of the Normal Events that mark a ramp's first step and its end (the Published
+// condition's Ramping reason marks its start).
+const (
+	ReasonRampStarted  Reason = "RampStarted"
+	ReasonRampFinished Reason = "RampFinished"
+)
+
+// Reasons lists every reason of the Published condition, in the order above.
+func Reasons() []Reason {
+	return []Reason{ReasonPublished, ReasonPublishing, ReasonInvalidTrafficMap, ReasonInvalidDrainAnnotation,
+		ReasonInvalidTaints, ReasonInvalidTolerations, ReasonInvalidRamp, ReasonRamping, ReasonSourceNotFound,
+		ReasonHostnameConflict, ReasonHostnameNotEntitled, ReasonRouteConflict, ReasonRouteRefused,
+		ReasonRouteNotAccepted, ReasonLastPositiveRetained, ReasonXDSRejected, ReasonXDSInvalid}
+}
+
+// Normal reports whether a condition with this reason is news of progress (a Normal
+// Event) rather than a problem (a Warning Event).
+func (r Reason) Normal() bool {
+	return r == ReasonPublished || r == ReasonPublishing || r == ReasonRamping
+}

@@ -1,0 +1,73 @@
+// Package statusapply builds the server-side apply requests for the publisher-owned part of
+// a TrafficMap's status, for the publisher and the operator commands alike. It is apart from
+// package model because client-go's apply configurations link client-go's REST client.
+package statusapply
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+
+	omeac "github.com/trafficmap/publisher/api/client/applyconfiguration/api/v1beta1"
+	"github.com/trafficmap/publisher/api/v1beta1"
+)
+
+// Configuration is the server-side apply request for the publisher-owned part
+// of tm's status: status.published, the Published condition cond, observedTrafficMapGeneration
+// and gatewayRef (omitted when zero) and the claim journal status.publisher (journal,
+// omitted when nil: pass tm.Status.Publisher to keep it), at tm's resourceVersion so that a
+// request decided from a stale read conflicts. Everything that writes these fields under
+// the publisher's field manager (the publisher, `publisher drain`) builds its request here,
+// so they never disagree on which fields they own (a field left out of a request is
+// removed).
+func Configuration(tm *v1beta1.TrafficMap, published bool, observed int64, gatewayRef *v1beta1.TrafficMapGatewayRef,
+	cond metav1.Condition, journal *v1beta1.TrafficMapPublisherStatus) *omeac.TrafficMapApplyConfiguration {
+	return Apply(tm, published, observed, gatewayRef, &cond, journal)
+}
+
+// Apply is Configuration with the condition optional: a nil cond leaves
+// the Published condition out of the request.
+func Apply(tm *v1beta1.TrafficMap, published bool, observed int64, gatewayRef *v1beta1.TrafficMapGatewayRef,
+	cond *metav1.Condition, journal *v1beta1.TrafficMapPublisherStatus) *omeac.TrafficMapApplyConfiguration {
+	st := omeac.TrafficMapStatus().WithPublished(published)
+	if cond != nil {
+		st.WithConditions(metav1ac.Condition().
+			WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).WithMessage(cond.Message).
+			WithObservedGeneration(cond.ObservedGeneration).WithLastTransitionTime(cond.LastTransitionTime))
+	}
+	if observed != 0 {
+		st.WithObservedTrafficMapGeneration(observed)
+	}
+	if r := gatewayRef; r != nil {
+		ref := omeac.TrafficMapGatewayRef().WithKind(r.Kind).WithName(r.Name)
+		if r.Group != "" {
+			ref.WithGroup(r.Group)
+		}
+		if r.Namespace != "" {
+			ref.WithNamespace(r.Namespace)
+		}
+		st.WithGatewayRef(ref)
+	}
+	if j := journal; j != nil {
+		pj := omeac.TrafficMapPublisherStatus().WithPublisherName(j.PublisherName)
+		if len(j.ClaimedTargets) > 0 {
+			pj.WithClaimedTargets(j.ClaimedTargets...)
+		}
+		if j.ObservedOptionsDigest != "" {
+			pj.WithObservedOptionsDigest(j.ObservedOptionsDigest)
+		}
+		if lp := j.LastPositive; lp != nil {
+			alp := omeac.TrafficMapPublisherLastPositive().WithTrafficMapGeneration(lp.TrafficMapGeneration).
+				WithObservedISVCGeneration(lp.ObservedISVCGeneration).WithPlanCompatibilityDigest(lp.PlanCompatibilityDigest)
+			for _, t := range lp.Targets {
+				alp.WithTargets(omeac.TrafficMapPublisherTarget().WithTarget(t.Target).WithWeight(t.Weight))
+			}
+			pj.WithLastPositive(alp)
+		}
+		st.WithPublisher(pj)
+	}
+	ac := omeac.TrafficMap(tm.Name, tm.Namespace).WithStatus(st)
+	if tm.ResourceVersion != "" {
+		ac.WithResourceVersion(tm.ResourceVersion)
+	}
+	return ac
+}

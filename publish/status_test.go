@@ -1,0 +1,132 @@
+package publish
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
+)
+
+// The skip-write check compares typed content, never message text: a True condition is
+// kept only when it is known to be about the same content (Plan.Digest), and a changed
+// progress count is written.
+func TestSameComparesTypedContent(t *testing.T) {
+	const gen = 3
+	cond := func(status metav1.ConditionStatus, reason model.Reason, msg string, g int64) metav1.Condition {
+		return metav1.Condition{Type: v1beta1.ConditionPublished, Status: status, Reason: string(reason), Message: msg, ObservedGeneration: g}
+	}
+	journal := &v1beta1.TrafficMapPublisherStatus{PublisherName: testPublisher, ClaimedTargets: []string{"grpc:chat.prod"}}
+	stored := func(published bool, c metav1.Condition) *v1beta1.TrafficMap {
+		tm := fleetMap()
+		tm.Generation = gen
+		tm.Status.Published = published
+		tm.Status.ObservedTrafficMapGeneration = gen
+		tm.Status.Conditions = []metav1.Condition{c}
+		tm.Status.Publisher = journal.DeepCopy()
+		return tm
+	}
+	trueMsg := "xds version v1 ACKed by 3/3 clients; weights worker-a=0 (drained by m-a), worker-b=1"
+	trueNow := "xds version v2 ACKed by 1/1 clients; weights worker-a=0 (drained by m-a), worker-b=1"
+	want := func(published bool, c metav1.Condition, content string) model.Status {
+		return model.Status{Published: published, Observed: gen, Condition: c, Content: content, Journal: journal.DeepCopy()}
+	}
+	isTrue := stored(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueMsg, gen))
+
+	tests := []struct {
+		name  string
+		tm    *v1beta1.TrafficMap
+		want  model.Status
+		known string
+		same  bool
+	}{
+		{"the very same status", isTrue, want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueMsg, gen), "d1"), "", true},
+		{"True about the content the writer wrote: new counts are no news", isTrue,
+			want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueNow, gen), "d1"), "d1", true},
+		{"True about other content, even with the same weights text: written", isTrue,
+			want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueNow, gen), "d2"), "d1", false},
+		{"True with a message ending like the old one but unknown content: written", isTrue,
+			want(true, cond(metav1.ConditionTrue, model.ReasonPublished, "xds version v1 ACKed by 3/3 clients; weights worker-a=0 (drained by m-a), worker-b=1 ", gen), "d2"), "", false},
+		{"after a start the pipeline's proof stands in for the writer's memory", isTrue,
+			func() model.Status {
+				w := want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueNow, gen), "d1")
+				w.Confirmed = true
+				return w
+			}(), "", true},
+		{"no content (a truncated message) is never kept on content", isTrue,
+			want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueNow, gen), ""), "", false},
+		{"a newer generation is written", isTrue, want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueMsg, gen+1), "d1"), "d1", false},
+		{"turning True after Publishing is written",
+			stored(false, cond(metav1.ConditionFalse, model.ReasonPublishing, "publishing weights worker-a=0, worker-b=1", gen)),
+			want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueMsg, gen), "d1"), "d1", false},
+		{"a changed claim journal (lastPositive weights) is written", isTrue,
+			func() model.Status {
+				w := want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueMsg, gen), "d1")
+				w.Journal.LastPositive = &v1beta1.TrafficMapPublisherLastPositive{TrafficMapGeneration: gen, ObservedISVCGeneration: 1}
+				return w
+			}(), "d1", false},
+		{"another gatewayRef is written", isTrue,
+			func() model.Status {
+				w := want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueMsg, gen), "d1")
+				w.GatewayRef = &v1beta1.TrafficMapGatewayRef{Kind: "HTTPRoute", Name: "chat"}
+				return w
+			}(), "d1", false},
+		{"a changed progress count is written",
+			stored(false, cond(metav1.ConditionFalse, model.ReasonPublishing, "xds version v2 ACKed by 1/3 clients", gen)),
+			func() model.Status {
+				w := want(false, cond(metav1.ConditionFalse, model.ReasonPublishing, "xds version v2 ACKed by 2/3 clients", gen), "")
+				w.Progress = true
+				return w
+			}(), "", false},
+		{"the same progress is not written again",
+			stored(false, cond(metav1.ConditionFalse, model.ReasonPublishing, "xds version v2 ACKed by 1/3 clients", gen)),
+			want(false, cond(metav1.ConditionFalse, model.ReasonPublishing, "xds version v2 ACKed by 1/3 clients", gen), ""), "", true},
+		{"a False condition is never kept on content",
+			stored(false, cond(metav1.ConditionFalse, model.ReasonXDSRejected, "nacked: a", gen)),
+			want(false, cond(metav1.ConditionFalse, model.ReasonXDSRejected, "nacked: b", gen), "d1"), "d1", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.same, same(tc.tm, tc.want, tc.known))
+		})
+	}
+}
+
+// After a start (a status writer that remembers nothing), a True condition whose message
+// differs only in consumer counts is kept when the pipeline proves it was confirmed for this
+// content (a Durable sink carries the plan), and written when nothing proves it.
+func TestReconcileKeepsTrueCountsAfterRestart(t *testing.T) {
+	for _, durable := range []bool{true, false} {
+		t.Run(map[bool]string{true: "durable sink carries the plan", false: "no proof"}[durable], func(t *testing.T) {
+			route := inPlace("route stored")
+			xds := &fakeSink{name: "xds", conf: model.Confirmation{State: model.InPlace, Message: "xds version v1 ACKed by 1/1 clients",
+				Progress: &model.Progress{Confirmed: 1, Total: 1}}}
+			f := newFixture(t, route, xds)
+			if durable {
+				f.rec.sinks[0] = durableSink{route}
+			}
+			_, err := f.run(t)
+			require.NoError(t, err)
+			require.Equal(t, 1, f.api.applies)
+			require.Equal(t, metav1.ConditionTrue, f.published().Status)
+
+			// The restart: a new status writer; the clients reconnect and are counted anew.
+			f.rec.status = newStatusWriter(f.api, f.events, nil)
+			f.rec.status.now = func() time.Time { return f.clock }
+			xds.conf.Message, xds.conf.Progress = "xds version v1 ACKed by 4/4 clients", &model.Progress{Confirmed: 4, Total: 4}
+			_, err = f.run(t)
+			require.NoError(t, err)
+			if durable {
+				assert.Equal(t, 1, f.api.applies, "the True condition is about this content: counts are no news")
+				assert.Contains(t, f.published().Message, "ACKed by 1/1 clients")
+			} else {
+				assert.Equal(t, 2, f.api.applies, "nothing proves the condition's content: written")
+				assert.Contains(t, f.published().Message, "ACKed by 4/4 clients")
+			}
+		})
+	}
+}
