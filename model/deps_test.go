@@ -1,10 +1,10 @@
 package model_test
 
 import (
+	"go/build"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -14,7 +14,7 @@ import (
 // The model is pure, and the operator commands never link the controller or the xDS
 // server: the dependency rules of the layout, checked with `go list -deps`.
 func TestDependencies(t *testing.T) {
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin := filepath.Join(build.Default.GOROOT, "bin", "go") // the toolchain running this test
 	deps := func(pkgs ...string) []string {
 		out, err := exec.Command(goBin, append([]string{"list", "-deps"}, pkgs...)...).Output()
 		require.NoError(t, err)
