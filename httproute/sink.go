@@ -18,20 +18,9 @@ import (
 // SinkName is the HTTPRoute sink's name in --sinks.
 const SinkName = "httproute"
 
-// Reasons of the Published condition this sink reports.
-const (
-	// ReasonConflict: a foreign object holds the route's or a Service's name.
-	ReasonConflict = model.ReasonRouteConflict
-	// ReasonRefused: the plan cannot be written as a route (for example too many entries).
-	ReasonRefused = model.ReasonRouteRefused
-	// ReasonNotAccepted: the parent Gateway did not accept the route.
-	ReasonNotAccepted = model.ReasonRouteNotAccepted
-	// ReasonLastPositiveRetained: every weight is 0 and the policy keeps the last positive
-	// weights on the route.
-	ReasonLastPositiveRetained = model.ReasonLastPositiveRetained
-	// ReasonWaiting: the route is stored and the gateway has not decided yet.
-	ReasonWaiting = model.ReasonPublishing
-)
+// The reasons of the Published condition this sink reports are model.Reason constants:
+// ReasonRouteConflict, ReasonRouteRefused, ReasonRouteNotAccepted, model.ReasonLastPositiveRetained
+// and, while the gateway has not decided, ReasonPublishing.
 
 // SinkConfig configures the Sink.
 type SinkConfig struct {
@@ -143,14 +132,14 @@ func (s *Sink) Carries(p *model.Plan) bool {
 }
 
 // Check implements model.Sink: a plan that cannot be built as a route (for example more
-// entries than MaxBackends) is Refused with ReasonRefused. A plan whose hostname
+// entries than MaxBackends) is Refused with model.ReasonRouteRefused. A plan whose hostname
 // is contested passes: Apply handles it without writing its content.
 func (s *Sink) Check(p *model.Plan) *model.Confirmation {
 	if _, ok := s.contested(p); ok {
 		return nil
 	}
 	if _, err := s.build(p); err != nil {
-		return &model.Confirmation{Sink: SinkName, State: model.Refused, Reason: ReasonRefused, Message: refusedMessage(p, err)}
+		return &model.Confirmation{Sink: SinkName, State: model.Refused, Reason: model.ReasonRouteRefused, Message: refusedMessage(p, err)}
 	}
 	return nil
 }
@@ -175,7 +164,7 @@ func (s *Sink) Apply(ctx context.Context, p *model.Plan, _ model.Standing) (mode
 	}
 	desired, err := s.build(p)
 	if err != nil {
-		c.State, c.Reason = model.Refused, ReasonRefused
+		c.State, c.Reason = model.Refused, model.ReasonRouteRefused
 		c.Message = refusedMessage(p, err)
 		return c, nil
 	}
@@ -186,7 +175,7 @@ func (s *Sink) Apply(ctx context.Context, p *model.Plan, _ model.Standing) (mode
 	route := ownedRoute(p, live)
 	if s.retains(p, route) {
 		kept, _ := RouteWeights(route)
-		c.State, c.Reason, c.GatewayRef = model.Refused, ReasonLastPositiveRetained, gatewayRef(route)
+		c.State, c.Reason, c.GatewayRef = model.Refused, model.ReasonLastPositiveRetained, gatewayRef(route)
 		c.Message = fmt.Sprintf("every effective weight is 0; --no-positive-policy RetainLastPositive keeps the last positive weights on route %s/%s (%s)",
 			route.Namespace, route.Name, describe(kept))
 		return c, nil
@@ -202,7 +191,7 @@ func (s *Sink) Apply(ctx context.Context, p *model.Plan, _ model.Standing) (mode
 	}
 	s.known.expectServices(p.Namespace, p.Name, synced.Services, synced.Pruned)
 	if errors.Is(err, ErrConflict) {
-		c.State, c.Reason, c.Message = model.Refused, ReasonConflict, err.Error()
+		c.State, c.Reason, c.Message = model.Refused, model.ReasonRouteConflict, err.Error()
 		return c, nil
 	}
 	if err != nil {
@@ -225,9 +214,9 @@ func (s *Sink) judge(c *model.Confirmation, route *gwapiv1.HTTPRoute) {
 	c.Message = acc.Message
 	switch acc.Verdict {
 	case Pending:
-		c.State, c.Reason = model.Pending, ReasonWaiting
+		c.State, c.Reason = model.Pending, model.ReasonPublishing
 	case Rejected:
-		c.State, c.Reason = model.Rejected, ReasonNotAccepted
+		c.State, c.Reason = model.Rejected, model.ReasonRouteNotAccepted
 	default:
 		c.State = model.InPlace
 	}

@@ -24,13 +24,9 @@ import (
 // SinkName is the sink's name in --sinks.
 const SinkName = "xds"
 
-// Reasons of the Published condition this sink reports.
-const (
-	// ReasonRejected: an xDS client NACKed a version carrying the map's content.
-	ReasonRejected = model.ReasonXDSRejected
-	// ReasonInvalid: the map's resources failed validation; its last good ones stay served.
-	ReasonInvalid = model.ReasonXDSInvalid
-)
+// The reasons of the Published condition this sink reports are model.Reason constants:
+// ReasonXDSRejected (a client NACKed the content) and ReasonXDSInvalid (the resources failed
+// validation; the last good ones stay served).
 
 // SinkConfig configures the sink.
 type SinkConfig struct {
@@ -289,7 +285,7 @@ func (s *Sink) Carries(p *model.Plan) bool {
 }
 
 // Check implements model.Sink: a plan whose resources fail validation on their own is
-// Refused with ReasonInvalid. The verdict is kept per map while its content is unchanged,
+// Refused with model.ReasonXDSInvalid. The verdict is kept per map while its content is unchanged,
 // so a plan checked again costs no translation.
 func (s *Sink) Check(p *model.Plan) *model.Confirmation {
 	svc := view(p)
@@ -307,7 +303,7 @@ func (s *Sink) Check(p *model.Plan) *model.Confirmation {
 	if c.err == nil {
 		return nil
 	}
-	return &model.Confirmation{Sink: SinkName, State: model.Refused, Reason: ReasonInvalid, Message: invalidMessage(key, c.err)}
+	return &model.Confirmation{Sink: SinkName, State: model.Refused, Reason: model.ReasonXDSInvalid, Message: invalidMessage(key, c.err)}
 }
 
 func invalidMessage(key string, err error) string {
@@ -333,7 +329,7 @@ func (s *Sink) Apply(_ context.Context, p *model.Plan, st model.Standing) (model
 	}
 	s.mu.Unlock()
 	if invalid != nil {
-		return model.Confirmation{Sink: SinkName, State: model.Refused, Reason: ReasonInvalid, Message: invalidMessage(key, invalid)}, nil
+		return model.Confirmation{Sink: SinkName, State: model.Refused, Reason: model.ReasonXDSInvalid, Message: invalidMessage(key, invalid)}, nil
 	}
 	clients, by := s.server.Tracker().Clients(), ServedBy(s.envoy, svc)
 	c := Confirm(clients, s.history, key, by, s.cfg.MinClients)
@@ -371,9 +367,9 @@ func (s *Sink) Apply(_ context.Context, p *model.Plan, st model.Standing) (model
 	}
 	switch {
 	case c.Nack != nil:
-		conf.State, conf.Reason = model.Rejected, ReasonRejected
+		conf.State, conf.Reason = model.Rejected, model.ReasonXDSRejected
 	case fleet.Nack != nil:
-		conf.State, conf.Reason, conf.Message = model.Rejected, ReasonRejected, fleet.Message
+		conf.State, conf.Reason, conf.Message = model.Rejected, model.ReasonXDSRejected, fleet.Message
 	case !fleet.Done:
 		conf.State = model.Pending
 	case !c.Done && s.cfg.RequireAck:

@@ -106,7 +106,7 @@ func TestCheck(t *testing.T) {
 	c := s.Check(&bad)
 	require.NotNil(t, c)
 	assert.Equal(t, model.Refused, c.State)
-	assert.Equal(t, ReasonInvalid, c.Reason)
+	assert.Equal(t, model.ReasonXDSInvalid, c.Reason)
 	assert.Contains(t, c.Message, "xds sink cannot serve trafficmap prod/chat")
 	assert.Equal(t, c, s.Check(&bad), "the verdict is kept while the content is unchanged")
 	assert.Nil(t, s.Check(plan), "a valid plan passes again")
