@@ -206,18 +206,12 @@ func runAction(ctx context.Context, action drain.Action, f actionFlags, position
 	if err != nil {
 		return 0, err
 	}
-	kc, err := loadKube(f.kube)
+	parent := ctx
+	kc, dyn, ctx, cancel, err := actionClients(ctx, f.kube)
 	if err != nil {
 		return 0, err
 	}
-
-	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, actionTimeout)
 	defer cancel()
-	dyn, err := dynamic.NewForConfig(kc.rest)
-	if err != nil {
-		return 0, drain.ErrContext
-	}
 	client := drain.Client{Dynamic: dyn, Action: action}
 	target, err := client.Get(ctx, kc.namespace, name)
 	if err != nil {
@@ -476,6 +470,22 @@ func confirm(ctx context.Context, stderr io.Writer, prompt string) error {
 	}
 	defer func() { _ = term.Restore(fd, state) }()
 	return drain.Confirm(ctx, stdin, stderr)
+}
+
+// actionClients resolves the kubeconfig selection and builds the dynamic client a drain,
+// undrain or taint writes with; ctx is bounded by actionTimeout until cancel. A client that
+// cannot be built is drain.ErrContext.
+func actionClients(ctx context.Context, k *genericclioptions.ConfigFlags) (kube, dynamic.Interface, context.Context, context.CancelFunc, error) {
+	kc, err := loadKube(k)
+	if err != nil {
+		return kube{}, nil, ctx, func() {}, err
+	}
+	dyn, err := dynamic.NewForConfig(kc.rest)
+	if err != nil {
+		return kube{}, nil, ctx, func() {}, drain.ErrContext
+	}
+	ctx, cancel := context.WithTimeout(ctx, actionTimeout)
+	return kc, dyn, ctx, cancel, nil
 }
 
 // kube is a resolved kubeconfig selection.

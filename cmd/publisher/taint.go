@@ -129,18 +129,12 @@ func runTaint(ctx context.Context, action drain.Action, f taintFlags, positional
 	if err != nil {
 		return 0, err
 	}
-	kc, err := loadKube(f.kube)
+	parent := ctx
+	kc, dyn, ctx, cancel, err := actionClients(ctx, f.kube)
 	if err != nil {
 		return 0, err
 	}
-
-	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, actionTimeout)
 	defer cancel()
-	dyn, err := dynamic.NewForConfig(kc.rest)
-	if err != nil {
-		return 0, drain.ErrContext
-	}
 	client := drain.ClusterClient{Dynamic: dyn, Action: action}
 	plan, moved, ramps, err := previewTaint(ctx, kc, client, req, f.ramp, stderr)
 	if err != nil {
