@@ -6,7 +6,8 @@
 // manager), and reads the parent Gateway's verdict from the route status (Config.Acceptance).
 //
 // Sink puts those together behind the model.Sink contract: it realizes a model.Plan, answers
-// with a typed model.Confirmation (reasons Reason*), and keeps per-map expectations so it
-// never judges from an informer cache older than its own last write. It imports neither the
-// controller nor its informers: the stored objects come through a Store.
+// with a typed model.Confirmation (reasons model.ReasonRoute*, model.ReasonLastPositiveRetained),
+// and keeps per-map expectations so it never judges from an informer cache older than its own
+// last write. It imports neither the controller nor its informers: the stored objects come
+// through a Store.
 package httproute

@@ -365,7 +365,7 @@ func planRamp(before report.Objects, readErr error, plan *drain.Plan, spec drain
 }
 
 // rampBounds is what a ramp of cluster starts from, ignoring ramps under way
-// (publish.Computed.Final): its effective weight before a change (the objects before) and
+// (model.Computed.Final): its effective weight before a change (the objects before) and
 // whether something still holds it after it (the objects after).
 func rampBounds(before, after report.Objects, cluster string) (from int32, stillHeld bool, err error) {
 	b, err := report.Effective(before)
@@ -392,7 +392,7 @@ func rampBounds(before, after report.Objects, cluster string) (from int32, still
 // guardDrain is the last-serving guard of a drain or undrain: from the map's objects as
 // read before the change (before, or readErr from mapObjects) it computes the service's
 // effective weights before and after the plan with the publisher's computation
-// (publish.Compute over every current drain, taint and toleration, as status reads them),
+// (model.Compute over every current drain, taint and toleration, as status reads them),
 // writes them, and returns the confirmation prompt. A drain that leaves the service with no
 // positive effective weight, or whose weights cannot be computed or read, is refused
 // (drain.ErrNoTraffic; a refused read: the permission error) unless allow is set; then the

@@ -461,7 +461,7 @@ func planTaint(ctx context.Context, c drain.ClusterClient, action drain.Action, 
 }
 
 // taintImpacts computes, for every TrafficMap in every namespace with an entry for the
-// plan's cluster, its effective weights before and after the plan (publish.Compute over
+// plan's cluster, its effective weights before and after the plan (model.Compute over
 // the map's current drains, taints and tolerations, the source's view replaced), and
 // returns those whose traffic moves, sorted by namespace and name, with the objects each
 // was computed from.

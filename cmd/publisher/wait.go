@@ -124,7 +124,7 @@ func waitOnce(ctx context.Context, r report.Reader, w waitTarget) (string, bool,
 // lastTransitionTime is set by the publisher's clock and is not compared with the flip's,
 // set by this machine's, so clock skew cannot hold the wait. Then the drain set in effect
 // has (drain) or lacks (undrain) the plan's drain, and report.Check finds the route's
-// weights equal to the effective weights publish.Compute gives. It returns the condition's
+// weights equal to the effective weights model.Compute gives. It returns the condition's
 // message when done, else what is missing.
 func published(tm *v1beta1.TrafficMap, st report.Status, plan *drain.Plan, flip drain.Flip) (string, bool) {
 	inEffect := false
