@@ -3,11 +3,12 @@
 // replica owns one Lease (its report), renewed like a leader-election Lease, whose
 // annotation lists the maps it has not seen confirmed (Published not True) and serves
 // content for, with what its clients did with them. The leader reads every replica's
-// report from an informer and counts a replica only while its report is renewed (Board),
-// so a dead replica stops counting once its report expires and nothing waits on it for
-// longer. A replica that cannot renew its report fences itself before it could expire
-// (Writer.Fence): it closes its xDS connections and refuses streams, so its clients move
-// to replicas that count, and it serves again once a renewal lands.
+// report from an informer and counts a replica only while its report is renewed (lease.Board
+// in publish/lease), so a dead replica stops counting once its report expires and nothing
+// waits on it for longer. A replica that cannot renew its report fences itself before it
+// could expire (lease.Writer's Fence): it closes its xDS connections and refuses streams, so
+// its clients move to replicas that count, and it serves again once a renewal lands. This
+// package is the report format and its judgement, pure; publish/lease exchanges the Leases.
 //
 // The report does not grow with the number of maps in steady state: a map enters it while
 // its Published condition is not True, and leaves once it is. Content versions are
