@@ -30,7 +30,7 @@ import (
 //	                    plan to every enabled sink, with the map's model.Standing; each
 //	                    answers with a typed confirmation. record (recorded.go): with the
 //	                    HTTPRoute sink off, the last valid drains, taints and tolerations
-//	decide (decide.go)  the Published condition from the confirmations; pure
+//	decide (model)      the Published condition from the confirmations (model.Decide); pure
 //	status (status.go)  the status, only when it differs, with the claim journal pruned of
 //	                    names the map no longer claims (the sinks no longer serve them)
 //

@@ -1,3 +1,10 @@
+// Package lease exchanges the replicas' xDS reports (package model/replicas) through
+// Kubernetes Leases: each replica's Writer renews one Lease whose annotation is its report,
+// and fences the replica's xDS server (closes its connections, refuses streams) when it
+// cannot renew within FenceAfter of the lease duration, so the leader never counts clients
+// of a replica whose report may have expired. The leader's Board reads every replica's
+// report from an informer on the Leases of one election and hands the live ones (Peers) to
+// the xDS sink's judgement.
 package lease
 
 import (
