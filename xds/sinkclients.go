@@ -54,5 +54,31 @@ func (w *clientWatch) changed() {
 		waiting = append(waiting, key)
 	}
 	s.mu.Unlock()
-	s.news.add(waiting...)
+	s.news.add(w.decided(tracker.Clients(), waiting)...)
+}
+
+// decided are the waiting maps an ACK or NACK may have decided: every relevant client has
+// ACKed the map's given content, or one NACKed it, or the sink cannot tell on its own (no
+// content given, or the other replicas' reports count too). An ACK after which the map
+// still waits for other clients changes nothing the pipeline decides, so it reconciles
+// nothing (the pipeline's own hold refreshes a waiting map's counts); the map's last ACK
+// does. A rebuild tells the maps it served (their history is recorded first), so an ACK
+// judged before its version was recorded is judged again then.
+func (w *clientWatch) decided(clients []ClientState, waiting []string) []string {
+	s := w.s
+	if s.cfg.Peers != nil {
+		return waiting
+	}
+	out := waiting[:0]
+	for _, key := range waiting {
+		svc, ok := s.wants.get(key)
+		if !ok {
+			out = append(out, key)
+			continue
+		}
+		if c := Confirm(clients, s.history, key, ServedBy(s.envoy, svc), s.cfg.MinClients); c.Done || c.Nack != nil {
+			out = append(out, key)
+		}
+	}
+	return out
 }

@@ -208,6 +208,21 @@ func (b *bench) memory(ctx context.Context) error {
 	return nil
 }
 
+// reconciles is the publisher's trafficmap_publisher_reconciles_total, summed over its labels.
+func (b *bench) reconciles() (float64, error) {
+	m, err := b.pub.metrics()
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	for name, v := range m {
+		if name == "trafficmap_publisher_reconciles_total" || strings.HasPrefix(name, "trafficmap_publisher_reconciles_total{") {
+			n += v
+		}
+	}
+	return n, nil
+}
+
 // drainLatency is P1 and P5.
 func (b *bench) drainLatency(ctx context.Context) error {
 	n := min(b.o.drains, b.o.maps)
@@ -219,6 +234,10 @@ func (b *bench) drainLatency(ctx context.Context) error {
 	relevant := 0                          // clients relevant to a drain, summed over the drains
 	logf("P1: %d drains, each next to a floor probe", n)
 	cpu0, err := b.pub.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	rec0, err := b.reconciles()
 	if err != nil {
 		return err
 	}
@@ -333,6 +352,9 @@ func (b *bench) drainLatency(ctx context.Context) error {
 		fmt.Sprintf("p99 <= (a) p99 + %s = %s", dur(bSlack), dur(pa.p99+bSlack)), pb.p99 <= pa.p99+bSlack)
 	b.report.add("P1 (b) breakdown: first client's ACK (p50 / p95 / p99)", pct(firstAck).String(), "", true)
 	b.report.add("P1 publisher CPU per drain (its CPU time over the drains, floor probes included; less load-dependent than the latencies)", fmt.Sprintf("%.1f ms", (cpu1-cpu0)*1000/float64(n)), "", true)
+	if rec1, err := b.reconciles(); err == nil {
+		b.report.add("P1 reconciles per drain (trafficmap_publisher_reconciles_total over the drains)", fmt.Sprintf("%.2f", (rec1-rec0)/float64(n)), "", true)
+	}
 	for _, l := range slices.Sorted(maps.Keys(lastBy)) {
 		b.report.add(fmt.Sprintf("P1 (b) breakdown: last %s client's ACK (p50 / p95 / p99; %d drains)", l, len(lastBy[l])), pct(lastBy[l]).String(), "", true)
 	}

@@ -1,0 +1,114 @@
+package xds
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/trafficmap/publisher/model"
+	"github.com/trafficmap/publisher/xds/xdstest"
+)
+
+// An ACK after which a waiting map still waits for another relevant client decides
+// nothing, so it tells the pipeline nothing; the map's last ACK does (one reconcile per
+// decision, not one per client's ACK).
+func TestOnlyDecidingACKsTellThePipeline(t *testing.T) {
+	endpoints := []string{"https://chat.a.example.com", "https://chat.b.example.com"}
+	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	s.Serve(chatPlan(t, endpoints, false))
+	ctx, cancel := context.WithCancel(context.Background())
+	wait, err := s.Start(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { cancel(); wait() })
+
+	type envoy struct {
+		node *corev3.Node
+		ads  discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+		recv <-chan *discoveryv3.DiscoveryResponse
+	}
+	next := func(e *envoy, typ string) *discoveryv3.DiscoveryResponse {
+		t.Helper()
+		resp, ok := xdstest.Next(e.recv, 20*time.Second)
+		require.True(t, ok, "%s: a response for %s", e.node.GetId(), typ)
+		require.Equal(t, typ, resp.GetTypeUrl())
+		return resp
+	}
+	ack := func(e *envoy, resp *discoveryv3.DiscoveryResponse, names ...string) {
+		t.Helper()
+		require.NoError(t, e.ads.Send(&discoveryv3.DiscoveryRequest{Node: e.node, TypeUrl: resp.GetTypeUrl(),
+			VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce(), ResourceNames: names}))
+	}
+	route := DefaultEnvoyOptions.RouteConfigName
+	connect := func(id string) *envoy {
+		t.Helper()
+		conn, err := grpc.NewClient(s.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+		ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+		require.NoError(t, err)
+		e := &envoy{node: &corev3.Node{Id: id, UserAgentName: "envoy"}, ads: ads, recv: xdstest.Stream(ads.Recv)}
+		for _, typ := range []string{resource.ClusterType, resource.ListenerType, resource.RouteType} {
+			var names []string
+			if typ == resource.RouteType {
+				names = []string{route}
+			}
+			require.NoError(t, ads.Send(&discoveryv3.DiscoveryRequest{Node: e.node, TypeUrl: typ, ResourceNames: names}))
+			ack(e, next(e, typ), names...)
+		}
+		return e
+	}
+	e1, e2 := connect("envoy-1"), connect("envoy-2")
+
+	drained := chatPlan(t, endpoints, true)
+	judge := func() model.Confirmation {
+		t.Helper()
+		c, err := s.Apply(ctx, drained, model.Standing{})
+		require.NoError(t, err)
+		return c
+	}
+	assert.Equal(t, model.Pending, judge().State, "the drain waits for both Envoys")
+	r1, r2 := next(e1, resource.RouteType), next(e2, resource.RouteType) // the drain's route configuration
+	key := drained.Key().String()
+	told := func() bool {
+		select {
+		case <-s.Updates():
+		default:
+		}
+		return slices.ContainsFunc(s.Updated(), func(k types.NamespacedName) bool { return k.String() == key })
+	}
+	require.Eventually(t, told, 20*time.Second, time.Millisecond, "the rebuild that served the drain tells the pipeline")
+	acked := func(id, version string) bool {
+		for _, c := range s.server.Tracker().Clients() {
+			if c.NodeID == id && c.Acked[resource.RouteType] == version {
+				return true
+			}
+		}
+		return false
+	}
+
+	ack(e1, r1, route)
+	require.Eventually(t, func() bool { return acked("envoy-1", r1.GetVersionInfo()) }, 20*time.Second, time.Millisecond)
+	assert.Empty(t, s.watch.decided(s.server.Tracker().Clients(), []string{key}), "envoy-2 has not ACKed: nothing is decided")
+	c := judge()
+	assert.Equal(t, model.Pending, c.State, c.Message)
+	assert.Equal(t, 1, c.Progress.Confirmed)
+
+	told() // nothing left from before the last ACK
+	ack(e2, r2, route)
+	require.Eventually(t, func() bool { return acked("envoy-2", r2.GetVersionInfo()) }, 20*time.Second, time.Millisecond)
+	assert.Equal(t, []string{key}, s.watch.decided(s.server.Tracker().Clients(), []string{key}), "the last ACK decides the map")
+	require.Eventually(t, told, 20*time.Second, time.Millisecond, "the pipeline is told once the last relevant client ACKed")
+	assert.Equal(t, model.InPlace, judge().State)
+}
