@@ -82,3 +82,36 @@ func (w *clientWatch) decided(clients []ClientState, waiting []string) []string 
 	}
 	return out
 }
+
+// worthTelling are the maps among keys, whose served content a rebuild just changed, that
+// the pipeline must reconcile now: a map still waiting for its clients (pending, valid, and
+// served as it was given) is left to the ACK that decides it (decided), since a reconcile
+// before that would find it waiting again; every other map is told at once.
+func (w *clientWatch) worthTelling(keys []string) []string {
+	s := w.s
+	if s.cfg.Peers != nil || len(keys) == 0 {
+		return keys
+	}
+	type candidate struct{ key, digest string }
+	var out []string
+	var waiting []candidate
+	s.mu.Lock()
+	for _, key := range keys {
+		svc, served := s.served[key]
+		if s.pending[key] && served && s.invalid[key] == nil {
+			waiting = append(waiting, candidate{key, svc.Digest()})
+		} else {
+			out = append(out, key)
+		}
+	}
+	s.mu.Unlock()
+	var undecided []string
+	for _, c := range waiting {
+		if want, ok := s.wants.get(c.key); ok && want.Digest() == c.digest {
+			undecided = append(undecided, c.key)
+		} else {
+			out = append(out, c.key)
+		}
+	}
+	return append(out, w.decided(s.server.Tracker().Clients(), undecided)...)
+}

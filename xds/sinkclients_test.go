@@ -21,8 +21,9 @@ import (
 )
 
 // An ACK after which a waiting map still waits for another relevant client decides
-// nothing, so it tells the pipeline nothing; the map's last ACK does (one reconcile per
-// decision, not one per client's ACK).
+// nothing, so it tells the pipeline nothing, and neither does the rebuild that served the
+// map's new content before any client ACKed it; the map's last ACK does (one reconcile per
+// decision, not one per client's ACK or per snapshot).
 func TestOnlyDecidingACKsTellThePipeline(t *testing.T) {
 	endpoints := []string{"https://chat.a.example.com", "https://chat.b.example.com"}
 	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true}, zaptest.NewLogger(t))
@@ -88,7 +89,8 @@ func TestOnlyDecidingACKsTellThePipeline(t *testing.T) {
 		}
 		return slices.ContainsFunc(s.Updated(), func(k types.NamespacedName) bool { return k.String() == key })
 	}
-	require.Eventually(t, told, 20*time.Second, time.Millisecond, "the rebuild that served the drain tells the pipeline")
+	require.Eventually(t, func() bool { return s.Carries(drained) }, 20*time.Second, time.Millisecond, "the drain is served")
+	assert.Empty(t, s.watch.worthTelling([]string{key}), "served, no client ACKed yet: the rebuild tells nothing")
 	acked := func(id, version string) bool {
 		for _, c := range s.server.Tracker().Clients() {
 			if c.NodeID == id && c.Acked[resource.RouteType] == version {

@@ -115,7 +115,7 @@ func (r *rebuilder) rebuild(ctx context.Context) (err error) {
 		r.lastServed = time.Now()
 	}
 	r.commit(sc.keys, next, nextInvalid, sc.build)
-	r.s.news.add(tell...)
+	r.s.news.add(r.s.watch.worthTelling(tell)...)
 	return nil
 }
 
