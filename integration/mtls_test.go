@@ -239,7 +239,11 @@ func TestXDSChartDefaultMutualTLS(t *testing.T) {
 			assert.NotEmpty(c, cl.Subscribed[resource.ListenerType].SortedNames())
 		}
 	}, waitTimeout, tick)
-	b.waitPublishedWith("ACKed by 1/1 clients")
+	// b's True condition was about the same content before the client joined, and a True
+	// condition keeps the counts of the moment it turned True (no status write per client
+	// that comes and goes): new weights show that the client counts, deterministically.
+	b.drain(`{"maintenance-a":{"cluster":"worker-a","reason":"planned maintenance"}}`)
+	b.waitPublishedWith("ACKed by 1/1 clients; weights worker-a=0 (drained by maintenance-a), worker-b=1")
 	a.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "waiting for xds clients: 0/1 ACKed a version with these weights")
 
 	// The debug endpoints are on the debug address only.
