@@ -16,7 +16,7 @@ test: lint
 	KUBEBUILDER_ASSETS="$$assets" $(GO) test -race ./... -count=1 && \
 	for m in $(TEST_MODULES); do \
 		$(GO) -C "$$m" vet ./... && \
-		KUBEBUILDER_ASSETS="$$assets" $(GO) -C "$$m" test -race ./... -count=1 || exit 1; \
+		KUBEBUILDER_ASSETS="$$assets" $(GO) -C "$$m" test -race -timeout 30m ./... -count=1 || exit 1; \
 	done
 
 ## lint: staticcheck, pinned in the tools module hack/tools/go.mod and run with go tool (so a
