@@ -70,8 +70,8 @@ func omeSelector(src Source) string {
 // finishAdoption ends the adoption of a route OME's publisher wrote for src's map, after the
 // route (res.Route, as stored) was applied with the publisher's content: it deletes OME's
 // backend Services for the map that the route no longer refers to, then removes OME's
-// ownership labels from the route (a merge patch at the route's resourceVersion: server-side
-// apply cannot remove labels another manager set). res counts the writes and holds the
+// ownership labels from the route (a merge patch at the route's UID: server-side apply
+// cannot remove labels another manager set). res counts the writes and holds the
 // route as stored after.
 func (w *Writer) finishAdoption(ctx context.Context, src Source, res *SyncResult) error {
 	route := res.Route
@@ -95,7 +95,9 @@ func (w *Writer) finishAdoption(ctx context.Context, src Source, res *SyncResult
 		}
 		res.Writes++
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": route.ResourceVersion,
+	// The route's UID is the precondition, not its resourceVersion: removing the labels is
+	// right whatever else changed since (the gateway writing its status, for one).
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": route.UID,
 		"labels": map[string]any{LabelOMEManagedBy: nil, LabelOMESourceName: nil, LabelOMESourceNS: nil}}})
 	if err != nil {
 		return fmt.Errorf("encode label removal: %w", err)
