@@ -52,7 +52,7 @@ var cases = map[string][]string{
 	"standalone": {"--set", "publisher.gateway=prod/global"},
 	"standalone-namespaced": {"--set", "publisher.gateway=global", "--set", "publisher.namespaces={prod,staging}",
 		"--set", "publisher.hostnameEntitlements[0].domain=example.com", "--set", "publisher.hostnameEntitlements[0].namespaces={prod,staging}",
-		"--set", "publisher.publisherName=edge",
+		"--set", "publisher.publisherName=edge", "--set", "publisher.takeOverFrom=gatewayapi",
 		"--set", "xds.tls.secretName=publisher-xds-tls", "--set", "xds.tls.clientCA=true",
 		"--set", "podDisruptionBudget.enabled=true", "--set", "serviceMonitor.enabled=true", "--set", "replicas=2",
 		"--set", "leaderElection.enabled=true"},

@@ -38,11 +38,27 @@ type Writer struct {
 	kube         kubernetes.Interface
 	gateway      gwclient.Interface
 	fieldManager string
+	// adoptOME: a route at a needed name that OME's publisher wrote for the map is adopted
+	// (AdoptionOf, AdoptOME) instead of refused.
+	adoptOME bool
 }
 
 // NewWriter returns a Writer that applies with the given clients as fieldManager.
 func NewWriter(kube kubernetes.Interface, gateway gwclient.Interface, fieldManager string) *Writer {
 	return &Writer{kube: kube, gateway: gateway, fieldManager: fieldManager}
+}
+
+// AdoptingFromOME returns a copy of w that adopts what OME's built-in publisher wrote for a
+// map (AdoptOME): its route at the map's route name is updated in place into the
+// publisher's (the publisher's content and labels, OME's ownership labels removed; never
+// deleted and created again), and OME's backend Services for the map are deleted once the
+// stored route no longer refers to them. The publisher runs it only once a map was handed
+// over from OME's publisher (--take-over-from gatewayapi), which by OME's rules then no
+// longer writes the map.
+func (w *Writer) AdoptingFromOME() *Writer {
+	c := *w
+	c.adoptOME = true
+	return &c
 }
 
 // SyncResult reports what Sync stored.
@@ -80,8 +96,11 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 	if err != nil {
 		return res, fmt.Errorf("read httproute: %w", err)
 	}
-	if current != nil && !Owned(current.Labels, src) {
-		return res, conflict("httproute", current.Namespace, current.Name)
+	adoption := AdoptOwned
+	if current != nil {
+		if adoption = AdoptionOf(current.Labels, src, w.adoptOME); adoption == AdoptNone {
+			return res, conflict("httproute", current.Namespace, current.Name)
+		}
 	}
 	owned, err := store.Services(src)
 	if err != nil {
@@ -115,12 +134,20 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 	}
 
 	res.Route = current
-	if current == nil || !Matches(desired.Route, current) {
+	if current == nil || !Matches(desired.Route, current) || adoption == AdoptOME {
 		applied, err := w.applyRoute(ctx, src, desired.Route, current)
 		if err != nil {
 			return res, err
 		}
 		res.Route, res.Writes, res.RouteWritten = applied, res.Writes+1, true
+	}
+	if w.adoptOME && OMEOwned(res.Route.Labels, src) {
+		// The route is the publisher's now and refers to its Services only: OME's go,
+		// then OME's labels leave the route (they mark the adoption as unfinished until
+		// then, so a failed step is done again by the next Sync).
+		if err := w.finishAdoption(ctx, src, &res); err != nil {
+			return res, err
+		}
 	}
 
 	for _, stale := range sortedServices(byName) {
@@ -208,7 +235,7 @@ func (w *Writer) applyRoute(ctx context.Context, src Source, want, current *gwap
 			return applied, nil
 		}
 		live, err := client.Get(ctx, want.Name, metav1.GetOptions{})
-		if err := claimable(src, "httproute", want.Namespace, want.Name, live, err); err != nil {
+		if err := claimable(src, "httproute", want.Namespace, want.Name, live, err, w.adoptOME); err != nil {
 			return nil, err
 		}
 		if live != nil {
@@ -242,7 +269,7 @@ func (w *Writer) syncService(ctx context.Context, src Source, want, current *cor
 			return applied, nil
 		}
 		live, err := client.Get(ctx, want.Name, metav1.GetOptions{})
-		if err := claimable(src, "service", want.Namespace, want.Name, live, err); err != nil {
+		if err := claimable(src, "service", want.Namespace, want.Name, live, err, false); err != nil {
 			return nil, err
 		}
 		if live != nil {
@@ -270,15 +297,16 @@ func (w *Writer) deleteService(ctx context.Context, svc *corev1.Service) error {
 
 // claimable reports whether the publisher may apply at namespace/name for src, given what a
 // read of that name returned: yes when nothing is there or the object there is src's (the
-// cache was behind), ErrConflict when it belongs to someone else.
-func claimable[T metav1.Object](src Source, kind, namespace, name string, live T, err error) error {
+// cache was behind) or, with fromOME, OME's for src's map (AdoptionOf), ErrConflict when it
+// belongs to someone else.
+func claimable[T metav1.Object](src Source, kind, namespace, name string, live T, err error, fromOME bool) error {
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("read %s %s/%s: %w", kind, namespace, name, err)
 	}
-	if !Owned(live.GetLabels(), src) {
+	if AdoptionOf(live.GetLabels(), src, fromOME) == AdoptNone {
 		return conflict(kind, namespace, name)
 	}
 	return nil

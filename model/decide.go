@@ -46,6 +46,9 @@ type Status struct {
 	// Journal is the claim journal to write (status.publisher); nil keeps the map's as it
 	// is.
 	Journal *v1beta1.TrafficMapPublisherStatus
+	// Held marks the status of a map another publisher holds (HeldStatus): the write
+	// carries only the condition and status.published, none of the holder's fields.
+	Held bool
 }
 
 func condition(tm *v1beta1.TrafficMap, status metav1.ConditionStatus, reason Reason, message string) metav1.Condition {

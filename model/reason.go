@@ -52,6 +52,11 @@ const (
 	// ReasonXDSInvalid (xDS sink): the map's resources failed validation; its last good
 	// ones stay served.
 	ReasonXDSInvalid Reason = "XDSInvalid"
+	// ReasonPublisherChanged: the map's claim journal names another publisher that holds
+	// it (HolderOf); this publisher writes nothing for it (the condition only while the
+	// holder is silent, HolderSilent) unless run with --take-over-from that name. It is
+	// also the reason of the Warning Event that a holder change records.
+	ReasonPublisherChanged Reason = "PublisherChanged"
 )
 
 // Reasons of the Normal Events that mark a ramp's first step and its end (the Published
@@ -66,7 +71,7 @@ func Reasons() []Reason {
 	return []Reason{ReasonPublished, ReasonPublishing, ReasonInvalidTrafficMap, ReasonInvalidDrainAnnotation,
 		ReasonInvalidTaints, ReasonInvalidTolerations, ReasonInvalidRamp, ReasonRamping, ReasonSourceNotFound,
 		ReasonHostnameConflict, ReasonHostnameNotEntitled, ReasonRouteConflict, ReasonRouteRefused,
-		ReasonRouteNotAccepted, ReasonLastPositiveRetained, ReasonXDSRejected, ReasonXDSInvalid}
+		ReasonRouteNotAccepted, ReasonLastPositiveRetained, ReasonXDSRejected, ReasonXDSInvalid, ReasonPublisherChanged}
 }
 
 // Normal reports whether a condition with this reason is news of progress (a Normal

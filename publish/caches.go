@@ -74,11 +74,14 @@ type caches struct {
 	// which namespace may claim which hostname (model.ClaimPolicy).
 	publisher string
 	policy    model.ClaimPolicy
+	// adoptOME: the map's route written by OME's publisher is the map's own
+	// (httproute.AdoptOME; Config.TakeOverFrom "gatewayapi").
+	adoptOME bool
 }
 
 func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 	cs := &caches{scopes: cfg.Namespaces, route: route, meta: c.meta, fieldManager: cfg.FieldManager,
-		publisher: cfg.publisherName(), policy: cfg.claimPolicy(),
+		publisher: cfg.publisherName(), policy: cfg.claimPolicy(), adoptOME: cfg.adoptsFromOME(),
 		scoped:  !cfg.sinkOn(SinkXDS) && route.Gateway.Namespace == "",
 		sources: &clusterSources{live: &liveTaints{dyn: c.dyn}, discover: make(chan struct{}, 1)}}
 	cs.owners = claimView{cs}

@@ -112,10 +112,24 @@ type Config struct {
 	// PublisherName is status.publisher.publisherName of the claim journals this publisher
 	// writes and honours; default the FieldManager.
 	PublisherName string
+	// TakeOverFrom is the publisherName of another publisher whose maps this one takes
+	// over (--take-over-from): a map whose claim journal names it is handed over (this
+	// publisher's journal replaces it) and published as its own. With "gatewayapi" (OME's
+	// built-in publisher) the HTTPRoute sink also adopts the route OME wrote for the map
+	// and removes OME's backend Services once the route no longer refers to them. A map
+	// another publisher holds is otherwise left to it (Published False, PublisherChanged,
+	// while that publisher is silent).
+	TakeOverFrom string
 	// HostnameEntitlements is the optional entitlement policy (model.ClaimPolicy): each rule gives
 	// a domain to a list of namespaces. None: any namespace may claim any name that is not
 	// another namespace's gRPC-form name.
 	HostnameEntitlements []model.Entitlement
+}
+
+// adoptsFromOME reports whether the HTTPRoute sink adopts what OME's publisher wrote
+// (--take-over-from gatewayapi).
+func (c Config) adoptsFromOME() bool {
+	return c.TakeOverFrom == model.OMEPublisherName && c.sinkOn(SinkHTTPRoute)
 }
 
 // publisherName is PublisherName or its default.
@@ -221,9 +235,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%w: --gateway-section %q: %s", ErrInvalidConfig, c.GatewaySection, msgs[0]))
 		}
 	}
-	if n := len(c.PublisherName); n > 128 {
-		errs = append(errs, fmt.Errorf("%w: --publisher-name is %d bytes: at most 128 (status.publisher.publisherName)", ErrInvalidConfig, n))
-	}
+	errs = append(errs, c.validateNames()...)
 	for _, e := range c.HostnameEntitlements {
 		if _, err := model.ParseEntitlement(e.String()); err != nil {
 			errs = append(errs, fmt.Errorf("%w: --hostname-entitlement: %w", ErrInvalidConfig, err))
@@ -262,6 +274,21 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateNames checks --publisher-name and --take-over-from.
+func (c Config) validateNames() []error {
+	var errs []error
+	if n := len(c.PublisherName); n > 128 {
+		errs = append(errs, fmt.Errorf("%w: --publisher-name is %d bytes: at most 128 (status.publisher.publisherName)", ErrInvalidConfig, n))
+	}
+	if n := len(c.TakeOverFrom); n > 128 {
+		errs = append(errs, fmt.Errorf("%w: --take-over-from is %d bytes: at most 128 (status.publisher.publisherName)", ErrInvalidConfig, n))
+	}
+	if c.TakeOverFrom != "" && c.TakeOverFrom == c.publisherName() {
+		errs = append(errs, fmt.Errorf("%w: --take-over-from %q is this publisher's own name (--publisher-name): name the publisher to take maps over from", ErrInvalidConfig, c.TakeOverFrom))
+	}
+	return errs
 }
 
 func (c Config) hostTemplate() (*template.Template, error) {

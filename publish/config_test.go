@@ -27,6 +27,9 @@ func TestConfigValidate(t *testing.T) {
 		{"bad policy", func(c *Config) { c.NoPositivePolicy = "Keep" }, []string{`--no-positive-policy "Keep": must be ApplyCurrent or RetainLastPositive`}},
 		{"bad template", func(c *Config) { c.HostTemplate = "{{.Service" }, []string{"--host-template"}},
 		{"bad namespace", func(c *Config) { c.Namespaces = []string{"Prod"} }, []string{`--namespace "Prod"`}},
+		{"take over from another publisher", func(c *Config) { c.TakeOverFrom = "gatewayapi" }, nil},
+		{"take over from itself", func(c *Config) { c.TakeOverFrom = DefaultFieldManager }, []string{`--take-over-from "trafficmap-publisher" is this publisher's own name`}},
+		{"take over from its own --publisher-name", func(c *Config) { c.PublisherName, c.TakeOverFrom = "edge", "edge" }, []string{`--take-over-from "edge"`}},
 		{"all problems at once", func(c *Config) { c.Gateway = types.NamespacedName{}; c.NoPositivePolicy = "x" },
 			[]string{"--gateway is required", "--no-positive-policy"}},
 	}

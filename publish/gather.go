@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/model"
@@ -13,7 +16,9 @@ import (
 // the plain struct the pure plan step (model.PlanMap) reads.
 
 // gather reads the map's inputs from the caches. A foreign route at the map's route name
-// is not trusted: it records nothing and has no creation time. With the HTTPRoute sink off,
+// is not trusted: it records nothing and has no creation time; but a route OME's publisher
+// wrote for the map, while the publisher adopts from OME (httproute.AdoptOME), is the map's
+// route: its creation time counts and it is no foreign claim on the map's hostname. With the HTTPRoute sink off,
 // Inputs.Recorded is the map's owned record ConfigMap (empty when there is none). A missing
 // or replaced InferenceService is a *model.UserError (ReasonSourceNotFound); any other
 // error is transient. The hostname is derived by the plan step's caller (planMap).
@@ -37,7 +42,8 @@ func (c *caches) gather(tm *v1beta1.TrafficMap) (model.Gathered, error) {
 	if err != nil {
 		return model.Gathered{}, err
 	}
-	if route != nil && !httproute.Owned(route.Labels, src) {
+	adopted := route != nil && httproute.AdoptionOf(route.Labels, src, c.adoptOME) == httproute.AdoptOME
+	if route != nil && !httproute.Owned(route.Labels, src) && !adopted {
 		route = nil
 	}
 	in := model.Inputs{TrafficMap: tm, SourceAnnotations: isvc.Annotations, Recorded: httproute.Recorded(route)}
@@ -61,8 +67,17 @@ func (c *caches) gather(tm *v1beta1.TrafficMap) (model.Gathered, error) {
 		Inputs:       in,
 		RouteCreated: routeCreated(route),
 		Claims:       c.owners.claims(self),
-		Foreign:      c.owners.foreignClaims(tm.Namespace, self.Names),
+		Foreign:      c.owners.foreignClaims(tm.Namespace, self.Names, adoptedRoute(route, adopted)),
 		Publisher:    c.publisher,
 		Policy:       c.policy,
 	}, nil
+}
+
+// adoptedRoute is route's key when adopted, nil otherwise.
+func adoptedRoute(route *gwapiv1.HTTPRoute, adopted bool) *types.NamespacedName {
+	if !adopted {
+		return nil
+	}
+	key := model.KeyOf(route)
+	return &key
 }

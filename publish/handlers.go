@@ -123,9 +123,10 @@ func (p *router) onTrafficMap(pr priority, old, obj any) {
 		prev.Status.SourceUID == tm.Status.SourceUID &&
 		maps.Equal(prev.Labels, tm.Labels) && maps.Equal(prev.Annotations, tm.Annotations) &&
 		prev.DeletionTimestamp.Equal(tm.DeletionTimestamp) {
-		if pj, tj := model.JournaledNames(prev, ""), model.JournaledNames(tm, ""); !slices.Equal(pj, tj) {
+		if pj, tj := model.JournaledNames(prev, ""), model.JournaledNames(tm, ""); !slices.Equal(pj, tj) || journalName(prev) != journalName(tm) {
 			// The claim journal moved: the map's newly granted names may be served now (every
-			// replica plans from the cache) and a name it dropped may go to a contender.
+			// replica plans from the cache) and a name it dropped may go to a contender; or
+			// another publisher holds the map now (model.HolderOf).
 			p.enqueue(pr, tm.Namespace, tm.Name)
 			p.enqueueContenders(pr, append(pj, tj...)...)
 		}
@@ -226,4 +227,12 @@ func (p *router) enqueueIndexed(pr priority, index, namespace, value string) {
 	for _, tm := range p.caches.mapsIndexed(index, namespace, value) {
 		p.enqueue(pr, tm.Namespace, tm.Name)
 	}
+}
+
+// journalName is the publisherName of tm's claim journal, "" for none.
+func journalName(tm *v1beta1.TrafficMap) string {
+	if tm.Status.Publisher == nil {
+		return ""
+	}
+	return tm.Status.Publisher.PublisherName
 }

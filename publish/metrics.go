@@ -19,6 +19,7 @@ type metrics struct {
 	latency     prometheus.Histogram
 	sinkLatency *prometheus.HistogramVec
 	rampSteps   *prometheus.CounterVec
+	holders     *prometheus.CounterVec
 
 	mu    sync.Mutex
 	since map[cache.ObjectName]time.Time // when a map's current inputs were first seen unpublished
@@ -44,10 +45,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, []string{"sink"}),
 		rampSteps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_ramp_steps_total",
 			Help: "Ramp steps taken (the step before was in place on every sink), by direction: down (gradual drain) or up (gradual undrain)."}, []string{"direction"}),
+		holders: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_holder_changes_total",
+			Help: "Maps found held by another publisher (their claim journal names it, with claims or a last positive plan), counted once per change of holder, by the holder's publisherName."}, []string{"holder"}),
 		since: map[cache.ObjectName]time.Time{},
 		sinks: map[cache.ObjectName]map[string]bool{},
 	}
-	reg.MustRegister(m.reconciles, m.conditions, m.routeWrites, m.latency, m.sinkLatency, m.rampSteps)
+	reg.MustRegister(m.reconciles, m.conditions, m.routeWrites, m.latency, m.sinkLatency, m.rampSteps, m.holders)
 	for _, d := range []weights.RampDirection{weights.RampDown, weights.RampUp} {
 		m.rampSteps.WithLabelValues(string(d)) // exported at 0 before the first ramp
 	}
@@ -97,6 +100,13 @@ func (m *metrics) reconciled(err error) {
 func (m *metrics) rampStep(direction string) {
 	if m != nil {
 		m.rampSteps.WithLabelValues(direction).Inc()
+	}
+}
+
+// heldBy counts a map found held by the publisher holder (once per change of holder).
+func (m *metrics) heldBy(holder string) {
+	if m != nil {
+		m.holders.WithLabelValues(holder).Inc()
 	}
 }
 

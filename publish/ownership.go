@@ -176,8 +176,9 @@ func (c claimView) claims(self model.Claim) []model.Claim {
 }
 
 // foreignClaims returns the claims of the foreign routes that contend with a route of a map
-// in namespace and overlap one of names.
-func (c claimView) foreignClaims(namespace string, names []string) []model.Claim {
+// in namespace and overlap one of names, but for adopted (nil: none), the map's own route
+// that the publisher adopts from OME's publisher.
+func (c claimView) foreignClaims(namespace string, names []string, adopted *types.NamespacedName) []model.Claim {
 	if len(c.routes) == 0 {
 		return nil
 	}
@@ -186,7 +187,7 @@ func (c claimView) foreignClaims(namespace string, names []string) []model.Claim
 	for _, n := range model.UniqueNames(names) {
 		for _, o := range byIndex(c.routes, indexByHostname, hostLookupKeys(n)) {
 			route, ok := o.(*gwapiv1.HTTPRoute)
-			if !ok || seen[model.KeyOf(route)] || !c.route.Contends(route, namespace) {
+			if !ok || seen[model.KeyOf(route)] || adopted != nil && model.KeyOf(route) == *adopted || !c.route.Contends(route, namespace) {
 				continue
 			}
 			seen[model.KeyOf(route)] = true

@@ -79,7 +79,7 @@ func (f *ownershipFixture) ownership(t *testing.T, tm *v1beta1.TrafficMap) model
 	route, err := f.p.caches.Route(tm.Namespace, httproute.RouteName(tm.Name))
 	require.NoError(t, err)
 	return model.ForeignConflicts(model.ResolveHostnames(self, f.p.caches.owners.claims(self)), routeCreated(route),
-		f.p.caches.owners.foreignClaims(tm.Namespace, self.Names))
+		f.p.caches.owners.foreignClaims(tm.Namespace, self.Names, nil))
 }
 
 // queued drains the queue.

@@ -148,9 +148,12 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	watchGauges(p.cfg.Registerer, p.elector.leading.Load, func() (int, time.Duration) { return p.caches.unpublished(time.Now()) }, p.caches.ramping)
 
 	if cfg.sinkOn(SinkHTTPRoute) {
+		writer := httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager)
+		if cfg.adoptsFromOME() {
+			writer = writer.AdoptingFromOME()
+		}
 		p.sinks = append(p.sinks, httproute.NewSink(httproute.SinkConfig{Route: route, RequireAccepted: cfg.RequireRouteAccepted,
-			RetainLastPositive: cfg.NoPositivePolicy == RetainLastPositive},
-			httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager), p.caches))
+			RetainLastPositive: cfg.NoPositivePolicy == RetainLastPositive}, writer, p.caches))
 	}
 	if cfg.sinkOn(SinkXDS) {
 		if err := addXDSSink(p); err != nil {
@@ -164,6 +167,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		status:  newStatusWriter(clientStatusAPI{maps: c.maps, manager: cfg.FieldManager}, p.recorder, p.metrics),
 		metrics: p.metrics,
 		claims:  newClaimTable(), publisher: cfg.publisherName(), digest: cfg.optionsDigest(),
+		takeOverFrom: cfg.TakeOverFrom, holders: newHolderLog(),
 	}
 	if !cfg.sinkOn(SinkHTTPRoute) {
 		p.rec.record = &recordStore{kube: c.kube, manager: cfg.FieldManager, cached: p.caches.record}

@@ -73,6 +73,10 @@ type reconciler struct {
 	// publisherName and observedOptionsDigest.
 	claims            *claimTable
 	publisher, digest string
+	// takeOverFrom is Config.TakeOverFrom: the publisher whose maps this one takes over;
+	// holders reports each map's holder change once (holders.go).
+	takeOverFrom string
+	holders      *holderLog
 	// planner plans a map from its model.Gathered inputs; nil is planMap with hosts (tests count
 	// its calls).
 	planner func(g model.Gathered) (*model.Planned, error)
@@ -101,6 +105,10 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	if err != nil || tm == nil {
 		return 0, err
 	}
+	if h := model.HolderOf(tm, r.publisher, r.takeOverFrom); h.Held() {
+		return r.held(ctx, key, tm, h.Publisher, log) // holders.go
+	}
+	r.holders.changed(types.NamespacedName(key), "")
 	g, err := r.inputs.gather(tm)
 	var ue *model.UserError
 	if errors.As(err, &ue) {
@@ -179,7 +187,7 @@ func (r *reconciler) sinkFloor(ctx context.Context, key cache.ObjectName, tm *v1
 		return res, nil
 	}
 	var err error
-	if len(pl.Claimable) > 0 {
+	if len(pl.Claimable) > 0 || model.HolderOf(tm, r.publisher, r.takeOverFrom).Replaces() {
 		if res.tm, res.pl, res.tableHeld, err = r.claim(ctx, tm, g, pl, log); err != nil {
 			return res, err
 		}
@@ -401,7 +409,9 @@ const claimRetry = time.Second
 // writes them into its claim journal, before any sink serves them. It returns the map as
 // stored and the plan made again from it (the granted names are then owned). A name the
 // table holds for another map stays a conflict naming that map, and held is true; the
-// grants of a holder the cache no longer has (deleted) are dropped first.
+// grants of a holder the cache no longer has (deleted) are dropped first. A journal of
+// another publisher that this one adopts or takes over (model.Holding.Replaces) is replaced
+// as a whole, even with no name granted: the other's claims and last positive plan go.
 func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g model.Gathered, pl *model.Planned, log *zap.Logger) (
 	_ *v1beta1.TrafficMap, _ *model.Planned, held bool, _ error) {
 	key := model.KeyOf(tm)
@@ -418,16 +428,23 @@ func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g model.
 		granted, more, holders = r.claims.reserve(key, pl.Claimable)
 		added = append(added, more...)
 	}
-	if len(granted) > 0 {
+	if from := model.HolderOf(tm, r.publisher, r.takeOverFrom); len(granted) > 0 || from.Replaces() {
 		j, err := model.JournalOf(tm, r.publisher, r.digest, append(model.JournaledNames(tm, r.publisher), granted...))
 		if err != nil {
 			r.claims.release(key, added)
 			return tm, pl, false, err
 		}
-		updated, err := r.status.writeJournal(ctx, tm, j)
+		write := r.status.writeJournal
+		if from.Replaces() {
+			write = r.status.replaceJournal
+		}
+		updated, err := write(ctx, tm, j)
 		if err != nil {
 			r.claims.release(key, added)
 			return tm, pl, false, err
+		}
+		if from.Replaces() {
+			log.Info("took the trafficmap over from another publisher", zap.String("from", from.Publisher), zap.Bool("handedOver", from.Hold == model.HoldTakeOver))
 		}
 		log.Info("claimed names", zap.Strings("names", granted), zap.Strings("journal", j.ClaimedTargets))
 		tm = updated
@@ -499,6 +516,7 @@ func (r *reconciler) fail(ctx context.Context, tm *v1beta1.TrafficMap, ue *model
 // delete removes what every sink published for a deleted map and forgets it.
 func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.Logger) error {
 	r.metrics.forget(key)
+	r.holders.changed(types.NamespacedName(key), "")
 	r.status.forget(types.NamespacedName(key))
 	r.claims.forget(types.NamespacedName(key))
 	var errs []error
@@ -524,12 +542,7 @@ func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.
 // given), and a deleted map is withdrawn. Nothing is claimed, written or recorded. It also
 // primes those sinks before they start.
 func (r *reconciler) serve(key cache.ObjectName) error {
-	var serving []model.Serving
-	for _, s := range r.sinks {
-		if sv, ok := s.(model.Serving); ok {
-			serving = append(serving, sv)
-		}
-	}
+	serving := servingOf(r.sinks)
 	if len(serving) == 0 {
 		return nil
 	}
@@ -543,6 +556,14 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 		}
 		return nil
 	}
+	return r.serveMap(tm, serving)
+}
+
+// serveMap is serve for a map tm that exists, handing its plan to serving. The plan is made
+// as the map's journal has it: with another publisher's journal (a map it holds, or one
+// handed over that the leader has not taken yet), the names that publisher journaled are
+// the map's, so every replica serves what the holder computes (holders.go).
+func (r *reconciler) serveMap(tm *v1beta1.TrafficMap, serving []model.Serving) error {
 	var ue *model.UserError
 	g, err := r.inputs.gather(tm)
 	if errors.As(err, &ue) {
@@ -550,6 +571,9 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 	}
 	if err != nil {
 		return err
+	}
+	if j := tm.Status.Publisher; j != nil && j.PublisherName != "" {
+		g.Publisher = j.PublisherName
 	}
 	pl, err := r.plan(g)
 	if errors.As(err, &ue) {
@@ -580,4 +604,15 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 // condition yet) is served only once journaled.
 func servedBeforeJournals(tm *v1beta1.TrafficMap) bool {
 	return tm.Status.Publisher == nil && model.FindPublished(tm) != nil
+}
+
+// servingOf are the sinks among sinks that serve on every replica (model.Serving).
+func servingOf(sinks []model.Sink) []model.Serving {
+	var out []model.Serving
+	for _, s := range sinks {
+		if sv, ok := s.(model.Serving); ok {
+			out = append(out, sv)
+		}
+	}
+	return out
 }

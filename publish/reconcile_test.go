@@ -140,7 +140,6 @@ func (f *fakeStatusAPI) ApplyStatus(_ context.Context, ac *omeac.TrafficMapApply
 		meta.SetStatusCondition(&tm.Status.Conditions, metav1.Condition{Type: *c.Type, Status: *c.Status, Reason: *c.Reason,
 			Message: *c.Message, ObservedGeneration: *c.ObservedGeneration, LastTransitionTime: *c.LastTransitionTime})
 	}
-	tm.Status.Publisher = nil
 	if j := st.Publisher; j != nil {
 		tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: *j.PublisherName, ClaimedTargets: j.ClaimedTargets,
 			ObservedOptionsDigest: ptr.Deref(j.ObservedOptionsDigest, "")}
@@ -156,6 +155,18 @@ func (f *fakeStatusAPI) ApplyStatus(_ context.Context, ac *omeac.TrafficMapApply
 	tm.ResourceVersion += "1"
 	f.tm = tm
 	return tm.DeepCopy(), nil
+}
+
+func (f *fakeStatusAPI) ReplaceJournal(_ context.Context, tm *v1beta1.TrafficMap, journal *v1beta1.TrafficMapPublisherStatus) (*v1beta1.TrafficMap, error) {
+	f.applies++
+	if tm.ResourceVersion != f.tm.ResourceVersion {
+		return nil, apierrors.NewConflict(schema.GroupResource{Group: "ome.io", Resource: "trafficmaps"}, f.tm.Name, errors.New("stale"))
+	}
+	updated := f.tm.DeepCopy()
+	updated.Status.Publisher = journal.DeepCopy()
+	updated.ResourceVersion += "1"
+	f.tm = updated
+	return updated.DeepCopy(), nil
 }
 
 // fakeInputs serves one map and its InferenceService's annotations from memory, model.Gathered

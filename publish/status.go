@@ -2,6 +2,7 @@ package publish
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -42,6 +43,9 @@ type statusAPI interface {
 	Get(ctx context.Context, namespace, name string) (*v1beta1.TrafficMap, error)
 	// ApplyStatus server-side applies the map's status subresource (forcing ownership).
 	ApplyStatus(ctx context.Context, tm *omeac.TrafficMapApplyConfiguration) (*v1beta1.TrafficMap, error)
+	// ReplaceJournal replaces tm's claim journal (status.publisher) with journal as a whole,
+	// at tm's resourceVersion (a stale tm conflicts), whoever wrote the journal before.
+	ReplaceJournal(ctx context.Context, tm *v1beta1.TrafficMap, journal *v1beta1.TrafficMapPublisherStatus) (*v1beta1.TrafficMap, error)
 }
 
 // clientStatusAPI is the statusAPI of a TrafficMap clientset, applying under manager.
@@ -58,6 +62,29 @@ func (c clientStatusAPI) Get(ctx context.Context, namespace, name string) (*v1be
 // ApplyStatus implements statusAPI.
 func (c clientStatusAPI) ApplyStatus(ctx context.Context, tm *omeac.TrafficMapApplyConfiguration) (*v1beta1.TrafficMap, error) {
 	return c.maps.OmeV1beta1().TrafficMaps(*tm.Namespace).ApplyStatus(ctx, tm, metav1.ApplyOptions{FieldManager: c.manager, Force: true})
+}
+
+// ReplaceJournal implements statusAPI with a JSON merge patch of the status subresource:
+// server-side apply cannot remove what another field manager wrote (another publisher's
+// claimed targets and last positive plan), a merge patch replaces them. Every key of the
+// journal is named, null when journal leaves it out.
+func (c clientStatusAPI) ReplaceJournal(ctx context.Context, tm *v1beta1.TrafficMap, journal *v1beta1.TrafficMapPublisherStatus) (*v1beta1.TrafficMap, error) {
+	j := map[string]any{"publisherName": journal.PublisherName, "claimedTargets": nil, "observedOptionsDigest": nil, "lastPositive": nil}
+	if len(journal.ClaimedTargets) > 0 {
+		j["claimedTargets"] = journal.ClaimedTargets
+	}
+	if journal.ObservedOptionsDigest != "" {
+		j["observedOptionsDigest"] = journal.ObservedOptionsDigest
+	}
+	if journal.LastPositive != nil {
+		j["lastPositive"] = journal.LastPositive
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": tm.ResourceVersion}, "status": map[string]any{"publisher": j}})
+	if err != nil {
+		return nil, fmt.Errorf("encode claim journal: %w", err)
+	}
+	return c.maps.OmeV1beta1().TrafficMaps(tm.Namespace).Patch(ctx, tm.Name, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: c.manager}, "status")
 }
 
 // statusWriter writes the publisher-owned part of TrafficMap status with server-side apply,
@@ -280,6 +307,11 @@ func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want m
 // status fields, at the resourceVersion the decision was made for (so a decision based on
 // a stale read conflicts).
 func applyConfiguration(tm *v1beta1.TrafficMap, want model.Status, cond metav1.Condition) *omeac.TrafficMapApplyConfiguration {
+	if want.Held {
+		// Nothing of the holder's: only the condition and status.published, which move
+		// together.
+		return statusapply.Apply(tm, false, 0, nil, &cond, nil)
+	}
 	journal := want.Journal
 	if journal == nil {
 		journal = tm.Status.Publisher
@@ -295,6 +327,19 @@ func (w *statusWriter) writeJournal(ctx context.Context, tm *v1beta1.TrafficMap,
 		tm.Status.GatewayRef, model.FindPublished(tm), journal))
 	if err != nil {
 		return tm, fmt.Errorf("apply trafficmap %s/%s claim journal: %w", tm.Namespace, tm.Name, err)
+	}
+	w.wrote(updated)
+	return updated, nil
+}
+
+// replaceJournal writes journal as tm's claim journal in place of another publisher's (a
+// map handed over by --take-over-from, or adopted: model.HolderOf), dropping everything of
+// the other's (its claims and last positive plan), and returns the map as stored. A stale
+// tm conflicts (the caller reconciles again).
+func (w *statusWriter) replaceJournal(ctx context.Context, tm *v1beta1.TrafficMap, journal *v1beta1.TrafficMapPublisherStatus) (*v1beta1.TrafficMap, error) {
+	updated, err := w.api.ReplaceJournal(ctx, tm, journal)
+	if err != nil {
+		return tm, fmt.Errorf("replace trafficmap %s/%s claim journal of publisher %q: %w", tm.Namespace, tm.Name, tm.Status.Publisher.PublisherName, err)
 	}
 	w.wrote(updated)
 	return updated, nil

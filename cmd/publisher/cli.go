@@ -157,6 +157,7 @@ type runFlags struct {
 	retryPeriod                        time.Duration
 	pprof                              bool
 	publisherName                      string
+	takeOverFrom                       string
 	hostnameEntitlements               []string
 }
 
@@ -198,6 +199,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ (on --debug-address when set, else --http-address)")
 	fs.StringVar(&f.publisherName, "publisher-name", "", "status.publisher.publisherName of the claim journals this publisher writes and honours (default: its field manager, "+publish.DefaultFieldManager+")")
+	fs.StringVar(&f.takeOverFrom, "take-over-from", "", "publisherName of another publisher whose maps this one takes over: a map whose claim journal names it is handed over and published (gatewayapi: OME's built-in publisher, whose route is adopted in place)")
 	fs.StringArrayVar(&f.hostnameEntitlements, "hostname-entitlement", nil, "DOMAIN=NAMESPACE[,NAMESPACE...]: only these namespaces may claim DOMAIN and names below it (repeatable); without any, every namespace may claim any hostname that is not another namespace's gRPC-form name, first claim first served")
 }
 
@@ -259,6 +261,7 @@ func (f runFlags) config() publish.Config {
 		DebugAddress:         f.debugAddress,
 		EnablePprof:          f.pprof,
 		PublisherName:        f.publisherName,
+		TakeOverFrom:         f.takeOverFrom,
 		LeaderElection: publish.LeaderElection{
 			Enabled: f.leaderElect, Namespace: f.leaseNamespace, Name: f.leaseName, Identity: f.leaseIdentity,
 			LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RetryPeriod: f.retryPeriod,

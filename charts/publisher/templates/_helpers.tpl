@@ -102,6 +102,9 @@ args:
   {{- with .Values.publisher.publisherName }}
   - --publisher-name={{ . }}
   {{- end }}
+  {{- with .Values.publisher.takeOverFrom }}
+  - --take-over-from={{ . }}
+  {{- end }}
   {{- range .Values.publisher.hostnameEntitlements }}
   - --hostname-entitlement={{ required "publisher.hostnameEntitlements[].domain is required" .domain }}={{ join "," (required "publisher.hostnameEntitlements[].namespaces is required" .namespaces) }}
   {{- end }}
