@@ -135,8 +135,12 @@ func (f *fakeStatusAPI) ApplyStatus(_ context.Context, ac *omeac.TrafficMapApply
 	if r := st.GatewayRef; r != nil {
 		tm.Status.GatewayRef = &v1beta1.TrafficMapGatewayRef{Group: ptr.Deref(r.Group, ""), Kind: *r.Kind, Name: *r.Name, Namespace: ptr.Deref(r.Namespace, "")}
 	}
-	if len(st.Conditions) > 0 {
-		c := st.Conditions[0]
+	// The publisher's conditions are the field manager's: one the request leaves out is
+	// removed, as server-side apply does.
+	for _, typ := range []string{v1beta1.ConditionPublished, v1beta1.ConditionPublicationFallback} {
+		meta.RemoveStatusCondition(&tm.Status.Conditions, typ)
+	}
+	for _, c := range st.Conditions {
 		meta.SetStatusCondition(&tm.Status.Conditions, metav1.Condition{Type: *c.Type, Status: *c.Status, Reason: *c.Reason,
 			Message: *c.Message, ObservedGeneration: *c.ObservedGeneration, LastTransitionTime: *c.LastTransitionTime})
 	}
