@@ -238,11 +238,11 @@ func (c *caches) ramping() int {
 	return n
 }
 
-// fallbacks counts the cached TrafficMaps whose PublicationFallback condition is True, by
-// reason (model.InFallback); a map being deleted is not counted.
-func (c *caches) fallbacks() map[model.FallbackReason]int {
+// countFallbacks counts the TrafficMaps the informers maps cache whose PublicationFallback
+// condition is True, by reason (model.InFallback); a map being deleted is not counted.
+func countFallbacks(maps []cache.SharedIndexInformer) map[model.FallbackReason]int {
 	n := map[model.FallbackReason]int{}
-	for _, inf := range c.maps {
+	for _, inf := range maps {
 		for _, obj := range inf.GetStore().List() {
 			tm, ok := obj.(*v1beta1.TrafficMap)
 			if !ok || tm.DeletionTimestamp != nil {

@@ -94,9 +94,9 @@ func TestReconcilePublicationFallback(t *testing.T) {
 // count when its condition turns False or the map is gone.
 func TestMapsInFallbackGauge(t *testing.T) {
 	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1beta1.TrafficMap{}, 0, cache.Indexers{})
-	c := &caches{maps: []cache.SharedIndexInformer{inf}}
 	reg := prometheus.NewRegistry()
-	watchGauges(reg, func() bool { return true }, func() (int, time.Duration) { return 0, 0 }, func() int { return 0 }, c.fallbacks)
+	watchGauges(reg, func() bool { return true }, func() (int, time.Duration) { return 0, 0 }, func() int { return 0 },
+		func() map[model.FallbackReason]int { return countFallbacks([]cache.SharedIndexInformer{inf}) })
 	tm := func(name string, status metav1.ConditionStatus, reason string) *v1beta1.TrafficMap {
 		m := fleetMap()
 		m.Name = name

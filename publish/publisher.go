@@ -146,7 +146,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	}
 	p.metrics = newMetrics(p.cfg.Registerer)
 	watchGauges(p.cfg.Registerer, p.elector.leading.Load, func() (int, time.Duration) { return p.caches.unpublished(time.Now()) }, p.caches.ramping,
-		p.caches.fallbacks)
+		func() map[model.FallbackReason]int { return countFallbacks(p.caches.maps) })
 
 	if cfg.sinkOn(SinkHTTPRoute) {
 		p.sinks = append(p.sinks, httproute.NewSink(httproute.SinkConfig{Route: route, RequireAccepted: cfg.RequireRouteAccepted,
