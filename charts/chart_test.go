@@ -293,7 +293,7 @@ func TestTrafficMapCRDMatchesGenerated(t *testing.T) {
 // With grafanaDashboard and prometheusRule on, the chart renders the dashboard file as is
 // in a ConfigMap the Grafana sidecar picks up (grafana_dashboard: "1"), with the panels the
 // operator needs, and a PrometheusRule with every alert; minXDSClients 0 leaves out the xDS
-// client alert. TestMonitoringMetricsAreExported (integration) checks the metric names.
+// client alert, noLeaderFor "" the no-leader one and fallbackFor "" the fallback one. TestMonitoringMetricsAreExported (integration) checks the metric names.
 func TestDashboardAndAlerts(t *testing.T) {
 	out, err := runHelm(t, "template", "tm", "publisher", "--namespace", "publisher", "--set", "publisher.gateway=prod/global",
 		"--set", "grafanaDashboard.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.minXDSClients=3",
@@ -329,7 +329,8 @@ func TestDashboardAndAlerts(t *testing.T) {
 		assert.NotEmpty(t, p.Targets, p.Title)
 	}
 	assert.Equal(t, []string{"Published conditions by reason", "Input to Published latency per sink", "xDS clients",
-		"xDS ACKs and NACKs", "Reconciles and reconcile errors", "Route writes", "Maps ramping and not published"}, titles)
+		"xDS ACKs and NACKs", "Reconciles and reconcile errors", "Route writes", "Maps ramping and not published",
+		"Maps in fallback by reason"}, titles)
 
 	var rule struct {
 		Spec struct {
@@ -346,15 +347,18 @@ func TestDashboardAndAlerts(t *testing.T) {
 	for _, r := range rule.Spec.Groups[0].Rules {
 		alerts[r.Alert] = r.Expr
 	}
-	assert.ElementsMatch(t, []string{"TrafficMapNotPublished", "TrafficMapPublisherXDSNacks", "TrafficMapPublisherInvalidSnapshots",
+	assert.ElementsMatch(t, []string{"TrafficMapNotPublished", "TrafficMapInFallback", "TrafficMapPublisherXDSNacks", "TrafficMapPublisherInvalidSnapshots",
 		"TrafficMapPublisherTooFewXDSClients", "TrafficMapPublisherReconcileErrors", "TrafficMapPublisherNoLeader"}, keys(alerts))
 	assert.Equal(t, `(sum(trafficmap_publisher_xds_clients{job="tm-trafficmap-publisher"}) or vector(0)) < 3`, alerts["TrafficMapPublisherTooFewXDSClients"])
+	assert.Equal(t, `max by (reason) (trafficmap_publisher_maps_in_fallback{job="tm-trafficmap-publisher"}) > 0`, alerts["TrafficMapInFallback"])
 
 	out, err = runHelm(t, "template", "tm", "publisher", "--namespace", "publisher", "--set", "publisher.gateway=prod/global",
-		"--set", "prometheusRule.enabled=true", "--set", "prometheusRule.noLeaderFor=", "--show-only", "templates/prometheusrule.yaml")
+		"--set", "prometheusRule.enabled=true", "--set", "prometheusRule.noLeaderFor=", "--set", "prometheusRule.fallbackFor=",
+		"--show-only", "templates/prometheusrule.yaml")
 	require.NoError(t, err, out)
 	assert.NotContains(t, out, "TrafficMapPublisherTooFewXDSClients", "minXDSClients 0: no such alert")
 	assert.NotContains(t, out, "TrafficMapPublisherNoLeader", `noLeaderFor "": no such alert`)
+	assert.NotContains(t, out, "TrafficMapInFallback", `fallbackFor "": no such alert`)
 }
 
 func keys[V any](m map[string]V) []string {

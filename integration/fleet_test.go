@@ -289,7 +289,9 @@ func TestFleetBothTaintSources(t *testing.T) {
 
 // Malformed taints keep the last valid state, also across a publisher restart, with reason
 // InvalidTaints on the map and a Warning Event on the offending object; malformed tolerations
-// do the same with reason InvalidTolerations.
+// do the same with reason InvalidTolerations. PublicationFallback says which recorded input
+// is used (LastValidTaintsRetained, LastValidTolerationsRetained) and turns False once the
+// input is fixed.
 func TestFleetMalformedKeepsLastValid(t *testing.T) {
 	f := newFixture(t)
 	fl := newFleet(f)
@@ -305,6 +307,7 @@ func TestFleetMalformedKeepsLastValid(t *testing.T) {
 		fl.a + "=0 (" + maintenanceTaint + "), " + fl.b + "=1",
 	}
 	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTaints), want...)
+	f.waitFallback(metav1.ConditionTrue, model.FallbackLastValidTaints, want[0], want[1])
 	assert.Equal(t, map[string]int32{fl.a: 0, fl.b: 1}, fl.weights(f))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.True(c, hasEvent(clusterEvents(t, model.KindInferenceCluster, fl.a), string(model.ReasonInvalidTaints), `effect "Sometimes"`))
@@ -331,6 +334,7 @@ func TestFleetMalformedKeepsLastValid(t *testing.T) {
 
 	setInferenceClusterTaints(t, fl.a, `[]`)
 	f.waitPublishedWith(fl.a + "=1, " + fl.b + "=1")
+	f.waitFallback(metav1.ConditionFalse, model.FallbackCurrentPlanApplied)
 
 	// Tolerations: a valid list, then a malformed one, which keeps the valid one.
 	setInferenceClusterTaints(t, fl.a, maintenanceNoExecute)
@@ -341,6 +345,8 @@ func TestFleetMalformedKeepsLastValid(t *testing.T) {
 	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTolerations),
 		`annotation `+weights.TolerationsAnnotation+`: toleration [0] (key "maintenance"): operator "Exist" must be Exists or Equal`,
 		"keeping the last valid tolerations (maintenance:Exists)", fl.a+"=1, "+fl.b+"=1")
+	f.waitFallback(metav1.ConditionTrue, model.FallbackLastValidTolerations,
+		"inferenceservice "+f.ns+"/chat annotation "+weights.TolerationsAnnotation, "keeping the last valid tolerations (maintenance:Exists)")
 	assert.Equal(t, map[string]int32{fl.a: 1, fl.b: 1}, fl.weights(f))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		list, err := kube.CoreV1().Events(f.ns).List(context.Background(), metav1.ListOptions{
@@ -352,6 +358,7 @@ func TestFleetMalformedKeepsLastValid(t *testing.T) {
 
 	f.tolerate(`[]`)
 	f.waitPublishedWith(fl.a + "=0 (" + maintenanceTaint + "), " + fl.b + "=1")
+	f.waitFallback(metav1.ConditionFalse, model.FallbackCurrentPlanApplied)
 }
 
 // Malformed taints before anything was published publish nothing: they are never read as
@@ -364,6 +371,7 @@ func TestFleetMalformedTaintsBeforeFirstPublish(t *testing.T) {
 	f.startPublisher()
 	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTaints),
 		`field "effect" is required`, "cluster "+fl.a+": "+model.ErrNoTaintFallback.Error())
+	f.waitFallback(metav1.ConditionUnknown, model.FallbackReason(model.ReasonInvalidTaints), "no plan can be made for trafficmap "+f.ns+"/chat")
 	assert.Nil(t, f.route())
 
 	setInferenceClusterTaints(t, fl.a, maintenanceNoExecute)

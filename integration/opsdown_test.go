@@ -70,6 +70,8 @@ func TestOpsPublisherDown(t *testing.T) {
 	assert.False(t, tm.Status.Published)
 	assert.Equal(t, before.Status.ObservedTrafficMapGeneration, tm.Status.ObservedTrafficMapGeneration, "kept")
 	assert.Equal(t, before.Status.GatewayRef, tm.Status.GatewayRef, "kept")
+	require.NotNil(t, model.FindFallback(before))
+	assert.Equal(t, model.FindFallback(before), model.FindFallback(tm), "PublicationFallback kept: the flip moves no sink")
 	assert.Subset(t, []string{publish.DefaultFieldManager, v1beta1.RoutingFieldManager}, statusManagers(tm),
 		"written as the publisher writes it, under its field manager")
 	assert.Equal(t, map[string]int32{"worker-a": 1, "worker-b": 1}, f.routeWeights("worker-a", "worker-b"), "nothing published it")

@@ -49,18 +49,27 @@ type Status struct {
 	// Held marks the status of a map another publisher holds (HeldStatus): the write
 	// carries only the condition and status.published, none of the holder's fields.
 	Held bool
+	// Fallback is the PublicationFallback condition to write in the same status write
+	// (model.Fallback; LastTransitionTime is set by the status writer); nil keeps the map's
+	// as it is. The status writer compares it typed (SameCondition), never by its message.
+	Fallback *metav1.Condition
 }
 
 func condition(tm *v1beta1.TrafficMap, status metav1.ConditionStatus, reason Reason, message string) metav1.Condition {
+	return newCondition(tm, v1beta1.ConditionPublished, status, string(reason), message)
+}
+
+// newCondition is a condition of type typ at tm's generation, its message bounded.
+func newCondition(tm *v1beta1.TrafficMap, typ string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
 	if len(message) > maxMessage {
 		message = message[:maxMessage-3] + "..."
 	}
-	return metav1.Condition{Type: v1beta1.ConditionPublished, Status: status, Reason: string(reason), Message: message,
-		ObservedGeneration: tm.Generation}
+	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: tm.Generation}
 }
 
 // NotPublished is Published False with reason and message, keeping the last success's
-// observedTrafficMapGeneration and, unless ref is set, its gatewayRef.
+// observedTrafficMapGeneration and, unless ref is set, its gatewayRef. It keeps the map's
+// PublicationFallback condition as it is (Fallback nil): announcing a change moves no sink.
 func NotPublished(tm *v1beta1.TrafficMap, reason Reason, message string, ref *v1beta1.TrafficMapGatewayRef) Status {
 	if ref == nil {
 		ref = tm.Status.GatewayRef
@@ -75,7 +84,15 @@ func NotPublished(tm *v1beta1.TrafficMap, reason Reason, message string, ref *v1
 // weights, Published is False with reason Ramping and the ramp's progress, whether its
 // current step is in place or still publishing (an operator waiting for PUBLISHED never
 // starts maintenance mid-ramp); a sink that refuses or rejects the step says why instead.
+// The PublicationFallback condition goes with it (Fallback).
 func Decide(tm *v1beta1.TrafficMap, pl *Planned, confs []Confirmation) Status {
+	st := decidePublished(tm, pl, confs)
+	st.Fallback = Fallback(tm, pl, confs)
+	return st
+}
+
+// decidePublished is Decide's Published condition.
+func decidePublished(tm *v1beta1.TrafficMap, pl *Planned, confs []Confirmation) Status {
 	var ref *v1beta1.TrafficMapGatewayRef
 	for _, c := range confs {
 		if c.GatewayRef != nil {

@@ -24,8 +24,10 @@
 //     interfaces Starter, Debugger, Serving and Updater; a plan goes with the map's
 //     Standing (what its PUBLISHED column claimed before), never inside the Plan;
 //   - the decide step: Decide, the Published condition (Status) from the confirmations,
-//     True only when every enabled sink answers InPlace;
-//   - typed state: the Published reasons (Reason), the one content digest (ContentDigest,
+//     True only when every enabled sink answers InPlace, and with it the
+//     PublicationFallback condition (Fallback: True while a retained plan is served);
+//   - typed state: the Published reasons (Reason), the PublicationFallback reasons
+//     (FallbackReason), the one content digest (ContentDigest,
 //     Plan.Digest), the one key type (types.NamespacedName: Key, KeyOf), and the xDS
 //     sink's /debug/xds wire types (XDSDebugState).
 //

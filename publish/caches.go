@@ -241,6 +241,24 @@ func (c *caches) ramping() int {
 	return n
 }
 
+// countFallbacks counts the TrafficMaps the informers maps cache whose PublicationFallback
+// condition is True, by reason (model.InFallback); a map being deleted is not counted.
+func countFallbacks(maps []cache.SharedIndexInformer) map[model.FallbackReason]int {
+	n := map[model.FallbackReason]int{}
+	for _, inf := range maps {
+		for _, obj := range inf.GetStore().List() {
+			tm, ok := obj.(*v1beta1.TrafficMap)
+			if !ok || tm.DeletionTimestamp != nil {
+				continue
+			}
+			if r := model.InFallback(tm); r != "" {
+				n[r]++
+			}
+		}
+	}
+	return n
+}
+
 // writeRamps sets the ramp annotation of the InferenceService namespace/name to value
 // (removes it when value is ""), with a merge patch that the API server refuses with a
 // conflict when the object is no longer at resourceVersion.

@@ -13,9 +13,9 @@
 // the plan with every enabled sink (a plan one sink refuses goes to none), journal the names
 // newly granted (journal.go), announce a change, hand the same plan to every enabled sink
 // (httproute.Sink, xds.Sink) with the map's model.Standing, each
-// answering with a typed confirmation → decide the Published condition from them (pure,
-// model.Decide) → status: write it with server-side apply under the publisher's field manager,
-// only when it differs (status.go). Published is True only when every enabled sink
+// answering with a typed confirmation → decide the Published condition from them, and with
+// it the PublicationFallback condition (pure, model.Decide) → status: write both with
+// server-side apply under the publisher's field manager, only when they differ (status.go). Published is True only when every enabled sink
 // confirms the plan is in place. No sink plans or calls back: what a sink learns later (an
 // xDS ACK, a client joining, its reconnect grace ending) it names through model.Updater,
 // and the workers queue those maps.

@@ -51,6 +51,7 @@ func TestReconcileHeldMap(t *testing.T) {
 		assert.Contains(t, c.Message, `held by publisher "other"`)
 		assert.Contains(t, c.Message, "--take-over-from other")
 		assert.Equal(t, holderJournal(), f.api.tm.Status.Publisher, "the holder's journal is not touched")
+		assert.Equal(t, 1, f.api.heldApplies, "written under the held field manager, which owns none of the holder's fields")
 		assert.Contains(t, f.event(), "Warning PublisherChanged")
 
 		applies := f.api.applies

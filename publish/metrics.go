@@ -59,12 +59,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // watchGauges registers the gauges read at scrape time: whether this replica leads, how
 // many maps are not Published and for how long the oldest has not been (ramping maps aside),
-// and how many maps are ramping.
-func watchGauges(reg prometheus.Registerer, leading func() bool, unpublished func() (int, time.Duration), ramping func() int) {
+// how many maps are ramping, and how many are in fallback by reason.
+func watchGauges(reg prometheus.Registerer, leading func() bool, unpublished func() (int, time.Duration), ramping func() int,
+	fallbacks func() map[model.FallbackReason]int) {
 	if reg == nil {
 		return
 	}
-	reg.MustRegister(
+	reg.MustRegister(newFallbackGauge(fallbacks),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trafficmap_publisher_leader",
 			Help: "1 while this replica holds the leader-election Lease (always 1 without leader election), else 0."},
 			func() float64 {
@@ -180,4 +181,31 @@ func (m *metrics) forget(key cache.ObjectName) {
 	delete(m.since, key)
 	delete(m.sinks, key)
 	m.mu.Unlock()
+}
+
+// fallbackGauge is trafficmap_publisher_maps_in_fallback{reason}, read at scrape time: the
+// maps whose PublicationFallback condition is True, by reason, as count (this replica's
+// cache) has them. Every reason of model.RetainedReasons is exported, 0 when no map has it,
+// and no other: the label's values are bounded, and a map leaves the count as soon as its
+// condition or the map itself does.
+type fallbackGauge struct {
+	desc  *prometheus.Desc
+	count func() map[model.FallbackReason]int
+}
+
+func newFallbackGauge(count func() map[model.FallbackReason]int) fallbackGauge {
+	return fallbackGauge{count: count, desc: prometheus.NewDesc("trafficmap_publisher_maps_in_fallback",
+		"TrafficMaps whose PublicationFallback condition is True (served from a retained plan: the last positive weights, or the last valid drains, taints or tolerations recorded), by reason, as this replica's cache has them.",
+		[]string{"reason"}, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (g fallbackGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+// Collect implements prometheus.Collector.
+func (g fallbackGauge) Collect(ch chan<- prometheus.Metric) {
+	counts := g.count()
+	for _, r := range model.RetainedReasons() {
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, float64(counts[r]), string(r))
+	}
 }

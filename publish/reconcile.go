@@ -30,7 +30,8 @@ import (
 //	                    plan to every enabled sink, with the map's model.Standing; each
 //	                    answers with a typed confirmation. record (recorded.go): with the
 //	                    HTTPRoute sink off, the last valid drains, taints and tolerations
-//	decide (model)      the Published condition from the confirmations (model.Decide); pure
+//	decide (model)      the Published condition from the confirmations (model.Decide), and
+//	                    with it PublicationFallback (model.Fallback); pure
 //	status (status.go)  the status, only when it differs, with the claim journal pruned of
 //	                    names the map no longer claims (the sinks no longer serve them)
 //
@@ -507,9 +508,10 @@ func refusal(sinks []model.Sink, plan *model.Plan) *model.Confirmation {
 	return nil
 }
 
-// fail records a user error: Published False and an Event, no hot retry.
+// fail records a user error: Published False and an Event, PublicationFallback Unknown, no
+// hot retry.
 func (r *reconciler) fail(ctx context.Context, tm *v1beta1.TrafficMap, ue *model.UserError, log *zap.Logger) (time.Duration, error) {
-	_, _, err := r.status.write(ctx, tm, model.NotPublished(tm, ue.Reason, ue.Message, nil), log)
+	_, _, err := r.status.write(ctx, tm, model.Failed(tm, ue), log)
 	return 0, err
 }
 

@@ -115,6 +115,8 @@ type fakeStatusAPI struct {
 	tm        *v1beta1.TrafficMap
 	conflicts int // the next ApplyStatus calls that conflict
 	applies   int
+	// heldApplies counts the ApplyHeldStatus calls among applies.
+	heldApplies int
 }
 
 func (f *fakeStatusAPI) Get(context.Context, string, string) (*v1beta1.TrafficMap, error) {
@@ -135,8 +137,12 @@ func (f *fakeStatusAPI) ApplyStatus(_ context.Context, ac *omeac.TrafficMapApply
 	if r := st.GatewayRef; r != nil {
 		tm.Status.GatewayRef = &v1beta1.TrafficMapGatewayRef{Group: ptr.Deref(r.Group, ""), Kind: *r.Kind, Name: *r.Name, Namespace: ptr.Deref(r.Namespace, "")}
 	}
-	if len(st.Conditions) > 0 {
-		c := st.Conditions[0]
+	// The publisher's conditions are the field manager's: one the request leaves out is
+	// removed, as server-side apply does.
+	for _, typ := range []string{v1beta1.ConditionPublished, v1beta1.ConditionPublicationFallback} {
+		meta.RemoveStatusCondition(&tm.Status.Conditions, typ)
+	}
+	for _, c := range st.Conditions {
 		meta.SetStatusCondition(&tm.Status.Conditions, metav1.Condition{Type: *c.Type, Status: *c.Status, Reason: *c.Reason,
 			Message: *c.Message, ObservedGeneration: *c.ObservedGeneration, LastTransitionTime: *c.LastTransitionTime})
 	}
@@ -151,6 +157,25 @@ func (f *fakeStatusAPI) ApplyStatus(_ context.Context, ac *omeac.TrafficMapApply
 			}
 			tm.Status.Publisher.LastPositive = out
 		}
+	}
+	tm.ResourceVersion += "1"
+	f.tm = tm
+	return tm.DeepCopy(), nil
+}
+
+// ApplyHeldStatus is ApplyStatus under another field manager: it sets only what the request
+// names (the Published condition and status.published) and removes nothing of the holder's.
+func (f *fakeStatusAPI) ApplyHeldStatus(_ context.Context, ac *omeac.TrafficMapApplyConfiguration) (*v1beta1.TrafficMap, error) {
+	f.applies++
+	f.heldApplies++
+	if ac.ResourceVersion != nil && *ac.ResourceVersion != f.tm.ResourceVersion {
+		return nil, apierrors.NewConflict(schema.GroupResource{Group: "ome.io", Resource: "trafficmaps"}, f.tm.Name, errors.New("stale"))
+	}
+	tm := f.tm.DeepCopy()
+	tm.Status.Published = *ac.Status.Published
+	for _, c := range ac.Status.Conditions {
+		meta.SetStatusCondition(&tm.Status.Conditions, metav1.Condition{Type: *c.Type, Status: *c.Status, Reason: *c.Reason,
+			Message: *c.Message, ObservedGeneration: *c.ObservedGeneration, LastTransitionTime: *c.LastTransitionTime})
 	}
 	tm.ResourceVersion += "1"
 	f.tm = tm

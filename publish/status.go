@@ -43,6 +43,11 @@ type statusAPI interface {
 	Get(ctx context.Context, namespace, name string) (*v1beta1.TrafficMap, error)
 	// ApplyStatus server-side applies the map's status subresource (forcing ownership).
 	ApplyStatus(ctx context.Context, tm *omeac.TrafficMapApplyConfiguration) (*v1beta1.TrafficMap, error)
+	// ApplyHeldStatus is ApplyStatus under the held field manager (heldManager): the status
+	// of a map another publisher holds (model.Status.Held), whose fields the publisher's
+	// own manager must neither take nor, by leaving them out, remove (the holder may run
+	// under the same field manager).
+	ApplyHeldStatus(ctx context.Context, tm *omeac.TrafficMapApplyConfiguration) (*v1beta1.TrafficMap, error)
 	// ReplaceJournal replaces tm's claim journal (status.publisher) with journal as a whole,
 	// at tm's resourceVersion (a stale tm conflicts), whoever wrote the journal before.
 	ReplaceJournal(ctx context.Context, tm *v1beta1.TrafficMap, journal *v1beta1.TrafficMapPublisherStatus) (*v1beta1.TrafficMap, error)
@@ -63,6 +68,16 @@ func (c clientStatusAPI) Get(ctx context.Context, namespace, name string) (*v1be
 func (c clientStatusAPI) ApplyStatus(ctx context.Context, tm *omeac.TrafficMapApplyConfiguration) (*v1beta1.TrafficMap, error) {
 	return c.maps.OmeV1beta1().TrafficMaps(*tm.Namespace).ApplyStatus(ctx, tm, metav1.ApplyOptions{FieldManager: c.manager, Force: true})
 }
+
+// ApplyHeldStatus implements statusAPI.
+func (c clientStatusAPI) ApplyHeldStatus(ctx context.Context, tm *omeac.TrafficMapApplyConfiguration) (*v1beta1.TrafficMap, error) {
+	return c.maps.OmeV1beta1().TrafficMaps(*tm.Namespace).ApplyStatus(ctx, tm, metav1.ApplyOptions{FieldManager: heldManager(c.manager), Force: true})
+}
+
+// heldManager is the field manager of the status writes about maps another publisher holds:
+// the publisher's own with "-held" appended, so it owns only the Published condition and
+// status.published it wrote, and the holder's fields stay the holder's.
+func heldManager(manager string) string { return manager + "-held" }
 
 // ReplaceJournal implements statusAPI with a JSON merge patch of the status subresource:
 // server-side apply cannot remove what another field manager wrote (another publisher's
@@ -229,8 +244,10 @@ func (w *statusWriter) wrote(updated *v1beta1.TrafficMap) {
 
 // same reports whether tm's status already is want, comparing typed fields: the condition's
 // status, reason and observedGeneration, status.published, observedTrafficMapGeneration,
-// gatewayRef and the claim journal (with status.publisher.lastPositive, the weights of a
-// positive True plan) must be equal. Then a condition with the same message is the same;
+// gatewayRef, the claim journal (with status.publisher.lastPositive, the weights of a
+// positive True plan) and, when want sets one, the PublicationFallback condition's status,
+// reason and observedGeneration (model.SameCondition; its message is written along with any
+// other change) must be equal. Then a condition with the same message is the same;
 // a True condition with another message is kept when it is about the same content: known
 // (the Content of the True condition this writer last wrote or kept for the map) or, after
 // a start or a change of leader, want.Confirmed (the pipeline proved the map's True
@@ -244,7 +261,8 @@ func same(tm *v1beta1.TrafficMap, want model.Status, known string) bool {
 		prev.ObservedGeneration != want.Condition.ObservedGeneration ||
 		tm.Status.Published != want.Published || tm.Status.ObservedTrafficMapGeneration != want.Observed ||
 		!equality.Semantic.DeepEqual(tm.Status.GatewayRef, want.GatewayRef) ||
-		want.Journal != nil && !equality.Semantic.DeepEqual(tm.Status.Publisher, want.Journal) {
+		want.Journal != nil && !equality.Semantic.DeepEqual(tm.Status.Publisher, want.Journal) ||
+		want.Fallback != nil && !model.SameCondition(model.FindFallback(tm), *want.Fallback) {
 		return false
 	}
 	if prev.Message == want.Condition.Message {
@@ -283,16 +301,30 @@ func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want m
 	conds := slices.Clone(tm.Status.Conditions)
 	want.Condition.LastTransitionTime = metav1.NewTime(w.now())
 	meta.SetStatusCondition(&conds, want.Condition)
+	if want.Fallback != nil {
+		fb := *want.Fallback
+		fb.LastTransitionTime = want.Condition.LastTransitionTime
+		meta.SetStatusCondition(&conds, fb)
+	}
 	cond := *meta.FindStatusCondition(conds, v1beta1.ConditionPublished)
-	updated, err := w.api.ApplyStatus(ctx, applyConfiguration(tm, want, cond))
+	fallback := meta.FindStatusCondition(conds, v1beta1.ConditionPublicationFallback)
+	applyStatus := w.api.ApplyStatus
+	if want.Held {
+		applyStatus = w.api.ApplyHeldStatus
+	}
+	updated, err := applyStatus(ctx, applyConfiguration(tm, want, cond, fallback))
 	if err != nil {
 		return tm, fmt.Errorf("apply trafficmap %s/%s status: %w", tm.Namespace, tm.Name, err)
 	}
 	w.wrote(updated)
 	w.shown(key, want)
 	w.metrics.condition(cache.ObjectName(key), string(cond.Status), cond.Reason)
-	log.Info("published condition", zap.String("status", string(cond.Status)),
-		zap.String("reason", cond.Reason), zap.Int64("generation", tm.Generation), zap.String("message", cond.Message))
+	fields := []zap.Field{zap.String("status", string(cond.Status)), zap.String("reason", cond.Reason),
+		zap.Int64("generation", tm.Generation), zap.String("message", cond.Message)}
+	if fallback != nil {
+		fields = append(fields, zap.String("fallbackStatus", string(fallback.Status)), zap.String("fallbackReason", fallback.Reason))
+	}
+	log.Info("published condition", fields...)
 	if prev == nil || prev.Reason != cond.Reason || prev.Status != cond.Status {
 		eventType := corev1.EventTypeWarning
 		if model.Reason(cond.Reason).Normal() {
@@ -304,19 +336,22 @@ func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want m
 }
 
 // applyConfiguration is the server-side apply request for want: only the publisher-owned
-// status fields, at the resourceVersion the decision was made for (so a decision based on
-// a stale read conflicts).
-func applyConfiguration(tm *v1beta1.TrafficMap, want model.Status, cond metav1.Condition) *omeac.TrafficMapApplyConfiguration {
+// status fields (the Published condition cond and the PublicationFallback condition
+// fallback, nil when the map has none), at the resourceVersion the decision was made for
+// (so a decision based on a stale read conflicts).
+func applyConfiguration(tm *v1beta1.TrafficMap, want model.Status, cond metav1.Condition, fallback *metav1.Condition) *omeac.TrafficMapApplyConfiguration {
 	if want.Held {
-		// Nothing of the holder's: only the condition and status.published, which move
-		// together.
-		return statusapply.Apply(tm, false, 0, nil, &cond, nil)
+		// Nothing of the holder's (journal, gatewayRef, generation, PublicationFallback):
+		// only the condition and status.published, which move together. It is applied
+		// under the held field manager (heldManager), so it never removes a field the
+		// publisher's own manager, which the holder may share, owns.
+		return statusapply.ApplyFallback(tm, false, 0, nil, &cond, nil, nil)
 	}
 	journal := want.Journal
 	if journal == nil {
 		journal = tm.Status.Publisher
 	}
-	return statusapply.Apply(tm, want.Published, want.Observed, want.GatewayRef, &cond, journal)
+	return statusapply.ApplyFallback(tm, want.Published, want.Observed, want.GatewayRef, &cond, fallback, journal)
 }
 
 // writeJournal writes journal as tm's claim journal (status.publisher), restating the

@@ -36,6 +36,16 @@ func TestSameComparesTypedContent(t *testing.T) {
 		return model.Status{Published: published, Observed: gen, Condition: c, Content: content, Journal: journal.DeepCopy()}
 	}
 	isTrue := stored(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueMsg, gen))
+	fallback := func(status metav1.ConditionStatus, reason model.FallbackReason, msg string) metav1.Condition {
+		return metav1.Condition{Type: v1beta1.ConditionPublicationFallback, Status: status, Reason: string(reason), Message: msg, ObservedGeneration: gen}
+	}
+	applied := fallback(metav1.ConditionFalse, model.FallbackCurrentPlanApplied, "the current plan of trafficmap prod/chat is applied")
+	isTrueApplied := stored(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueMsg, gen))
+	isTrueApplied.Status.Conditions = append(isTrueApplied.Status.Conditions, applied)
+	withFallback := func(w model.Status, c metav1.Condition) model.Status {
+		w.Fallback = &c
+		return w
+	}
 
 	tests := []struct {
 		name  string
@@ -89,6 +99,29 @@ func TestSameComparesTypedContent(t *testing.T) {
 			stored(false, cond(metav1.ConditionFalse, model.ReasonXDSRejected, "nacked: a", gen)),
 			want(false, cond(metav1.ConditionFalse, model.ReasonXDSRejected, "nacked: b", gen), "d1"), "d1", false},
 	}
+	tests = append(tests, []struct {
+		name  string
+		tm    *v1beta1.TrafficMap
+		want  model.Status
+		known string
+		same  bool
+	}{
+		{"a first PublicationFallback condition is written", isTrue,
+			withFallback(want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueMsg, gen), "d1"), applied), "d1", false},
+		{"the same PublicationFallback condition is not written again", isTrueApplied,
+			withFallback(want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueMsg, gen), "d1"), applied), "d1", true},
+		{"a PublicationFallback condition whose message alone differs is not news", isTrueApplied,
+			withFallback(want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueMsg, gen), "d1"),
+				fallback(metav1.ConditionFalse, model.FallbackCurrentPlanApplied, "another text")), "d1", true},
+		{"PublicationFallback turning True is written", isTrueApplied,
+			withFallback(want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueMsg, gen), "d1"),
+				fallback(metav1.ConditionTrue, model.FallbackLastValidDrains, "the current plan of trafficmap prod/chat is applied")), "d1", false},
+		{"PublicationFallback with another reason is written", isTrueApplied,
+			withFallback(want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueMsg, gen), "d1"),
+				fallback(metav1.ConditionFalse, model.FallbackApplyCurrent, "the current plan of trafficmap prod/chat is applied")), "d1", false},
+		{"no PublicationFallback decided keeps the map's", isTrueApplied,
+			want(true, cond(metav1.ConditionTrue, model.ReasonPublished, trueMsg, gen), "d1"), "d1", true},
+	}...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.same, same(tc.tm, tc.want, tc.known))

@@ -122,7 +122,8 @@ func writePending(b *strings.Builder, s Status) {
 
 // writeSummary writes the key-value summary: the drain annotation, malformed taints and
 // tolerations, the tolerations in effect, the hostnames another claim holds, the Published
-// condition, and one line (or a few) per sink.
+// condition, the PublicationFallback condition (when the map has one), and one line (or a
+// few) per sink.
 func writeSummary(b *strings.Builder, s Status) {
 	tw := newTable(b)
 	fmt.Fprintf(tw, "Drain annotation\t%s\n", drainLine(s.Drains))
@@ -145,6 +146,9 @@ func writeSummary(b *strings.Builder, s Status) {
 	}
 	if p.Message != "" {
 		fmt.Fprintf(tw, "Message\t%s\n", p.Message)
+	}
+	if fb := s.PublicationFallback; fb != nil {
+		fmt.Fprintf(tw, "Fallback\t%s (%s): %s\n", fb.Status, fb.Reason, fb.Message)
 	}
 	writeRouteSink(tw, s)
 	fmt.Fprintf(tw, "xDS sink\t%s\n", xdsLine(s.Sinks.XDS))

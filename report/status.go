@@ -109,7 +109,19 @@ type Status struct {
 	// read none.
 	Hostnames []Hostname `json:"hostnames,omitempty"`
 	Published Published  `json:"published"`
-	Sinks     Sinks      `json:"sinks"`
+	// PublicationFallback is the map's PublicationFallback condition (True while the sinks
+	// serve a retained plan rather than its current inputs), nil when it has none.
+	PublicationFallback *Condition `json:"publicationFallback,omitempty"`
+	Sinks               Sinks      `json:"sinks"`
+}
+
+// Condition is one of the TrafficMap's conditions, field by field; Message is the
+// publisher's explanation, verbatim.
+type Condition struct {
+	Status             string `json:"status"`
+	Reason             string `json:"reason,omitempty"`
+	Message            string `json:"message,omitempty"`
+	ObservedGeneration int64  `json:"observedGeneration,omitempty"`
 }
 
 // Ramp is where one gradual drain (down) or undrain (up) stands: Step of Steps is in the
@@ -339,6 +351,9 @@ func Build(o Objects) Status {
 		}
 	}
 	s.Published = published(tm)
+	if c := model.FindFallback(tm); c != nil {
+		s.PublicationFallback = &Condition{Status: string(c.Status), Reason: c.Reason, Message: c.Message, ObservedGeneration: c.ObservedGeneration}
+	}
 	s.Sinks.HTTPRoute = routeSink(o, src, computed, err == nil)
 	if o.ClaimsRead {
 		s.Hostnames = hostnames(o, route)

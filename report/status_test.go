@@ -361,3 +361,30 @@ func TestBuildHostnameConflict(t *testing.T) {
 	require.NoError(t, Write(&plain, Build(o), "table"))
 	assert.NotContains(t, plain.String(), "Hostnames", "no line while the map holds every name")
 }
+
+// The PublicationFallback condition is shown field by field, its message verbatim, and only
+// when the map has one.
+func TestBuildPublicationFallback(t *testing.T) {
+	tm := seedMap()
+	s := Build(Objects{TrafficMap: tm, Source: source(nil)})
+	assert.Nil(t, s.PublicationFallback)
+	var out bytes.Buffer
+	require.NoError(t, Write(&out, s, "table"))
+	assert.NotContains(t, out.String(), "Fallback")
+
+	tm.Status.Conditions = append(tm.Status.Conditions, metav1.Condition{Type: v1beta1.ConditionPublicationFallback,
+		Status: metav1.ConditionTrue, Reason: string(model.FallbackLastValidDrains), ObservedGeneration: 3,
+		Message: "trafficmap prod/chat is served from a retained plan, not from its current inputs: keeping the last valid drains (m-a on worker-a)"})
+	s = Build(Objects{TrafficMap: tm, Source: source(nil)})
+	assert.Equal(t, &Condition{Status: "True", Reason: "LastValidDrainsRetained", ObservedGeneration: 3,
+		Message: "trafficmap prod/chat is served from a retained plan, not from its current inputs: keeping the last valid drains (m-a on worker-a)"},
+		s.PublicationFallback)
+	out.Reset()
+	require.NoError(t, Write(&out, s, "table"))
+	assert.Contains(t, out.String(), "\nFallback           True (LastValidDrainsRetained): trafficmap prod/chat is served from a retained plan")
+	out.Reset()
+	require.NoError(t, Write(&out, s, "json"))
+	var back Status
+	require.NoError(t, json.Unmarshal(out.Bytes(), &back))
+	assert.Equal(t, s.PublicationFallback, back.PublicationFallback)
+}

@@ -4,6 +4,7 @@
 package statusapply
 
 import (
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
@@ -13,9 +14,10 @@ import (
 
 // Configuration is the server-side apply request for the publisher-owned part
 // of tm's status: status.published, the Published condition cond, observedTrafficMapGeneration
-// and gatewayRef (omitted when zero) and the claim journal status.publisher (journal,
-// omitted when nil: pass tm.Status.Publisher to keep it), at tm's resourceVersion so that a
-// request decided from a stale read conflicts. Everything that writes these fields under
+// and gatewayRef (omitted when zero), the claim journal status.publisher (journal,
+// omitted when nil: pass tm.Status.Publisher to keep it) and the PublicationFallback
+// condition as tm has it, at tm's resourceVersion so that a request decided from a stale
+// read conflicts. Everything that writes these fields under
 // the publisher's field manager (the publisher, `publisher drain`) builds its request here,
 // so they never disagree on which fields they own (a field left out of a request is
 // removed).
@@ -25,14 +27,26 @@ func Configuration(tm *v1beta1.TrafficMap, published bool, observed int64, gatew
 }
 
 // Apply is Configuration with the condition optional: a nil cond leaves
-// the Published condition out of the request.
+// the Published condition out of the request. The PublicationFallback condition is
+// restated as tm has it (ApplyFallback sets another).
 func Apply(tm *v1beta1.TrafficMap, published bool, observed int64, gatewayRef *v1beta1.TrafficMapGatewayRef,
 	cond *metav1.Condition, journal *v1beta1.TrafficMapPublisherStatus) *omeac.TrafficMapApplyConfiguration {
+	fallback := meta.FindStatusCondition(tm.Status.Conditions, v1beta1.ConditionPublicationFallback)
+	return ApplyFallback(tm, published, observed, gatewayRef, cond, fallback, journal)
+}
+
+// ApplyFallback is Apply with the PublicationFallback condition fallback: nil leaves it
+// out of the request, which removes the publisher's (a condition the request leaves out is
+// no longer the field manager's).
+func ApplyFallback(tm *v1beta1.TrafficMap, published bool, observed int64, gatewayRef *v1beta1.TrafficMapGatewayRef,
+	cond, fallback *metav1.Condition, journal *v1beta1.TrafficMapPublisherStatus) *omeac.TrafficMapApplyConfiguration {
 	st := omeac.TrafficMapStatus().WithPublished(published)
-	if cond != nil {
-		st.WithConditions(metav1ac.Condition().
-			WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).WithMessage(cond.Message).
-			WithObservedGeneration(cond.ObservedGeneration).WithLastTransitionTime(cond.LastTransitionTime))
+	for _, c := range []*metav1.Condition{cond, fallback} {
+		if c != nil {
+			st.WithConditions(metav1ac.Condition().
+				WithType(c.Type).WithStatus(c.Status).WithReason(c.Reason).WithMessage(c.Message).
+				WithObservedGeneration(c.ObservedGeneration).WithLastTransitionTime(c.LastTransitionTime))
+		}
 	}
 	if observed != 0 {
 		st.WithObservedTrafficMapGeneration(observed)
