@@ -76,6 +76,8 @@ type reconciler struct {
 	// planner plans a map from its model.Gathered inputs; nil is planMap with hosts (tests count
 	// its calls).
 	planner func(g model.Gathered) (*model.Planned, error)
+	// teardowns times the waits of the maps being torn down (teardown.go).
+	teardowns *teardownClock
 }
 
 // plan is the pipeline's plan floor: the map's plan from its model.Gathered inputs.
@@ -100,6 +102,9 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	}
 	if err != nil || tm == nil {
 		return 0, err
+	}
+	if tm.DeletionTimestamp != nil { // held by the finalizer for this publisher
+		return r.teardown(ctx, key, tm, log)
 	}
 	g, err := r.inputs.gather(tm)
 	var ue *model.UserError
@@ -130,16 +135,17 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 }
 
 // load reads the map from the cache, or from the API server when the cache has not seen the
-// publisher's own last status write (whether to announce and what was published before
-// are then decided from the live map). deleted is true for a map the cache no longer has
-// or that is terminating; a nil map without deleted means there is nothing to do (the
-// live map is gone: the informer's delete event follows).
+// publisher's own last write (whether to announce and what was published before are then
+// decided from the live map). deleted is true for a map the cache no longer has, or that
+// is terminating without the finalizer holding it for this publisher (a terminating map
+// the finalizer holds is returned, for the teardown); a nil map without deleted means
+// there is nothing to do (the live map is gone: the informer's delete event follows).
 func (r *reconciler) load(ctx context.Context, key cache.ObjectName) (_ *v1beta1.TrafficMap, deleted bool, _ error) {
 	tm, err := r.inputs.trafficMap(key.Namespace, key.Name)
 	if err != nil {
 		return nil, false, err
 	}
-	if tm == nil || tm.DeletionTimestamp != nil {
+	if tm == nil || tm.DeletionTimestamp != nil && !model.Finalizing(tm, r.publisher) {
 		return nil, true, nil
 	}
 	if !r.status.behind(tm) {
@@ -151,6 +157,9 @@ func (r *reconciler) load(ctx context.Context, key cache.ObjectName) (_ *v1beta1
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("read trafficmap %s newer than the cache: %w", key, err)
+	}
+	if live.DeletionTimestamp != nil && !model.Finalizing(live, r.publisher) {
+		return nil, true, nil
 	}
 	return live, false, nil
 }
@@ -179,6 +188,12 @@ func (r *reconciler) sinkFloor(ctx context.Context, key cache.ObjectName, tm *v1
 		return res, nil
 	}
 	var err error
+	if model.NeedsFinalizer(tm) { // before the first external write: the journal, an announce, a sink
+		if tm, err = r.addFinalizer(ctx, tm, log); err != nil {
+			return res, err
+		}
+		res.tm = tm
+	}
 	if len(pl.Claimable) > 0 {
 		if res.tm, res.pl, res.tableHeld, err = r.claim(ctx, tm, g, pl, log); err != nil {
 			return res, err
@@ -501,6 +516,9 @@ func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.
 	r.metrics.forget(key)
 	r.status.forget(types.NamespacedName(key))
 	r.claims.forget(types.NamespacedName(key))
+	if r.teardowns != nil {
+		r.teardowns.forget(types.NamespacedName(key))
+	}
 	var errs []error
 	for _, s := range r.sinks {
 		n, err := s.Delete(ctx, key.Namespace, key.Name)
@@ -521,8 +539,10 @@ func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.
 // plan and check, then hand the plan to the sinks that serve on every replica
 // (model.Serving), with the same decision as the leader's pipeline: a plan that cannot be
 // made, or that an enabled sink refuses, is handed to none (each keeps the last plan it was
-// given), and a deleted map is withdrawn. Nothing is claimed, written or recorded. It also
-// primes those sinks before they start.
+// given), and a deleted map is withdrawn, unless the finalizer holds it for this publisher:
+// then its plan at weight 0 is served until it is gone (the leader tears it down in
+// order). Nothing is claimed, written or recorded. It also primes those sinks before they
+// start.
 func (r *reconciler) serve(key cache.ObjectName) error {
 	var serving []model.Serving
 	for _, s := range r.sinks {
@@ -536,6 +556,9 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 	tm, err := r.inputs.trafficMap(key.Namespace, key.Name)
 	if err != nil {
 		return err
+	}
+	if model.Finalizing(tm, r.publisher) {
+		return r.serveZeros(tm, serving)
 	}
 	if tm == nil || tm.DeletionTimestamp != nil {
 		for _, sv := range serving {
@@ -571,6 +594,24 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 	}
 	for _, sv := range serving {
 		sv.Serve(&pl.Plan)
+	}
+	return nil
+}
+
+// serveZeros hands the serving sinks the plan at weight 0 of tm, a map the finalizer holds
+// while the leader tears it down; when none can be made, or an enabled sink refuses it,
+// they keep the last plan they were given.
+func (r *reconciler) serveZeros(tm *v1beta1.TrafficMap, serving []model.Serving) error {
+	zero, err := r.zeroPlan(tm)
+	var ue *model.UserError
+	if errors.As(err, &ue) || err == nil && refusal(r.sinks, zero) != nil {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, sv := range serving {
+		sv.Serve(zero)
 	}
 	return nil
 }

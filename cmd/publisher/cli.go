@@ -113,7 +113,7 @@ func newRootCommand(program string, stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exit(exitUsage, err) })
 	root.AddCommand(newRunCommand(stderr), newActionCommand(drain.ActionDrain, stdout, stderr),
 		newActionCommand(drain.ActionUndrain, stdout, stderr), newTaintCommand(drain.ActionTaint, stdout, stderr),
-		newTaintCommand(drain.ActionUntaint, stdout, stderr), newStatusCommand(stdout))
+		newTaintCommand(drain.ActionUntaint, stdout, stderr), newStatusCommand(stdout), newReleaseCommand(stdout))
 	if program == pluginProgram || program == pluginCompleteProgram {
 		root.Use = pluginProgram
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl trafficmap"}
@@ -158,6 +158,7 @@ type runFlags struct {
 	pprof                              bool
 	publisherName                      string
 	hostnameEntitlements               []string
+	teardownTimeout                    time.Duration
 }
 
 // register adds the flags of 'publisher run' to fs.
@@ -198,6 +199,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ (on --debug-address when set, else --http-address)")
 	fs.StringVar(&f.publisherName, "publisher-name", "", "status.publisher.publisherName of the claim journals this publisher writes and honours (default: its field manager, "+publish.DefaultFieldManager+")")
+	fs.DurationVar(&f.teardownTimeout, "teardown-timeout", publish.DefaultTeardownTimeout, "a deleted TrafficMap is held by the finalizer "+model.Finalizer+" while its published state goes in order; each wait (weights 0 confirmed by the gateway and the xDS clients, then the xDS removal ACKed) lasts at most this long, then the teardown goes on")
 	fs.StringArrayVar(&f.hostnameEntitlements, "hostname-entitlement", nil, "DOMAIN=NAMESPACE[,NAMESPACE...]: only these namespaces may claim DOMAIN and names below it (repeatable); without any, every namespace may claim any hostname that is not another namespace's gRPC-form name, first claim first served")
 }
 
@@ -259,6 +261,7 @@ func (f runFlags) config() publish.Config {
 		DebugAddress:         f.debugAddress,
 		EnablePprof:          f.pprof,
 		PublisherName:        f.publisherName,
+		TeardownTimeout:      f.teardownTimeout,
 		LeaderElection: publish.LeaderElection{
 			Enabled: f.leaderElect, Namespace: f.leaseNamespace, Name: f.leaseName, Identity: f.leaseIdentity,
 			LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RetryPeriod: f.retryPeriod,
