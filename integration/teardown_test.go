@@ -283,25 +283,36 @@ func TestTeardownResumesAfterRestart(t *testing.T) {
 	f.waitGone()
 }
 
-// A map the publisher never wrote for (every sink refuses its plan) gets no finalizer, and
-// goes at once when deleted; release-finalizers releases a held map without touching its
-// route.
+// A map the publisher never wrote for (its InferenceService does not exist: nothing is
+// planned, claimed or published) gets no finalizer, and goes at once when deleted;
+// release-finalizers releases a held map without touching its route.
 func TestFinalizerOnlyOnMapsWrittenFor(t *testing.T) {
 	f := newFixture(t)
-	entries := seedEntries()
-	for i := range 15 {
-		entries = append(entries, v1beta1.TrafficMapEntry{Cluster: fmt.Sprintf("worker-c%d", i), Endpoint: "http://localhost:1", Weight: 1, Healthy: true})
-	}
-	f.createMap(entries)
+	maps := tmc.OmeV1beta1().TrafficMaps(f.ns)
+	_, err := maps.Create(ctxFor(t), &v1beta1.TrafficMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "ghost", Namespace: f.ns},
+		Spec:       v1beta1.TrafficMapSpec{Service: "ghost", Mode: "All", Entries: seedEntries(), ObservedISVCGeneration: 1},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	f.createMap(seedEntries())
 	pub := f.startPublisher()
-	f.waitCondition(metav1.ConditionFalse, string(model.ReasonRouteRefused), "has 17 entries")
-	assert.NotContains(t, f.getMap().Finalizers, model.Finalizer, "refused before any write: no finalizer")
-	require.NoError(t, tmc.OmeV1beta1().TrafficMaps(f.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
-	f.waitMapGone()
+	f.waitPublished()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ghost, err := maps.Get(context.Background(), "ghost", metav1.GetOptions{})
+		require.NoError(c, err)
+		cond := published(ghost)
+		require.NotNil(c, cond)
+		assert.Equal(c, string(model.ReasonSourceNotFound), cond.Reason)
+	}, waitTimeout, tick)
+	ghost, err := maps.Get(ctxFor(t), "ghost", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.NotContains(t, ghost.Finalizers, model.Finalizer, "never written for: no finalizer")
+	assert.Contains(t, f.getMap().Finalizers, model.Finalizer, "published: the finalizer")
+	require.NoError(t, maps.Delete(ctxFor(t), "ghost", metav1.DeleteOptions{}))
+	_, err = maps.Get(ctxFor(t), "ghost", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "gone at once: %v", err)
 
 	// The escape hatch: a held map, the publisher stopped.
-	f.createMap(seedEntries())
-	f.waitPublished()
 	pub.stop(t)
 	require.NoError(t, tmc.OmeV1beta1().TrafficMaps(f.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
 	f.requireHeld("held while no publisher runs")
