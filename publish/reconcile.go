@@ -189,7 +189,7 @@ func (r *reconciler) sinkFloor(ctx context.Context, key cache.ObjectName, tm *v1
 	}
 	var err error
 	if model.NeedsFinalizer(tm) { // before the first external write: the journal, an announce, a sink
-		if tm, err = r.addFinalizer(ctx, tm, log); err != nil {
+		if tm, err = addFinalizer(ctx, r.status, tm, log); err != nil {
 			return res, err
 		}
 		res.tm = tm
@@ -558,7 +558,8 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 		return err
 	}
 	if model.Finalizing(tm, r.publisher) {
-		return r.serveZeros(tm, serving)
+		zero, err := r.zeroPlan(tm)
+		return serveZeros(zero, err, r.sinks, serving)
 	}
 	if tm == nil || tm.DeletionTimestamp != nil {
 		for _, sv := range serving {
@@ -598,13 +599,13 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 	return nil
 }
 
-// serveZeros hands the serving sinks the plan at weight 0 of tm, a map the finalizer holds
-// while the leader tears it down; when none can be made, or an enabled sink refuses it,
-// they keep the last plan they were given.
-func (r *reconciler) serveZeros(tm *v1beta1.TrafficMap, serving []model.Serving) error {
-	zero, err := r.zeroPlan(tm)
+// serveZeros hands the serving sinks zero, the plan at weight 0 of a map the finalizer holds
+// while the leader tears it down (reconciler.zeroPlan, which failed with err); when none
+// can be made (a user error), or an enabled sink refuses it, they keep the last plan they
+// were given.
+func serveZeros(zero *model.Plan, err error, sinks []model.Sink, serving []model.Serving) error {
 	var ue *model.UserError
-	if errors.As(err, &ue) || err == nil && refusal(r.sinks, zero) != nil {
+	if errors.As(err, &ue) || err == nil && refusal(sinks, zero) != nil {
 		return nil
 	}
 	if err != nil {

@@ -103,11 +103,12 @@ func (r *reconciler) teardown(ctx context.Context, key cache.ObjectName, tm *v1b
 	if err != nil {
 		return 0, err
 	}
-	done, hold, err := r.zeros(ctx, tm, log)
+	t := tearing{r: r, tm: tm, key: key, log: log}
+	done, hold, err := t.zeros(ctx)
 	if err != nil || !done {
 		return hold, err
 	}
-	if done, hold, err = r.removal(ctx, key, tm, log); err != nil || !done {
+	if done, hold, err = t.removal(ctx); err != nil || !done {
 		return hold, err
 	}
 	if _, err := r.status.api.RemoveFinalizer(ctx, tm); err != nil && !apierrors.IsNotFound(err) {
@@ -119,12 +120,21 @@ func (r *reconciler) teardown(ctx context.Context, key cache.ObjectName, tm *v1b
 	return 0, nil
 }
 
+// tearing is one reconcile's walk of a map's teardown: the reconciler, the map and its
+// key, and the reconcile's logger.
+type tearing struct {
+	r   *reconciler
+	tm  *v1beta1.TrafficMap
+	key cache.ObjectName
+	log *zap.Logger
+}
+
 // zeros hands every sink the map's zero plan and reports whether the step is over: every
 // sink confirmed it, or the timeout passed, or no zero plan can be made or one sink
 // refuses it (then nothing is set to 0 and the removal follows).
-func (r *reconciler) zeros(ctx context.Context, tm *v1beta1.TrafficMap, log *zap.Logger) (bool, time.Duration, error) {
-	key := model.KeyOf(tm)
-	left := r.teardowns.left(key, stepZeros)
+func (t tearing) zeros(ctx context.Context) (bool, time.Duration, error) {
+	r, tm, log := t.r, t.tm, t.log
+	left := r.teardowns.left(types.NamespacedName(t.key), stepZeros)
 	zero, err := r.zeroPlan(tm)
 	var ue *model.UserError
 	switch {
@@ -157,13 +167,14 @@ func (r *reconciler) zeros(ctx context.Context, tm *v1beta1.TrafficMap, log *zap
 	if len(errs) > 0 {
 		return false, 0, errors.Join(errs...)
 	}
-	return r.waited(tm, stepZeros, confs, left, log)
+	return t.waited(stepZeros, confs, left)
 }
 
 // removal has every sink remove what it published for the map (model.Retiring, else
 // Delete) and the record, and reports whether the step is over: every removal confirmed,
 // or the timeout passed.
-func (r *reconciler) removal(ctx context.Context, key cache.ObjectName, tm *v1beta1.TrafficMap, log *zap.Logger) (bool, time.Duration, error) {
+func (t tearing) removal(ctx context.Context) (bool, time.Duration, error) {
+	r, key, log := t.r, t.key, t.log
 	left := r.teardowns.left(types.NamespacedName(key), stepRemoval)
 	confs := make([]model.Confirmation, 0, len(r.sinks))
 	var errs []error
@@ -194,13 +205,14 @@ func (r *reconciler) removal(ctx context.Context, key cache.ObjectName, tm *v1be
 	if len(errs) > 0 {
 		return false, 0, errors.Join(errs...)
 	}
-	return r.waited(tm, stepRemoval, confs, left, log)
+	return t.waited(stepRemoval, confs, left)
 }
 
 // waited judges a step from the sinks' confirmations (model.TeardownWait): over, or how
 // long it may still wait (the sinks' news or a route event usually come first). A wait
 // that ran out is logged and recorded as a Warning Event, and the teardown goes on.
-func (r *reconciler) waited(tm *v1beta1.TrafficMap, step teardownStep, confs []model.Confirmation, left time.Duration, log *zap.Logger) (bool, time.Duration, error) {
+func (t tearing) waited(step teardownStep, confs []model.Confirmation, left time.Duration) (bool, time.Duration, error) {
+	r, tm, log := t.r, t.tm, t.log
 	done, timedOut, waiting := model.TeardownWait(confs, left <= 0)
 	if timedOut {
 		msg := fmt.Sprintf("%s not confirmed within --teardown-timeout %s (%s sink: %s); going on", step, r.teardowns.timeout, waiting.Sink, waiting.Message)
@@ -233,15 +245,15 @@ func (r *reconciler) zeroPlan(tm *v1beta1.TrafficMap) (*model.Plan, error) {
 	return &zero, nil
 }
 
-// addFinalizer adds model.Finalizer to tm before the pipeline's first external write for
-// it, and returns the map as stored (the cache is behind it: the status writer remembers
-// the write, so the next reconcile reads the live map).
-func (r *reconciler) addFinalizer(ctx context.Context, tm *v1beta1.TrafficMap, log *zap.Logger) (*v1beta1.TrafficMap, error) {
-	updated, err := r.status.api.AddFinalizer(ctx, tm)
+// addFinalizer adds model.Finalizer to tm with status's API before the pipeline's first
+// external write for it, and returns the map as stored (the cache is behind it: the status
+// writer remembers the write, so the next reconcile reads the live map).
+func addFinalizer(ctx context.Context, status *statusWriter, tm *v1beta1.TrafficMap, log *zap.Logger) (*v1beta1.TrafficMap, error) {
+	updated, err := status.api.AddFinalizer(ctx, tm)
 	if err != nil {
 		return tm, fmt.Errorf("add finalizer %s to trafficmap %s/%s: %w", model.Finalizer, tm.Namespace, tm.Name, err)
 	}
-	r.status.wrote(updated)
+	status.wrote(updated)
 	log.Info("finalizer added", zap.String("finalizer", model.Finalizer))
 	return updated, nil
 }
