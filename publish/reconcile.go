@@ -34,6 +34,9 @@ import (
 //	status (status.go)  the status, only when it differs, with the claim journal pruned of
 //	                    names the map no longer claims (the sinks no longer serve them)
 //
+// A map being deleted that the finalizer holds for this publisher walks teardown.go instead
+// (after load): Finalizing, the zero plan to every sink, the removal, the finalizer.
+//
 // A replica that does not lead runs the first floors only (serve): gather, plan, check,
 // then the plan to the sinks that serve on every replica (model.Serving); the same runs
 // for every cached map before the sinks start. Data flows one way: no sink plans or calls
