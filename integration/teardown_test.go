@@ -261,7 +261,8 @@ func TestTeardownInOrder(t *testing.T) {
 }
 
 // With the publisher stopped the finalizer holds the deleted map (and its route stays);
-// restarted, the publisher completes the teardown.
+// restarted, the publisher completes the teardown, weights 0 first, also when the map's
+// InferenceService went meanwhile (the zero plan is then made from the map alone).
 func TestTeardownResumesAfterRestart(t *testing.T) {
 	f := newFixture(t)
 	f.createMap(seedEntries())
@@ -270,6 +271,7 @@ func TestTeardownResumesAfterRestart(t *testing.T) {
 	pub.stop(t)
 
 	require.NoError(t, tmc.OmeV1beta1().TrafficMaps(f.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
+	require.NoError(t, dyn.Resource(v1beta1.InferenceServicesResource).Namespace(f.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
 	f.requireHeld("the finalizer holds the map while no publisher runs")
 	require.NotNil(t, f.route(), "and its route")
 

@@ -1,11 +1,13 @@
 package model
 
 import (
+	"fmt"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/weights"
 )
 
 // The ordered teardown of a deleted map (OME's contract, reference 1.1 and 5.5): OME's
@@ -83,6 +85,32 @@ func TeardownPlan(pl Plan, others []Claim) Plan {
 	z.Hostnames = kept
 	sortConflicts(z.Conflicts)
 	return z
+}
+
+// FallbackTeardownPlan is the zero plan of tm made from the map alone, for a map being
+// deleted whose plan cannot be made any more (its InferenceService is gone, or one of its
+// inputs fails): every entry of its spec at weight 0, the hostname its claim journal
+// (publisher's) holds as its hostname, and its gRPC name withheld unless the journal holds
+// it, so no sink is handed a name the map does not own. Drains, taints and tolerations do
+// not matter at weight 0 and are left out. It fails when the spec's entries are invalid.
+func FallbackTeardownPlan(tm *v1beta1.TrafficMap, publisher string) (Plan, error) {
+	res, err := weights.Compute(weights.Input{Entries: entries(tm)})
+	if err != nil {
+		return Plan{}, fmt.Errorf("trafficmap %s/%s spec.entries: %w", tm.Namespace, tm.Name, err)
+	}
+	p := Zeroed(Plan{Namespace: tm.Namespace, Name: tm.Name, UID: string(tm.UID), Generation: tm.Generation,
+		Service: tm.Spec.Service, Result: res})
+	grpc := NormalizeHostname(GRPCName(tm.Namespace, tm.Spec.Service))
+	journaled := JournaledNames(tm, publisher)
+	for _, n := range journaled {
+		if n != grpc && len(p.Hostnames) == 0 {
+			p.GlobalHost, p.Hostnames = n, []string{n}
+		}
+	}
+	if !slices.Contains(journaled, grpc) {
+		p.Conflicts = []Conflict{{Hostname: grpc, Unjournaled: true}}
+	}
+	return p, nil
 }
 
 // claimedBy is the first of others (not self) that claims a name overlapping host, and that

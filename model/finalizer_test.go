@@ -120,3 +120,32 @@ func TestTeardownPlanYieldsClaimedNames(t *testing.T) {
 	assert.True(t, z.Withheld("chat.example.com"))
 	assert.Equal(t, []string{"chat.example.com"}, p.Hostnames, "the plan given is not modified")
 }
+
+func TestFallbackTeardownPlan(t *testing.T) {
+	tm := &v1beta1.TrafficMap{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "chat", UID: "uid-1", Generation: 4},
+		Spec: v1beta1.TrafficMapSpec{Service: "chat", Entries: []v1beta1.TrafficMapEntry{
+			{Cluster: "worker-b", Endpoint: "https://b.example.com", Weight: 3},
+			{Cluster: "worker-a", Endpoint: "https://a.example.com", Weight: 1},
+		}}}
+	tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: "p", ClaimedTargets: []string{"grpc:chat.prod", "hostname:chat.example.com"}}
+	p, err := FallbackTeardownPlan(tm, "p")
+	require.NoError(t, err)
+	assert.Equal(t, "chat.example.com", p.GlobalHost)
+	assert.Equal(t, []string{"chat.example.com"}, p.Hostnames)
+	assert.Empty(t, p.Conflicts, "its gRPC name is journaled: served at weight 0")
+	assert.True(t, p.Result.AllZero())
+	require.Len(t, p.Result.Entries, 2)
+	assert.Equal(t, "worker-a", p.Result.Entries[0].Cluster, "sorted, as every plan")
+	assert.Equal(t, "https://a.example.com", p.Result.Entries[0].Endpoint.URL)
+	assert.Equal(t, []any{"uid-1", int64(4), "chat"}, []any{p.UID, p.Generation, p.Service})
+
+	tm.Status.Publisher.PublisherName = "other"
+	p, err = FallbackTeardownPlan(tm, "p")
+	require.NoError(t, err)
+	assert.Empty(t, p.Hostnames, "another publisher's journal holds nothing for us")
+	assert.True(t, p.Withheld("chat.prod"), "an unjournaled gRPC name is not served")
+
+	tm.Spec.Entries = append(tm.Spec.Entries, tm.Spec.Entries[0])
+	_, err = FallbackTeardownPlan(tm, "p")
+	require.Error(t, err, "duplicate cluster: no plan")
+}

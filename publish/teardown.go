@@ -230,15 +230,24 @@ func (t tearing) waited(step teardownStep, confs []model.Confirmation, left time
 
 // zeroPlan is the plan of tm, a map being torn down, at weight 0 (model.TeardownPlan), made
 // as every plan is (gather, plan): the same names as it publishes, but for those another map
-// now claims (a deleted map yields them at once). A *model.UserError says why none can be
-// made (its InferenceService is gone, its inputs are invalid).
+// now claims (a deleted map yields them at once). When that plan cannot be made (its
+// InferenceService is gone, an input fails) it is made from the map alone
+// (model.FallbackTeardownPlan); a *model.UserError says why not even that can be made.
 func (r *reconciler) zeroPlan(tm *v1beta1.TrafficMap) (*model.Plan, error) {
 	g, err := r.inputs.gather(tm)
-	if err != nil {
-		return nil, err
+	var pl *model.Planned
+	if err == nil {
+		pl, err = r.plan(g)
 	}
-	pl, err := r.plan(g)
-	if err != nil {
+	var ue *model.UserError
+	switch {
+	case errors.As(err, &ue): // made from the map alone, when its entries allow
+		zero, ferr := model.FallbackTeardownPlan(tm, r.publisher)
+		if ferr != nil {
+			return nil, &model.UserError{Reason: ue.Reason, Message: ue.Message + "; " + ferr.Error()}
+		}
+		return &zero, nil
+	case err != nil:
 		return nil, err
 	}
 	zero := model.TeardownPlan(pl.Plan, g.Claims)

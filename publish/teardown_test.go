@@ -185,6 +185,13 @@ func TestServeHeldMapAtZero(t *testing.T) {
 	assert.Equal(t, []string{"chat.example.com"}, last.Hostnames)
 	assert.Empty(t, xds.withdrawn)
 
+	f.inputs.noSource = true // the InferenceService is gone: the zero plan from the map alone
+	require.NoError(t, f.rec.serve(f.key))
+	last = xds.last("prod/chat")
+	assert.True(t, last.Result.AllZero())
+	assert.Equal(t, []string{"chat.example.com"}, last.Hostnames, "the journaled hostname")
+	assert.Empty(t, xds.withdrawn)
+
 	f.inputs.tm = nil
 	require.NoError(t, f.rec.serve(f.key))
 	assert.Equal(t, []string{"prod/chat"}, xds.withdrawn)
