@@ -49,8 +49,9 @@ type Sink struct {
 }
 
 var (
-	_ model.Sink    = (*Sink)(nil)
-	_ model.Durable = (*Sink)(nil)
+	_ model.Sink     = (*Sink)(nil)
+	_ model.Durable  = (*Sink)(nil)
+	_ model.Retiring = (*Sink)(nil)
 )
 
 // Durable implements model.Durable: the route outlives the publisher, so its Carries right
@@ -156,8 +157,10 @@ func refusedMessage(p *model.Plan, err error) string {
 // never holds two of the publisher's routes for one hostname. The route it compares with,
 // writes over and reads the verdict from is at least as new as its own last write of it
 // (see expectations); so is each backend Service it compares and writes over, and a
-// Service it pruned is not seen again.
-func (s *Sink) Apply(ctx context.Context, p *model.Plan, _ model.Standing) (model.Confirmation, error) {
+// Service it pruned is not seen again. A map being deleted (model.Standing.Finalizing) has
+// its stored route set to the plan's zeros whatever the no-positive policy, and none
+// created when it has none.
+func (s *Sink) Apply(ctx context.Context, p *model.Plan, st model.Standing) (model.Confirmation, error) {
 	c := model.Confirmation{Sink: SinkName}
 	if host, ok := s.contested(p); ok {
 		return s.refuseContested(ctx, p, host)
@@ -173,7 +176,11 @@ func (s *Sink) Apply(ctx context.Context, p *model.Plan, _ model.Standing) (mode
 		return c, err
 	}
 	route := ownedRoute(p, live)
-	if s.retains(p, route) {
+	if st.Finalizing && route == nil {
+		c.State, c.Message = model.InPlace, "no route of trafficmap "+p.Key().String()+" is stored"
+		return c, nil
+	}
+	if !st.Finalizing && s.retains(p, route) {
 		kept, _ := RouteWeights(route)
 		c.State, c.Reason, c.GatewayRef = model.Refused, model.ReasonLastPositiveRetained, gatewayRef(route)
 		c.Message = fmt.Sprintf("every effective weight is 0; --no-positive-policy RetainLastPositive keeps the last positive weights on route %s/%s (%s)",
@@ -277,6 +284,17 @@ func (s *Sink) Delete(ctx context.Context, namespace, name string) (int, error) 
 	}
 	s.known.forget(namespace, name)
 	return n, nil
+}
+
+// Retire implements model.Retiring: Delete, confirmed as soon as the route and its
+// Services are gone from the API server (the gateway then drops the route).
+func (s *Sink) Retire(ctx context.Context, key types.NamespacedName) (model.Confirmation, error) {
+	n, err := s.Delete(ctx, key.Namespace, key.Name)
+	if err != nil {
+		return model.Confirmation{Sink: SinkName, Writes: n}, fmt.Errorf("remove httproute: %w", err)
+	}
+	return model.Confirmation{Sink: SinkName, State: model.InPlace, Writes: n,
+		Message: fmt.Sprintf("route %s/%s and its services removed", key.Namespace, RouteName(key.Name))}, nil
 }
 
 // gatewayRef is the TrafficMap status reference to route, nil for nil.

@@ -287,6 +287,11 @@ func planWeights(t *testing.T, p *model.Plan) map[string]int32 {
 
 func newSink(t *testing.T, requireAccepted bool) (*httproute.Sink, *routeAPI, *delayedStore) {
 	t.Helper()
+	return newSinkWith(t, httproute.SinkConfig{Route: cfg, RequireAccepted: requireAccepted})
+}
+
+func newSinkWith(t *testing.T, sc httproute.SinkConfig) (*httproute.Sink, *routeAPI, *delayedStore) {
+	t.Helper()
 	gw := gwfake.NewClientset()
 	api := &routeAPI{}
 	api.install(gw)
@@ -295,7 +300,7 @@ func newSink(t *testing.T, requireAccepted bool) (*httproute.Sink, *routeAPI, *d
 	svcAPI.install(kube)
 	store := &delayedStore{api: api, svcAPI: svcAPI}
 	writer := httproute.NewWriter(kube, gw, "trafficmap-publisher")
-	return httproute.NewSink(httproute.SinkConfig{Route: cfg, RequireAccepted: requireAccepted}, writer, store), api, store
+	return httproute.NewSink(sc, writer, store), api, store
 }
 
 // TestApplyStaleCache replays drain → undrain → re-drain faster than the route informer:
@@ -512,4 +517,36 @@ func TestPruneWhileCacheLags(t *testing.T) {
 			assert.Empty(t, httproute.ExpectedServices(s, "prod", "chat"))
 		})
 	}
+}
+
+// The teardown: a map being deleted gets its stored route at weight 0, whatever the
+// no-positive policy, and none created when none is stored; Retire removes the route and
+// its Services.
+func TestFinalizingAndRetire(t *testing.T) {
+	s, api, store := newSinkWith(t, httproute.SinkConfig{Route: cfg, RetainLastPositive: true})
+	zero := model.Zeroed(*plan(t))
+	finalizing := model.Standing{Finalizing: true}
+	c, err := s.Apply(t.Context(), &zero, finalizing)
+	require.NoError(t, err)
+	assert.Equal(t, model.InPlace, c.State, c.Message)
+	assert.Nil(t, api.get(), "nothing is created for a map being deleted")
+
+	_, err = s.Apply(t.Context(), plan(t), model.Standing{})
+	require.NoError(t, err)
+	c, err = s.Apply(t.Context(), &zero, model.Standing{})
+	require.NoError(t, err)
+	assert.Equal(t, model.ReasonLastPositiveRetained, c.Reason, "the policy keeps the last positive weights while publishing")
+	c, err = s.Apply(t.Context(), &zero, finalizing)
+	require.NoError(t, err)
+	assert.Equal(t, model.InPlace, c.State, c.Message)
+	w, positive := httproute.RouteWeights(api.get())
+	assert.False(t, positive, "the teardown writes the zeros: %v", w)
+	assert.Equal(t, planWeights(t, &zero), w)
+
+	c, err = s.Retire(t.Context(), types.NamespacedName{Namespace: "prod", Name: "chat"})
+	require.NoError(t, err)
+	assert.Equal(t, model.InPlace, c.State)
+	assert.Equal(t, 3, c.Writes, "the route and both Services")
+	assert.Nil(t, api.get())
+	assert.Empty(t, store.svcAPI.names())
 }

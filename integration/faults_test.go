@@ -150,15 +150,18 @@ func TestDeleteRemovesEverything(t *testing.T) {
 
 	require.NoError(t, tmc.OmeV1beta1().TrafficMaps(f.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
 	f.waitGone()
+	f.waitMapGone() // the finalizer goes last
 
-	// Again, with the publisher down during the deletion.
+	// Again, with the publisher down during the deletion: the finalizer holds the map.
 	f.createMap(seedEntries())
 	f.waitPublished()
 	pub.stop(t)
 	require.NoError(t, tmc.OmeV1beta1().TrafficMaps(f.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
 	require.NotNil(t, f.route(), "nothing removes the route while the publisher is down")
+	f.requireHeld("the finalizer holds the map while the publisher is down")
 	f.startPublisher()
 	f.waitGone()
+	f.waitMapGone()
 }
 
 func (f *fixture) waitGone() {

@@ -109,9 +109,12 @@ func TestChartRBACIsEnough(t *testing.T) {
 	f.waitPublished()
 	f.drain(seedDrain)
 	f.waitPublishedWith("worker-a=0 (drained by maintenance-a), worker-b=1")
+	assert.Contains(t, f.getMap().Finalizers, model.Finalizer, "patch on trafficmaps: the finalizer")
 	report := replicas.LeaseName("trafficmap-publisher", "rbac-a")
 	_, err := kube.CoordinationV1().Leases(f.ns).Get(context.Background(), report, metav1.GetOptions{})
 	require.NoError(t, err, "the replica wrote its report Lease")
+	require.NoError(t, tmc.OmeV1beta1().TrafficMaps(f.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
+	f.waitMapGone() // the teardown, finalizer removal included, needs nothing more
 	f.pub.stop(t)
 	_, err = kube.CoordinationV1().Leases(f.ns).Get(context.Background(), report, metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "the replica deleted its report Lease when it stopped: %v", err)

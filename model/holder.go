@@ -85,3 +85,16 @@ func HeldMessage(tm *v1beta1.TrafficMap, holder, publisher string) string {
 		"publisher %q writes nothing for it: to move the map, run publisher %q with --take-over-from %s",
 		tm.Namespace, tm.Name, holder, publisher, publisher, holder)
 }
+
+// TornDownByOther reports whether tm is a deleted map another publisher tears down: it is
+// being deleted, carries Finalizer, and its claim journal names another publisher. This
+// publisher then removes nothing (the route and Services are that publisher's to remove in
+// its order) and serves the map's xDS at weight 0, as that publisher does, until the map is
+// gone.
+func TornDownByOther(tm *v1beta1.TrafficMap, publisher string) bool {
+	if tm == nil || tm.DeletionTimestamp == nil || !HasFinalizer(tm) {
+		return false
+	}
+	j := tm.Status.Publisher
+	return j != nil && j.PublisherName != "" && j.PublisherName != publisher
+}

@@ -57,6 +57,10 @@ const (
 	// holder is silent, HolderSilent) unless run with --take-over-from that name. It is
 	// also the reason of the Warning Event that a holder change records.
 	ReasonPublisherChanged Reason = "PublisherChanged"
+	// ReasonFinalizing: the map is being deleted and the publisher's finalizer holds it
+	// while the published state goes in order: every weight 0, then the route, Services
+	// and xDS resources (OME's TrafficMapReasonPublicationFinalizing).
+	ReasonFinalizing Reason = "Finalizing"
 )
 
 // Reasons of the Normal Events that mark a ramp's first step and its end (the Published
@@ -66,16 +70,23 @@ const (
 	ReasonRampFinished Reason = "RampFinished"
 )
 
+// Reasons of the Events of a map's ordered teardown (ReasonFinalizing marks its start):
+// a wait that ran out of --teardown-timeout (Warning), and the finalizer's removal (Normal).
+const (
+	ReasonTeardownTimedOut Reason = "TeardownTimedOut"
+	ReasonFinalized        Reason = "Finalized"
+)
+
 // Reasons lists every reason of the Published condition, in the order above.
 func Reasons() []Reason {
 	return []Reason{ReasonPublished, ReasonPublishing, ReasonInvalidTrafficMap, ReasonInvalidDrainAnnotation,
 		ReasonInvalidTaints, ReasonInvalidTolerations, ReasonInvalidRamp, ReasonRamping, ReasonSourceNotFound,
 		ReasonHostnameConflict, ReasonHostnameNotEntitled, ReasonRouteConflict, ReasonRouteRefused,
-		ReasonRouteNotAccepted, ReasonLastPositiveRetained, ReasonXDSRejected, ReasonXDSInvalid, ReasonPublisherChanged}
+		ReasonRouteNotAccepted, ReasonLastPositiveRetained, ReasonXDSRejected, ReasonXDSInvalid, ReasonPublisherChanged, ReasonFinalizing}
 }
 
 // Normal reports whether a condition with this reason is news of progress (a Normal
 // Event) rather than a problem (a Warning Event).
 func (r Reason) Normal() bool {
-	return r == ReasonPublished || r == ReasonPublishing || r == ReasonRamping
+	return r == ReasonPublished || r == ReasonPublishing || r == ReasonRamping || r == ReasonFinalizing
 }

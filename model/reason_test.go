@@ -15,7 +15,7 @@ func TestReasons(t *testing.T) {
 		assert.NotEmpty(t, string(r))
 	}
 	assert.Len(t, seen, 18)
-	for r, normal := range map[Reason]bool{ReasonPublished: true, ReasonPublishing: true, ReasonRamping: true,
+	for r, normal := range map[Reason]bool{ReasonPublished: true, ReasonPublishing: true, ReasonRamping: true, ReasonFinalizing: true,
 		ReasonXDSRejected: false, ReasonHostnameConflict: false, ReasonInvalidTrafficMap: false} {
 		assert.Equal(t, normal, r.Normal(), r)
 	}

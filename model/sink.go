@@ -64,6 +64,11 @@ type Standing struct {
 	// Published: the map's Published condition is True at Generation as the pipeline
 	// applies the plan (after it announced a change, which sets it False).
 	Published bool
+	// Finalizing: the map is being deleted and the plan is its teardown's zero plan
+	// (Zeroed; the condition says ReasonFinalizing). The sink sets to 0 only what it still
+	// publishes for the map and creates nothing (see Retiring); a policy that keeps the
+	// last positive weights does not apply.
+	Finalizing bool
 }
 
 // Conflict is one of a map's names that another claim holds, or that the map claims but
@@ -183,6 +188,24 @@ type Sink interface {
 	Apply(ctx context.Context, plan *Plan, standing Standing) (Confirmation, error)
 	// Delete removes everything the sink published or remembers for the deleted map.
 	Delete(ctx context.Context, namespace, name string) (removed int, err error)
+}
+
+// Retiring is a sink that takes part in the ordered teardown of a map the publisher's
+// Finalizer holds. The pipeline first hands every sink the map's zero plan (Zeroed) with
+// Standing.Finalizing, to which a sink answers by setting to 0 only what it still
+// publishes for the map: it creates nothing for a map being deleted, and one that holds
+// nothing answers InPlace (so a restart after the removal does not publish the map
+// again). Once every sink confirmed the zeros (or the teardown timeout passed) it calls
+// Retire, and it lets the map go once every Retire is InPlace (or the timeout passed). A
+// sink that is not Retiring is Deleted instead. Delete, once the map is gone, forgets what
+// Retire remembers.
+type Retiring interface {
+	// Retire removes what the sink published for the map and reports whether the
+	// consumers that held it confirmed the removal: InPlace once every one did (or none
+	// held it), Pending with Progress while some did not. Called again it removes nothing
+	// more and reports again; the sink names the map through Updater when its consumers
+	// confirm. An error is transient.
+	Retire(ctx context.Context, key types.NamespacedName) (Confirmation, error)
 }
 
 // Starter is a sink with work of its own (a server, a rebuild loop). Start runs after the

@@ -120,6 +120,11 @@ type Config struct {
 	// another publisher holds is otherwise left to it (Published False, PublisherChanged,
 	// while that publisher is silent).
 	TakeOverFrom string
+	// TeardownTimeout bounds each wait of a deleted map's ordered teardown (teardown.go):
+	// for its weights 0 to be confirmed, then for its xDS removal to be ACKed; after it the
+	// teardown goes on (logged, Warning Event TeardownTimedOut). Default
+	// DefaultTeardownTimeout.
+	TeardownTimeout time.Duration
 	// HostnameEntitlements is the optional entitlement policy (model.ClaimPolicy): each rule gives
 	// a domain to a list of namespaces. None: any namespace may claim any name that is not
 	// another namespace's gRPC-form name.
@@ -208,6 +213,9 @@ func (c *Config) setDefaults() {
 	if c.XDSAddress == "" {
 		c.XDSAddress = ":18000"
 	}
+	if c.TeardownTimeout <= 0 {
+		c.TeardownTimeout = DefaultTeardownTimeout
+	}
 	if c.LeaderElection.Enabled {
 		c.LeaderElection.setDefaults()
 	}
@@ -264,6 +272,9 @@ func (c Config) Validate() error {
 	}
 	if c.XDSReconnectGrace < 0 {
 		errs = append(errs, fmt.Errorf("%w: --xds-reconnect-grace %s: must not be negative", ErrInvalidConfig, c.XDSReconnectGrace))
+	}
+	if c.TeardownTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: --teardown-timeout %s: must not be negative", ErrInvalidConfig, c.TeardownTimeout))
 	}
 	if c.XDSMinClients < 0 {
 		errs = append(errs, fmt.Errorf("%w: --xds-min-clients %d: must not be negative", ErrInvalidConfig, c.XDSMinClients))

@@ -20,6 +20,13 @@
 // xDS ACK, a client joining, its reconnect grace ending) it names through model.Updater,
 // and the workers queue those maps.
 //
+// Before its first external write for a map the pipeline adds OME's publisher finalizer
+// (model.Finalizer). A deleted map it holds is torn down in order by the leader instead
+// (teardown.go): Published False (Finalizing), the plan at weight 0 to every sink and their
+// confirmations, the removal (model.Retiring) and its confirmations, each wait bounded by
+// --teardown-timeout, then the finalizer goes; release-finalizers (finalizer.go) is the
+// uninstall's escape hatch.
+//
 // Every replica runs the workers. While it leads (leader.go) they run the whole pipeline;
 // otherwise only gather → plan → check → the sinks that serve on every replica
 // (model.Serving, the xDS sink), with no claim, no write and no Event. Before the sinks

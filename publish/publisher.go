@@ -169,6 +169,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		metrics: p.metrics,
 		claims:  newClaimTable(), publisher: cfg.publisherName(), digest: cfg.optionsDigest(),
 		takeOverFrom: cfg.TakeOverFrom, holders: newHolderLog(),
+		teardowns: newTeardownClock(cfg.TeardownTimeout),
 	}
 	if !cfg.sinkOn(SinkHTTPRoute) {
 		p.rec.record = &recordStore{kube: c.kube, manager: cfg.FieldManager, cached: p.caches.record}
@@ -238,8 +239,8 @@ func addXDSSink(p *Publisher) error {
 // xDS sink is off.
 func (p *Publisher) XDSClients() []xds.ClientState {
 	for _, s := range p.sinks {
-		if c, ok := s.(interface{ Clients() []xds.ClientState }); ok {
-			return c.Clients()
+		if x, ok := s.(*xds.Sink); ok {
+			return x.Replica().Clients()
 		}
 	}
 	return nil

@@ -35,6 +35,9 @@ import (
 //	status (status.go)  the status, only when it differs, with the claim journal pruned of
 //	                    names the map no longer claims (the sinks no longer serve them)
 //
+// A map being deleted that the finalizer holds for this publisher walks teardown.go instead
+// (after load): Finalizing, the zero plan to every sink, the removal, the finalizer.
+//
 // A replica that does not lead runs the first floors only (serve): gather, plan, check,
 // then the plan to the sinks that serve on every replica (model.Serving); the same runs
 // for every cached map before the sinks start. Data flows one way: no sink plans or calls
@@ -81,6 +84,8 @@ type reconciler struct {
 	// planner plans a map from its model.Gathered inputs; nil is planMap with hosts (tests count
 	// its calls).
 	planner func(g model.Gathered) (*model.Planned, error)
+	// teardowns times the waits of the maps being torn down (teardown.go).
+	teardowns *teardownClock
 }
 
 // plan is the pipeline's plan floor: the map's plan from its model.Gathered inputs.
@@ -105,6 +110,12 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	}
 	if err != nil || tm == nil {
 		return 0, err
+	}
+	if tm.DeletionTimestamp != nil { // held by the finalizer
+		if model.TornDownByOther(tm, r.publisher) {
+			return 0, r.heldTeardown(tm) // holders.go
+		}
+		return r.teardown(ctx, key, tm, log)
 	}
 	if h := model.HolderOf(tm, r.publisher, r.takeOverFrom); h.Held() {
 		return r.held(ctx, key, tm, h.Publisher, log) // holders.go
@@ -139,16 +150,17 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 }
 
 // load reads the map from the cache, or from the API server when the cache has not seen the
-// publisher's own last status write (whether to announce and what was published before
-// are then decided from the live map). deleted is true for a map the cache no longer has
-// or that is terminating; a nil map without deleted means there is nothing to do (the
-// live map is gone: the informer's delete event follows).
+// publisher's own last write (whether to announce and what was published before are then
+// decided from the live map). deleted is true for a map the cache no longer has, or that
+// is terminating without the finalizer holding it for this publisher (a terminating map
+// the finalizer holds is returned, for the teardown); a nil map without deleted means
+// there is nothing to do (the live map is gone: the informer's delete event follows).
 func (r *reconciler) load(ctx context.Context, key cache.ObjectName) (_ *v1beta1.TrafficMap, deleted bool, _ error) {
 	tm, err := r.inputs.trafficMap(key.Namespace, key.Name)
 	if err != nil {
 		return nil, false, err
 	}
-	if tm == nil || tm.DeletionTimestamp != nil {
+	if tm == nil || tm.DeletionTimestamp != nil && !model.Finalizing(tm, r.publisher) && !model.TornDownByOther(tm, r.publisher) {
 		return nil, true, nil
 	}
 	if !r.status.behind(tm) {
@@ -160,6 +172,9 @@ func (r *reconciler) load(ctx context.Context, key cache.ObjectName) (_ *v1beta1
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("read trafficmap %s newer than the cache: %w", key, err)
+	}
+	if live.DeletionTimestamp != nil && !model.Finalizing(live, r.publisher) && !model.TornDownByOther(live, r.publisher) {
+		return nil, true, nil
 	}
 	return live, false, nil
 }
@@ -188,6 +203,12 @@ func (r *reconciler) sinkFloor(ctx context.Context, key cache.ObjectName, tm *v1
 		return res, nil
 	}
 	var err error
+	if model.NeedsFinalizer(tm) { // before the first external write: the journal, an announce, a sink
+		if tm, err = addFinalizer(ctx, r.status, tm, log); err != nil {
+			return res, err
+		}
+		res.tm = tm
+	}
 	if len(pl.Claimable) > 0 || model.HolderOf(tm, r.publisher, r.takeOverFrom).Replaces() {
 		if res.tm, res.pl, res.tableHeld, err = r.claim(ctx, tm, g, pl, log); err != nil {
 			return res, err
@@ -521,6 +542,9 @@ func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.
 	r.holders.changed(types.NamespacedName(key), "")
 	r.status.forget(types.NamespacedName(key))
 	r.claims.forget(types.NamespacedName(key))
+	if r.teardowns != nil {
+		r.teardowns.forget(types.NamespacedName(key))
+	}
 	var errs []error
 	for _, s := range r.sinks {
 		n, err := s.Delete(ctx, key.Namespace, key.Name)
@@ -541,8 +565,10 @@ func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.
 // plan and check, then hand the plan to the sinks that serve on every replica
 // (model.Serving), with the same decision as the leader's pipeline: a plan that cannot be
 // made, or that an enabled sink refuses, is handed to none (each keeps the last plan it was
-// given), and a deleted map is withdrawn. Nothing is claimed, written or recorded. It also
-// primes those sinks before they start.
+// given), and a deleted map is withdrawn, unless the finalizer holds it for this publisher:
+// then its plan at weight 0 is served until it is gone (the leader tears it down in
+// order). Nothing is claimed, written or recorded. It also primes those sinks before they
+// start.
 func (r *reconciler) serve(key cache.ObjectName) error {
 	serving := servingOf(r.sinks)
 	if len(serving) == 0 {
@@ -551,6 +577,10 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 	tm, err := r.inputs.trafficMap(key.Namespace, key.Name)
 	if err != nil {
 		return err
+	}
+	if model.Finalizing(tm, r.publisher) || model.TornDownByOther(tm, r.publisher) {
+		zero, err := r.zeroPlan(tm)
+		return serveZeros(zero, err, r.sinks, serving)
 	}
 	if tm == nil || tm.DeletionTimestamp != nil {
 		for _, sv := range serving {
@@ -597,6 +627,24 @@ func (r *reconciler) serveMap(tm *v1beta1.TrafficMap, serving []model.Serving) e
 	}
 	for _, sv := range serving {
 		sv.Serve(&pl.Plan)
+	}
+	return nil
+}
+
+// serveZeros hands the serving sinks zero, the plan at weight 0 of a map the finalizer holds
+// while the leader tears it down (reconciler.zeroPlan, which failed with err); when none
+// can be made (a user error), or an enabled sink refuses it, they keep the last plan they
+// were given.
+func serveZeros(zero *model.Plan, err error, sinks []model.Sink, serving []model.Serving) error {
+	var ue *model.UserError
+	if errors.As(err, &ue) || err == nil && refusal(sinks, zero) != nil {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, sv := range serving {
+		sv.Serve(zero)
 	}
 	return nil
 }

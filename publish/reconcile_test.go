@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -117,6 +118,31 @@ type fakeStatusAPI struct {
 	applies   int
 	// heldApplies counts the ApplyHeldStatus calls among applies.
 	heldApplies int
+	// finalizerWrites counts AddFinalizer and RemoveFinalizer calls that wrote.
+	finalizerWrites int
+}
+
+// AddFinalizer adds model.Finalizer, conflicting as the API server does on a stale
+// resourceVersion.
+func (f *fakeStatusAPI) AddFinalizer(_ context.Context, tm *v1beta1.TrafficMap) (*v1beta1.TrafficMap, error) {
+	return f.setFinalizers(tm, append(slices.Clone(f.tm.Finalizers), model.Finalizer))
+}
+
+// RemoveFinalizer removes model.Finalizer, conflicting on a stale resourceVersion.
+func (f *fakeStatusAPI) RemoveFinalizer(_ context.Context, tm *v1beta1.TrafficMap) (*v1beta1.TrafficMap, error) {
+	return f.setFinalizers(tm, model.WithoutFinalizer(f.tm))
+}
+
+func (f *fakeStatusAPI) setFinalizers(tm *v1beta1.TrafficMap, finalizers []string) (*v1beta1.TrafficMap, error) {
+	if tm.ResourceVersion != f.tm.ResourceVersion {
+		return nil, apierrors.NewConflict(schema.GroupResource{Group: "ome.io", Resource: "trafficmaps"}, f.tm.Name, errors.New("stale"))
+	}
+	f.finalizerWrites++
+	updated := f.tm.DeepCopy()
+	updated.Finalizers = finalizers
+	updated.ResourceVersion += "1"
+	f.tm = updated
+	return updated.DeepCopy(), nil
 }
 
 func (f *fakeStatusAPI) Get(context.Context, string, string) (*v1beta1.TrafficMap, error) {
@@ -268,6 +294,8 @@ func newFixture(t *testing.T, sinks ...*fakeSink) *fixture {
 	// step is tested on its own (TestReconcileClaimsBeforeSinks).
 	tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: testPublisher,
 		ClaimedTargets: []string{"grpc:chat.prod", "hostname:chat.example.com"}, ObservedOptionsDigest: model.OptionsDigest(nil)}
+	// And it carries the finalizer, added before that claim (TestFinalizerAddedBeforeTheFirstWrite).
+	tm.Finalizers = []string{model.Finalizer}
 	f := &fixture{inputs: &fakeInputs{tm: tm}, api: &fakeStatusAPI{tm: tm}, sinks: sinks, events: record.NewFakeRecorder(32),
 		clock: time.Unix(1000, 0), key: cache.NewObjectName("prod", "chat")}
 	var ss []model.Sink
@@ -277,7 +305,8 @@ func newFixture(t *testing.T, sinks ...*fakeSink) *fixture {
 	status := newStatusWriter(f.api, f.events, nil)
 	status.now = func() time.Time { return f.clock }
 	f.rec = &reconciler{inputs: f.inputs, hosts: httproute.Config{Gateway: types.NamespacedName{Name: "g"}}, sinks: ss, status: status,
-		claims: newClaimTable(), publisher: testPublisher, digest: model.OptionsDigest(nil)}
+		claims: newClaimTable(), publisher: testPublisher, digest: model.OptionsDigest(nil), teardowns: newTeardownClock(DefaultTeardownTimeout)}
+	f.rec.teardowns.now = func() time.Time { return f.clock }
 	return f
 }
 

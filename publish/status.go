@@ -37,7 +37,7 @@ const progressInterval = time.Second
 // freshQuiet is how long a new map's first status waits while it only says Publishing.
 const freshQuiet = 2 * time.Second
 
-// statusAPI is the part of the API the status writer uses.
+// statusAPI is the part of the API the status writer and the finalizer use.
 type statusAPI interface {
 	// Get reads the live map.
 	Get(ctx context.Context, namespace, name string) (*v1beta1.TrafficMap, error)
@@ -51,6 +51,12 @@ type statusAPI interface {
 	// ReplaceJournal replaces tm's claim journal (status.publisher) with journal as a whole,
 	// at tm's resourceVersion (a stale tm conflicts), whoever wrote the journal before.
 	ReplaceJournal(ctx context.Context, tm *v1beta1.TrafficMap, journal *v1beta1.TrafficMapPublisherStatus) (*v1beta1.TrafficMap, error)
+	// AddFinalizer adds model.Finalizer to tm (finalizer.go), guarded by its
+	// resourceVersion, and returns the map as stored.
+	AddFinalizer(ctx context.Context, tm *v1beta1.TrafficMap) (*v1beta1.TrafficMap, error)
+	// RemoveFinalizer removes model.Finalizer (only it) from tm, guarded by its
+	// resourceVersion, and returns the map as stored.
+	RemoveFinalizer(ctx context.Context, tm *v1beta1.TrafficMap) (*v1beta1.TrafficMap, error)
 }
 
 // clientStatusAPI is the statusAPI of a TrafficMap clientset, applying under manager.

@@ -63,6 +63,9 @@ type flavourHistory struct {
 	tick    uint64
 	changes map[string][]digestSpan // by service key, oldest first
 	served  map[string]*typeHistory // by type URL
+	// removed is the tick each service was last removed at, until it is served again or
+	// forgotten (ForgetRemoval).
+	removed map[string]uint64
 }
 
 // digestSpan: from tick on (until the next span), the service had digest.
@@ -100,7 +103,7 @@ func (h *History) Record(f Flavour, versions Versions, changed []Service, remove
 	defer h.mu.Unlock()
 	fh := h.flavours[f]
 	if fh == nil {
-		fh = &flavourHistory{changes: map[string][]digestSpan{}, served: map[string]*typeHistory{}}
+		fh = &flavourHistory{changes: map[string][]digestSpan{}, served: map[string]*typeHistory{}, removed: map[string]uint64{}}
 		h.flavours[f] = fh
 	}
 	fh.tick++
@@ -137,9 +140,43 @@ func (h *History) Record(f Flavour, versions Versions, changed []Service, remove
 			spans = slices.Delete(spans, 0, len(spans)-digestsPerKey)
 		}
 		fh.changes[key] = spans
+		delete(fh.removed, key)
 	}
 	for _, key := range removed {
 		delete(fh.changes, key)
+		fh.removed[key] = fh.tick
+	}
+}
+
+// RemovedBy reports whether version of typeURL, served to flavour, was served at or after
+// the last removal of the service key: a client that ACKed it holds none of the service's
+// resources of that type (a type the removal left unchanged never carried any). False while
+// no removal of key is recorded, and for a version no longer remembered.
+func (h *History) RemovedBy(f Flavour, typeURL, version, key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fh := h.flavours[f]
+	if fh == nil || fh.served[typeURL] == nil {
+		return false
+	}
+	at, ok := fh.removed[key]
+	if !ok {
+		return false
+	}
+	for _, v := range fh.served[typeURL].spans {
+		if v.version == version && (v.to == 0 || v.to > at) {
+			return true
+		}
+	}
+	return false
+}
+
+// ForgetRemoval drops what h remembers of the removal of the service key.
+func (h *History) ForgetRemoval(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, fh := range h.flavours {
+		delete(fh.removed, key)
 	}
 }
 
@@ -224,6 +261,39 @@ func ServedBy(opts EnvoyOptions, s Service) map[Flavour]Served {
 		}}
 	}
 	return out
+}
+
+// ConfirmRemoval checks the clients that held the service key's resources, as held names
+// them (what each flavour served of it before it was withdrawn): every client that may see
+// it and still subscribes to one of them (by name or by wildcard) is relevant, and has
+// confirmed once it ACKed, for each such type, a version served after the removal
+// (History.RemovedBy). A client that dropped its subscriptions holds nothing of it.
+func ConfirmRemoval(clients []ClientState, h *History, key string, held map[Flavour]Served) (acked, total int) {
+	for _, cl := range clients {
+		sv, ok := held[cl.Flavour]
+		if !ok || !cl.MaySee(key) {
+			continue
+		}
+		relevant, done := false, true
+		for _, typ := range confirmTypes {
+			names := sv.Names[typ]
+			if len(names) == 0 || (cl.TypeURL != "" && cl.TypeURL != typ) || !cl.Subscribed[typ].IncludesAny(names) {
+				continue
+			}
+			relevant = true
+			if _, _, behind := cl.held(typ, names); behind || !h.RemovedBy(cl.Flavour, typ, cl.Acked[typ], key) {
+				done = false
+			}
+		}
+		if !relevant {
+			continue
+		}
+		total++
+		if done {
+			acked++
+		}
+	}
+	return acked, total
 }
 
 // Confirmation is the xDS side of one service's Published condition.

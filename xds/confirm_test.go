@@ -251,3 +251,45 @@ func TestHistoryTimelines(t *testing.T) {
 	assert.False(t, carries(resource.RouteType, "r1", old))
 	assert.True(t, carries(resource.RouteType, "s7", old))
 }
+
+// A withdrawn map's removal is confirmed by each client that held its resources once it
+// ACKed, for every type of them it still subscribes to, a version served after the
+// removal; a client that dropped them, or never held them, neither blocks nor counts.
+func TestConfirmRemoval(t *testing.T) {
+	chat := service(t, "prod", "chat", nil, seedEntries()...)
+	other := service(t, "prod", "embed", nil, seedEntries()...)
+	h := xds.NewHistory(8)
+	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{chat, other}, nil)
+	held := xds.ServedBy(xds.DefaultEnvoyOptions, chat)
+	assert.False(t, h.RemovedBy(xds.FlavourGRPC, resource.ListenerType, "v1", chat.Key()), "no removal recorded yet")
+	h.Record(xds.FlavourGRPC, all("v2"), nil, []string{chat.Key()})
+	assert.True(t, h.RemovedBy(xds.FlavourGRPC, resource.ListenerType, "v2", chat.Key()))
+	assert.False(t, h.RemovedBy(xds.FlavourGRPC, resource.ListenerType, "v1", chat.Key()), "v1 carried it")
+
+	byName := names(held[xds.FlavourGRPC].Names)
+	otherOnly := names(xds.ServedBy(xds.DefaultEnvoyOptions, other)[xds.FlavourGRPC].Names)
+	tests := []struct {
+		name         string
+		clients      []xds.ClientState
+		acked, total int
+	}{
+		{"nobody", nil, 0, 0},
+		{"held it, not ACKed the removal", []xds.ClientState{client("a", "sotw-1", "v1", byName)}, 0, 1},
+		{"ACKed the removal", []xds.ClientState{client("a", "sotw-1", "v2", byName), client("b", "sotw-2", "v1", byName)}, 1, 2},
+		{"a wildcard client counts too", []xds.ClientState{client("w", "sotw-3", "v2", wildcard)}, 1, 1},
+		{"another map's client neither blocks nor counts", []xds.ClientState{client("o", "sotw-4", "v1", otherOnly)}, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			acked, total := xds.ConfirmRemoval(tc.clients, h, chat.Key(), held)
+			assert.Equal(t, tc.acked, acked)
+			assert.Equal(t, tc.total, total)
+		})
+	}
+
+	h.Record(xds.FlavourGRPC, all("v3"), []xds.Service{chat}, nil)
+	assert.False(t, h.RemovedBy(xds.FlavourGRPC, resource.ListenerType, "v3", chat.Key()), "served again: no removal")
+	h.Record(xds.FlavourGRPC, all("v4"), nil, []string{chat.Key()})
+	h.ForgetRemoval(chat.Key())
+	assert.False(t, h.RemovedBy(xds.FlavourGRPC, resource.ListenerType, "v4", chat.Key()), "forgotten")
+}

@@ -86,10 +86,15 @@ var ErrInvalidSinkConfig = errors.New("invalid xds sink configuration")
 // still reconnecting or resubscribing, never while a client declared (or ACKed) older
 // content of it.
 //
+// Teardown (model.Retiring): a map being deleted is first handed at weight 0 (Apply with
+// model.Standing.Finalizing, which gives nothing for a map the sink was not given), then
+// Retired: withdrawn like a deleted map, and confirmed once every client that held its
+// resources ACKed a version served after their removal (ConfirmRemoval).
+//
 // State: the given plans (wants), the news for the pipeline (news) and the grace window
-// have a lock each; what is served, which maps are invalid or wait for clients, the flavours
-// built and Check's verdicts are guarded by mu; the rebuild loop alone writes what is
-// served.
+// have a lock each; what is served, which maps are invalid, wait for clients or were
+// retired, the flavours built and Check's verdicts are guarded by mu; the rebuild loop
+// alone writes what is served.
 type Sink struct {
 	cfg      SinkConfig
 	log      *zap.Logger
@@ -104,11 +109,12 @@ type Sink struct {
 	watch    *clientWatch
 
 	mu      sync.Mutex
-	served  map[string]Service // what is served (to the flavours consumed), by map key
-	built   map[Flavour]bool   // the flavours whose resources are served
-	pending map[string]bool    // maps whose last confirmation waited for clients
-	invalid map[string]error   // maps whose resources failed validation
-	checked map[string]checked // Check's last verdict, by map key
+	served  map[string]Service            // what is served (to the flavours consumed), by map key
+	built   map[Flavour]bool              // the flavours whose resources are served
+	pending map[string]bool               // maps whose last confirmation waited for clients
+	invalid map[string]error              // maps whose resources failed validation
+	checked map[string]checked            // Check's last verdict, by map key
+	retired map[string]map[Flavour]Served // maps withdrawn by Retire: what each flavour served of them then
 }
 
 // checked is Check's verdict on one map's content.
@@ -124,6 +130,7 @@ var (
 	_ model.Updater  = (*Sink)(nil)
 	_ model.Debugger = (*Sink)(nil)
 	_ model.Leading  = (*Sink)(nil)
+	_ model.Retiring = (*Sink)(nil)
 )
 
 // NewSink validates cfg, loads TLS and listens on cfg.Address; nothing is served before Start.
@@ -157,6 +164,7 @@ func NewSink(cfg SinkConfig, log *zap.Logger) (*Sink, error) {
 		pending: map[string]bool{},
 		invalid: map[string]error{},
 		checked: map[string]checked{},
+		retired: map[string]map[Flavour]Served{},
 	}
 	s.grace = &reconnectGrace{d: cfg.ReconnectGrace, now: cfg.Now, news: s.news}
 	s.loop = newRebuilder(s)
@@ -182,9 +190,6 @@ func (s *Sink) Name() string { return SinkName }
 
 // Addr is where the xDS server listens.
 func (s *Sink) Addr() net.Addr { return s.listener.Addr() }
-
-// Clients returns what each connected client has ACKed and NACKed.
-func (s *Sink) Clients() []ClientState { return s.server.Tracker().Clients() }
 
 // DebugHandlers implements model.Debugger: /debug/xds lists the clients and versions, and
 // per served map the clients relevant to it and those that ACKed its served content.
@@ -317,6 +322,9 @@ func invalidMessage(key string, err error) string {
 func (s *Sink) Apply(_ context.Context, p *model.Plan, st model.Standing) (model.Confirmation, error) {
 	svc := view(p).Sealed()
 	key := svc.Key()
+	if _, given := s.wants.get(key); st.Finalizing && !given { // creates nothing for a map being deleted
+		return model.Confirmation{Sink: SinkName, State: model.InPlace, Message: "xds serves nothing of trafficmap " + key}, nil
+	}
 	if s.wants.give(svc) {
 		s.loop.kick()
 	}
@@ -397,15 +405,17 @@ func holdingOld(clients []ClientState, h *History, key string, by map[Flavour]Se
 }
 
 // Delete implements model.Sink: the map's resources leave the next snapshot and nothing
-// about it is remembered.
+// about it is remembered (what Retire remembered of it neither).
 func (s *Sink) Delete(_ context.Context, namespace, name string) (int, error) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	s.Withdraw(key)
 	s.mu.Lock()
 	delete(s.pending, key.String())
 	delete(s.checked, key.String())
+	delete(s.retired, key.String())
 	s.mu.Unlock()
 	s.grace.forget(key.String())
+	s.history.ForgetRemoval(key.String())
 	return 0, nil
 }
 

@@ -267,3 +267,47 @@ func TestServeDrivesTheRebuild(t *testing.T) {
 	assert.False(t, ok, "a withdrawn map is not served")
 	assert.Equal(t, []string{"prod/chat"}, updated())
 }
+
+// The teardown: a map being deleted is handed at weight 0 only while it is given (nothing is
+// given again for a map the sink no longer holds), and Retire withdraws it, remembering
+// what was served, confirmed at once when no client holds it; Delete forgets it.
+func TestFinalizingAndRetire(t *testing.T) {
+	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.listener.Close() })
+	plan := &model.Plan{Namespace: "prod", Name: "chat", Service: "chat", Result: weights.Result{
+		Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 1}}}}
+	zero := model.Zeroed(*plan)
+	key := types.NamespacedName{Namespace: "prod", Name: "chat"}
+
+	c, err := s.Apply(t.Context(), &zero, model.Standing{Finalizing: true})
+	require.NoError(t, err)
+	assert.Equal(t, model.InPlace, c.State, "nothing given: nothing to set to 0")
+	_, given := s.wants.get("prod/chat")
+	assert.False(t, given, "a map being deleted is not given again")
+
+	_, err = s.Apply(t.Context(), plan, model.Standing{})
+	require.NoError(t, err)
+	_, err = s.Apply(t.Context(), &zero, model.Standing{Finalizing: true})
+	require.NoError(t, err)
+	want, given := s.wants.get("prod/chat")
+	require.True(t, given)
+	assert.True(t, want.Result.AllZero(), "the zeros replace what was given")
+
+	c, err = s.Retire(t.Context(), key)
+	require.NoError(t, err)
+	assert.Equal(t, model.InPlace, c.State, "no client holds it")
+	assert.Equal(t, &model.Progress{}, c.Progress)
+	_, given = s.wants.get("prod/chat")
+	assert.False(t, given, "retired: withdrawn")
+	assert.Contains(t, s.retired, "prod/chat")
+	c, err = s.Apply(t.Context(), &zero, model.Standing{Finalizing: true})
+	require.NoError(t, err)
+	assert.Equal(t, model.InPlace, c.State)
+	_, given = s.wants.get("prod/chat")
+	assert.False(t, given, "a retired map is not served again by its zeros")
+
+	_, err = s.Delete(t.Context(), "prod", "chat")
+	require.NoError(t, err)
+	assert.Empty(t, s.retired, "Delete forgets the retirement")
+}

@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -45,6 +47,7 @@ func (w *clientWatch) changed() {
 		w.mu.Unlock()
 		if changed {
 			s.news.add(s.wants.keys()...)
+			s.news.add(w.retired()...)
 			return
 		}
 	}
@@ -55,6 +58,14 @@ func (w *clientWatch) changed() {
 	}
 	s.mu.Unlock()
 	s.news.add(w.decided(tracker.Clients(), waiting)...)
+	s.news.add(w.retired()...) // an ACK may confirm a removal
+}
+
+// retired are the maps the sink's Retire withdrew and Delete has not forgotten, sorted.
+func (w *clientWatch) retired() []string {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	return slices.Sorted(maps.Keys(w.s.retired))
 }
 
 // decided are the waiting maps an ACK or NACK may have decided: every relevant client has

@@ -11,6 +11,9 @@ import (
 // report cannot be renewed.
 type Replica struct{ s *Sink }
 
+// Clients returns what each client connected to this replica has ACKed and NACKed.
+func (r *Replica) Clients() []ClientState { return r.s.server.Tracker().Clients() }
+
 // Report is this replica's report on the maps keys (those whose Published condition it
 // sees not True), sorted by key: per map it serves content for, that content and what its
 // relevant client streams did with it. A map it serves nothing for is left out (its plan

@@ -113,7 +113,7 @@ func newRootCommand(program string, stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exit(exitUsage, err) })
 	root.AddCommand(newRunCommand(stderr), newActionCommand(drain.ActionDrain, stdout, stderr),
 		newActionCommand(drain.ActionUndrain, stdout, stderr), newTaintCommand(drain.ActionTaint, stdout, stderr),
-		newTaintCommand(drain.ActionUntaint, stdout, stderr), newStatusCommand(stdout))
+		newTaintCommand(drain.ActionUntaint, stdout, stderr), newStatusCommand(stdout), newReleaseCommand(stdout))
 	if program == pluginProgram || program == pluginCompleteProgram {
 		root.Use = pluginProgram
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl trafficmap"}
@@ -159,6 +159,7 @@ type runFlags struct {
 	publisherName                      string
 	takeOverFrom                       string
 	hostnameEntitlements               []string
+	teardownTimeout                    time.Duration
 }
 
 // register adds the flags of 'publisher run' to fs.
@@ -200,6 +201,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ (on --debug-address when set, else --http-address)")
 	fs.StringVar(&f.publisherName, "publisher-name", "", "status.publisher.publisherName of the claim journals this publisher writes and honours (default: its field manager, "+publish.DefaultFieldManager+")")
 	fs.StringVar(&f.takeOverFrom, "take-over-from", "", "publisherName of another publisher whose maps this one takes over: a map whose claim journal names it is handed over and published (gatewayapi: OME's built-in publisher, whose route is adopted in place)")
+	fs.DurationVar(&f.teardownTimeout, "teardown-timeout", publish.DefaultTeardownTimeout, "a deleted TrafficMap is held by the finalizer "+model.Finalizer+" while its published state goes in order; each wait (weights 0 confirmed by the gateway and the xDS clients, then the xDS removal ACKed) lasts at most this long, then the teardown goes on")
 	fs.StringArrayVar(&f.hostnameEntitlements, "hostname-entitlement", nil, "DOMAIN=NAMESPACE[,NAMESPACE...]: only these namespaces may claim DOMAIN and names below it (repeatable); without any, every namespace may claim any hostname that is not another namespace's gRPC-form name, first claim first served")
 }
 
@@ -262,6 +264,7 @@ func (f runFlags) config() publish.Config {
 		EnablePprof:          f.pprof,
 		PublisherName:        f.publisherName,
 		TakeOverFrom:         f.takeOverFrom,
+		TeardownTimeout:      f.teardownTimeout,
 		LeaderElection: publish.LeaderElection{
 			Enabled: f.leaderElect, Namespace: f.leaseNamespace, Name: f.leaseName, Identity: f.leaseIdentity,
 			LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RetryPeriod: f.retryPeriod,

@@ -67,6 +67,11 @@ func TestFlagsToConfig(t *testing.T) {
 
 	assert.Empty(t, cfg.HostnameEntitlements, "no entitlement policy by default")
 	assert.Empty(t, cfg.PublisherName, "the field manager by default")
+	assert.Equal(t, publish.DefaultTeardownTimeout, cfg.TeardownTimeout)
+	assert.Equal(t, 5*time.Second, parseRunFlags(t, "--gateway", "g", "--teardown-timeout", "5s").config().TeardownTimeout)
+	err := parseRunFlags(t, "--gateway", "g", "--teardown-timeout", "-1s").config().Validate()
+	require.ErrorIs(t, err, publish.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "--teardown-timeout")
 
 	f = parseRunFlags(t, "--gateway", "g", "--publisher-name", "edge", "--hostname-entitlement", "Example.com=staging, prod",
 		"--hostname-entitlement", "internal.example.org=ops")

@@ -481,6 +481,9 @@ func taintImpacts(ctx context.Context, r report.Reader, p *drain.TaintPlan) ([]r
 	var found []movedMap
 	for i := range list.Items {
 		tm := &list.Items[i]
+		if tm.DeletionTimestamp != nil {
+			continue // being deleted: the publisher sets its weights to 0 and removes it (teardown)
+		}
 		if !slices.ContainsFunc(tm.Spec.Entries, func(e v1beta1.TrafficMapEntry) bool { return e.Cluster == after.Cluster }) {
 			continue
 		}

@@ -113,6 +113,7 @@ args:
   - --require-xds-ack={{ .Values.publisher.requireXDSAck }}
   - --xds-min-clients={{ .Values.publisher.xdsMinClients }}
   - --no-positive-policy={{ .Values.publisher.noPositivePolicy }}
+  - --teardown-timeout={{ .Values.publisher.teardownTimeout }}
   - --rewrite-hostname={{ .Values.publisher.rewriteHostname }}
   - --xds-address={{ .Values.xds.bindAddress }}:{{ .Values.xds.port }}
   - --xds-listener-address={{ .Values.xds.listenerAddress }}
@@ -190,7 +191,9 @@ volumeMounts:
 {{- define "trafficmap-publisher.namespacedRules" }}
 - apiGroups: [ome.io]
   resources: [trafficmaps]
-  verbs: [get, list, watch]
+  # patch: the finalizer ome.io/trafficmap-publisher (added before the first write for a
+  # map, removed once its published state is torn down)
+  verbs: [get, list, watch, patch]
 - apiGroups: [ome.io]
   resources: [trafficmaps/status]
   verbs: [patch]
