@@ -40,19 +40,19 @@ func (v routeVersionSeen) String() string {
 	return fmt.Sprintf("weights %v accepted %t", v.weights, v.accepted)
 }
 
-// routeWatcher records every version of the fixture's route a watch delivers.
-type routeWatcher struct {
+// routeVersions records every version of the fixture's route a watch delivers.
+type routeVersions struct {
 	mu   sync.Mutex
 	seen []routeVersionSeen
 }
 
-func (f *fixture) watchRoute() *routeWatcher {
+func (f *fixture) watchRoute() *routeVersions {
 	f.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f.t.Cleanup(cancel)
 	w, err := gw.GatewayV1().HTTPRoutes(f.ns).Watch(ctx, metav1.ListOptions{})
 	require.NoError(f.t, err)
-	rw := &routeWatcher{}
+	rw := &routeVersions{}
 	go func() {
 		defer w.Stop()
 		for ev := range w.ResultChan() {
@@ -78,7 +78,7 @@ func (f *fixture) watchRoute() *routeWatcher {
 	return rw
 }
 
-func (rw *routeWatcher) versions() []routeVersionSeen {
+func (rw *routeVersions) versions() []routeVersionSeen {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	return slices.Clone(rw.seen)

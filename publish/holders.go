@@ -78,15 +78,3 @@ func (r *reconciler) held(ctx context.Context, key cache.ObjectName, tm *v1beta1
 	}
 	return 0, nil
 }
-
-// heldTeardown handles tm, a deleted map another publisher tears down (model.TornDownByOther):
-// the serving sinks get the map at weight 0 as that publisher's journal has it, as they do
-// on a replica that does not lead; nothing is written or removed.
-func (r *reconciler) heldTeardown(tm *v1beta1.TrafficMap) error {
-	serving := servingOf(r.sinks)
-	if len(serving) == 0 {
-		return nil
-	}
-	zero, err := r.zeroPlan(tm)
-	return serveZeros(zero, err, r.sinks, serving)
-}

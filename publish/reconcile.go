@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -113,7 +112,9 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	}
 	if tm.DeletionTimestamp != nil { // held by the finalizer
 		if model.TornDownByOther(tm, r.publisher) {
-			return 0, r.heldTeardown(tm) // holders.go
+			// serve the map's xDS at weight 0, as the holder does; write and remove nothing
+			zero, err := r.zeroPlan(tm)
+			return 0, serveZeros(zero, err, r.sinks, servingOf(r.sinks))
 		}
 		return r.teardown(ctx, key, tm, log)
 	}
@@ -124,14 +125,14 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	g, err := r.inputs.gather(tm)
 	var ue *model.UserError
 	if errors.As(err, &ue) {
-		return r.fail(ctx, tm, ue, log)
+		return r.status.fail(ctx, tm, ue, log)
 	}
 	if err != nil {
 		return 0, err
 	}
 	pl, err := r.plan(g)
 	if errors.As(err, &ue) {
-		return r.fail(ctx, tm, ue, log)
+		return r.status.fail(ctx, tm, ue, log)
 	}
 	if err != nil {
 		return 0, err
@@ -139,7 +140,7 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	res, err := r.sinkFloor(ctx, key, tm, g, pl, log)
 	switch {
 	case errors.As(err, &ue):
-		return r.fail(ctx, res.tm, ue, log)
+		return r.status.fail(ctx, res.tm, ue, log)
 	case err != nil:
 		return 0, err
 	case res.refused != nil: // no sink was handed the plan
@@ -410,11 +411,11 @@ func (r *reconciler) advanceRamps(ctx context.Context, tm *v1beta1.TrafficMap, g
 		switch {
 		case i < 0:
 			r.metrics.rampStep(string(p.Direction))
-			r.event(tm, model.ReasonRampFinished, fmt.Sprintf("ramp of %s %s finished: step %d of %d is the %s's weights", p.Cluster, p.Direction, p.Steps, p.Steps, finalWord(p.Direction)))
+			r.status.event(tm, model.ReasonRampFinished, fmt.Sprintf("ramp of %s %s finished: step %d of %d is the %s's weights", p.Cluster, p.Direction, p.Steps, p.Steps, finalWord(p.Direction)))
 		case next[i].Step != p.Step:
 			r.metrics.rampStep(string(p.Direction))
 			if p.Step == 0 {
-				r.event(tm, model.ReasonRampStarted, fmt.Sprintf("ramp of %s %s started: %d steps over %s, the last due %s",
+				r.status.event(tm, model.ReasonRampStarted, fmt.Sprintf("ramp of %s %s started: %d steps over %s, the last due %s",
 					p.Cluster, p.Direction, p.Steps, next[i].Duration, p.End.UTC().Format(time.RFC3339)))
 			}
 		}
@@ -504,13 +505,6 @@ func finalWord(d weights.RampDirection) string {
 	return "drain"
 }
 
-// event records a Normal Event on tm (only while leading, like every Event).
-func (r *reconciler) event(tm *v1beta1.TrafficMap, reason model.Reason, message string) {
-	if r.status.recorder != nil {
-		r.status.recorder.Event(tm, corev1.EventTypeNormal, string(reason), message)
-	}
-}
-
 // sourceRetry is how soon a map is reconciled again when its InferenceService changed
 // after the cache was read (the informer's event normally comes first).
 const sourceRetry = time.Second
@@ -527,13 +521,6 @@ func refusal(sinks []model.Sink, plan *model.Plan) *model.Confirmation {
 		}
 	}
 	return nil
-}
-
-// fail records a user error: Published False and an Event, PublicationFallback Unknown, no
-// hot retry.
-func (r *reconciler) fail(ctx context.Context, tm *v1beta1.TrafficMap, ue *model.UserError, log *zap.Logger) (time.Duration, error) {
-	_, _, err := r.status.write(ctx, tm, model.Failed(tm, ue), log)
-	return 0, err
 }
 
 // delete removes what every sink published for a deleted map and forgets it.

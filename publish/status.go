@@ -385,3 +385,17 @@ func (w *statusWriter) replaceJournal(ctx context.Context, tm *v1beta1.TrafficMa
 	w.wrote(updated)
 	return updated, nil
 }
+
+// fail records a user error: Published False and an Event, PublicationFallback Unknown, no
+// hot retry.
+func (w *statusWriter) fail(ctx context.Context, tm *v1beta1.TrafficMap, ue *model.UserError, log *zap.Logger) (time.Duration, error) {
+	_, _, err := w.write(ctx, tm, model.Failed(tm, ue), log)
+	return 0, err
+}
+
+// event records a Normal Event on tm (only while leading, like every Event).
+func (w *statusWriter) event(tm *v1beta1.TrafficMap, reason model.Reason, message string) {
+	if w.recorder != nil {
+		w.recorder.Event(tm, corev1.EventTypeNormal, string(reason), message)
+	}
+}

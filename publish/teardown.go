@@ -115,7 +115,7 @@ func (r *reconciler) teardown(ctx context.Context, key cache.ObjectName, tm *v1b
 		return 0, fmt.Errorf("remove finalizer %s from trafficmap %s: %w", model.Finalizer, key, err)
 	}
 	r.teardowns.forget(types.NamespacedName(key))
-	r.event(tm, model.ReasonFinalized, fmt.Sprintf("published state removed; finalizer %s removed", model.Finalizer))
+	r.status.event(tm, model.ReasonFinalized, fmt.Sprintf("published state removed; finalizer %s removed", model.Finalizer))
 	log.Info("teardown finished; finalizer removed", zap.String("finalizer", model.Finalizer))
 	return 0, nil
 }
