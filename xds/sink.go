@@ -341,6 +341,13 @@ func (s *Sink) Apply(_ context.Context, p *model.Plan, st model.Standing) (model
 	}
 	clients, by := s.server.Tracker().Clients(), ServedBy(s.envoy, svc)
 	c := Confirm(clients, s.history, key, by, s.cfg.MinClients)
+	if c.Done && !s.Carries(p) {
+		// No relevant client to wait for, but the server does not serve this content yet
+		// (the rebuild loop paces snapshots): a client that connects now would get older
+		// content, so the map waits for the snapshot, whose rebuild names it (Updated).
+		c.Done = false
+		c.Message = "waiting for the xds server to serve these weights in its next snapshot; " + c.Message
+	}
 	if c.Done || c.Nack != nil {
 		s.mu.Lock()
 		delete(s.pending, key)

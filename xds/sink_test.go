@@ -22,7 +22,7 @@ func TestApplyPendingAndDelete(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.listener.Close() })
 	plan := &model.Plan{Namespace: "prod", Name: "chat", Service: "chat", Result: weights.Result{
-		Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 1}}}}
+		Entries: []weights.EffectiveEntry{{Cluster: "a", Endpoint: weights.Endpoint{URL: "https://chat.a.example.com", Scheme: "https", Host: "chat.a.example.com", Port: 443}, Weight: 1, Effective: 1}}}}
 	c, err := s.Apply(t.Context(), plan, model.Standing{})
 	require.NoError(t, err)
 	assert.Equal(t, model.Pending, c.State)
@@ -124,7 +124,8 @@ func TestReconnectGrace(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.listener.Close() })
 	plan := &model.Plan{Namespace: "prod", Name: "chat", Service: "chat", Result: weights.Result{
-		Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 0}, {Cluster: "b", Weight: 1, Effective: 1}}}}
+		Entries: []weights.EffectiveEntry{{Cluster: "a", Endpoint: weights.Endpoint{URL: "https://chat.a.example.com", Scheme: "https", Host: "chat.a.example.com", Port: 443}, Weight: 1, Effective: 0}, {Cluster: "b", Endpoint: weights.Endpoint{URL: "https://chat.b.example.com", Scheme: "https", Host: "chat.b.example.com", Port: 443}, Weight: 1, Effective: 1}}}}
+	serveNow(t, s, plan)
 	apply := func(before bool) model.Confirmation {
 		t.Helper()
 		c, err := s.Apply(t.Context(), plan, model.Standing{PublishedBefore: before})
@@ -207,10 +208,23 @@ func TestReconnectGraceOff(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.listener.Close() })
 	s.Leading()
-	c, err := s.Apply(t.Context(), &model.Plan{Namespace: "prod", Name: "chat", Service: "chat", Result: weights.Result{
-		Entries: []weights.EffectiveEntry{{Cluster: "a", Weight: 1, Effective: 1}}}}, model.Standing{})
+	plan := &model.Plan{Namespace: "prod", Name: "chat", Service: "chat", Result: weights.Result{
+		Entries: []weights.EffectiveEntry{{Cluster: "a", Endpoint: weights.Endpoint{URL: "https://chat.a.example.com", Scheme: "https", Host: "chat.a.example.com", Port: 443}, Weight: 1, Effective: 1}}}}
+	c, err := s.Apply(t.Context(), plan, model.Standing{})
 	require.NoError(t, err)
-	assert.Equal(t, model.InPlace, c.State)
+	assert.Equal(t, model.Pending, c.State, "no client waits, but the content is not served yet")
+	assert.Contains(t, c.Message, "waiting for the xds server to serve these weights")
+	require.NoError(t, s.loop.rebuild(t.Context()))
+	c, err = s.Apply(t.Context(), plan, model.Standing{})
+	require.NoError(t, err)
+	assert.Equal(t, model.InPlace, c.State, "served, and no client to wait for")
+}
+
+// serveNow gives s plan and serves it at once (one rebuild), as the rebuild loop would.
+func serveNow(t *testing.T, s *Sink, plan *model.Plan) {
+	t.Helper()
+	s.Serve(plan)
+	require.NoError(t, s.loop.rebuild(t.Context()))
 }
 
 // The pipeline pushes: Serve records the map's wanted content and asks for a rebuild only
