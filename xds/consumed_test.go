@@ -2,7 +2,6 @@ package xds
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	grpcxds "google.golang.org/grpc/xds"
 
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
@@ -131,14 +129,7 @@ func TestBuildsOnlyConsumedFlavours(t *testing.T) {
 	}, 20*time.Second, 10*time.Millisecond, "confirmed once the Envoy ACKed every type")
 
 	// A proxyless gRPC client dials the map: the gRPC flavour is built for it, and RPCs flow.
-	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":%q,"channel_creds":[{"type":"insecure"}],"server_features":["xds_v3"]}],
-		"node":{"id":"grpc-client-1"}}`, s.Addr().String())
-	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
-	require.NoError(t, err)
-	gconn, err := grpc.NewClient("xds:///chat.prod", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = gconn.Close() })
-	client := testgrpc.NewTestServiceClient(gconn)
+	client := xdstest.GRPCClient(t, s.Addr().String(), "grpc-client-1", "chat.prod")
 	call := func() (string, error) {
 		cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
 		defer ccancel()

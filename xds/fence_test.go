@@ -2,7 +2,6 @@ package xds_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -18,7 +17,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
-	grpcxds "google.golang.org/grpc/xds"
 
 	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds"
@@ -44,14 +42,7 @@ func TestFenceClosesAndRefusesStreams(t *testing.T) {
 	_, err = server.SetResources(ctx, xds.FlavourGRPC, r)
 	require.NoError(t, err)
 
-	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":%q,"channel_creds":[{"type":"insecure"}],"server_features":["xds_v3"]}],
-		"node":{"id":"grpc-client-1"}}`, lis.Addr().String())
-	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
-	require.NoError(t, err)
-	conn, err := grpc.NewClient("xds:///chat.prod", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	client := testgrpc.NewTestServiceClient(conn)
+	client := xdstest.GRPCClient(t, lis.Addr().String(), "grpc-client-1", "chat.prod")
 	call := func() (string, error) {
 		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
 		defer ccancel()

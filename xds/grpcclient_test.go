@@ -2,7 +2,6 @@ package xds_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -10,12 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
-	grpcxds "google.golang.org/grpc/xds"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
@@ -47,14 +43,7 @@ func newHarness(t *testing.T) *harness {
 	}
 	h.publish(nil)
 
-	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":%q,"channel_creds":[{"type":"insecure"}],"server_features":["xds_v3"]}],
-		"node":{"id":"grpc-client-1"}}`, lis.Addr().String())
-	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
-	require.NoError(t, err)
-	conn, err := grpc.NewClient("xds:///chat.prod", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(resolver))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	h.client = testgrpc.NewTestServiceClient(conn)
+	h.client = xdstest.GRPCClient(t, lis.Addr().String(), "grpc-client-1", "chat.prod")
 	return h
 }
 
