@@ -51,14 +51,19 @@ func (w *clientWatch) changed() {
 			return
 		}
 	}
-	s.mu.Lock()
-	waiting := make([]string, 0, len(s.pending))
-	for key := range s.pending {
-		waiting = append(waiting, key)
-	}
-	s.mu.Unlock()
-	s.news.add(w.decided(tracker.Clients(), waiting)...)
+	s.news.add(w.decided(tracker.Clients(), w.waiting())...)
 	s.news.add(w.retired()...) // an ACK may confirm a removal
+}
+
+// waiting are the maps waiting for their clients' ACKs (Apply marked them pending).
+func (w *clientWatch) waiting() []string {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	keys := make([]string, 0, len(w.s.pending))
+	for key := range w.s.pending {
+		keys = append(keys, key)
+	}
+	return keys
 }
 
 // retired are the maps the sink's Retire withdrew and Delete has not forgotten, sorted.

@@ -115,6 +115,13 @@ func (r *rebuilder) rebuild(ctx context.Context) (err error) {
 		r.lastServed = time.Now()
 	}
 	r.commit(sc.keys, next, nextInvalid, sc.build)
+	if len(sc.build) > 0 {
+		// A flavour built now recorded its versions only now: a client of it that declared
+		// or ACKed them before (a reconnecting client declares what it holds on its first
+		// requests, which come before the build they trigger) was judged against a history
+		// without them, and may send nothing more. Every map still waiting is judged again.
+		tell = append(tell, r.s.watch.waiting()...)
+	}
 	r.s.news.add(r.s.watch.worthTelling(tell)...)
 	return nil
 }
