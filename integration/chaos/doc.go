@@ -1,0 +1,26 @@
+// Command chaos proves the Published condition under overlapping faults: it runs randomized
+// drains, undrains, taints, ramps, hostname changes and map deletions on N TrafficMaps while
+// a fault schedule kills and restarts publisher replicas, restarts and stalls the
+// kube-apiserver, disconnects, freezes and NACKs xDS clients, slows the gateway and writes
+// conflicting status, next to adversarial neighbours (another namespace claiming the maps'
+// names, unauthenticated clients, clients that never ACK, oversized node ids and NACK text).
+// An invariant checker that shares no code with the publisher records every Published
+// transition and, at each True, checks it against its own observations; every violation is
+// a lie, printed with a timeline. `make chaos` runs it; a one-minute smoke run with a fixed
+// seed is part of `make test` (TestSmoke).
+//
+// Layout (one file per part):
+//
+//   - main.go: flags and the run (setup, workload, fault schedule, settle, final checks);
+//   - controlplane.go: the embedded kube-apiserver and etcd, with the apiserver restart and
+//     stall faults;
+//   - replicas.go, certs.go: the publisher replicas (the binary, each its own process, mutual
+//     TLS), SIGKILL and restart, leader lookup, crash and growth accounting;
+//   - probe.go: protocol-level ADS clients (the checker's eyes on the xDS sink and the
+//     adversarial clients), with the disconnect, freeze and NACK faults;
+//   - workload.go: the randomized operations on the maps and the rival namespace;
+//   - oracle.go: the expected weights of a map from observed inputs (its own reading of the
+//     weight rules, not the publisher's weights package);
+//   - checker.go: the watch-based history and the invariants;
+//   - report.go: the results table (BENCHMARKS.md, section "Reliability").
+package main
