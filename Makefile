@@ -5,7 +5,7 @@
 GO ?= go
 FUZZTIME ?= 30s
 
-.PHONY: test lint shape demo bench unit fuzz generate build image controlplane install-plugin plugin-archives
+.PHONY: test lint shape demo bench chaos unit fuzz generate build image controlplane install-plugin plugin-archives
 
 ## test: lint, go vet, then every test with the race detector, the integration tests on a real
 ## kube-apiserver and etcd; then the same for the separate test modules (TEST_MODULES)
@@ -50,6 +50,16 @@ BENCH_FLAGS ?=
 bench:
 	assets="$$(bash hack/controlplane.sh)" && \
 	KUBEBUILDER_ASSETS="$$assets" $(GO) run ./integration/bench $(BENCH_FLAGS)
+
+## chaos: the fault-injection run (integration/chaos) on an embedded control plane: a workload
+## of drains, taints, ramps, hostname changes and deletions under overlapping faults, with an
+## invariant checker counting Published lies; writes its table to BENCHMARKS.md. CHAOS_FLAGS
+## passes flags, e.g. CHAOS_FLAGS="-n 200 -duration 30m -seed 7". A one-minute smoke run of it
+## (TestSmoke) is part of make test.
+CHAOS_FLAGS ?=
+chaos:
+	assets="$$(bash hack/controlplane.sh)" && \
+	KUBEBUILDER_ASSETS="$$assets" $(GO) run ./integration/chaos $(CHAOS_FLAGS)
 
 ## unit: the tests of every package except ./integration/... (no control plane), and hack/image's
 unit:

@@ -1,3 +1,399 @@
 package main
 
-func main() {}
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
+	"github.com/trafficmap/publisher/integration/standin"
+)
+
+// options are the run's flags.
+type options struct {
+	duration       time.Duration
+	seed           uint64
+	maps, clusters int
+	dial           int
+	faultEvery     time.Duration
+	opEvery        time.Duration
+	converge       time.Duration
+	race           bool
+	out, workDir   string
+	verbose        bool
+	roundRobin     bool
+}
+
+func parseFlags() options {
+	var o options
+	flag.DurationVar(&o.duration, "duration", 30*time.Minute, "how long the workload and the faults run")
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of the workload and the fault schedule")
+	flag.IntVar(&o.maps, "n", 200, "TrafficMaps in the chaos namespace")
+	flag.IntVar(&o.clusters, "clusters", 3, "entries (workload clusters) per map")
+	flag.IntVar(&o.dial, "dial", 20, "maps each proxyless gRPC probe subscribes to")
+	flag.DurationVar(&o.faultEvery, "fault-every", 10*time.Second, "a fault is injected this often")
+	flag.DurationVar(&o.opEvery, "op-every", 250*time.Millisecond, "a workload operation is made this often")
+	flag.DurationVar(&o.converge, "converge-timeout", 5*time.Minute, "how long every map may take to be correct after the last fault")
+	flag.BoolVar(&o.race, "race", false, "build the publisher with the race detector (a race report counts as a crash)")
+	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown file whose Reliability section is replaced by this run's table (empty: print only)")
+	flag.StringVar(&o.workDir, "work-dir", "", "where logs, certificates and the binary go (default: a new temporary directory)")
+	flag.BoolVar(&o.verbose, "v", false, "log every fault and operation")
+	flag.BoolVar(&o.roundRobin, "round-robin", false, "inject the fault kinds in turn instead of at random")
+	flag.Parse()
+	return o
+}
+
+func main() {
+	o := parseFlags()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := run(ctx, o, func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, time.Now().Format(timeLayout)+" "+format+"\n", args...)
+	})
+	if res != nil {
+		table := res.markdown()
+		fmt.Println(table)
+		if o.out != "" {
+			if werr := writeSection(o.out, table); werr != nil {
+				fmt.Fprintln(os.Stderr, "chaos:", werr)
+			}
+		}
+		if err == nil && !res.clean() {
+			err = errors.New("the run found lies, losses, orphans or crashes (see the table)")
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(1)
+	}
+}
+
+// Namespaces of the run.
+const (
+	nsChaos   = "chaos"
+	nsRival   = "rival"
+	nsGateway = "chaos-gw"
+	nsLease   = "chaos-system"
+	gwName    = "gw"
+	hostTmpl  = "{{.Service}}.{{.Namespace}}.example.com"
+)
+
+// clients are the harness's API clients.
+type clients struct {
+	kube kubernetes.Interface
+	gw   gwclient.Interface
+	ome  omeclient.Interface
+	dyn  dynamic.Interface
+}
+
+// run sets the scene up, runs the workload and the fault schedule for o.duration, lets
+// everything settle and checks the end state. The result is returned whenever the run got
+// as far as the checker, also with an error.
+func run(ctx context.Context, o options, logf func(string, ...any)) (*result, error) {
+	ctrllog.SetLogger(logr.Discard())
+	workDir := o.workDir
+	if workDir == "" {
+		d, err := os.MkdirTemp("", "chaos-")
+		if err != nil {
+			return nil, err
+		}
+		workDir = d
+	}
+	if err := os.MkdirAll(workDir, 0o755); err != nil {
+		return nil, err
+	}
+	logf("work dir %s (replica logs, certificates, binary)", workDir)
+	cp, err := startControlPlane(workDir, logf)
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	defer func() { _ = cp.Stop() }()
+	cfg := cp.RESTConfig()
+	cfg.QPS, cfg.Burst = 500, 1000
+	var cl clients
+	if cl.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if cl.gw, err = gwclient.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if cl.ome, err = omeclient.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if cl.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	for _, ns := range []string{nsGateway, nsLease} {
+		_, err := cl.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("create namespace %s: %w", ns, err)
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gateway, err := standin.StartGateway(runCtx, cl.kube, cl.gw, nsGateway, gwName, logf,
+		standin.WithRouteNamespaces(nsChaos, nsRival), standin.WithWorkers(4))
+	if err != nil {
+		return nil, err
+	}
+	logf("building the publisher (race %v)", o.race)
+	bin, err := buildPublisher(ctx, workDir, o.race)
+	if err != nil {
+		return nil, err
+	}
+	pk, err := newPKI(workDir)
+	if err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(o.seed, o.seed^0x9e3779b97f4a7c15))
+	w := newWorkload(workloadConfig{Kube: cl.kube, Dynamic: cl.dyn, OME: cl.ome, Namespace: nsChaos, Rival: nsRival,
+		Maps: o.maps, Clusters: o.clusters, RNG: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), Bin: bin, Kubeconfig: cp.Kubeconfig()})
+	if err := w.Setup(ctx); err != nil {
+		return nil, fmt.Errorf("workload setup: %w", err)
+	}
+	logf("starting 3 publisher replicas")
+	replicas, err := startReplicas(ctx, cp, replicaOptions{Bin: bin, WorkDir: workDir, Namespaces: []string{nsChaos, nsRival},
+		Gateway: nsGateway + "/" + gwName, LeaseNamespace: nsLease, PKI: pk,
+		ClientNamespaces: []string{"chaos-client=" + nsChaos, "rival-client=" + nsRival, "edge-gateway=*", "lurker=" + nsRival}})
+	if err != nil {
+		return nil, fmt.Errorf("replicas: %w", err)
+	}
+	defer replicas.Stop()
+	fleet, err := startProbes(runCtx, o, rng, pk, replicas, w.Maps())
+	if err != nil {
+		return nil, err
+	}
+	f := &faults{rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), cp: cp, replicas: replicas, probes: fleet.checked,
+		nacker: fleet.nacker, gateway: gateway, routing: standin.Routing{Client: cl.ome}, maps: w.Maps, logf: logf, stable: "c", roundRobin: o.roundRobin}
+	chk := newChecker(checkerConfig{OME: cl.ome, Kube: cl.kube, Gateway: cl.gw, Dynamic: cl.dyn,
+		Namespaces: []string{nsChaos, nsRival}, GatewayNS: nsGateway, GatewayName: gwName, HostTemplate: hostTmpl,
+		Probes: func() []*probe { return fleet.checked }, ProbeMaps: fleet.subscribes, Lag: f.lagAt, Logf: logf})
+	if err := chk.Start(runCtx); err != nil {
+		return nil, err
+	}
+	res := &result{opts: o, started: time.Now()}
+	logf("waiting for every map to be published before the faults start")
+	if err := waitCorrect(ctx, chk, w.Maps(), 5*time.Minute); err != nil {
+		return res.finish(chk, f, w, fleet, replicas), fmt.Errorf("before any fault: %w", err)
+	}
+	res.before, _ = replicas.Sample(f.stable)
+	res.warm = time.Since(res.started)
+	logf("every map published after %s; running the workload and faults for %s", res.warm.Round(time.Second), o.duration)
+
+	phase, endPhase := context.WithTimeout(runCtx, o.duration)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); f.Run(phase, o.faultEvery) }()
+	go func() { defer wg.Done(); runWorkload(phase, w, o.opEvery, logf, o.verbose) }()
+	wg.Wait()
+	endPhase()
+	res.lastFault = time.Now()
+	for _, in := range f.Log() {
+		if in.End.After(res.lastFault) {
+			res.lastFault = in.End
+		}
+	}
+	logf("faults over; settling the workload")
+	if err := retrying(ctx, 2*time.Minute, func() error { return w.Settle(ctx) }); err != nil {
+		return res.finish(chk, f, w, fleet, replicas), fmt.Errorf("settle: %w", err)
+	}
+	if err := waitCorrect(ctx, chk, w.Maps(), o.converge); err != nil {
+		res.lost = append(res.lost, err.Error())
+	}
+	res.converged = time.Since(res.lastFault)
+	logf("converged %s after the last fault", res.converged.Round(time.Second))
+	res.orphans = waitNoOrphans(ctx, chk, time.Minute)
+	res.after, _ = replicas.Sample(f.stable)
+	chk.Drain(ctx)
+	return res.finish(chk, f, w, fleet, replicas), nil
+}
+
+// runWorkload makes one operation every interval until ctx ends; an operation that fails
+// (a fault is on) is only counted.
+func runWorkload(ctx context.Context, w *workload, every time.Duration, logf func(string, ...any), verbose bool) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		op, err := w.Step(ctx)
+		if verbose || (err != nil && ctx.Err() == nil && verbose) {
+			logf("op %s: %v", op, err)
+		}
+	}
+}
+
+// waitCorrect polls until every map passes the final check, or returns the last problems.
+func waitCorrect(ctx context.Context, chk *checker, maps []mapRef, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var problems []string
+		for _, m := range maps {
+			if err := chk.finalState(ctx, m.Namespace, m.Name); err != nil {
+				problems = append(problems, err.Error())
+			}
+		}
+		if len(problems) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if len(problems) > 10 {
+				problems = append(problems[:10], fmt.Sprintf("... and %d more", len(problems)-10))
+			}
+			return fmt.Errorf("%d maps not correct after %s: %s", len(problems), timeout, strings.Join(problems, "\n  "))
+		}
+		sleep(ctx, 2*time.Second)
+	}
+}
+
+// waitNoOrphans polls until no orphaned object is left, for at most timeout.
+func waitNoOrphans(ctx context.Context, chk *checker, timeout time.Duration) []string {
+	deadline := time.Now().Add(timeout)
+	for {
+		orphans, err := chk.orphans(ctx)
+		if err == nil && len(orphans) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if err != nil {
+				return []string{"cannot list: " + err.Error()}
+			}
+			return orphans
+		}
+		sleep(ctx, 2*time.Second)
+	}
+}
+
+// retrying calls fn until it succeeds or timeout passes.
+func retrying(ctx context.Context, timeout time.Duration, fn func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		sleep(ctx, time.Second)
+	}
+}
+
+// fleetProbes are the run's xDS clients: checked are the checker's (every replica has a
+// proxyless gRPC state-of-the-world and delta probe and an Envoy probe, plus the nacker);
+// the adversaries are not checked, only counted.
+type fleetProbes struct {
+	checked     []*probe
+	nacker      *probe
+	adversaries []*probe
+	maps        map[*probe]map[string]bool // nil for Envoy probes: every map
+}
+
+func (fp *fleetProbes) subscribes(p *probe, key string) bool {
+	m, ok := fp.maps[p]
+	return ok && (m == nil || m[key])
+}
+
+func startProbes(ctx context.Context, o options, rng *rand.Rand, pk *pki, replicas *replicaSet, maps []mapRef) (*fleetProbes, error) {
+	fp := &fleetProbes{maps: map[*probe]map[string]bool{}}
+	tlsFor := func(id string) (*probeConfig, error) {
+		t, err := pk.ClientTLS(id)
+		if err != nil {
+			return nil, err
+		}
+		return &probeConfig{TLS: t}, nil
+	}
+	addrFor := func(home string) func() string {
+		return func() string {
+			if a := replicas.XDSAddress(home); a != "" {
+				return a
+			}
+			for _, n := range replicas.Names() {
+				if a := replicas.XDSAddress(n); a != "" {
+					return a
+				}
+			}
+			return ""
+		}
+	}
+	subset := func() ([]mapRef, map[string]bool) {
+		idx := rng.Perm(len(maps))[:min(o.dial, len(maps))]
+		slices.Sort(idx)
+		var out []mapRef
+		set := map[string]bool{}
+		for _, i := range idx {
+			out = append(out, maps[i])
+			set[maps[i].Key()] = true
+		}
+		return out, set
+	}
+	add := func(cfg *probeConfig, set map[string]bool, checked bool) *probe {
+		p := newProbe(*cfg)
+		go p.Run(ctx)
+		if checked {
+			fp.checked = append(fp.checked, p)
+			fp.maps[p] = set
+		} else {
+			fp.adversaries = append(fp.adversaries, p)
+		}
+		return p
+	}
+	for i, r := range replicas.Names() {
+		for _, delta := range []bool{false, true} {
+			cfg, err := tlsFor("chaos-client")
+			if err != nil {
+				return nil, err
+			}
+			var set map[string]bool
+			cfg.Maps, set = subset()
+			cfg.NodeID, cfg.Delta, cfg.Addr = fmt.Sprintf("grpc-%s-%v", r, map[bool]string{false: "sotw", true: "delta"}[delta]), delta, addrFor(r)
+			add(cfg, set, true)
+		}
+		cfg, err := tlsFor("edge-gateway")
+		if err != nil {
+			return nil, err
+		}
+		cfg.NodeID, cfg.Envoy, cfg.Delta, cfg.Addr = "envoy-"+r, true, i%2 == 1, addrFor(r)
+		add(cfg, nil, true)
+	}
+	// The nacker: a checked client with a 2 KB node id whose NACKs carry 6 KB of text.
+	cfg, err := tlsFor("chaos-client")
+	if err != nil {
+		return nil, err
+	}
+	var set map[string]bool
+	cfg.Maps, set = subset()
+	cfg.NodeID, cfg.NACKText, cfg.Addr = "nacker-"+strings.Repeat("n", 2041), 6<<10, addrFor("a")
+	fp.nacker = add(cfg, set, true)
+	// Adversaries: a client of another namespace that subscribes to the chaos maps and never
+	// ACKs, and one without a client certificate.
+	cfg, err = tlsFor("lurker")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Maps, _ = subset()
+	cfg.NodeID, cfg.NeverACK, cfg.Addr = "lurker", true, addrFor("b")
+	add(cfg, nil, false)
+	anon := &probeConfig{TLS: pk.AnonymousTLS(), NodeID: "anonymous", Addr: addrFor("c")}
+	anon.Maps, _ = subset()
+	add(anon, nil, false)
+	return fp, nil
+}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestSmoke is the CI-sized chaos run (about two minutes with the set-up, fixed seed): every
+// fault kind once in turn, on 12 maps, with the publisher built with the race detector. It
+// keeps the harness from rotting; `make chaos` runs the long one.
+func TestSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	o := options{duration: 70 * time.Second, seed: 1, maps: 12, clusters: 3, dial: 4,
+		faultEvery: 7 * time.Second, opEvery: 300 * time.Millisecond, converge: 3 * time.Minute,
+		race: true, roundRobin: true, workDir: t.TempDir()}
+	res, err := run(ctx, o, t.Logf)
+	require.NoError(t, err)
+	require.NotNil(t, res)
+	t.Log("\n" + res.markdown())
+	assert.Empty(t, res.checks.Lies, "Published said True while the route, the gateway or an xds client disagreed")
+	assert.Empty(t, res.lost, "maps not correct at the end")
+	assert.Empty(t, res.orphans, "objects left behind")
+	assert.Empty(t, res.crashes, "publisher crashes, panics or data races")
+	assert.Empty(t, res.checks.Unchecked)
+	assert.Greater(t, res.checks.Checked, 12, "every map's first True and more were checked")
+	kinds := map[string]bool{}
+	for _, in := range res.faults {
+		kinds[in.Kind] = true
+	}
+	assert.Len(t, kinds, len(faultKinds), "every fault kind was injected: %v", kinds)
+	assert.Greater(t, res.probes["anonymous"].Refused, int64(0), "the client without a certificate was refused")
+}

@@ -1,0 +1,618 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
+	ominformers "github.com/trafficmap/publisher/api/client/informers/externalversions"
+	"github.com/trafficmap/publisher/api/v1beta1"
+)
+
+// The checker reads the publisher's output only through the API server and its own xDS
+// probes, and the inputs only through the API server; it shares no code with the
+// publisher beyond the TrafficMap API types.
+var (
+	isvcResource = schema.GroupVersionResource{Group: "ome.io", Version: "v1beta1", Resource: "inferenceservices"}
+	wcResource   = schema.GroupVersionResource{Group: "ome.io", Version: "v1beta1", Resource: "workloadclusters"}
+)
+
+// The labels the publisher documents on what it writes ("What it writes" in the README).
+const (
+	labelManagedBy       = "app.kubernetes.io/managed-by"
+	labelSourceNamespace = "publisher.trafficmap.dev/source-namespace"
+	labelSourceName      = "publisher.trafficmap.dev/source-name"
+	labelCluster         = "publisher.trafficmap.dev/cluster"
+	taintsAnnotation     = "publisher.trafficmap.dev/taints"
+)
+
+// lie is one Published=True the checker's own observations contradict.
+type lie struct {
+	Map      string
+	RV       string
+	At       time.Time
+	Rule     string
+	Detail   string
+	Timeline string
+}
+
+// pubState is what the checker last saw of one map's Published condition.
+type pubState struct {
+	Status             metav1.ConditionStatus
+	Reason             string
+	ObservedGeneration int64
+	Message            string
+}
+
+// falseWindow is one stretch of Published=False (or no condition after having had one).
+type falseWindow struct {
+	Map        string
+	Start, End time.Time
+	Reason     string
+}
+
+// transition is one change of a map's Published condition as the checker's watch saw it.
+type transition struct {
+	At     time.Time
+	RV     string
+	Status metav1.ConditionStatus
+	Reason string
+	Gen    int64
+}
+
+// trueEvent is a True to check.
+type trueEvent struct {
+	Map *v1beta1.TrafficMap
+	At  time.Time
+}
+
+// checkerConfig wires the checker.
+type checkerConfig struct {
+	OME          omeclient.Interface
+	Kube         kubernetes.Interface
+	Gateway      gwclient.Interface
+	Dynamic      dynamic.Interface
+	Namespaces   []string
+	GatewayNS    string
+	GatewayName  string
+	HostTemplate string
+	Probes       func() []*probe
+	// ProbeMaps says whether a probe subscribes to the map key (gRPC probes: their maps;
+	// Envoy probes: every map).
+	ProbeMaps func(p *probe, key string) bool
+	// Lag is how far before its observation a True may have been written (the watch's
+	// delay, longer around apiserver faults).
+	Lag  func(at time.Time) time.Duration
+	Logf func(string, ...any)
+}
+
+// checker records every Published transition and checks each True against its own
+// observations: the stored route at that resourceVersion, the gateway's verdict on it, the
+// inputs at that resourceVersion (oracle.go) and what every connected probe holds. One lock
+// (mu) guards its records; checks run on their own goroutines and read the API server.
+type checker struct {
+	cfg checkerConfig
+
+	mu          sync.Mutex
+	last        map[string]pubState
+	history     map[string][]transition
+	falseSince  map[string]time.Time
+	falseReason map[string]string
+	windows     []falseWindow
+	lies        []lie
+	checked     int
+	unchecked   []string
+	transitions int
+	trues       int
+
+	queue chan trueEvent
+	wg    sync.WaitGroup
+}
+
+func newChecker(cfg checkerConfig) *checker {
+	return &checker{cfg: cfg, last: map[string]pubState{}, history: map[string][]transition{},
+		falseSince: map[string]time.Time{}, falseReason: map[string]string{}, queue: make(chan trueEvent, 100000)}
+}
+
+// Start watches the TrafficMaps of every namespace and runs the checks until ctx ends.
+func (c *checker) Start(ctx context.Context) error {
+	for _, ns := range c.cfg.Namespaces {
+		inf := ominformers.NewSharedInformerFactoryWithOptions(c.cfg.OME, 0, ominformers.WithNamespace(ns)).Ome().V1beta1().TrafficMaps().Informer()
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.observe(obj.(*v1beta1.TrafficMap), false) },
+			UpdateFunc: func(_, obj any) { c.observe(obj.(*v1beta1.TrafficMap), false) },
+			DeleteFunc: func(obj any) {
+				if tm, ok := obj.(*v1beta1.TrafficMap); ok {
+					c.observe(tm, true)
+				}
+			},
+		})
+		go inf.RunWithContext(ctx)
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			return fmt.Errorf("checker trafficmap cache for namespace %s: %w", ns, ctx.Err())
+		}
+	}
+	for range 2 {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ev := <-c.queue:
+					c.check(ctx, ev)
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+// Drain waits until every queued True was checked (or ctx ends).
+func (c *checker) Drain(ctx context.Context) {
+	for len(c.queue) > 0 && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func published(tm *v1beta1.TrafficMap) (pubState, bool) {
+	cond := meta.FindStatusCondition(tm.Status.Conditions, v1beta1.ConditionPublished)
+	if cond == nil {
+		return pubState{}, false
+	}
+	return pubState{Status: cond.Status, Reason: cond.Reason, ObservedGeneration: cond.ObservedGeneration, Message: cond.Message}, true
+}
+
+// observe records a transition and queues a check for a True; a True whose generation,
+// reason or message changed is checked again (a True message changes only with new content).
+func (c *checker) observe(tm *v1beta1.TrafficMap, deleted bool) {
+	key := tm.Namespace + "/" + tm.Name
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if deleted {
+		c.closeWindow(key, now)
+		delete(c.last, key)
+		return
+	}
+	st, ok := published(tm)
+	if !ok {
+		return
+	}
+	prev, had := c.last[key]
+	if had && prev == st {
+		return
+	}
+	c.last[key] = st
+	if !had || prev.Status != st.Status || prev.Reason != st.Reason || prev.ObservedGeneration != st.ObservedGeneration {
+		c.transitions++
+		c.history[key] = append(c.history[key], transition{At: now, RV: tm.ResourceVersion, Status: st.Status, Reason: st.Reason, Gen: st.ObservedGeneration})
+		if h := c.history[key]; len(h) > 40 {
+			c.history[key] = h[len(h)-40:]
+		}
+	}
+	if st.Status == metav1.ConditionTrue {
+		c.closeWindow(key, now)
+		c.trues++
+		if st.ObservedGeneration == tm.Generation {
+			c.queue <- trueEvent{Map: tm.DeepCopy(), At: now}
+		}
+		return
+	}
+	if _, open := c.falseSince[key]; !open {
+		c.falseSince[key] = now
+	}
+	c.falseReason[key] = st.Reason
+}
+
+// closeWindow ends the map's False window, if one is open. The caller holds mu.
+func (c *checker) closeWindow(key string, now time.Time) {
+	if start, open := c.falseSince[key]; open {
+		c.windows = append(c.windows, falseWindow{Map: key, Start: start, End: now, Reason: c.falseReason[key]})
+		delete(c.falseSince, key)
+	}
+}
+
+// check judges one True against the API server's state at its resourceVersion and the
+// probes' records. An API error (a fault is on) is retried for a while; a True the
+// checker could not judge is listed as unchecked, never counted as fine.
+func (c *checker) check(ctx context.Context, ev trueEvent) {
+	key := ev.Map.Namespace + "/" + ev.Map.Name
+	var problems []string
+	var err error
+	for attempt := 0; attempt < 60 && ctx.Err() == nil; attempt++ {
+		problems, err = c.judge(ctx, ev)
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.unchecked = append(c.unchecked, fmt.Sprintf("%s at resourceVersion %s: %v", key, ev.Map.ResourceVersion, err))
+		return
+	}
+	c.checked++
+	for _, p := range problems {
+		rule, detail, _ := strings.Cut(p, ": ")
+		c.lies = append(c.lies, lie{Map: key, RV: ev.Map.ResourceVersion, At: ev.At, Rule: rule, Detail: detail, Timeline: c.timeline(key, ev.At)})
+		c.cfg.Logf("LIE %s at resourceVersion %s: %s", key, ev.Map.ResourceVersion, p)
+	}
+}
+
+// stateAt is what the API server held at one resourceVersion for one map.
+type stateAt struct {
+	in       observed
+	route    *gwapiv1.HTTPRoute
+	clusters map[string]string // Service name -> cluster label
+}
+
+// read lists, at exactly resourceVersion rv, the map's InferenceService, every
+// WorkloadCluster, its route and its Services.
+func (c *checker) read(ctx context.Context, tm *v1beta1.TrafficMap, rv string) (stateAt, error) {
+	st := stateAt{in: observed{Map: tm, HostTemplate: c.cfg.HostTemplate, Taints: map[string]string{}}, clusters: map[string]string{}}
+	at := func(selector string) metav1.ListOptions {
+		return metav1.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact, FieldSelector: selector}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	isvcs, err := c.cfg.Dynamic.Resource(isvcResource).Namespace(tm.Namespace).List(ctx, at("metadata.name="+tm.Spec.Service))
+	if err != nil {
+		return st, fmt.Errorf("list inferenceservice %s at %s: %w", tm.Spec.Service, rv, err)
+	}
+	if len(isvcs.Items) == 1 {
+		st.in.ISVC = isvcs.Items[0].GetAnnotations()
+		if st.in.ISVC == nil {
+			st.in.ISVC = map[string]string{}
+		}
+	}
+	wcs, err := c.cfg.Dynamic.Resource(wcResource).List(ctx, at(""))
+	if err != nil {
+		return st, fmt.Errorf("list workloadclusters at %s: %w", rv, err)
+	}
+	for _, wc := range wcs.Items {
+		if v, ok := wc.GetAnnotations()[taintsAnnotation]; ok {
+			st.in.Taints[wc.GetName()] = v
+		}
+	}
+	routes, err := c.cfg.Gateway.GatewayV1().HTTPRoutes(tm.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact,
+		LabelSelector: labelSourceNamespace + "=" + tm.Namespace + "," + labelSourceName + "=" + tm.Name})
+	if err != nil {
+		return st, fmt.Errorf("list httproutes of %s at %s: %w", tm.Name, rv, err)
+	}
+	for i := range routes.Items {
+		if owned(routes.Items[i].OwnerReferences, tm) {
+			st.route = &routes.Items[i]
+		}
+	}
+	svcs, err := c.cfg.Kube.CoreV1().Services(tm.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact,
+		LabelSelector: labelSourceNamespace + "=" + tm.Namespace + "," + labelSourceName + "=" + tm.Name})
+	if err != nil {
+		return st, fmt.Errorf("list services of %s at %s: %w", tm.Name, rv, err)
+	}
+	for _, s := range svcs.Items {
+		st.clusters[s.Name] = s.Labels[labelCluster]
+	}
+	return st, nil
+}
+
+func owned(refs []metav1.OwnerReference, tm *v1beta1.TrafficMap) bool {
+	for _, r := range refs {
+		if r.Kind == "TrafficMap" && r.Name == tm.Name && r.UID == tm.UID {
+			return true
+		}
+	}
+	return false
+}
+
+// judge returns the rules a True breaks ("rule: detail"), or an error when the state
+// could not be read.
+func (c *checker) judge(ctx context.Context, ev trueEvent) ([]string, error) {
+	tm := ev.Map
+	st, err := c.read(ctx, tm, tm.ResourceVersion)
+	if err != nil {
+		return nil, err
+	}
+	v := expect(st.in)
+	if !v.TrueAllowed {
+		return []string{"inputs allow no True: " + v.Why}, nil
+	}
+	var problems []string
+	problems = append(problems, c.judgeRoute(tm, st, v)...)
+	problems = append(problems, c.judgeXDS(tm, ev.At, v)...)
+	return problems, nil
+}
+
+// judgeRoute: the stored route holds exactly the expected weights and hostname, and the
+// gateway accepted that generation.
+func (c *checker) judgeRoute(tm *v1beta1.TrafficMap, st stateAt, v verdict) []string {
+	r := st.route
+	if r == nil {
+		return []string{"route: no HTTPRoute of the map is stored"}
+	}
+	var problems []string
+	got := map[string]int32{}
+	for _, rule := range r.Spec.Rules {
+		for _, b := range rule.BackendRefs {
+			cl, ok := st.clusters[string(b.Name)]
+			if !ok {
+				problems = append(problems, fmt.Sprintf("route: backendRef %s is not a Service of the map", b.Name))
+				continue
+			}
+			w := int32(1)
+			if b.Weight != nil {
+				w = *b.Weight
+			}
+			got[cl] += w
+		}
+	}
+	if !sameWeights(got, v.Weights) {
+		problems = append(problems, fmt.Sprintf("route weights: route %s generation %d holds %s, the inputs give %s", r.Name, r.Generation, render(got), render(v.Weights)))
+	}
+	if len(r.Spec.Hostnames) != 1 || string(r.Spec.Hostnames[0]) != v.Hostname {
+		problems = append(problems, fmt.Sprintf("route hostname: route %s holds %v, the inputs give %s", r.Name, r.Spec.Hostnames, v.Hostname))
+	}
+	if !c.accepted(r) {
+		problems = append(problems, fmt.Sprintf("gateway: route %s generation %d is not Accepted and ResolvedRefs by %s/%s at that generation", r.Name, r.Generation, c.cfg.GatewayNS, c.cfg.GatewayName))
+	}
+	return problems
+}
+
+func (c *checker) accepted(r *gwapiv1.HTTPRoute) bool {
+	for _, p := range r.Status.Parents {
+		if string(p.ParentRef.Name) != c.cfg.GatewayName || p.ParentRef.Namespace == nil || string(*p.ParentRef.Namespace) != c.cfg.GatewayNS {
+			continue
+		}
+		ok := 0
+		for _, t := range []string{string(gwapiv1.RouteConditionAccepted), string(gwapiv1.RouteConditionResolvedRefs)} {
+			cond := meta.FindStatusCondition(p.Conditions, t)
+			if cond != nil && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == r.Generation {
+				ok++
+			}
+		}
+		return ok == 2
+	}
+	return false
+}
+
+// judgeXDS: every probe subscribed to the map that was connected throughout the window
+// before the True was seen held the expected weights at some moment of that window.
+func (c *checker) judgeXDS(tm *v1beta1.TrafficMap, at time.Time, v verdict) []string {
+	key := tm.Namespace + "/" + tm.Name
+	want := canonical(v.Weights)
+	from := at.Add(-c.cfg.Lag(at))
+	var problems []string
+	for _, p := range c.cfg.Probes() {
+		if !c.cfg.ProbeMaps(p, key) || !connectedThroughout(p, key, from, at) {
+			continue
+		}
+		if !heldWithin(p, key, want, from, at) {
+			got, _, _ := p.HeldAt(key, at)
+			problems = append(problems, fmt.Sprintf("xds: probe %s, connected throughout, holds %q, not %q, at any moment from %s to %s", p.ID(), got, want, from.Format(timeLayout), at.Format(timeLayout)))
+		}
+	}
+	return problems
+}
+
+const timeLayout = "15:04:05.000"
+
+// connectedThroughout: connected at from, and no disconnect up to at.
+func connectedThroughout(p *probe, key string, from, to time.Time) bool {
+	if _, _, connected := p.HeldAt(key, from); !connected {
+		return false
+	}
+	for _, e := range p.History(key) {
+		if e.Kind == "disconnected" && e.At.After(from) && !e.At.After(to) {
+			return false
+		}
+	}
+	return true
+}
+
+// heldWithin: the probe held want at from or took it on (an ACK) before to.
+func heldWithin(p *probe, key, want string, from, to time.Time) bool {
+	if got, present, _ := p.HeldAt(key, from); present && got == want {
+		return true
+	}
+	for _, e := range p.History(key) {
+		if e.Kind == "held" && e.Present && e.Weights == want && e.At.After(from) && !e.At.After(to) {
+			return true
+		}
+	}
+	return false
+}
+
+func sameWeights(a, b map[string]int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func render(w map[string]int32) string {
+	keys := make([]string, 0, len(w))
+	for k := range w {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, w[k]))
+	}
+	return strings.Join(parts, ",")
+}
+
+// timeline renders the map's recent transitions and the probes' recent records of it, for
+// a lie's report. The caller holds mu.
+func (c *checker) timeline(key string, at time.Time) string {
+	var b strings.Builder
+	for _, t := range c.history[key] {
+		fmt.Fprintf(&b, "  %s rv %s Published=%s %s gen %d\n", t.At.Format(timeLayout), t.RV, t.Status, t.Reason, t.Gen)
+	}
+	for _, p := range c.cfg.Probes() {
+		if !c.cfg.ProbeMaps(p, key) {
+			continue
+		}
+		h := p.History(key)
+		if len(h) > 12 {
+			h = h[len(h)-12:]
+		}
+		for _, e := range h {
+			if e.At.After(at.Add(-time.Minute)) {
+				fmt.Fprintf(&b, "  %s probe %s %s %q present=%v\n", e.At.Format(timeLayout), p.ID(), e.Kind, e.Weights, e.Present)
+			}
+		}
+	}
+	return b.String()
+}
+
+// results is what the checker found.
+type checkResults struct {
+	Transitions, Trues, Checked int
+	Unchecked                   []string
+	Lies                        []lie
+	Windows                     []falseWindow
+}
+
+// Results closes the open False windows at now and returns a copy of the records.
+func (c *checker) Results(now time.Time) checkResults {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	windows := slices.Clone(c.windows)
+	for key, start := range c.falseSince {
+		windows = append(windows, falseWindow{Map: key, Start: start, End: now, Reason: c.falseReason[key]})
+	}
+	return checkResults{Transitions: c.transitions, Trues: c.trues, Checked: c.checked,
+		Unchecked: slices.Clone(c.unchecked), Lies: slices.Clone(c.lies), Windows: windows}
+}
+
+// finalState is the end-of-run check of one map: Published True at its generation, the
+// route and every connected probe at the inputs' weights (nothing lost).
+func (c *checker) finalState(ctx context.Context, ns, name string) error {
+	tm, err := c.cfg.OME.OmeV1beta1().TrafficMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get trafficmap %s/%s: %w", ns, name, err)
+	}
+	st, ok := published(tm)
+	if !ok || st.Status != metav1.ConditionTrue || st.ObservedGeneration != tm.Generation {
+		return fmt.Errorf("trafficmap %s/%s: Published is %s/%s at generation %d (map generation %d): %s", ns, name, st.Status, st.Reason, st.ObservedGeneration, tm.Generation, st.Message)
+	}
+	s, err := c.read(ctx, tm, tm.ResourceVersion)
+	if err != nil {
+		return err
+	}
+	v := expect(s.in)
+	if !v.TrueAllowed {
+		return fmt.Errorf("trafficmap %s/%s: final inputs allow no True: %s", ns, name, v.Why)
+	}
+	problems := c.judgeRoute(tm, s, v)
+	key := ns + "/" + name
+	want := canonical(v.Weights)
+	for _, p := range c.cfg.Probes() {
+		if !c.cfg.ProbeMaps(p, key) {
+			continue
+		}
+		if got, present, connected := p.HeldAt(key, time.Now()); connected && (!present || got != want) {
+			problems = append(problems, fmt.Sprintf("xds: probe %s holds %q (present %v), not %q", p.ID(), got, present, want))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("trafficmap %s/%s: %s", ns, name, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// orphans lists the publisher's objects (routes, Services, by its labels) whose TrafficMap
+// is gone or has another UID.
+func (c *checker) orphans(ctx context.Context) ([]string, error) {
+	var out []string
+	for _, ns := range c.cfg.Namespaces {
+		maps, err := c.cfg.OME.OmeV1beta1().TrafficMaps(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list trafficmaps in %s: %w", ns, err)
+		}
+		uids := map[string]string{}
+		for _, m := range maps.Items {
+			uids[m.Name] = string(m.UID)
+		}
+		live := func(labels map[string]string, refs []metav1.OwnerReference) bool {
+			uid, ok := uids[labels[labelSourceName]]
+			if !ok {
+				return false
+			}
+			for _, r := range refs {
+				if r.Kind == "TrafficMap" && string(r.UID) == uid {
+					return true
+				}
+			}
+			return false
+		}
+		sel := metav1.ListOptions{LabelSelector: labelManagedBy + "=trafficmap-publisher"}
+		routes, err := c.cfg.Gateway.GatewayV1().HTTPRoutes(ns).List(ctx, sel)
+		if err != nil {
+			return nil, fmt.Errorf("list httproutes in %s: %w", ns, err)
+		}
+		for _, r := range routes.Items {
+			if !live(r.Labels, r.OwnerReferences) {
+				out = append(out, "httproute "+ns+"/"+r.Name)
+			}
+		}
+		svcs, err := c.cfg.Kube.CoreV1().Services(ns).List(ctx, sel)
+		if err != nil {
+			return nil, fmt.Errorf("list services in %s: %w", ns, err)
+		}
+		for _, s := range svcs.Items {
+			if !live(s.Labels, s.OwnerReferences) || !usedByRoute(s, routes.Items) {
+				out = append(out, "service "+ns+"/"+s.Name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// usedByRoute: a Service of a live map is an orphan when no route of the map refers to it
+// (the publisher prunes unreferenced Services after the route).
+func usedByRoute(s corev1.Service, routes []gwapiv1.HTTPRoute) bool {
+	for _, r := range routes {
+		if r.Labels[labelSourceName] != s.Labels[labelSourceName] {
+			continue
+		}
+		for _, rule := range r.Spec.Rules {
+			for _, b := range rule.BackendRefs {
+				if string(b.Name) == s.Name {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trafficmap/publisher/integration/standin"
+)
+
+// The fault kinds the schedule injects, in the order the report lists them.
+const (
+	faultPublisherKill = "publisher SIGKILL and restart"
+	faultLeaderKill    = "leader change (leader SIGKILLed)"
+	faultAPIRestart    = "kube-apiserver restart"
+	faultAPIStall      = "kube-apiserver stall (SIGSTOP)"
+	faultDisconnect    = "xds client disconnect"
+	faultFreeze        = "xds client frozen"
+	faultNACK          = "xds client NACKs (2 KB node id, 6 KB NACK text)"
+	faultGatewaySlow   = "slow gateway acceptance"
+	faultStatusWrite   = "status write conflict (foreign field manager)"
+)
+
+var faultKinds = []string{faultPublisherKill, faultLeaderKill, faultAPIRestart, faultAPIStall,
+	faultDisconnect, faultFreeze, faultNACK, faultGatewaySlow, faultStatusWrite}
+
+// roundRobinKinds is the order of a round-robin schedule (the smoke run): the process faults
+// three apart, so that with an interval above a restart's length none is skipped.
+var roundRobinKinds = []string{faultPublisherKill, faultDisconnect, faultFreeze, faultAPIRestart, faultNACK,
+	faultGatewaySlow, faultLeaderKill, faultStatusWrite, faultAPIStall}
+
+// leaderStall is how long a frozen leader stays stopped: past the replicas' 4 s lease, so
+// another replica leads meanwhile and the frozen one resumes as a deposed leader.
+const leaderStall = 7 * time.Second
+
+// injection is one fault, from its start to the moment it was undone.
+type injection struct {
+	Kind       string
+	Start, End time.Time
+	Detail     string
+	Err        string
+}
+
+// faults runs the schedule: one fault every interval, picked at random; faults on the
+// processes (replicas, apiserver) never overlap each other, the others overlap them.
+// One lock guards the log.
+type faults struct {
+	rng      *rand.Rand
+	cp       *controlPlane
+	replicas *replicaSet
+	probes   []*probe // the checker's probes (disconnect, freeze)
+	nacker   *probe   // the probe with the 2 KB node id and 6 KB NACK text
+	gateway  *standin.Gateway
+	routing  standin.Routing
+	maps     func() []mapRef
+	logf     func(string, ...any)
+	// stable is the replica never killed, whose growth is measured; as the leader it is
+	// frozen (SIGSTOP) past its lease instead, which also changes the leader.
+	stable string
+	// roundRobin takes the kinds in turn (roundRobinKinds) instead of at random.
+	roundRobin bool
+
+	mu      sync.Mutex
+	log     []injection
+	process sync.Mutex // held while a process fault is on
+}
+
+// Run injects a fault every interval until ctx ends, then waits for the faults under way.
+func (f *faults) Run(ctx context.Context, interval time.Duration) {
+	var wg sync.WaitGroup
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case <-t.C:
+		}
+		kind := faultKinds[f.rng.IntN(len(faultKinds))]
+		if f.roundRobin {
+			kind = roundRobinKinds[i%len(roundRobinKinds)]
+		}
+		d := time.Duration(1000+f.rng.IntN(5000)) * time.Millisecond
+		pick := f.rng.Int()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.inject(context.WithoutCancel(ctx), kind, d, pick)
+		}()
+	}
+}
+
+// inject runs one fault of kind for about d; pick chooses its target.
+func (f *faults) inject(ctx context.Context, kind string, d time.Duration, pick int) {
+	if processFault(kind) {
+		if !f.process.TryLock() {
+			return // another process fault is on: skip this one
+		}
+		defer f.process.Unlock()
+	}
+	in := injection{Kind: kind, Start: time.Now()}
+	detail, err := f.apply(ctx, kind, d, pick)
+	in.End, in.Detail = time.Now(), detail
+	if err != nil {
+		in.Err = err.Error()
+		f.logf("fault %s: %v", kind, err)
+	}
+	if detail == "" && err == nil {
+		return // nothing to do (no target)
+	}
+	f.mu.Lock()
+	f.log = append(f.log, in)
+	f.mu.Unlock()
+}
+
+func processFault(kind string) bool {
+	return kind == faultPublisherKill || kind == faultLeaderKill || kind == faultAPIRestart || kind == faultAPIStall
+}
+
+func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick int) (string, error) {
+	switch kind {
+	case faultPublisherKill, faultLeaderKill:
+		return f.kill(ctx, kind, d, pick)
+	case faultAPIRestart:
+		return "apiserver stopped and started", f.cp.RestartAPIServer(ctx)
+	case faultAPIStall:
+		return fmt.Sprintf("stalled %s", d.Round(time.Millisecond)), f.cp.StallAPIServer(ctx, d)
+	case faultDisconnect:
+		p := f.probes[pick%len(f.probes)]
+		p.Disconnect()
+		return "probe " + p.ID(), nil
+	case faultFreeze:
+		p := f.probes[pick%len(f.probes)]
+		p.Freeze(d)
+		sleep(ctx, d)
+		return fmt.Sprintf("probe %s frozen %s", p.ID(), d.Round(time.Millisecond)), nil
+	case faultNACK:
+		n := 1 + pick%3
+		f.nacker.NACK(n)
+		sleep(ctx, d)
+		return fmt.Sprintf("probe %s NACKs the next %d responses", f.nacker.ID(), n), nil
+	case faultGatewaySlow:
+		f.gateway.Pause()
+		sleep(ctx, d)
+		f.gateway.Resume()
+		return fmt.Sprintf("gateway paused %s", d.Round(time.Millisecond)), nil
+	case faultStatusWrite:
+		return f.foreignStatus(ctx, pick)
+	}
+	return "", fmt.Errorf("unknown fault %q", kind)
+}
+
+// kill SIGKILLs a replica (the leader for a leader change; never the stable one) and
+// starts it again after d.
+func (f *faults) kill(ctx context.Context, kind string, d time.Duration, pick int) (string, error) {
+	var target string
+	if kind == faultLeaderKill {
+		leader, err := f.replicas.Leader(ctx)
+		if err != nil {
+			return "", err
+		}
+		if leader == "" || !f.replicas.Up(leader) {
+			return "", nil
+		}
+		if leader == f.stable {
+			d = leaderStall
+			if err := f.replicas.Freeze(ctx, leader, d); err != nil {
+				return "replica " + leader, err
+			}
+			return fmt.Sprintf("leader %s frozen (SIGSTOP) %s, past its lease", leader, d), nil
+		}
+		target = leader
+	} else {
+		var candidates []string
+		for _, n := range f.replicas.Names() {
+			if n != f.stable && f.replicas.Up(n) {
+				candidates = append(candidates, n)
+			}
+		}
+		if len(candidates) == 0 {
+			return "", nil
+		}
+		target = candidates[pick%len(candidates)]
+	}
+	if err := f.replicas.Kill(target); err != nil {
+		return "replica " + target, err
+	}
+	sleep(ctx, d)
+	return fmt.Sprintf("replica %s killed, restarted after %s", target, d.Round(time.Millisecond)), f.replicas.Start(ctx, target)
+}
+
+// foreignStatus applies OME routing status (another field manager, forced) to a few maps,
+// so that the publisher's guarded status writes of those maps conflict.
+func (f *faults) foreignStatus(ctx context.Context, pick int) (string, error) {
+	maps := f.maps()
+	if len(maps) == 0 {
+		return "", nil
+	}
+	n := 1 + pick%5
+	var errs []error
+	for i := range n {
+		m := maps[(pick/7+i*13)%len(maps)]
+		tm, err := f.routing.Client.OmeV1beta1().TrafficMaps(m.Namespace).Get(ctx, m.Name, metav1.GetOptions{})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		msg := fmt.Sprintf("chaos %d", pick%1000+i)
+		_, err = f.routing.ApplyStatus(ctx, m.Namespace, m.Name, tm.Status.SourceUID,
+			metav1.Condition{Status: metav1.ConditionTrue, Reason: "Routable", Message: msg},
+			metav1.Condition{Status: metav1.ConditionFalse, Reason: "NoOverride", Message: msg})
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Sprintf("%d maps", n), fmt.Errorf("foreign status writes: %v", errs)
+	}
+	return fmt.Sprintf("%d maps", n), nil
+}
+
+// Log returns the injections so far.
+func (f *faults) Log() []injection {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.log)
+}
+
+// lagAt is how far before t a True seen at t may have been written: 2 s, or the length of
+// an apiserver fault that ended within the last 30 s plus 5 s (the watch is delayed or
+// re-established meanwhile).
+func (f *faults) lagAt(t time.Time) time.Duration {
+	lag := 2 * time.Second
+	for _, in := range f.Log() {
+		if in.Kind != faultAPIRestart && in.Kind != faultAPIStall {
+			continue
+		}
+		if in.Start.Before(t) && t.Sub(in.End) < 30*time.Second {
+			lag = max(lag, t.Sub(in.Start)+time.Second)
+		}
+	}
+	return lag
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

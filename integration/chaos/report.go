@@ -1,0 +1,181 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// result is one run's findings.
+type result struct {
+	opts      options
+	started   time.Time
+	warm      time.Duration // start to every map published, before any fault
+	lastFault time.Time
+	converged time.Duration // last fault to every map correct
+	lost      []string
+	orphans   []string
+	crashes   []string
+	before    sample
+	after     sample
+	restarts  map[string]int
+	checks    checkResults
+	faults    []injection
+	ops       map[string]int
+	probes    map[string]probeStats
+	elapsed   time.Duration
+}
+
+// finish gathers what every part recorded.
+func (r *result) finish(chk *checker, f *faults, w *workload, fleet *fleetProbes, replicas *replicaSet) *result {
+	r.elapsed = time.Since(r.started)
+	r.checks = chk.Results(time.Now())
+	r.faults = f.Log()
+	r.ops = w.Ops()
+	r.crashes = replicas.Crashes()
+	r.restarts = map[string]int{}
+	for _, n := range replicas.Names() {
+		r.restarts[n] = replicas.Restarts(n)
+	}
+	r.probes = map[string]probeStats{}
+	for _, p := range append(append([]*probe{}, fleet.checked...), fleet.adversaries...) {
+		r.probes[p.ID()] = p.Stats()
+	}
+	return r
+}
+
+// growth reports whether the stable replica grew beyond noise: goroutines by more than
+// half plus 100, heap by more than double plus 64 MiB.
+func (r *result) growth() string {
+	if r.before.Goroutines == 0 || r.after.Goroutines == 0 {
+		return "not sampled"
+	}
+	if r.after.Goroutines > r.before.Goroutines*3/2+100 {
+		return fmt.Sprintf("goroutines %d -> %d", r.before.Goroutines, r.after.Goroutines)
+	}
+	if r.after.HeapBytes > 2*r.before.HeapBytes+64<<20 {
+		return fmt.Sprintf("heap %d -> %d MiB", r.before.HeapBytes>>20, r.after.HeapBytes>>20)
+	}
+	return ""
+}
+
+// clean: no lie, nothing lost, no orphan, no crash, no growth, nothing left unchecked.
+func (r *result) clean() bool {
+	g := r.growth()
+	return len(r.checks.Lies) == 0 && len(r.lost) == 0 && len(r.orphans) == 0 && len(r.crashes) == 0 &&
+		len(r.checks.Unchecked) == 0 && (g == "" || g == "not sampled")
+}
+
+// longestFalse is, per fault kind, how many were injected and the longest Published=False
+// window that overlaps one of them; "" collects the windows no fault overlaps.
+func (r *result) longestFalse() (map[string]int, map[string]time.Duration) {
+	count := map[string]int{}
+	longest := map[string]time.Duration{}
+	for _, in := range r.faults {
+		count[in.Kind]++
+	}
+	for _, w := range r.checks.Windows {
+		d := w.End.Sub(w.Start)
+		hit := false
+		for _, in := range r.faults {
+			if w.Start.Before(in.End.Add(5*time.Second)) && w.End.After(in.Start) {
+				hit = true
+				longest[in.Kind] = max(longest[in.Kind], d)
+			}
+		}
+		if !hit {
+			longest[""] = max(longest[""], d)
+		}
+	}
+	return count, longest
+}
+
+// markdown renders the run as the Reliability section.
+func (r *result) markdown() string {
+	var b strings.Builder
+	o := r.opts
+	fmt.Fprintf(&b, "### Chaos run: N = %d maps, seed %d, %s of faults\n\n", o.maps, o.seed, o.duration)
+	fmt.Fprintf(&b, "`make chaos CHAOS_FLAGS=\"-n %d -duration %s -seed %d -fault-every %s -op-every %s\"`", o.maps, o.duration, o.seed, o.faultEvery, o.opEvery)
+	if o.race {
+		b.WriteString(" (publisher built with -race)")
+	}
+	fmt.Fprintf(&b, ", finished %s, wall %s.\n\n", time.Now().UTC().Format("2006-01-02"), r.elapsed.Round(time.Second))
+	b.WriteString("| | |\n| --- | --- |\n")
+	row := func(k string, v any) { fmt.Fprintf(&b, "| %s | %v |\n", k, v) }
+	row("Published transitions seen", r.checks.Transitions)
+	row("True transitions checked", fmt.Sprintf("%d of %d", r.checks.Checked, r.checks.Trues))
+	row("**Lies**", fmt.Sprintf("**%d**", len(r.checks.Lies)))
+	row("Unchecked (state at that resourceVersion unreadable)", len(r.checks.Unchecked))
+	row("Maps lost (not correct at the end)", len(r.lost))
+	row("Objects orphaned", len(r.orphans))
+	row("Crashes (unexpected exits, panics, data races)", len(r.crashes))
+	row("Replica restarts (a, b, c)", fmt.Sprintf("%d, %d, %d", r.restarts["a"], r.restarts["b"], r.restarts["c"]))
+	row("Growth of the never-killed replica (goroutines, heap in use)", fmt.Sprintf("%d -> %d, %d -> %d MiB %s",
+		r.before.Goroutines, r.after.Goroutines, r.before.HeapBytes>>20, r.after.HeapBytes>>20, r.growth()))
+	row("Every map published before the faults", r.warm.Round(time.Second))
+	row("Time to converge after the last fault (settle included)", r.converged.Round(time.Second))
+	ops := make([]string, 0, len(r.ops))
+	total := 0
+	for k, v := range r.ops {
+		ops = append(ops, fmt.Sprintf("%s %d", k, v))
+		total += v
+	}
+	sort.Strings(ops)
+	row("Workload operations", fmt.Sprintf("%d (%s)", total, strings.Join(ops, ", ")))
+	b.WriteString("\n| Fault | Injected | Longest Published=False window overlapping one |\n| --- | --- | --- |\n")
+	count, longest := r.longestFalse()
+	for _, k := range faultKinds {
+		fmt.Fprintf(&b, "| %s | %d | %s |\n", k, count[k], longest[k].Round(100*time.Millisecond))
+	}
+	fmt.Fprintf(&b, "| (none: workload only) | | %s |\n", longest[""].Round(100*time.Millisecond))
+	b.WriteString("\nNeighbours present throughout: a second namespace whose maps claim the chaos maps' hostnames, a client of another namespace that subscribes to chaos maps and never ACKs, a client without a certificate")
+	if st, ok := r.probes["anonymous"]; ok {
+		fmt.Fprintf(&b, " (refused %d times)", st.Refused)
+	}
+	b.WriteString(", and the NACKing client with a 2 KB node id and 6 KB NACK text.\n")
+	for _, l := range r.checks.Lies {
+		fmt.Fprintf(&b, "\nLIE %s rv %s at %s: %s: %s\n```\n%s```\n", l.Map, l.RV, l.At.Format(timeLayout), l.Rule, l.Detail, l.Timeline)
+	}
+	list := func(title string, items []string) {
+		if len(items) == 0 {
+			return
+		}
+		if len(items) > 20 {
+			items = append(items[:20], fmt.Sprintf("... and %d more", len(items)-20))
+		}
+		fmt.Fprintf(&b, "\n%s:\n- %s\n", title, strings.Join(items, "\n- "))
+	}
+	list("Lost", r.lost)
+	list("Orphans", r.orphans)
+	list("Crashes", r.crashes)
+	list("Unchecked", r.checks.Unchecked)
+	return b.String()
+}
+
+// writeSection replaces the "## Reliability" section of the markdown file at path (up to
+// the next "## " heading) with a heading and table, or appends it.
+func writeSection(path, table string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	const heading = "## Reliability: Published under overlapping faults (make chaos)\n"
+	section := heading + "\n" + table + "\n"
+	text := string(old)
+	i := strings.Index(text, heading)
+	if i < 0 {
+		if text != "" && !strings.HasSuffix(text, "\n\n") {
+			text += "\n"
+		}
+		return os.WriteFile(path, []byte(text+section), 0o644)
+	}
+	rest := text[i+len(heading):]
+	j := strings.Index(rest, "\n## ")
+	tail := ""
+	if j >= 0 {
+		tail = rest[j+1:]
+	}
+	return os.WriteFile(path, []byte(text[:i]+section+tail), 0o644)
+}
