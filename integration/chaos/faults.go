@@ -144,7 +144,10 @@ func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick i
 		n := 1 + pick%3
 		f.nacker.NACK(n)
 		sleep(ctx, d)
-		return fmt.Sprintf("probe %s NACKs the next %d responses", f.nacker.ID(), n), nil
+		// A client that rejected a configuration asks again only when it restarts (the
+		// publisher does not resend rejected content): reconnect, as a fixed client would.
+		f.nacker.Disconnect()
+		return fmt.Sprintf("probe %s NACKs the next %d responses, reconnects after %s", f.nacker.ID(), n, d.Round(time.Millisecond)), nil
 	case faultGatewaySlow:
 		f.gateway.Pause()
 		sleep(ctx, d)
