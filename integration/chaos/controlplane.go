@@ -199,11 +199,11 @@ func (c *controlPlane) waitReady(ctx context.Context) error {
 // apiServerPID finds the running kube-apiserver this control plane started: a child of
 // this process whose command is kube-apiserver with this API server's --secure-port.
 func (c *controlPlane) apiServerPID() (int, error) {
-	port := c.env.ControlPlane.GetAPIServer().SecurePort
-	if port == 0 {
+	port := c.env.ControlPlane.GetAPIServer().SecureServing.Port
+	if port == "" {
 		return 0, errors.New("kube-apiserver has no secure port")
 	}
-	want := "--secure-port=" + strconv.Itoa(port)
+	want := "--secure-port=" + port
 	dirs, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, fmt.Errorf("list processes: %w", err)

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"crypto/tls"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Three replicas serve xDS over mutual TLS; the leader killed with SIGKILL is down (no
+// address, no sample), another takes the Lease, and the killed one started again serves
+// at a new address and counts a restart. Nothing is counted as a crash.
+func TestReplicasKillAndStart(t *testing.T) {
+	cp := newControlPlane(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	bin, err := buildPublisher(ctx, dir, false)
+	require.NoError(t, err)
+	p, err := newPKI(filepath.Join(dir, "pki"))
+	require.NoError(t, err)
+	kube := kubernetes.NewForConfigOrDie(cp.RESTConfig())
+	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "chaos"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	rs, err := startReplicas(ctx, cp, replicaOptions{Bin: bin, WorkDir: dir, Namespaces: []string{"chaos"}, Gateway: "chaos/gw",
+		LeaseNamespace: "chaos", PKI: p, ClientNamespaces: []string{"chaos-client=chaos"}})
+	require.NoError(t, err)
+	t.Cleanup(rs.Stop)
+	require.Equal(t, []string{"a", "b", "c"}, rs.Names())
+	for _, name := range rs.Names() {
+		require.True(t, rs.Up(name), name)
+		requireTLSServes(t, p, rs.XDSAddress(name))
+	}
+	var leader string
+	require.Eventually(t, func() bool {
+		leader, err = rs.Leader(ctx)
+		return err == nil && leader != ""
+	}, waitTimeout, tick, "a replica leads")
+	s, err := rs.Sample(leader)
+	require.NoError(t, err)
+	assert.Positive(t, s.Goroutines)
+	assert.Positive(t, s.HeapBytes)
+	assert.Positive(t, s.RSSBytes)
+
+	before := rs.XDSAddress(leader)
+	require.NoError(t, rs.Kill(leader))
+	assert.False(t, rs.Up(leader))
+	assert.Empty(t, rs.XDSAddress(leader))
+	_, err = rs.Sample(leader)
+	require.Error(t, err, "no sample of a replica that is down")
+	require.Error(t, rs.Kill(leader), "already down")
+	require.Eventually(t, func() bool {
+		next, err := rs.Leader(ctx)
+		return err == nil && next != "" && next != leader
+	}, waitTimeout, tick, "another replica takes the lease")
+
+	require.NoError(t, rs.Start(ctx, leader))
+	require.Error(t, rs.Start(ctx, leader), "already running")
+	assert.True(t, rs.Up(leader))
+	assert.NotEqual(t, before, rs.XDSAddress(leader), "new ports")
+	requireTLSServes(t, p, rs.XDSAddress(leader))
+	assert.Equal(t, 1, rs.Restarts(leader))
+	assert.Empty(t, rs.Crashes())
+
+	log, err := os.ReadFile(filepath.Join(dir, "replica-"+leader+".log"))
+	require.NoError(t, err)
+	assert.Contains(t, string(log), "--- chaos: start 2 of replica "+leader, "the log is appended across restarts")
+
+	rs.Stop()
+	for _, name := range rs.Names() {
+		assert.False(t, rs.Up(name), name)
+	}
+	assert.Empty(t, rs.Crashes(), "stopped replicas did not crash")
+	require.Error(t, rs.Start(ctx, "a"), "no start after Stop")
+}
+
+// requireTLSServes checks that addr completes a mutual TLS handshake with a client
+// certificate and refuses a client without one.
+func requireTLSServes(t *testing.T, p *pki, addr string) {
+	t.Helper()
+	client, err := p.ClientTLS("chaos-client")
+	require.NoError(t, err)
+	conn, err := tls.Dial("tcp", addr, client)
+	require.NoError(t, err, "a client with a certificate the CA signed")
+	require.NoError(t, conn.Close())
+
+	anon, err := tls.Dial("tcp", addr, p.AnonymousTLS())
+	if err == nil { // TLS 1.3: the server's refusal arrives after the client's handshake
+		defer anon.Close()
+		require.NoError(t, anon.SetReadDeadline(time.Now().Add(waitTimeout)))
+		_, err = anon.Read(make([]byte, 1))
+	}
+	require.ErrorContains(t, err, "certificate required", "a client without a certificate is refused")
+}
+
+// A line is a crash when the runtime wrote it (a race report, a panic, a fatal error) or
+// client-go's HandleCrash logged it, never because of text inside a JSON log line; the
+// set serves once both addresses are logged.
+func TestReplicaLogLines(t *testing.T) {
+	r := &replicaSet{replicas: map[string]*replica{}}
+	p := &replicaProc{cmd: &exec.Cmd{Process: &os.Process{Pid: 42}}, serving: make(chan struct{})}
+	for _, line := range []string{
+		`{"level":"warn","msg":"xds nack","message":"panic: WARNING: DATA RACE fatal error: from a client"}`,
+		`{"level":"info","msg":"serving xds","address":"127.0.0.1:1234"}`,
+		`goroutine 1 [running]:`,
+	} {
+		r.noteLine("a", p, []byte(line))
+	}
+	assert.Empty(t, r.Crashes())
+	select {
+	case <-p.serving:
+		require.FailNow(t, "serving before the http address is known")
+	default:
+	}
+	r.noteLine("a", p, []byte(`{"level":"info","msg":"serving http","address":"127.0.0.1:5678"}`))
+	<-p.serving
+	assert.Equal(t, "127.0.0.1:1234", p.xdsAddr)
+	assert.Equal(t, "127.0.0.1:5678", p.httpAddr)
+
+	for _, line := range []string{
+		"WARNING: DATA RACE",
+		"panic: runtime error: index out of range [3] with length 3",
+		"fatal error: concurrent map writes",
+		`{"level":"error","logger":"publisher.client-go","msg":"Observed a panic: boom"}`,
+	} {
+		r.noteLine("a", p, []byte(line))
+	}
+	assert.Len(t, r.Crashes(), 4, "%q", r.Crashes())
+}
+
+func TestReplicaOptionsValidate(t *testing.T) {
+	p := &pki{}
+	valid := replicaOptions{Bin: "publisher", WorkDir: "/tmp", Gateway: "ns/gw", LeaseNamespace: "ns", PKI: p,
+		Namespaces: []string{"ns"}, ClientNamespaces: []string{"client=ns,other"}}
+	for _, tc := range []struct {
+		name  string
+		edit  func(*replicaOptions)
+		wants []string
+	}{
+		{name: "valid", edit: func(*replicaOptions) {}},
+		{name: "every namespace", edit: func(o *replicaOptions) { o.Namespaces = nil }},
+		{name: "missing", edit: func(o *replicaOptions) { *o = replicaOptions{} },
+			wants: []string{"Bin is required", "WorkDir is required", "Gateway is required", "LeaseNamespace is required", "PKI is required"}},
+		{name: "bad namespace", edit: func(o *replicaOptions) { o.Namespaces = []string{"a,b"} }, wants: []string{`namespace "a,b"`}},
+		{name: "bad rule", edit: func(o *replicaOptions) { o.ClientNamespaces = []string{"client"} }, wants: []string{`rule "client"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := valid
+			tc.edit(&o)
+			err := o.validate()
+			if len(tc.wants) == 0 {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, "replica options: ")
+			for _, w := range tc.wants {
+				assert.ErrorContains(t, err, w)
+			}
+		})
+	}
+}
+
+// The PKI's client configurations complete a mutual TLS handshake with a server using its
+// files; the anonymous one is refused.
+func TestPKIMutualTLS(t *testing.T) {
+	p, err := newPKI(t.TempDir())
+	require.NoError(t, err)
+	certFile, keyFile, _ := p.ServerFiles()
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	require.NoError(t, err)
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: p.caPool, ClientAuth: tls.RequireAndVerifyClientCert})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	identities := make(chan string, 2)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			tc := c.(*tls.Conn)
+			if tc.Handshake() == nil {
+				identities <- tc.ConnectionState().PeerCertificates[0].Subject.CommonName
+			}
+			_ = c.Close()
+		}
+	}()
+	requireTLSServes(t, p, l.Addr().String())
+	assert.Equal(t, "chaos-client", <-identities)
+}
