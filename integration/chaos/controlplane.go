@@ -23,8 +23,8 @@ import (
 	"github.com/trafficmap/publisher/integration/testenv"
 )
 
-// apiServerStopTimeout bounds kube-apiserver's graceful shutdown: with watches open it
-// outlasts any short wait, and envtest kills it after this.
+// apiServerStopTimeout bounds kube-apiserver's (and etcd's) graceful shutdown: with
+// watches open the API server's outlasts any short wait, and envtest kills it after this.
 const apiServerStopTimeout = 3 * time.Second
 
 // controlPlane is an embedded kube-apiserver and etcd (envtest) with the run's CRDs and an
@@ -66,8 +66,10 @@ func startControlPlane(workDir string, logf func(string, ...any)) (*controlPlane
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDInstallOptions:     envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
+		// envtest sets each component's StopTimeout from this (default 20 s).
+		ControlPlaneStopTimeout: apiServerStopTimeout,
 		ControlPlane: envtest.ControlPlane{
-			APIServer: &envtest.APIServer{CertDir: certDir, StopTimeout: apiServerStopTimeout, Out: logFile, Err: logFile},
+			APIServer: &envtest.APIServer{CertDir: certDir, Out: logFile, Err: logFile},
 			Etcd:      &envtest.Etcd{Out: logFile, Err: logFile},
 		},
 	}
@@ -126,13 +128,17 @@ func (c *controlPlane) RestartAPIServer(ctx context.Context) error {
 	if err := waitGone(ctx, pid); err != nil {
 		return fmt.Errorf("wait for kube-apiserver (pid %d) to exit: %w", pid, err)
 	}
+	stopped := time.Now()
 	if err := api.Start(); err != nil {
 		return fmt.Errorf("start kube-apiserver again: %w", err)
 	}
+	healthy := time.Now()
 	if err := c.waitReady(ctx); err != nil {
 		return err
 	}
-	c.logf("kube-apiserver restarted in %s", time.Since(start).Round(time.Millisecond))
+	c.logf("kube-apiserver restarted in %s (stopped in %s, healthy after %s, ready after %s more)",
+		time.Since(start).Round(time.Millisecond), stopped.Sub(start).Round(time.Millisecond),
+		healthy.Sub(stopped).Round(time.Millisecond), time.Since(healthy).Round(time.Millisecond))
 	return nil
 }
 

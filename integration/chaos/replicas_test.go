@@ -17,7 +17,8 @@ import (
 
 // Three replicas serve xDS over mutual TLS; the leader killed with SIGKILL is down (no
 // address, no sample), another takes the Lease, and the killed one started again serves
-// at a new address and counts a restart. Nothing is counted as a crash.
+// at a new address and counts a restart. The replicas ride out an api server restart and
+// stall. Nothing is counted as a crash, Stop included.
 func TestReplicasKillAndStart(t *testing.T) {
 	cp := newControlPlane(t)
 	ctx := t.Context()
@@ -73,6 +74,18 @@ func TestReplicasKillAndStart(t *testing.T) {
 	log, err := os.ReadFile(filepath.Join(dir, "replica-"+leader+".log"))
 	require.NoError(t, err)
 	assert.Contains(t, string(log), "--- chaos: start 2 of replica "+leader, "the log is appended across restarts")
+
+	// The api server faults do not end a replica: it rides out a restart and a stall.
+	require.NoError(t, cp.RestartAPIServer(ctx))
+	require.NoError(t, cp.StallAPIServer(ctx, 3*time.Second))
+	require.Eventually(t, func() bool {
+		l, err := rs.Leader(ctx)
+		return err == nil && l != ""
+	}, waitTimeout, tick, "a replica leads after the api server faults")
+	for _, name := range rs.Names() {
+		assert.True(t, rs.Up(name), name)
+	}
+	assert.Empty(t, rs.Crashes())
 
 	rs.Stop()
 	for _, name := range rs.Names() {
