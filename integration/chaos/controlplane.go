@@ -44,9 +44,10 @@ type controlPlane struct {
 // testenv.ControlPlaneAssets) with testenv.CRDPaths() installed and writes an admin
 // kubeconfig into workDir (file "kubeconfig"); both processes log to
 // workDir/controlplane.log. The API server's certificates live in workDir/apiserver, so
-// they and every credential stay valid across RestartAPIServer.
+// they and every credential stay valid across RestartAPIServer. It discards
+// controller-runtime's log (envtest's chatter; its errors come back as errors).
 func startControlPlane(workDir string, logf func(string, ...any)) (*controlPlane, error) {
-	ctrllog.SetLogger(logr.Discard()) // envtest's own chatter; its errors come back as errors
+	ctrllog.SetLogger(logr.Discard())
 	assets, err := testenv.ControlPlaneAssets()
 	if err != nil {
 		return nil, err

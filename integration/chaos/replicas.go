@@ -125,7 +125,8 @@ func buildPublisher(ctx context.Context, dir string, race bool) (string, error) 
 
 // replicaSet is the publisher replicas "a", "b" and "c", each `publisher run` as its own
 // process with leader election and mutual TLS on xDS. It records every exit it did not
-// cause and every data race or panic a replica logs. One lock guards its state; it is
+// cause and every data race or panic a replica logs (Crashes), and restarts a process that
+// exits before it serves (StartFailures). One lock guards its state; it is
 // safe for concurrent use.
 type replicaSet struct {
 	o          replicaOptions
@@ -140,8 +141,9 @@ type replicaSet struct {
 
 // replica is one replica across its restarts; guarded by replicaSet.mu.
 type replica struct {
-	proc   *replicaProc // the running process; nil while down
-	starts int
+	proc          *replicaProc // the running process; nil while down
+	starts        int          // Start calls (and the first start)
+	startFailures int          // exits before serving xDS
 }
 
 // replicaProc is one run of a replica's process. Its fields are guarded by replicaSet.mu;
@@ -154,6 +156,7 @@ type replicaProc struct {
 	exited         chan struct{} // closed once the process is reaped
 	expectExit     bool          // Kill, Stop or a failed start asked it to exit
 	xdsSeen, ready bool
+	exitErr        error // how it exited (cmd.Wait), set before exited is closed
 }
 
 // startReplicas starts replicas "a", "b" and "c" of the publisher against cp (see
@@ -207,70 +210,98 @@ func (r *replicaSet) Kill(name string) error {
 }
 
 // Start starts replica name again (new ports) and waits until it serves xDS or ctx is
-// done; an error when it is running, unknown or the set is stopped.
+// done; an error when it is running, unknown or the set is stopped. Like a kubelet, it
+// starts the process again (after startBackoff) when it exits before serving, say because
+// the API server is down at its start; such an exit is a start failure (StartFailures),
+// not a crash, and only serveTimeout after the call does Start give up.
 func (r *replicaSet) Start(ctx context.Context, name string) error {
+	deadline := time.Now().Add(serveTimeout)
+	for attempt := 0; ; attempt++ {
+		p, err := r.launch(name, attempt == 0)
+		if err != nil {
+			return err
+		}
+		err = r.waitServing(ctx, name, p, deadline)
+		if !errors.Is(err, errExitedEarly) || time.Now().Add(startBackoff).After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("start replica %s: %w (after: %w)", name, ctx.Err(), err)
+		case <-time.After(startBackoff):
+		}
+	}
+}
+
+// startBackoff is the pause before a replica that exited before serving is started again.
+const startBackoff = time.Second
+
+// errExitedEarly is a replica's exit before it served xDS.
+var errExitedEarly = errors.New("exited before it served xds")
+
+// launch starts replica name's process, its log file and the goroutine that reads its
+// log and reaps it; first counts a start (not a retry of one).
+func (r *replicaSet) launch(name string, first bool) (*replicaProc, error) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	rep, ok := r.replicas[name]
 	switch {
 	case !ok:
-		r.mu.Unlock()
-		return fmt.Errorf("start: no replica %q", name)
+		return nil, fmt.Errorf("start: no replica %q", name)
 	case r.stopped:
-		r.mu.Unlock()
-		return fmt.Errorf("start replica %s: the replica set is stopped", name)
+		return nil, fmt.Errorf("start replica %s: the replica set is stopped", name)
 	case rep.proc != nil:
-		r.mu.Unlock()
-		return fmt.Errorf("start replica %s: already running", name)
+		return nil, fmt.Errorf("start replica %s: already running", name)
 	}
-	p, err := r.launch(name, rep.starts)
-	if err != nil {
-		r.mu.Unlock()
-		return err
-	}
-	rep.proc = p
-	rep.starts++
-	r.mu.Unlock()
-	return r.waitServing(ctx, name, p)
-}
-
-// launch starts replica name's process, its log file and the goroutine that reads its
-// log and reaps it. Called with r.mu held.
-func (r *replicaSet) launch(name string, starts int) (*replicaProc, error) {
 	logFile, err := os.OpenFile(filepath.Join(r.o.WorkDir, "replica-"+name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open log of replica %s: %w", name, err)
 	}
-	fmt.Fprintf(logFile, "--- chaos: start %d of replica %s at %s\n", starts+1, name, time.Now().UTC().Format(time.RFC3339Nano))
+	if first {
+		rep.starts++
+	}
+	fmt.Fprintf(logFile, "--- chaos: start %d of replica %s (start failures so far: %d) at %s\n", rep.starts, name, rep.startFailures, time.Now().UTC().Format(time.RFC3339Nano))
 	cmd := exec.Command(r.o.Bin, r.o.args(r.kubeconfig, name)...)
 	// Its own process group keeps a terminal's Ctrl-C to the harness away from it (Stop
 	// ends it); the kernel kills it should the harness die.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout = logFile
 	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("replica %s: %w", name, err)
+	if err == nil {
+		err = cmd.Start()
 	}
-	if err := cmd.Start(); err != nil {
+	if err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start replica %s: %w", name, err)
 	}
 	p := &replicaProc{cmd: cmd, serving: make(chan struct{}), exited: make(chan struct{})}
+	rep.proc = p
 	go func() {
-		r.readLog(name, p, stderr, logFile)
-		err := cmd.Wait()
+		readLines(stderr, logFile, func(line []byte) { r.noteLine(name, p, line) })
+		r.reaped(name, p, cmd.Wait())
 		logFile.Close()
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if !p.expectExit {
-			r.crashes = append(r.crashes, fmt.Sprintf("replica %s (pid %d) exited on its own: %v", name, cmd.Process.Pid, exitText(err)))
-		}
-		if rep := r.replicas[name]; rep.proc == p {
-			rep.proc = nil
-		}
-		close(p.exited)
 	}()
 	return p, nil
+}
+
+// reaped records the exit of p: a crash when nobody asked for it and it had served, a
+// start failure when it had not.
+func (r *replicaSet) reaped(name string, p *replicaProc, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := r.replicas[name]
+	switch {
+	case p.expectExit:
+	case p.ready:
+		r.crashes = append(r.crashes, fmt.Sprintf("replica %s (pid %d) exited on its own: %v", name, p.cmd.Process.Pid, exitText(err)))
+	default:
+		rep.startFailures++
+	}
+	if rep.proc == p {
+		rep.proc = nil
+	}
+	p.exitErr = err
+	close(p.exited)
 }
 
 func exitText(err error) string {
@@ -280,17 +311,17 @@ func exitText(err error) string {
 	return err.Error()
 }
 
-// waitServing waits until p logged its xDS and HTTP addresses; if it exits first, or ctx
-// ends or serveTimeout passes, it is killed and an error returned.
-func (r *replicaSet) waitServing(ctx context.Context, name string, p *replicaProc) error {
-	t := time.NewTimer(serveTimeout)
+// waitServing waits until p logged its xDS and HTTP addresses. When it exits first the
+// error wraps errExitedEarly; when ctx ends or deadline passes first it is killed.
+func (r *replicaSet) waitServing(ctx context.Context, name string, p *replicaProc, deadline time.Time) error {
+	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	var err error
 	select {
 	case <-p.serving:
 		return nil
 	case <-p.exited:
-		return fmt.Errorf("replica %s exited before it served xds (see replica-%s.log)", name, name)
+		return fmt.Errorf("replica %s %w (%s; see replica-%s.log)", name, errExitedEarly, exitText(p.exitErr), name)
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-t.C:
@@ -304,15 +335,15 @@ func (r *replicaSet) waitServing(ctx context.Context, name string, p *replicaPro
 	return fmt.Errorf("wait for replica %s to serve xds (see replica-%s.log): %w", name, name, err)
 }
 
-// readLog copies the replica's stderr into its log file, line by line (any length), notes
-// the addresses it logs ("serving xds", "serving http") and records data races and panics.
-func (r *replicaSet) readLog(name string, p *replicaProc, stderr io.Reader, logFile io.Writer) {
-	br := bufio.NewReaderSize(stderr, 64<<10)
+// readLines copies r into w line by line (lines of any length) and hands each line,
+// trimmed, to note.
+func readLines(r io.Reader, w io.Writer, note func([]byte)) {
+	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		line, err := br.ReadBytes('\n')
 		if len(line) > 0 {
-			_, _ = logFile.Write(line)
-			r.noteLine(name, p, bytes.TrimSpace(line))
+			_, _ = w.Write(line)
+			note(bytes.TrimSpace(line))
 		}
 		if err != nil {
 			return
@@ -372,13 +403,13 @@ func truncate(s string, n int) string {
 func (r *replicaSet) Up(name string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.upLocked(name) != nil
+	return upProc(r.replicas[name]) != nil
 }
 
-// upLocked returns replica name's process if it is up, else nil. Called with r.mu held.
-func (r *replicaSet) upLocked(name string) *replicaProc {
-	rep, ok := r.replicas[name]
-	if !ok || rep.proc == nil || !rep.proc.ready || rep.proc.expectExit {
+// upProc returns the process of rep (nil for an unknown replica) if it serves and is not
+// being stopped, else nil. Called with replicaSet.mu held.
+func upProc(rep *replica) *replicaProc {
+	if rep == nil || rep.proc == nil || !rep.proc.ready || rep.proc.expectExit {
 		return nil
 	}
 	return rep.proc
@@ -388,14 +419,15 @@ func (r *replicaSet) upLocked(name string) *replicaProc {
 func (r *replicaSet) XDSAddress(name string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if p := r.upLocked(name); p != nil {
+	if p := upProc(r.replicas[name]); p != nil {
 		return p.xdsAddr
 	}
 	return ""
 }
 
-// Leader returns the holder of the election Lease, "" when there is none (no Lease yet,
-// or released).
+// Leader returns the holder of the election Lease as stored, "" when there is none (no
+// Lease yet, or released). A killed leader stays the holder until another replica takes
+// the Lease, up to the lease duration (4 s) later.
 func (r *replicaSet) Leader(ctx context.Context) (string, error) {
 	l, err := r.kube.CoordinationV1().Leases(r.o.LeaseNamespace).Get(ctx, electionID, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -410,8 +442,9 @@ func (r *replicaSet) Leader(ctx context.Context) (string, error) {
 	return *l.Spec.HolderIdentity, nil
 }
 
-// Crashes lists the exits not caused by Kill, Stop or a failed start, and every data
-// race, runtime panic or fatal error a replica logged, in the order seen.
+// Crashes lists the exits of replicas that served xDS not caused by Kill or Stop, and
+// every data race, runtime panic or fatal error a replica logged, in the order seen.
+// Exits before serving are StartFailures.
 func (r *replicaSet) Crashes() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -426,7 +459,7 @@ type sample struct{ Goroutines, HeapBytes, RSSBytes int64 }
 // /metrics and VmRSS from /proc/<pid>/status; an error while it is down.
 func (r *replicaSet) Sample(name string) (sample, error) {
 	r.mu.Lock()
-	p := r.upLocked(name)
+	p := upProc(r.replicas[name])
 	r.mu.Unlock()
 	if p == nil {
 		return sample{}, fmt.Errorf("sample replica %s: not up", name)
@@ -448,6 +481,17 @@ func (r *replicaSet) Restarts(name string) int {
 	defer r.mu.Unlock()
 	if rep, ok := r.replicas[name]; ok && rep.starts > 1 {
 		return rep.starts - 1
+	}
+	return 0
+}
+
+// StartFailures returns how often replica name's process exited before it served xDS
+// (and was started again by Start).
+func (r *replicaSet) StartFailures(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rep, ok := r.replicas[name]; ok {
+		return rep.startFailures
 	}
 	return 0
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,6 +113,45 @@ func requireTLSServes(t *testing.T, p *pki, addr string) {
 		_, err = anon.Read(make([]byte, 1))
 	}
 	require.ErrorContains(t, err, "certificate required", "a client without a certificate is refused")
+}
+
+// A process that exits before it serves (the API server down at its start, say) is
+// started again, like a kubelet would: a start failure, not a crash. One that exits on its
+// own after serving is a crash; one Kill ends is not.
+func TestReplicaStartRetriesAndCrashes(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "fake-publisher")
+	require.NoError(t, os.WriteFile(bin, []byte(`#!/bin/sh
+n=$(cat "$0.count" 2>/dev/null || echo 0)
+echo $((n+1)) > "$0.count"
+if [ "$n" -lt 2 ]; then echo '{"level":"error","msg":"discover: connection refused"}' >&2; exit 1; fi
+echo '{"level":"info","msg":"serving http","address":"127.0.0.1:1"}' >&2
+echo '{"level":"info","msg":"serving xds","address":"127.0.0.1:2"}' >&2
+exec sleep 600
+`), 0o700))
+	p, err := newPKI(filepath.Join(dir, "pki"))
+	require.NoError(t, err)
+	r := &replicaSet{o: replicaOptions{Bin: bin, WorkDir: dir, Gateway: "ns/gw", LeaseNamespace: "ns", PKI: p},
+		kubeconfig: "unused", replicas: map[string]*replica{"a": {}}}
+	t.Cleanup(r.Stop)
+
+	require.NoError(t, r.Start(t.Context(), "a"))
+	assert.Equal(t, 2, r.StartFailures("a"))
+	assert.Equal(t, 0, r.Restarts("a"), "one Start")
+	assert.Empty(t, r.Crashes())
+	assert.Equal(t, "127.0.0.1:2", r.XDSAddress("a"))
+	require.NoError(t, r.Kill("a"))
+	assert.Empty(t, r.Crashes(), "killed on purpose")
+
+	require.NoError(t, r.Start(t.Context(), "a"))
+	assert.Equal(t, 1, r.Restarts("a"))
+	r.mu.Lock()
+	pid := r.replicas["a"].proc.cmd.Process.Pid
+	r.mu.Unlock()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL)) // not through Kill: a crash
+	require.Eventually(t, func() bool { return !r.Up("a") && len(r.Crashes()) == 1 }, waitTimeout, tick)
+	assert.Contains(t, r.Crashes()[0], "replica a (pid ")
+	assert.Contains(t, r.Crashes()[0], "exited on its own: signal: killed")
 }
 
 // A line is a crash when the runtime wrote it (a race report, a panic, a fatal error) or
