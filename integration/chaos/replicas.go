@@ -321,6 +321,12 @@ func (r *replicaSet) waitServing(ctx context.Context, name string, p *replicaPro
 	case <-p.serving:
 		return nil
 	case <-p.exited:
+		r.mu.Lock()
+		killed := p.expectExit
+		r.mu.Unlock()
+		if killed { // Kill or Stop while it started: no retry
+			return fmt.Errorf("replica %s stopped before it served xds", name)
+		}
 		return fmt.Errorf("replica %s %w (%s; see replica-%s.log)", name, errExitedEarly, exitText(p.exitErr), name)
 	case <-ctx.Done():
 		err = ctx.Err()
