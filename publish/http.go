@@ -105,11 +105,12 @@ func (h *httpServer) serve(ctx context.Context, log *zap.Logger, debug map[strin
 		lis     net.Listener
 		handler http.Handler
 		name    string
-	}{{h.listener, mux, "http server"}, {h.debug, debugMux, "debug http server"}} {
+	}{{h.listener, mux, "http"}, {h.debug, debugMux, "debug http"}} {
 		if l.lis == nil {
 			continue
 		}
 		srv := &http.Server{Handler: l.handler, ReadHeaderTimeout: 10 * time.Second}
+		log.Info("serving "+l.name, zap.String("address", l.lis.Addr().String()))
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
@@ -121,7 +122,7 @@ func (h *httpServer) serve(ctx context.Context, log *zap.Logger, debug map[strin
 		go func() {
 			defer wg.Done()
 			if err := srv.Serve(l.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error(l.name+" stopped", zap.Error(err))
+				log.Error(l.name+" server stopped", zap.Error(err))
 			}
 		}()
 	}
