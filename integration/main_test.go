@@ -55,8 +55,10 @@ func run(m *testing.M) int {
 		CRDInstallOptions:     envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
 		// A fixed cert dir keeps serving certificates and client credentials valid across an
 		// API server restart (TestAPIServerRestart). With watches open, kube-apiserver's
-		// graceful shutdown outlasts any short wait; after StopTimeout envtest kills it.
-		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{CertDir: certDir, StopTimeout: 3 * time.Second}},
+		// graceful shutdown outlasts any short wait; envtest kills it after
+		// ControlPlaneStopTimeout (it passes that, not APIServer.StopTimeout, to each stop).
+		ControlPlane:            envtest.ControlPlane{APIServer: &envtest.APIServer{CertDir: certDir}},
+		ControlPlaneStopTimeout: 3 * time.Second,
 	}
 	restCfg, err = env.Start()
 	if err != nil {

@@ -175,8 +175,9 @@ func run(ctx context.Context, o options) (err error) {
 		BinaryAssetsDirectory: assets,
 		CRDInstallOptions:     envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
 		// With watches open kube-apiserver's graceful shutdown outlasts any short wait;
-		// envtest kills it after StopTimeout.
-		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{StopTimeout: 3 * time.Second}},
+		// envtest kills it after ControlPlaneStopTimeout (it passes that, not
+		// APIServer.StopTimeout, to each stop).
+		ControlPlaneStopTimeout: 3 * time.Second,
 	}
 	logf("starting kube-apiserver and etcd")
 	restCfg, err := env.Start()

@@ -431,6 +431,29 @@ func (r *replicaSet) XDSAddress(name string) string {
 	return ""
 }
 
+// Freeze stops replica name's process (SIGSTOP) for d, then continues it (SIGCONT), as a
+// long GC pause or a frozen VM would: a leader frozen past its lease is deposed while it
+// sleeps and resumes believing it leads until its next renewal fails.
+func (r *replicaSet) Freeze(ctx context.Context, name string, d time.Duration) error {
+	r.mu.Lock()
+	p := upProc(r.replicas[name])
+	r.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("freeze replica %s: not running", name)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("freeze replica %s: %w", name, err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("continue replica %s: %w", name, err)
+	}
+	return nil
+}
+
 // Leader returns the holder of the election Lease as stored, "" when there is none (no
 // Lease yet, or released). A killed leader stays the holder until another replica takes
 // the Lease, up to the lease duration (4 s) later.
