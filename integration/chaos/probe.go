@@ -71,7 +71,9 @@ type probeConfig struct {
 	// TLS is the client TLS (mutual or anonymous); nil dials in plaintext (tests only: the
 	// publisher's xDS port is always TLS in the chaos run).
 	TLS  *tls.Config
-	Maps []mapRef // gRPC flavour: what it subscribes to
+	// Maps are what a gRPC-flavour probe subscribes to. Without a map (or a cluster) its
+	// first subscription of the type has no name, which the server reads as a wildcard.
+	Maps []mapRef
 	// Addr says where to connect now; "" means none is up: wait and retry.
 	Addr     func() string
 	NACKText int  // bytes of error_detail.message when NACKing (default 64)
@@ -110,18 +112,12 @@ type heldState struct {
 // oversized node id and NACK text). Like a real client it keeps what it holds across
 // reconnects and declares it when reconnecting.
 //
-// Locking: mu guards the fields below it and is never held across a network call. The
-// protocol state above it (versions, resources, routes) is touched only by Run's goroutine.
+// Locking: mu guards the fields below it and is never held across a network call; wire
+// is touched only by Run's goroutine. Run is called once.
 type probe struct {
-	cfg   probeConfig
-	id    string
-	node  *corev3.Node
-	names map[string][]string // per type URL the names subscribed; a type absent is a wildcard
-	nack  string              // the error_detail message of a NACK
-
-	versions  map[string]string            // SotW: per type the version_info last ACKed
-	resources map[string]map[string]string // delta: per type the resources held, by name, with their versions
-	routes    map[string]map[string]string // per route configuration held, its virtual hosts' canonical weights
+	cfg  probeConfig
+	id   string
+	wire *probeWire
 
 	mu          sync.Mutex
 	held        map[string]heldState   // per map key, what is held now
@@ -135,24 +131,19 @@ type probe struct {
 
 // newProbe returns a probe; Run connects it.
 func newProbe(cfg probeConfig) *probe {
-	p := &probe{cfg: cfg, names: map[string][]string{}, versions: map[string]string{},
-		resources: map[string]map[string]string{}, routes: map[string]map[string]string{},
-		held: map[string]heldState{}, history: map[string][]heldEvent{}}
+	w := &probeWire{names: map[string][]string{}, versions: map[string]string{},
+		resources: map[string]map[string]string{}, routes: map[string]map[string]string{}}
+	p := &probe{cfg: cfg, wire: w, held: map[string]heldState{}, history: map[string][]heldEvent{}}
 	flavour, kind := xds.FlavourGRPC, "grpc"
 	if cfg.Envoy {
 		flavour, kind = xds.FlavourEnvoy, "envoy"
-		p.names[resource.RouteType] = []string{xds.DefaultEnvoyOptions.RouteConfigName}
+		w.names[resource.RouteType] = []string{xds.DefaultEnvoyOptions.RouteConfigName}
 	} else {
 		for _, m := range cfg.Maps {
-			p.names[resource.ListenerType] = append(p.names[resource.ListenerType], m.Service+"."+m.Namespace)
-			p.names[resource.RouteType] = append(p.names[resource.RouteType], m.Key())
+			w.names[resource.ListenerType] = append(w.names[resource.ListenerType], m.Service+"."+m.Namespace)
+			w.names[resource.RouteType] = append(w.names[resource.RouteType], m.Key())
 			for _, c := range m.Clusters {
-				p.names[resource.ClusterType] = append(p.names[resource.ClusterType], xds.ClusterName(m.Namespace, m.Name, c))
-			}
-		}
-		for _, t := range probeTypes {
-			if p.names[t] == nil {
-				p.names[t] = []string{} // named, with no name: never a wildcard
+				w.names[resource.ClusterType] = append(w.names[resource.ClusterType], xds.ClusterName(m.Namespace, m.Name, c))
 			}
 		}
 	}
@@ -165,13 +156,13 @@ func newProbe(cfg probeConfig) *probe {
 		id = id[:40]
 	}
 	p.id = id + " " + kind + "-" + stream
-	p.node = &corev3.Node{Id: cfg.NodeID, UserAgentName: "trafficmap-chaos", Metadata: &structpb.Struct{
+	w.node = &corev3.Node{Id: cfg.NodeID, UserAgentName: "trafficmap-chaos", Metadata: &structpb.Struct{
 		Fields: map[string]*structpb.Value{xds.FlavourMetadataKey: structpb.NewStringValue(string(flavour))}}}
 	n := cfg.NACKText
 	if n <= 0 {
 		n = 64
 	}
-	p.nack = strings.Repeat("chaos probe rejects this response; ", n/35+1)[:n]
+	w.nack = strings.Repeat("chaos probe rejects this response; ", n/35+1)[:n]
 	return p
 }
 
@@ -196,6 +187,12 @@ func (p *probe) Run(ctx context.Context) {
 		}
 		wait = min(2*wait, probeMaxBackoff)
 	}
+}
+
+// Subscribes reports whether the probe subscribes to the map with key: an Envoy-flavour
+// probe to every map (the shared route configuration), a gRPC-flavour one to its Maps.
+func (p *probe) Subscribes(key string) bool {
+	return p.cfg.Envoy || slices.ContainsFunc(p.cfg.Maps, func(m mapRef) bool { return m.Key() == key })
 }
 
 // Disconnect ends the current stream now; Run reconnects.
@@ -293,45 +290,39 @@ func (p *probe) session(ctx context.Context, addr string) bool {
 	if p.cfg.TLS != nil {
 		creds = alertCreds{TransportCredentials: credentials.NewTLS(p.cfg.TLS), alert: &alert}
 	}
-	var err error
 	connected := false
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
 	if err == nil {
 		ads := discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
 		if p.cfg.Delta {
-			connected, err = p.serveDelta(sctx, ads)
+			connected, err = p.wire.serveDelta(sctx, p, ads)
 		} else {
-			connected, err = p.serveSotW(sctx, ads)
+			connected, err = p.wire.serveSotW(sctx, p, ads)
 		}
 		_ = conn.Close()
 	}
 	code := status.Code(err)
 	refused := alert.Load() || code == codes.Unauthenticated || code == codes.PermissionDenied
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.cancel = nil
 	if refused {
 		p.stats.Refused++
 	}
+	p.mu.Unlock()
 	if connected {
-		p.linkLocked(eventDisconnected)
+		p.link(eventDisconnected)
 	}
 	return connected && !refused
 }
 
-// linkLocked records a connect or disconnect. Called with mu held.
-func (p *probe) linkLocked(kind string) {
+// link records a connect (the stream is open and its first requests sent) or a disconnect.
+func (p *probe) link(kind string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.links = append(p.links, heldEvent{At: time.Now(), Kind: kind})
 	if kind == eventConnected {
 		p.stats.Connects++
 	}
-}
-
-// opened records that the stream is open and its first requests are sent.
-func (p *probe) opened() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.linkLocked(eventConnected)
 }
 
 // received counts a response and waits out a freeze; it reports whether to NACK it
@@ -374,28 +365,17 @@ func (p *probe) thaw(ctx context.Context) error {
 	}
 }
 
-// nacked counts a NACK sent.
-func (p *probe) nacked() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.stats.NACKs++
-}
-
-// acked counts an ACK sent and, when routes changed (non-nil), records the maps whose held
-// state changed, at the time the ACK was sent.
-func (p *probe) acked(routesChanged bool) {
+// answered counts an answer sent (a NACK when nack) and, for an ACK that changed the route
+// configurations held (next, every virtual host's weights held, non-nil), records the maps
+// whose held state changed, at the time the ACK was sent.
+func (p *probe) answered(nack bool, next map[string]heldState) {
 	now := time.Now()
-	var next map[string]heldState
-	if routesChanged {
-		next = map[string]heldState{}
-		for _, vhosts := range p.routes {
-			for name, w := range vhosts {
-				next[name] = heldState{weights: w, present: true}
-			}
-		}
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if nack {
+		p.stats.NACKs++
+		return
+	}
 	p.stats.ACKs++
 	if next == nil {
 		return
@@ -413,28 +393,52 @@ func (p *probe) acked(routesChanged bool) {
 	p.held = next
 }
 
+// probeWire is what a probe holds at the protocol level (what it ACKed), kept across
+// reconnects and declared when reconnecting, and what it subscribes to. Only the probe's
+// Run goroutine uses it.
+type probeWire struct {
+	node  *corev3.Node
+	names map[string][]string // per type URL the names subscribed; a type absent is a wildcard
+	nack  string              // the error_detail message of a NACK
+
+	versions  map[string]string            // SotW: per type the version_info last ACKed
+	resources map[string]map[string]string // delta: per type the resources held, by name, with their versions
+	routes    map[string]map[string]string // per route configuration held, its virtual hosts' canonical weights
+}
+
+// heldMaps is what the route configurations held give each map (virtual host).
+func (w *probeWire) heldMaps() map[string]heldState {
+	next := map[string]heldState{}
+	for _, vhosts := range w.routes {
+		for name, weights := range vhosts {
+			next[name] = heldState{weights: weights, present: true}
+		}
+	}
+	return next
+}
+
 // nackDetail is the error_detail of a NACK: the decoding error, else the probe's text.
-func (p *probe) nackDetail(err error) *statuspb.Status {
-	msg := p.nack
+func (w *probeWire) nackDetail(err error) *statuspb.Status {
+	msg := w.nack
 	if err != nil {
 		msg = err.Error()
 	}
 	return &statuspb.Status{Code: int32(codes.InvalidArgument), Message: msg}
 }
 
-// serveSotW runs a state-of-the-world stream: its first requests declare the version held
-// of each type; it reports whether it got that far.
-func (p *probe) serveSotW(ctx context.Context, ads discoveryv3.AggregatedDiscoveryServiceClient) (bool, error) {
+// serveSotW runs a state-of-the-world stream for p: its first requests declare the version
+// held of each type; it reports whether it got that far.
+func (w *probeWire) serveSotW(ctx context.Context, p *probe, ads discoveryv3.AggregatedDiscoveryServiceClient) (bool, error) {
 	stream, err := ads.StreamAggregatedResources(ctx)
 	if err != nil {
 		return false, fmt.Errorf("open sotw stream: %w", err)
 	}
 	for _, t := range probeTypes {
-		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: p.node, TypeUrl: t, ResourceNames: p.names[t], VersionInfo: p.versions[t]}); err != nil {
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: w.node, TypeUrl: t, ResourceNames: w.names[t], VersionInfo: w.versions[t]}); err != nil {
 			return false, fmt.Errorf("subscribe %s: %w", t, err)
 		}
 	}
-	p.opened()
+	p.link(eventConnected)
 	for {
 		if err := p.thaw(ctx); err != nil {
 			return true, err
@@ -444,10 +448,10 @@ func (p *probe) serveSotW(ctx context.Context, ads discoveryv3.AggregatedDiscove
 			return true, fmt.Errorf("receive: %w", err)
 		}
 		nack, answer, err := p.received(ctx)
-		if err != nil || !answer {
-			if err != nil {
-				return true, err
-			}
+		if err != nil {
+			return true, err
+		}
+		if !answer {
 			continue
 		}
 		t := resp.GetTypeUrl()
@@ -459,39 +463,41 @@ func (p *probe) serveSotW(ctx context.Context, ads discoveryv3.AggregatedDiscove
 			// the whole set held.
 			routes, derr = decodeRoutes(resp.GetResources())
 		}
-		req := &discoveryv3.DiscoveryRequest{Node: p.node, TypeUrl: t, ResourceNames: p.names[t], VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}
+		req := &discoveryv3.DiscoveryRequest{Node: w.node, TypeUrl: t, ResourceNames: w.names[t], VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}
 		if nack || derr != nil {
-			req.VersionInfo, req.ErrorDetail = p.versions[t], p.nackDetail(derr)
+			req.VersionInfo, req.ErrorDetail = w.versions[t], w.nackDetail(derr)
 		}
 		if err := stream.Send(req); err != nil {
 			return true, fmt.Errorf("answer %s: %w", t, err)
 		}
 		if req.ErrorDetail != nil {
-			p.nacked()
+			p.answered(true, nil)
 			continue
 		}
-		p.versions[t] = resp.GetVersionInfo()
+		w.versions[t] = resp.GetVersionInfo()
+		var next map[string]heldState
 		if routes != nil {
-			p.routes = routes
+			w.routes = routes
+			next = w.heldMaps()
 		}
-		p.acked(routes != nil)
+		p.answered(false, next)
 	}
 }
 
-// serveDelta runs a delta stream: its first requests declare the resources held
+// serveDelta runs a delta stream for p: its first requests declare the resources held
 // (initial_resource_versions); it reports whether it got that far.
-func (p *probe) serveDelta(ctx context.Context, ads discoveryv3.AggregatedDiscoveryServiceClient) (bool, error) {
+func (w *probeWire) serveDelta(ctx context.Context, p *probe, ads discoveryv3.AggregatedDiscoveryServiceClient) (bool, error) {
 	stream, err := ads.DeltaAggregatedResources(ctx)
 	if err != nil {
 		return false, fmt.Errorf("open delta stream: %w", err)
 	}
 	for _, t := range probeTypes {
-		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: p.node, TypeUrl: t, ResourceNamesSubscribe: p.names[t],
-			InitialResourceVersions: maps.Clone(p.resources[t])}); err != nil {
+		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: w.node, TypeUrl: t, ResourceNamesSubscribe: w.names[t],
+			InitialResourceVersions: maps.Clone(w.resources[t])}); err != nil {
 			return false, fmt.Errorf("subscribe %s: %w", t, err)
 		}
 	}
-	p.opened()
+	p.link(eventConnected)
 	for {
 		if err := p.thaw(ctx); err != nil {
 			return true, err
@@ -501,10 +507,10 @@ func (p *probe) serveDelta(ctx context.Context, ads discoveryv3.AggregatedDiscov
 			return true, fmt.Errorf("receive: %w", err)
 		}
 		nack, answer, err := p.received(ctx)
-		if err != nil || !answer {
-			if err != nil {
-				return true, err
-			}
+		if err != nil {
+			return true, err
+		}
+		if !answer {
 			continue
 		}
 		t := resp.GetTypeUrl()
@@ -513,45 +519,56 @@ func (p *probe) serveDelta(ctx context.Context, ads discoveryv3.AggregatedDiscov
 		if t == resource.RouteType {
 			anys := make([]*anypb.Any, 0, len(resp.GetResources()))
 			for _, r := range resp.GetResources() {
-				anys = append(anys, r.GetResource())
+				if r.GetResource() != nil {
+					anys = append(anys, r.GetResource())
+				}
 			}
 			routes, derr = decodeRoutes(anys)
 		}
-		req := &discoveryv3.DeltaDiscoveryRequest{Node: p.node, TypeUrl: t, ResponseNonce: resp.GetNonce()}
+		req := &discoveryv3.DeltaDiscoveryRequest{Node: w.node, TypeUrl: t, ResponseNonce: resp.GetNonce()}
 		if nack || derr != nil {
-			req.ErrorDetail = p.nackDetail(derr)
+			req.ErrorDetail = w.nackDetail(derr)
 		}
 		if err := stream.Send(req); err != nil {
 			return true, fmt.Errorf("answer %s: %w", t, err)
 		}
 		if req.ErrorDetail != nil {
-			p.nacked()
+			p.answered(true, nil)
 			continue
 		}
-		p.applyDelta(resp, routes)
-		p.acked(t == resource.RouteType)
+		var next map[string]heldState
+		if w.applyDelta(resp, routes) {
+			next = w.heldMaps()
+		}
+		p.answered(false, next)
 	}
 }
 
-// applyDelta takes an ACKed delta response into the protocol state: its resources'
-// versions, its removals, and its route configurations (routes, decoded).
-func (p *probe) applyDelta(resp *discoveryv3.DeltaDiscoveryResponse, routes map[string]map[string]string) {
+// applyDelta takes an ACKed delta response into the state held: its resources' versions,
+// its removals, and its route configurations (routes, decoded). It reports whether it was
+// one of route configurations.
+func (w *probeWire) applyDelta(resp *discoveryv3.DeltaDiscoveryResponse, routes map[string]map[string]string) bool {
 	t := resp.GetTypeUrl()
-	held := p.resources[t]
+	held := w.resources[t]
 	if held == nil {
 		held = map[string]string{}
-		p.resources[t] = held
+		w.resources[t] = held
 	}
 	for _, r := range resp.GetResources() {
 		held[r.GetName()] = r.GetVersion()
 	}
+	if t != resource.RouteType {
+		for _, name := range resp.GetRemovedResources() {
+			delete(held, name)
+		}
+		return false
+	}
 	for _, name := range resp.GetRemovedResources() {
 		delete(held, name)
-		if t == resource.RouteType {
-			delete(p.routes, name)
-		}
+		delete(w.routes, name)
 	}
-	maps.Copy(p.routes, routes)
+	maps.Copy(w.routes, routes)
+	return true
 }
 
 // decodeRoutes decodes route configurations into, per configuration name, each virtual

@@ -201,6 +201,8 @@ func TestProbeFollowsTheXDSServer(t *testing.T) {
 			node := "probe-" + strings.ReplaceAll(tc.name, " ", "-") + strings.Repeat("x", 2048)
 			p := startProbe(t, probeConfig{NodeID: node, Delta: tc.delta, Envoy: tc.envoy, TLS: s.pki.clientTLS(true),
 				Maps: []mapRef{chatRef}, Addr: func() string { return s.addr }, NACKText: 6 << 10})
+			assert.True(t, p.Subscribes("prod/chat"))
+			assert.Equal(t, tc.envoy, p.Subscribes("prod/other"))
 			assert.Equal(t, node[:40]+" "+map[bool]string{true: "envoy", false: "grpc"}[tc.envoy]+"-"+map[bool]string{true: "delta", false: "sotw"}[tc.delta], p.ID())
 			waitHeld(t, p, "worker-a=70,worker-b=30")
 			s.serve(map[string]int32{"worker-a": 70, "worker-b": 0})
