@@ -95,8 +95,9 @@ type heldEvent struct {
 // probeStats count a probe's protocol events since it started.
 type probeStats struct {
 	Responses, ACKs, NACKs, Connects int64
-	// Refused counts streams refused: at the TLS handshake or with Unauthenticated or
-	// PermissionDenied.
+	// Refused counts streams refused: at the TLS handshake (never connected) or with
+	// Unauthenticated or PermissionDenied (such a stream opened and sent its first
+	// requests, so it shows as a connect and a disconnect milliseconds apart).
 	Refused int64
 }
 

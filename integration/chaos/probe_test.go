@@ -91,7 +91,9 @@ type probeServer struct {
 	pki  *probePKI
 }
 
-func startProbeServer(t *testing.T) *probeServer {
+// startProbeServer starts the server with the client policy rules (see
+// xds.ParseClientPolicy).
+func startProbeServer(t *testing.T, rules ...string) *probeServer {
 	t.Helper()
 	pki := newProbePKI(t)
 	dir := t.TempDir()
@@ -100,7 +102,7 @@ func startProbeServer(t *testing.T) *probeServer {
 		require.NoError(t, os.WriteFile(path, b, 0o600))
 		return path
 	}
-	cfg, err := xds.LoadTLS(write("tls.crt", pki.serverPEM), write("tls.key", pki.keyPEM), write("ca.crt", pki.caPEM))
+	cfg, err := xds.LoadTLS(write("tls.crt", pki.serverPEM), write("tls.key", pki.keyPEM), write("ca.crt", pki.caPEM), rules...)
 	require.NoError(t, err)
 	s := &probeServer{t: t, srv: xds.NewServer(xds.ServerConfig{Log: zaptest.NewLogger(t), TLS: cfg}), pki: pki}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -113,8 +115,9 @@ func startProbeServer(t *testing.T) *probeServer {
 	return s
 }
 
-// serve serves both flavours with prod/chat at the weights given ("worker-a=70,..."; 0 for
-// a drained entry) and prod/other at a=1, and returns the route versions per flavour.
+// serve serves both flavours with prod/chat at the weights given by cluster (0 for a drained
+// entry; nil: no prod/chat) and prod/other at worker-a=1, and returns the route versions
+// per flavour.
 func (s *probeServer) serve(chat map[string]int32) map[xds.Flavour]string {
 	s.t.Helper()
 	service := func(name string, ws map[string]int32) xds.Service {
@@ -129,7 +132,10 @@ func (s *probeServer) serve(chat map[string]int32) map[xds.Flavour]string {
 		}
 		return xds.Service{Namespace: "prod", Name: name, Service: name, Hostnames: []string{name + ".example.com"}, Result: res}
 	}
-	services := []xds.Service{service("chat", chat), service("other", map[string]int32{"worker-a": 1})}
+	services := []xds.Service{service("other", map[string]int32{"worker-a": 1})}
+	if chat != nil {
+		services = append(services, service("chat", chat))
+	}
 	out := map[xds.Flavour]string{}
 	envoy, err := xds.TranslateEnvoy(xds.DefaultEnvoyOptions, services)
 	require.NoError(s.t, err)
@@ -274,6 +280,15 @@ func TestProbeFollowsTheXDSServer(t *testing.T) {
 				w, present, _ = p.HeldAt("prod/other", time.Now())
 				assert.Equal(t, []any{"worker-a=1", true}, []any{w, present}, "an Envoy probe holds every map")
 			}
+
+			// A deleted map is no longer present.
+			s.serve(nil)
+			require.Eventually(t, func() bool {
+				_, present, _ := p.HeldAt(chatRef.Key(), time.Now())
+				return !present
+			}, 10*time.Second, 5*time.Millisecond)
+			h = p.History(chatRef.Key())
+			assert.Equal(t, heldEvent{At: h[len(h)-1].At, Kind: eventHeld}, h[len(h)-1])
 		})
 	}
 }
@@ -294,6 +309,18 @@ func TestProbeRefusedAndNeverACK(t *testing.T) {
 	assert.Empty(t, s.acked("silent"))
 	w, present, connected := silent.HeldAt(chatRef.Key(), time.Now())
 	assert.Equal(t, []any{"", false, true}, []any{w, present, connected})
+}
+
+// A client whose identity no client policy rule matches is refused its stream
+// (PermissionDenied) and holds nothing.
+func TestProbeRefusedByPolicy(t *testing.T) {
+	s := startProbeServer(t, "spiffe://example.org/nobody=prod")
+	s.serve(map[string]int32{"worker-a": 70, "worker-b": 30})
+	p := startProbe(t, probeConfig{NodeID: "outsider", Delta: true, TLS: s.pki.clientTLS(true), Maps: []mapRef{chatRef}, Addr: func() string { return s.addr }})
+	require.Eventually(t, func() bool { return p.Stats().Refused >= 2 }, 10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, int64(0), p.Stats().ACKs)
+	_, present, _ := p.HeldAt(chatRef.Key(), time.Now())
+	assert.False(t, present)
 }
 
 // An address that is not up yet ("") is waited for.
