@@ -70,7 +70,7 @@ type probeConfig struct {
 	Envoy bool
 	// TLS is the client TLS (mutual or anonymous); nil dials in plaintext (tests only: the
 	// publisher's xDS port is always TLS in the chaos run).
-	TLS  *tls.Config
+	TLS *tls.Config
 	// Maps are what a gRPC-flavour probe subscribes to. Without a map (or a cluster) its
 	// first subscription of the type has no name, which the server reads as a wildcard.
 	Maps []mapRef
