@@ -304,16 +304,16 @@ type fleetProbes struct {
 	checked     []*probe
 	nacker      *probe
 	adversaries []*probe
-	maps        map[*probe]map[string]bool // nil for Envoy probes: every map
+	isChecked   map[*probe]bool
 }
 
+// subscribes: p is a checker probe subscribed to the map key.
 func (fp *fleetProbes) subscribes(p *probe, key string) bool {
-	m, ok := fp.maps[p]
-	return ok && (m == nil || m[key])
+	return fp.isChecked[p] && p.Subscribes(key)
 }
 
 func startProbes(ctx context.Context, o options, rng *rand.Rand, pk *pki, replicas *replicaSet, maps []mapRef) (*fleetProbes, error) {
-	fp := &fleetProbes{maps: map[*probe]map[string]bool{}}
+	fp := &fleetProbes{isChecked: map[*probe]bool{}}
 	tlsFor := func(id string) (*probeConfig, error) {
 		t, err := pk.ClientTLS(id)
 		if err != nil {
@@ -334,23 +334,21 @@ func startProbes(ctx context.Context, o options, rng *rand.Rand, pk *pki, replic
 			return ""
 		}
 	}
-	subset := func() ([]mapRef, map[string]bool) {
+	subset := func() []mapRef {
 		idx := rng.Perm(len(maps))[:min(o.dial, len(maps))]
 		slices.Sort(idx)
-		var out []mapRef
-		set := map[string]bool{}
+		out := make([]mapRef, 0, len(idx))
 		for _, i := range idx {
 			out = append(out, maps[i])
-			set[maps[i].Key()] = true
 		}
-		return out, set
+		return out
 	}
-	add := func(cfg *probeConfig, set map[string]bool, checked bool) *probe {
+	add := func(cfg *probeConfig, checked bool) *probe {
 		p := newProbe(*cfg)
 		go p.Run(ctx)
 		if checked {
 			fp.checked = append(fp.checked, p)
-			fp.maps[p] = set
+			fp.isChecked[p] = true
 		} else {
 			fp.adversaries = append(fp.adversaries, p)
 		}
@@ -362,38 +360,36 @@ func startProbes(ctx context.Context, o options, rng *rand.Rand, pk *pki, replic
 			if err != nil {
 				return nil, err
 			}
-			var set map[string]bool
-			cfg.Maps, set = subset()
+			cfg.Maps = subset()
 			cfg.NodeID, cfg.Delta, cfg.Addr = fmt.Sprintf("grpc-%s-%v", r, map[bool]string{false: "sotw", true: "delta"}[delta]), delta, addrFor(r)
-			add(cfg, set, true)
+			add(cfg, true)
 		}
 		cfg, err := tlsFor("edge-gateway")
 		if err != nil {
 			return nil, err
 		}
 		cfg.NodeID, cfg.Envoy, cfg.Delta, cfg.Addr = "envoy-"+r, true, i%2 == 1, addrFor(r)
-		add(cfg, nil, true)
+		add(cfg, true)
 	}
 	// The nacker: a checked client with a 2 KB node id whose NACKs carry 6 KB of text.
 	cfg, err := tlsFor("chaos-client")
 	if err != nil {
 		return nil, err
 	}
-	var set map[string]bool
-	cfg.Maps, set = subset()
+	cfg.Maps = subset()
 	cfg.NodeID, cfg.NACKText, cfg.Addr = "nacker-"+strings.Repeat("n", 2041), 6<<10, addrFor("a")
-	fp.nacker = add(cfg, set, true)
+	fp.nacker = add(cfg, true)
 	// Adversaries: a client of another namespace that subscribes to the chaos maps and never
 	// ACKs, and one without a client certificate.
 	cfg, err = tlsFor("lurker")
 	if err != nil {
 		return nil, err
 	}
-	cfg.Maps, _ = subset()
+	cfg.Maps = subset()
 	cfg.NodeID, cfg.NeverACK, cfg.Addr = "lurker", true, addrFor("b")
-	add(cfg, nil, false)
+	add(cfg, false)
 	anon := &probeConfig{TLS: pk.AnonymousTLS(), NodeID: "anonymous", Addr: addrFor("c")}
-	anon.Maps, _ = subset()
-	add(anon, nil, false)
+	anon.Maps = subset()
+	add(anon, false)
 	return fp, nil
 }
