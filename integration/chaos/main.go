@@ -304,6 +304,7 @@ type fleetProbes struct {
 	checked     []*probe
 	nacker      *probe
 	adversaries []*probe
+	anonymous   *probe // no client certificate: refused at the handshake
 	isChecked   map[*probe]bool
 }
 
@@ -390,6 +391,6 @@ func startProbes(ctx context.Context, o options, rng *rand.Rand, pk *pki, replic
 	add(cfg, false)
 	anon := &probeConfig{TLS: pk.AnonymousTLS(), NodeID: "anonymous", Addr: addrFor("c")}
 	anon.Maps = subset()
-	add(anon, false)
+	fp.anonymous = add(anon, false)
 	return fp, nil
 }

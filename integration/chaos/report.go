@@ -25,6 +25,7 @@ type result struct {
 	faults    []injection
 	ops       map[string]int
 	probes    map[string]probeStats
+	refused   int64 // handshakes refused to the client without a certificate
 	elapsed   time.Duration
 }
 
@@ -43,6 +44,7 @@ func (r *result) finish(chk *checker, f *faults, w *workload, fleet *fleetProbes
 	for _, p := range append(append([]*probe{}, fleet.checked...), fleet.adversaries...) {
 		r.probes[p.ID()] = p.Stats()
 	}
+	r.refused = fleet.anonymous.Stats().Refused
 	return r
 }
 
@@ -131,9 +133,7 @@ func (r *result) markdown() string {
 	}
 	fmt.Fprintf(&b, "| (none: workload only) | | %s |\n", longest[""].Round(100*time.Millisecond))
 	b.WriteString("\nNeighbours present throughout: a second namespace whose maps claim the chaos maps' hostnames, a client of another namespace that subscribes to chaos maps and never ACKs, a client without a certificate")
-	if st, ok := r.probes["anonymous"]; ok {
-		fmt.Fprintf(&b, " (refused %d times)", st.Refused)
-	}
+	fmt.Fprintf(&b, " (refused %d times)", r.refused)
 	b.WriteString(", and the NACKing client with a 2 KB node id and 6 KB NACK text.\n")
 	for _, l := range r.checks.Lies {
 		fmt.Fprintf(&b, "\nLIE %s rv %s at %s: %s: %s\n```\n%s```\n", l.Map, l.RV, l.At.Format(timeLayout), l.Rule, l.Detail, l.Timeline)
