@@ -83,7 +83,7 @@ func TestExpect(t *testing.T) {
 		{name: "NoExecute taint not tolerated", o: observed{Map: testMap(nil), ISVC: map[string]string{}, Taints: map[string]string{"worker-a": noExec}, HostTemplate: hostTmpl},
 			allowed: true, weights: "worker-b=2,worker-c=3", host: "chat.chaos.example.com"},
 		{name: "NoSchedule moves nothing",
-			o: observed{Map: testMap(nil), ISVC: map[string]string{}, Taints: map[string]string{"worker-a": `[{"key":"maintenance","effect":"NoSchedule"}]`}, HostTemplate: hostTmpl},
+			o:       observed{Map: testMap(nil), ISVC: map[string]string{}, Taints: map[string]string{"worker-a": `[{"key":"maintenance","effect":"NoSchedule"}]`}, HostTemplate: hostTmpl},
 			allowed: true, weights: "worker-a=1,worker-b=2,worker-c=3", host: "chat.chaos.example.com"},
 		{name: "taint on a cluster with no entry", o: observed{Map: testMap(nil), ISVC: map[string]string{}, Taints: map[string]string{"worker-z": noExec}, HostTemplate: hostTmpl},
 			allowed: true, weights: "worker-a=1,worker-b=2,worker-c=3", host: "chat.chaos.example.com"},
@@ -127,7 +127,9 @@ func TestExpect(t *testing.T) {
 				HostTemplate: hostTmpl},
 			why: "Ramping"},
 		{name: "down ramp mid-way with OME's weight 0 and drainRefs",
-			o: observed{Map: testMap(func(tm *v1beta1.TrafficMap) { tm.Spec.Entries[0].Weight, tm.Spec.Entries[0].DrainRefs = 0, []string{"m"} }),
+			o: observed{Map: testMap(func(tm *v1beta1.TrafficMap) {
+				tm.Spec.Entries[0].Weight, tm.Spec.Entries[0].DrainRefs = 0, []string{"m"}
+			}),
 				ISVC: map[string]string{annDrain: `{"m":{"cluster":"worker-a","reason":"r"}}`, annRamp: rampDown(0, `"m"`)}, HostTemplate: hostTmpl},
 			why: "Ramping"},
 		{name: "down ramp at its last step shapes nothing",
