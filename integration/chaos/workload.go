@@ -497,7 +497,8 @@ func opUntaint(ctx context.Context, w *workload) (bool, error) {
 	}
 	j := tainted[w.cfg.RNG.IntN(len(tainted))]
 	before := w.taints[j]
-	w.taints[j] = slices.Delete(slices.Clone(before), w.cfg.RNG.IntN(len(before)), 1)
+	k := w.cfg.RNG.IntN(len(before))
+	w.taints[j] = slices.Delete(slices.Clone(before), k, k+1)
 	if err := w.setTaints(ctx, j); err != nil {
 		w.taints[j] = before
 		return false, err
