@@ -60,11 +60,10 @@ type mapState struct {
 	deleted bool    // the map was deleted and is to be created again
 	// drains is the last valid drain annotation written (ID -> cluster).
 	drains map[string]string
-	// bad is the annotation holding a malformed value ("" none), badValue that value and
-	// saved the value it replaced (nil: the annotation was absent).
+	// bad is the annotation holding a malformed value ("" none), badValue that value.
 	bad, badValue string
-	saved         *string
 	host          string // ome.io/global-host, "" none
+	tolerations   string // the tolerations annotation, "" none
 }
 
 // rivalMap is a map of the rival namespace claiming a chaos map's hostname.
@@ -285,17 +284,16 @@ func (w *workload) setDrains(ctx context.Context, st *mapState) error {
 		if st.bad == annDrain {
 			return false
 		}
-		if len(st.drains) == 0 {
-			delete(ann, annDrain)
-			return true
-		}
-		ann[annDrain] = encodeDrains(st.drains)
+		setOrDelete(ann, annDrain, encodeDrains(st.drains))
 		return true
 	})
 }
 
 // encodeDrains is the drain annotation for drains (ID -> cluster), as `ome drain` writes it.
 func encodeDrains(drains map[string]string) string {
+	if len(drains) == 0 {
+		return ""
+	}
 	out := map[string]map[string]string{}
 	for id, c := range drains {
 		out[id] = map[string]string{"cluster": c, "reason": "chaos " + id}
@@ -524,14 +522,24 @@ func opTolerate(ctx context.Context, w *workload) (bool, error) {
 		return false, nil
 	}
 	v := tolerationValues[w.cfg.RNG.IntN(len(tolerationValues))]
-	return true, w.updateAnnotations(ctx, st.ref.Namespace, st.ref.Service, func(ann map[string]string) bool {
-		if v == "" {
-			delete(ann, annTolerations)
-		} else {
-			ann[annTolerations] = v
-		}
+	err := w.updateAnnotations(ctx, st.ref.Namespace, st.ref.Service, func(ann map[string]string) bool {
+		setOrDelete(ann, annTolerations, v)
 		return true
 	})
+	if err != nil {
+		return false, err
+	}
+	st.tolerations = v
+	return true, nil
+}
+
+// setOrDelete sets ann[key] to v, or removes key when v is "".
+func setOrDelete(ann map[string]string, key, v string) {
+	if v == "" {
+		delete(ann, key)
+	} else {
+		ann[key] = v
+	}
 }
 
 // opHostname gives a service a fresh ome.io/global-host, or (a third of the time, when it
@@ -543,11 +551,7 @@ func opHostname(ctx context.Context, w *workload) (bool, error) {
 		host = fmt.Sprintf("%s.%s.%s.example.com", w.fresh("h"), st.ref.Name, st.ref.Namespace)
 	}
 	err := w.updateAnnotations(ctx, st.ref.Namespace, st.ref.Service, func(ann map[string]string) bool {
-		if host == "" {
-			delete(ann, v1beta1.AnnotationGlobalHost)
-		} else {
-			ann[v1beta1.AnnotationGlobalHost] = host
-		}
+		setOrDelete(ann, v1beta1.AnnotationGlobalHost, host)
 		return true
 	})
 	if err != nil {
@@ -648,24 +652,18 @@ func opBadInput(ctx context.Context, w *workload) (bool, error) {
 	}
 	key := []string{annDrain, annDrain, annDrain, annTolerations, annRamp}[w.cfg.RNG.IntN(5)]
 	value := badValues[key][w.cfg.RNG.IntN(len(badValues[key]))]
-	var saved *string
 	written := false
 	err := w.updateAnnotations(ctx, st.ref.Namespace, st.ref.Service, func(ann map[string]string) bool {
-		saved, written = nil, false
-		if v, ok := ann[key]; ok {
-			if key == annRamp {
-				return false
-			}
-			saved = &v
+		if _, ramping := ann[annRamp]; key == annRamp && ramping {
+			return false
 		}
-		ann[key] = value
-		written = true
+		ann[key], written = value, true
 		return true
 	})
 	if err != nil || !written {
 		return false, err
 	}
-	st.bad, st.badValue, st.saved = key, value, saved
+	st.bad, st.badValue = key, value
 	return true, nil
 }
 
@@ -685,11 +683,11 @@ func (w *workload) fix(ctx context.Context, st *mapState) error {
 		if v, ok := ann[st.bad]; !ok || v != st.badValue {
 			return false
 		}
-		switch {
-		case st.bad == annDrain && len(st.drains) > 0:
-			ann[annDrain] = encodeDrains(st.drains)
-		case st.bad == annTolerations && st.saved != nil:
-			ann[annTolerations] = *st.saved
+		switch st.bad {
+		case annDrain:
+			setOrDelete(ann, annDrain, encodeDrains(st.drains))
+		case annTolerations:
+			setOrDelete(ann, annTolerations, st.tolerations)
 		default:
 			delete(ann, st.bad)
 		}
@@ -698,7 +696,7 @@ func (w *workload) fix(ctx context.Context, st *mapState) error {
 	if err != nil {
 		return err
 	}
-	st.bad, st.badValue, st.saved = "", "", nil
+	st.bad, st.badValue = "", ""
 	return nil
 }
 
@@ -730,25 +728,31 @@ func opRamp(ctx context.Context, w *workload) (bool, error) {
 	return true, w.maybeRoute(ctx, st)
 }
 
-// Settle writes the end state: malformed annotations fixed, ramps cleared (their drains
-// and undrains stand at once), deleted maps created again (waiting while one is still
-// finalizing), every map's entries in line with its drains, and the rival maps deleted. It
-// returns once all of it is written, or at the first error.
+// Settle writes the end state: every service's annotations as the workload last meant them
+// (its drains, tolerations and hostname; malformed values fixed, ramps cleared so that their
+// drains and undrains stand at once), every cluster's taints, deleted maps created again
+// (waiting while one is still finalizing) with entries in line with their drains, and every
+// map and service of the rival namespace deleted. Writing the whole intended state, not only
+// what is known to differ, also repairs a write whose answer a fault lost. It returns once
+// all of it is written, or at the first error.
 func (w *workload) Settle(ctx context.Context) error {
-	for _, st := range w.maps {
-		if st.bad != "" {
-			if err := w.fix(ctx, st); err != nil {
-				return err
-			}
+	for j := range w.taints {
+		if err := w.setTaints(ctx, j); err != nil {
+			return err
 		}
+	}
+	for _, st := range w.maps {
 		err := w.updateAnnotations(ctx, st.ref.Namespace, st.ref.Service, func(ann map[string]string) bool {
-			_, ok := ann[annRamp]
 			delete(ann, annRamp)
-			return ok
+			setOrDelete(ann, annDrain, encodeDrains(st.drains))
+			setOrDelete(ann, annTolerations, st.tolerations)
+			setOrDelete(ann, v1beta1.AnnotationGlobalHost, st.host)
+			return true
 		})
 		if err != nil {
 			return err
 		}
+		st.bad, st.badValue = "", ""
 		if err := w.recreate(ctx, st); err != nil {
 			return err
 		}
@@ -756,12 +760,33 @@ func (w *workload) Settle(ctx context.Context) error {
 			return err
 		}
 	}
-	for len(w.rivals) > 0 {
-		if err := w.deleteRival(ctx, w.rivals[0].name); err != nil {
+	return w.deleteRivals(ctx)
+}
+
+// deleteRivals deletes every map and service of the rival namespace (also any whose
+// creation a fault made look failed).
+func (w *workload) deleteRivals(ctx context.Context) error {
+	tms, err := w.cfg.OME.OmeV1beta1().TrafficMaps(w.cfg.Rival).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list trafficmaps in %s: %w", w.cfg.Rival, err)
+	}
+	isvcs, err := w.cfg.Dynamic.Resource(v1beta1.InferenceServicesResource).Namespace(w.cfg.Rival).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list inferenceservices in %s: %w", w.cfg.Rival, err)
+	}
+	names := map[string]bool{}
+	for _, tm := range tms.Items {
+		names[tm.Name] = true
+	}
+	for _, u := range isvcs.Items {
+		names[u.GetName()] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		if err := w.deleteRival(ctx, name); err != nil {
 			return err
 		}
-		w.rivals = w.rivals[1:]
 	}
+	w.rivals = nil
 	return nil
 }
 

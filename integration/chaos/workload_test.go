@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
@@ -19,7 +20,7 @@ import (
 // fakeWorkload is a workload over fake clients; the ramps run /bin/true (no publisher).
 func fakeWorkload(seed uint64) (*workload, workloadConfig) {
 	cfg := workloadConfig{
-		Kube: kubefake.NewClientset(), Dynamic: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), OME: omefake.NewSimpleClientset(),
+		Kube: kubefake.NewClientset(), Dynamic: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{v1beta1.InferenceServicesResource: "InferenceServiceList"}), OME: omefake.NewSimpleClientset(),
 		Namespace: "chaos", Rival: "rival", Maps: 6, Clusters: 3, RNG: rand.New(rand.NewPCG(seed, 1)),
 		Bin: "/bin/true", Kubeconfig: "/dev/null",
 	}
@@ -69,6 +70,15 @@ func TestWorkloadStepsAndSettles(t *testing.T) {
 		assert.Positive(t, w.Ops()[op.kind], "operation %s was done", op.kind)
 	}
 
+	// A write whose answer a fault lost: the workload does not know about it, Settle
+	// repairs it anyway.
+	m0 := w.Maps()[0]
+	require.NoError(t, w.updateAnnotations(ctx, m0.Namespace, m0.Service, func(ann map[string]string) bool {
+		ann[annTolerations], ann[annRamp] = `[{"key":""}]`, `{"worker-0":{}}`
+		return true
+	}))
+	require.NoError(t, w.createService(ctx, "rival", "lost-rival", "x.example.com"))
+
 	require.NoError(t, w.Settle(ctx))
 	require.Len(t, w.Maps(), 6)
 	for _, m := range w.Maps() {
@@ -83,4 +93,7 @@ func TestWorkloadStepsAndSettles(t *testing.T) {
 	rivals, err := cfg.OME.OmeV1beta1().TrafficMaps("rival").List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, rivals.Items, "the rival maps are deleted")
+	services, err := cfg.Dynamic.Resource(v1beta1.InferenceServicesResource).Namespace("rival").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, services.Items, "the rival services are deleted")
 }
