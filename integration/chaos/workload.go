@@ -546,6 +546,9 @@ func setOrDelete(ann map[string]string, key, v string) {
 // has one) removes it so that the template applies.
 func opHostname(ctx context.Context, w *workload) (bool, error) {
 	st := w.pickMap(func(*mapState) bool { return true })
+	if st == nil {
+		return false, nil
+	}
 	host := ""
 	if st.host == "" || w.cfg.RNG.IntN(3) > 0 {
 		host = fmt.Sprintf("%s.%s.%s.example.com", w.fresh("h"), st.ref.Name, st.ref.Namespace)
