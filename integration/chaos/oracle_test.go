@@ -25,7 +25,6 @@ func testMap(change func(*v1beta1.TrafficMap)) *v1beta1.TrafficMap {
 	return tm
 }
 
-const hostTmpl = "{{.Service}}.{{.Namespace}}.example.com"
 
 func TestExpect(t *testing.T) {
 	noExec := `[{"key":"maintenance","value":"planned","effect":"NoExecute"}]`
