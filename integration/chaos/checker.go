@@ -38,7 +38,6 @@ const (
 	labelSourceNamespace = "publisher.trafficmap.dev/source-namespace"
 	labelSourceName      = "publisher.trafficmap.dev/source-name"
 	labelCluster         = "publisher.trafficmap.dev/cluster"
-	taintsAnnotation     = "publisher.trafficmap.dev/taints"
 )
 
 // lie is one Published=True the checker's own observations contradict.
@@ -268,12 +267,30 @@ type stateAt struct {
 	in       observed
 	route    *gwapiv1.HTTPRoute
 	clusters map[string]string // Service name -> cluster label
+	isvcRV   string
+	wcRV     map[string]string
+}
+
+// inputs renders what the inputs were, for a lie's report.
+func (st stateAt) inputs() string {
+	var entries []string
+	for _, e := range st.in.Map.Spec.Entries {
+		entries = append(entries, fmt.Sprintf("%s=%d%v", e.Cluster, e.Weight, e.DrainRefs))
+	}
+	var taints []string
+	for _, e := range st.in.Map.Spec.Entries {
+		if v, ok := st.in.Taints[e.Cluster]; ok {
+			taints = append(taints, fmt.Sprintf("%s(rv %s)=%s", e.Cluster, st.wcRV[e.Cluster], v))
+		}
+	}
+	return fmt.Sprintf("entries %v; inferenceservice rv %s drains %s tolerations %s ramp %s; taints %v",
+		entries, st.isvcRV, st.in.ISVC[annDrain], st.in.ISVC[annTolerations], st.in.ISVC[annRamp], taints)
 }
 
 // read lists, at exactly resourceVersion rv, the map's InferenceService, every
 // WorkloadCluster, its route and its Services.
 func (c *checker) read(ctx context.Context, tm *v1beta1.TrafficMap, rv string) (stateAt, error) {
-	st := stateAt{in: observed{Map: tm, HostTemplate: c.cfg.HostTemplate, Taints: map[string]string{}}, clusters: map[string]string{}}
+	st := stateAt{in: observed{Map: tm, HostTemplate: c.cfg.HostTemplate, Taints: map[string]string{}}, clusters: map[string]string{}, wcRV: map[string]string{}}
 	at := func(selector string) metav1.ListOptions {
 		return metav1.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact, FieldSelector: selector}
 	}
@@ -284,6 +301,7 @@ func (c *checker) read(ctx context.Context, tm *v1beta1.TrafficMap, rv string) (
 		return st, fmt.Errorf("list inferenceservice %s at %s: %w", tm.Spec.Service, rv, err)
 	}
 	if len(isvcs.Items) == 1 {
+		st.isvcRV = isvcs.Items[0].GetResourceVersion()
 		st.in.ISVC = isvcs.Items[0].GetAnnotations()
 		if st.in.ISVC == nil {
 			st.in.ISVC = map[string]string{}
@@ -294,8 +312,9 @@ func (c *checker) read(ctx context.Context, tm *v1beta1.TrafficMap, rv string) (
 		return st, fmt.Errorf("list workloadclusters at %s: %w", rv, err)
 	}
 	for _, wc := range wcs.Items {
-		if v, ok := wc.GetAnnotations()[taintsAnnotation]; ok {
+		if v, ok := wc.GetAnnotations()[annTaints]; ok {
 			st.in.Taints[wc.GetName()] = v
+			st.wcRV[wc.GetName()] = wc.GetResourceVersion()
 		}
 	}
 	routes, err := c.cfg.Gateway.GatewayV1().HTTPRoutes(tm.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact,
@@ -342,7 +361,9 @@ func (c *checker) judge(ctx context.Context, ev trueEvent) ([]string, error) {
 	}
 	var problems []string
 	problems = append(problems, c.judgeRoute(tm, st, v)...)
-	problems = append(problems, c.judgeXDS(tm, ev.At, v)...)
+	for _, p := range c.judgeXDS(tm, ev.At, v) {
+		problems = append(problems, p+" ("+st.inputs()+")")
+	}
 	return problems, nil
 }
 
@@ -370,7 +391,7 @@ func (c *checker) judgeRoute(tm *v1beta1.TrafficMap, st stateAt, v verdict) []st
 		}
 	}
 	if !sameWeights(got, v.Weights) {
-		problems = append(problems, fmt.Sprintf("route weights: route %s generation %d holds %s, the inputs give %s", r.Name, r.Generation, render(got), render(v.Weights)))
+		problems = append(problems, fmt.Sprintf("route weights: route %s generation %d (rv %s) holds %s, the inputs give %s (%s)", r.Name, r.Generation, r.ResourceVersion, render(got), render(v.Weights), st.inputs()))
 	}
 	if len(r.Spec.Hostnames) != 1 || string(r.Spec.Hostnames[0]) != v.Hostname {
 		problems = append(problems, fmt.Sprintf("route hostname: route %s holds %v, the inputs give %s", r.Name, r.Spec.Hostnames, v.Hostname))

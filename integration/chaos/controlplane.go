@@ -41,7 +41,7 @@ type controlPlane struct {
 }
 
 // startControlPlane starts kube-apiserver and etcd (envtest, binaries from
-// testenv.ControlPlaneAssets) with testenv.CRDPaths() installed and writes an admin
+// testenv.ControlPlaneAssets) with testenv.CRDPaths() and the stand-in WorkloadCluster CRD installed and writes an admin
 // kubeconfig into workDir (file "kubeconfig"); both processes log to
 // workDir/controlplane.log. The API server's certificates live in workDir/apiserver, so
 // they and every credential stay valid across RestartAPIServer. It discards
@@ -52,7 +52,12 @@ func startControlPlane(workDir string, logf func(string, ...any)) (*controlPlane
 	if err != nil {
 		return nil, err
 	}
-	crds, err := testenv.CRDPaths()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	// The stand-in WorkloadCluster CRD: the taint source the workload writes.
+	crds, err := testenv.CRDPaths(filepath.Join(root, "integration", "testdata", "crds", "ome.io_workloadclusters.yaml"))
 	if err != nil {
 		return nil, err
 	}
