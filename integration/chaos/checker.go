@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -118,6 +119,8 @@ type checker struct {
 	unchecked   []string
 	transitions int
 	trues       int
+	races       []race
+	changes     map[string][]time.Time // every change of a map's condition, message included
 
 	queue chan trueEvent
 	wg    sync.WaitGroup
@@ -125,7 +128,7 @@ type checker struct {
 
 func newChecker(cfg checkerConfig) *checker {
 	return &checker{cfg: cfg, last: map[string]pubState{}, history: map[string][]transition{},
-		falseSince: map[string]time.Time{}, falseReason: map[string]string{}, queue: make(chan trueEvent, 100000)}
+		falseSince: map[string]time.Time{}, falseReason: map[string]string{}, changes: map[string][]time.Time{}, queue: make(chan trueEvent, 100000)}
 }
 
 // Start watches the TrafficMaps of every namespace and runs the checks until ctx ends.
@@ -202,6 +205,7 @@ func (c *checker) observe(tm *v1beta1.TrafficMap, deleted bool) {
 		return
 	}
 	c.last[key] = st
+	c.changes[key] = append(c.changes[key], now)
 	if !had || prev.Status != st.Status || prev.Reason != st.Reason || prev.ObservedGeneration != st.ObservedGeneration {
 		c.transitions++
 		c.history[key] = append(c.history[key], transition{At: now, RV: tm.ResourceVersion, Status: st.Status, Reason: st.Reason, Gen: st.ObservedGeneration})
@@ -355,16 +359,98 @@ func (c *checker) judge(ctx context.Context, ev trueEvent) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := expect(st.in)
+	problems := c.against(tm, ev.At, st, st)
+	if len(problems) == 0 {
+		return nil, nil
+	}
+	// Kubernetes has no transaction over two objects: a publisher reads the inputs (live,
+	// just before its write) and then writes the map's status, and an input written in
+	// between is newer than what the True is about. Such a True is a race, not a lie, only
+	// if it is exactly right for the inputs just before the latest input change and the
+	// publisher retracts it (changes the condition) within retractWithin.
+	changed := latestRV(st)
+	if changed <= 1 {
+		return problems, nil
+	}
+	before, err := c.read(ctx, tm, strconv.FormatInt(changed-1, 10))
+	if err != nil {
+		return nil, err
+	}
+	if len(c.against(tm, ev.At, before, st)) > 0 {
+		return problems, nil
+	}
+	c.mu.Lock()
+	c.races = append(c.races, race{Map: tm.Namespace + "/" + tm.Name, RV: tm.ResourceVersion, At: ev.At, Changed: changed})
+	c.mu.Unlock()
+	return nil, nil
+}
+
+// against judges a True with the inputs of in and the route of out (both stateAt reads).
+func (c *checker) against(tm *v1beta1.TrafficMap, at time.Time, in, out stateAt) []string {
+	v := expect(in.in)
 	if !v.TrueAllowed {
-		return []string{"inputs allow no True: " + v.Why}, nil
+		return []string{"inputs allow no True: " + v.Why + " (" + in.inputs() + ")"}
 	}
-	var problems []string
-	problems = append(problems, c.judgeRoute(tm, st, v)...)
-	for _, p := range c.judgeXDS(tm, ev.At, v) {
-		problems = append(problems, p+" ("+st.inputs()+")")
+	withRoute := in
+	withRoute.route, withRoute.clusters = out.route, out.clusters
+	problems := c.judgeRoute(tm, withRoute, v)
+	for _, p := range c.judgeXDS(tm, at, v) {
+		problems = append(problems, p+" ("+in.inputs()+")")
 	}
-	return problems, nil
+	return problems
+}
+
+// latestRV is the resourceVersion of the newest input object read (the InferenceService
+// and the entry clusters' WorkloadClusters), 0 when none parses.
+func latestRV(st stateAt) int64 {
+	latest, _ := strconv.ParseInt(st.isvcRV, 10, 64)
+	for _, e := range st.in.Map.Spec.Entries {
+		if rv, err := strconv.ParseInt(st.wcRV[e.Cluster], 10, 64); err == nil && rv > latest {
+			latest = rv
+		}
+	}
+	return latest
+}
+
+// retractWithin bounds how long a True about inputs that changed during its write may stand.
+const retractWithin = 5 * time.Second
+
+// race is a True about the inputs just before a change that landed during its write.
+type race struct {
+	Map     string
+	RV      string
+	At      time.Time
+	Changed int64 // the resourceVersion of that change
+	// Retracted is how long after At the condition changed; 0 while not (yet).
+	Retracted time.Duration
+}
+
+// settleRaces turns every race whose True stood longer than retractWithin into a lie and
+// records how long the others stood. Called once the queue is drained.
+func (c *checker) settleRaces(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.races {
+		r := &c.races[i]
+		if next, ok := c.nextChange(r.Map, r.At); ok {
+			r.Retracted = next.Sub(r.At)
+		}
+		if (r.Retracted == 0 && now.Sub(r.At) > retractWithin) || r.Retracted > retractWithin {
+			c.lies = append(c.lies, lie{Map: r.Map, RV: r.RV, At: r.At, Rule: "stale True",
+				Detail: fmt.Sprintf("about the inputs before resourceVersion %d and not retracted within %s", r.Changed, retractWithin),
+				Timeline: c.timeline(r.Map, r.At)})
+		}
+	}
+}
+
+// nextChange is when the map's condition next changed after at. The caller holds mu.
+func (c *checker) nextChange(key string, at time.Time) (time.Time, bool) {
+	for _, t := range c.changes[key] {
+		if t.After(at) {
+			return t, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // judgeRoute: the stored route holds exactly the expected weights and hostname, and the
@@ -521,6 +607,7 @@ type checkResults struct {
 	Unchecked                   []string
 	Lies                        []lie
 	Windows                     []falseWindow
+	Races                       []race
 }
 
 // Results closes the open False windows at now and returns a copy of the records.
@@ -532,7 +619,7 @@ func (c *checker) Results(now time.Time) checkResults {
 		windows = append(windows, falseWindow{Map: key, Start: start, End: now, Reason: c.falseReason[key]})
 	}
 	return checkResults{Transitions: c.transitions, Trues: c.trues, Checked: c.checked,
-		Unchecked: slices.Clone(c.unchecked), Lies: slices.Clone(c.lies), Windows: windows}
+		Unchecked: slices.Clone(c.unchecked), Lies: slices.Clone(c.lies), Windows: windows, Races: slices.Clone(c.races)}
 }
 
 // finalState is the end-of-run check of one map: Published True at its generation, the

@@ -109,6 +109,12 @@ func (r *result) markdown() string {
 	row("Published transitions seen", r.checks.Transitions)
 	row("True transitions checked", fmt.Sprintf("%d of %d", r.checks.Checked, r.checks.Trues))
 	row("**Lies**", fmt.Sprintf("**%d**", len(r.checks.Lies)))
+	var slowest time.Duration
+	for _, rc := range r.checks.Races {
+		slowest = max(slowest, rc.Retracted)
+	}
+	row("True about the inputs just before a change that landed during its write (retracted within 5 s, else a lie)",
+		fmt.Sprintf("%d, retracted after at most %s", len(r.checks.Races), slowest.Round(time.Millisecond)))
 	row("Unchecked (state at that resourceVersion unreadable)", len(r.checks.Unchecked))
 	row("Maps lost (not correct at the end)", len(r.lost))
 	row("Objects orphaned", len(r.orphans))
