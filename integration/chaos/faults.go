@@ -16,7 +16,7 @@ import (
 // The fault kinds the schedule injects, in the order the report lists them.
 const (
 	faultPublisherKill = "publisher SIGKILL and restart"
-	faultLeaderKill    = "leader change (leader SIGKILLed)"
+	faultLeaderKill    = "leader change (leader SIGKILLed, or replica c frozen past its lease)"
 	faultAPIRestart    = "kube-apiserver restart"
 	faultAPIStall      = "kube-apiserver stall (SIGSTOP)"
 	faultDisconnect    = "xds client disconnect"
