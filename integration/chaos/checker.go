@@ -425,9 +425,10 @@ type race struct {
 	Retracted time.Duration
 }
 
-// settleRaces turns every race whose True stood longer than retractWithin into a lie and
-// records how long the others stood. Called once the queue is drained.
-func (c *checker) settleRaces(now time.Time) {
+// settleRaces turns every race whose True stood longer than retractWithin (plus
+// outage(at): how long the API server or the leader could not write meanwhile) into a lie
+// and records how long the others stood. Called once the queue is drained.
+func (c *checker) settleRaces(now time.Time, outage func(time.Time) time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range c.races {
@@ -435,9 +436,10 @@ func (c *checker) settleRaces(now time.Time) {
 		if next, ok := c.nextChange(r.Map, r.At); ok {
 			r.Retracted = next.Sub(r.At)
 		}
-		if (r.Retracted == 0 && now.Sub(r.At) > retractWithin) || r.Retracted > retractWithin {
+		bound := retractWithin + outage(r.At)
+		if (r.Retracted == 0 && now.Sub(r.At) > bound) || r.Retracted > bound {
 			c.lies = append(c.lies, lie{Map: r.Map, RV: r.RV, At: r.At, Rule: "stale True",
-				Detail: fmt.Sprintf("about the inputs before resourceVersion %d and not retracted within %s", r.Changed, retractWithin),
+				Detail: fmt.Sprintf("about the inputs before resourceVersion %d and not retracted within %s", r.Changed, bound),
 				Timeline: c.timeline(r.Map, r.At)})
 		}
 	}

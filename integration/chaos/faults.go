@@ -251,6 +251,25 @@ func (f *faults) lagAt(t time.Time) time.Duration {
 	return lag
 }
 
+// outage is how long, from t on within retractWithin, the API server or the leader could
+// not write: the length of every apiserver restart or stall and every leader change that
+// overlaps [t, t+retractWithin], plus the replicas' 4 s lease for a leader change.
+func (f *faults) outage(t time.Time) time.Duration {
+	var d time.Duration
+	for _, in := range f.Log() {
+		if in.Start.After(t.Add(retractWithin)) || in.End.Before(t) {
+			continue
+		}
+		switch in.Kind {
+		case faultAPIRestart, faultAPIStall:
+			d += in.End.Sub(in.Start)
+		case faultLeaderKill, faultPublisherKill:
+			d += in.End.Sub(in.Start) + 4*time.Second
+		}
+	}
+	return d
+}
+
 func sleep(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():

@@ -46,7 +46,7 @@ func TestSettleRaces(t *testing.T) {
 	}
 	c.changes["chaos/retracted"] = []time.Time{at.Add(-time.Second), at, at.Add(300 * time.Millisecond)}
 	c.changes["chaos/late"] = []time.Time{at, at.Add(6 * time.Second)}
-	c.settleRaces(at.Add(10 * time.Second))
+	c.settleRaces(at.Add(10*time.Second), func(time.Time) time.Duration { return 0 })
 	var lied []string
 	for _, l := range c.lies {
 		lied = append(lied, l.Map)
