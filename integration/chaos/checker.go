@@ -439,7 +439,7 @@ func (c *checker) settleRaces(now time.Time, outage func(time.Time) time.Duratio
 		bound := retractWithin + outage(r.At)
 		if (r.Retracted == 0 && now.Sub(r.At) > bound) || r.Retracted > bound {
 			c.lies = append(c.lies, lie{Map: r.Map, RV: r.RV, At: r.At, Rule: "stale True",
-				Detail: fmt.Sprintf("about the inputs before resourceVersion %d and not retracted within %s", r.Changed, bound),
+				Detail:   fmt.Sprintf("about the inputs before resourceVersion %d and not retracted within %s", r.Changed, bound),
 				Timeline: c.timeline(r.Map, r.At)})
 		}
 	}

@@ -25,7 +25,6 @@ func testMap(change func(*v1beta1.TrafficMap)) *v1beta1.TrafficMap {
 	return tm
 }
 
-
 func TestExpect(t *testing.T) {
 	noExec := `[{"key":"maintenance","value":"planned","effect":"NoExecute"}]`
 	rampDown := func(step int, holds string) string {
