@@ -63,7 +63,19 @@ type pubState struct {
 type falseWindow struct {
 	Map        string
 	Start, End time.Time
-	Reason     string
+	Reasons    []string // every reason the condition had meanwhile, in order
+}
+
+// waiting reports whether the window only waited for sinks (Publishing, XDSRejected,
+// RouteNotAccepted): a fault can cause those, while the other reasons come from the
+// workload's own inputs (a contested hostname, a malformed annotation, a ramp, a deletion).
+func (w falseWindow) waiting() bool {
+	for _, r := range w.Reasons {
+		if r != "Publishing" && r != "XDSRejected" && r != "RouteNotAccepted" {
+			return false
+		}
+	}
+	return true
 }
 
 // transition is one change of a map's Published condition as the checker's watch saw it.
@@ -112,7 +124,7 @@ type checker struct {
 	last        map[string]pubState
 	history     map[string][]transition
 	falseSince  map[string]time.Time
-	falseReason map[string]string
+	falseReason map[string][]string
 	windows     []falseWindow
 	lies        []lie
 	checked     int
@@ -128,7 +140,7 @@ type checker struct {
 
 func newChecker(cfg checkerConfig) *checker {
 	return &checker{cfg: cfg, last: map[string]pubState{}, history: map[string][]transition{},
-		falseSince: map[string]time.Time{}, falseReason: map[string]string{}, changes: map[string][]time.Time{}, queue: make(chan trueEvent, 100000)}
+		falseSince: map[string]time.Time{}, falseReason: map[string][]string{}, changes: map[string][]time.Time{}, queue: make(chan trueEvent, 100000)}
 }
 
 // Start watches the TrafficMaps of every namespace and runs the checks until ctx ends.
@@ -223,14 +235,17 @@ func (c *checker) observe(tm *v1beta1.TrafficMap, deleted bool) {
 	}
 	if _, open := c.falseSince[key]; !open {
 		c.falseSince[key] = now
+		c.falseReason[key] = nil
 	}
-	c.falseReason[key] = st.Reason
+	if rs := c.falseReason[key]; len(rs) == 0 || rs[len(rs)-1] != st.Reason {
+		c.falseReason[key] = append(rs, st.Reason)
+	}
 }
 
 // closeWindow ends the map's False window, if one is open. The caller holds mu.
 func (c *checker) closeWindow(key string, now time.Time) {
 	if start, open := c.falseSince[key]; open {
-		c.windows = append(c.windows, falseWindow{Map: key, Start: start, End: now, Reason: c.falseReason[key]})
+		c.windows = append(c.windows, falseWindow{Map: key, Start: start, End: now, Reasons: c.falseReason[key]})
 		delete(c.falseSince, key)
 	}
 }
@@ -412,8 +427,9 @@ func latestRV(st stateAt) int64 {
 	return latest
 }
 
-// retractWithin bounds how long a True about inputs that changed during its write may stand.
-const retractWithin = 5 * time.Second
+// retractWithin bounds how long a True about inputs that changed during its write may stand:
+// as after any input change, the publisher must react to it.
+const retractWithin = 30 * time.Second
 
 // race is a True about the inputs just before a change that landed during its write.
 type race struct {
@@ -618,7 +634,7 @@ func (c *checker) Results(now time.Time) checkResults {
 	defer c.mu.Unlock()
 	windows := slices.Clone(c.windows)
 	for key, start := range c.falseSince {
-		windows = append(windows, falseWindow{Map: key, Start: start, End: now, Reason: c.falseReason[key]})
+		windows = append(windows, falseWindow{Map: key, Start: start, End: now, Reasons: c.falseReason[key]})
 	}
 	return checkResults{Transitions: c.transitions, Trues: c.trues, Checked: c.checked,
 		Unchecked: slices.Clone(c.unchecked), Lies: slices.Clone(c.lies), Windows: windows, Races: slices.Clone(c.races)}

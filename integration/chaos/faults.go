@@ -105,7 +105,9 @@ func (f *faults) inject(ctx context.Context, kind string, d time.Duration, pick 
 		defer f.process.Unlock()
 	}
 	in := injection{Kind: kind, Start: time.Now()}
+	f.logf("fault %s: start", kind)
 	detail, err := f.apply(ctx, kind, d, pick)
+	f.logf("fault %s: over after %s: %s", kind, time.Since(in.Start).Round(time.Millisecond), detail)
 	in.End, in.Detail = time.Now(), detail
 	if err != nil {
 		in.Err = err.Error()

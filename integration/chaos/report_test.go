@@ -42,11 +42,11 @@ func TestSettleRaces(t *testing.T) {
 		{Map: "chaos/retracted", RV: "10", At: at, Changed: 9},
 		{Map: "chaos/late", RV: "20", At: at, Changed: 19},
 		{Map: "chaos/never", RV: "30", At: at, Changed: 29},
-		{Map: "chaos/recent", RV: "40", At: at.Add(9 * time.Second), Changed: 39},
+		{Map: "chaos/recent", RV: "40", At: at.Add(39 * time.Second), Changed: 39},
 	}
 	c.changes["chaos/retracted"] = []time.Time{at.Add(-time.Second), at, at.Add(300 * time.Millisecond)}
-	c.changes["chaos/late"] = []time.Time{at, at.Add(6 * time.Second)}
-	c.settleRaces(at.Add(10*time.Second), func(time.Time) time.Duration { return 0 })
+	c.changes["chaos/late"] = []time.Time{at, at.Add(31 * time.Second)}
+	c.settleRaces(at.Add(40*time.Second), func(time.Time) time.Duration { return 0 })
 	var lied []string
 	for _, l := range c.lies {
 		lied = append(lied, l.Map)
@@ -56,18 +56,20 @@ func TestSettleRaces(t *testing.T) {
 	assert.Zero(t, c.races[3].Retracted, "not retracted yet, within the bound")
 }
 
-// The longest Published=False window is attributed to every fault it overlaps (up to 5 s
-// after the fault's end), and to the workload alone when it overlaps none.
+// The longest Published=False window waiting for sinks is attributed to every fault it
+// overlaps (up to 5 s after the fault's end), and to the workload alone when it overlaps
+// none; a window with a reason from the inputs is the workload's own.
 func TestLongestFalse(t *testing.T) {
 	t0 := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
 	s := func(d int) time.Time { return t0.Add(time.Duration(d) * time.Second) }
 	r := &result{
 		faults: []injection{{Kind: faultAPIStall, Start: s(10), End: s(13)}, {Kind: faultFreeze, Start: s(40), End: s(45)}},
 		checks: checkResults{Windows: []falseWindow{
-			{Map: "a", Start: s(11), End: s(20)}, // the stall
-			{Map: "b", Start: s(17), End: s(18)}, // within 5 s after the stall
-			{Map: "c", Start: s(30), End: s(32)}, // no fault
-			{Map: "d", Start: s(44), End: s(50)}, // the freeze
+			{Map: "a", Start: s(11), End: s(20), Reasons: []string{"Publishing"}},                    // the stall
+			{Map: "b", Start: s(17), End: s(18), Reasons: []string{"Publishing", "XDSRejected"}},     // within 5 s after the stall
+			{Map: "c", Start: s(30), End: s(32), Reasons: []string{"Publishing"}},                    // no fault
+			{Map: "d", Start: s(44), End: s(50), Reasons: []string{"Publishing"}},                    // the freeze
+			{Map: "e", Start: s(0), End: s(60), Reasons: []string{"Publishing", "HostnameConflict"}}, // the workload's input
 		}},
 	}
 	count, longest := r.longestFalse()
@@ -75,4 +77,5 @@ func TestLongestFalse(t *testing.T) {
 	assert.Equal(t, 9*time.Second, longest[faultAPIStall])
 	assert.Equal(t, 6*time.Second, longest[faultFreeze])
 	assert.Equal(t, 2*time.Second, longest[""])
+	assert.Equal(t, time.Minute, longest["input"])
 }
