@@ -99,7 +99,10 @@ func (f *faults) Run(ctx context.Context, interval time.Duration) {
 // inject runs one fault of kind for about d; pick chooses its target.
 func (f *faults) inject(ctx context.Context, kind string, d time.Duration, pick int) {
 	if processFault(kind) {
-		if !f.process.TryLock() {
+		switch {
+		case f.roundRobin:
+			f.process.Lock() // in turn: wait for the one under way
+		case !f.process.TryLock():
 			return // another process fault is on: skip this one
 		}
 		defer f.process.Unlock()
@@ -166,12 +169,9 @@ func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick i
 func (f *faults) kill(ctx context.Context, kind string, d time.Duration, pick int) (string, error) {
 	var target string
 	if kind == faultLeaderKill {
-		leader, err := f.replicas.Leader(ctx)
-		if err != nil {
+		leader, err := f.liveLeader(ctx)
+		if err != nil || leader == "" {
 			return "", err
-		}
-		if leader == "" || !f.replicas.Up(leader) {
-			return "", nil
 		}
 		if leader == f.stable {
 			d = leaderStall
@@ -198,6 +198,22 @@ func (f *faults) kill(ctx context.Context, kind string, d time.Duration, pick in
 	}
 	sleep(ctx, d)
 	return fmt.Sprintf("replica %s killed, restarted after %s", target, d.Round(time.Millisecond)), f.replicas.Start(ctx, target)
+}
+
+// liveLeader waits up to 30 s for the election Lease to name a running replica (after a
+// kill the Lease names the dead one until it expires) and returns it, "" when none did.
+func (f *faults) liveLeader(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		leader, err := f.replicas.Leader(ctx)
+		if err == nil && leader != "" && f.replicas.Up(leader) {
+			return leader, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return "", err
+		}
+		sleep(ctx, 500*time.Millisecond)
+	}
 }
 
 // foreignStatus applies OME routing status (another field manager, forced) to a few maps,
