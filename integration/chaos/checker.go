@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -494,7 +495,7 @@ func (c *checker) judgeRoute(tm *v1beta1.TrafficMap, st stateAt, v verdict) []st
 			got[cl] += w
 		}
 	}
-	if !sameWeights(got, v.Weights) {
+	if !maps.Equal(got, v.Weights) {
 		problems = append(problems, fmt.Sprintf("route weights: route %s generation %d (rv %s) holds %s, the inputs give %s (%s)", r.Name, r.Generation, r.ResourceVersion, render(got), render(v.Weights), st.inputs()))
 	}
 	if len(r.Spec.Hostnames) != 1 || string(r.Spec.Hostnames[0]) != v.Hostname {
@@ -570,27 +571,11 @@ func heldWithin(p *probe, key, want string, from, to time.Time) bool {
 	return false
 }
 
-func sameWeights(a, b map[string]int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
+// render is "cluster=weight,..." sorted by cluster, zeros included.
 func render(w map[string]int32) string {
-	keys := make([]string, 0, len(w))
-	for k := range w {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, w[k]))
+	parts := make([]string, 0, len(w))
+	for _, k := range slices.Sorted(maps.Keys(w)) {
+		parts = append(parts, k+"="+strconv.Itoa(int(w[k])))
 	}
 	return strings.Join(parts, ",")
 }

@@ -2,18 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"fmt"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,57 +19,18 @@ import (
 	"github.com/trafficmap/publisher/xds"
 )
 
-// probePKI is a test CA with a server certificate for 127.0.0.1 and a client certificate.
-type probePKI struct {
-	ca                *x509.Certificate
-	key               *ecdsa.PrivateKey
-	caPEM             []byte
-	server, client    tls.Certificate
-	serverPEM, keyPEM []byte
-}
+// testClient is the identity of the probes' client certificate in these tests.
+const testClient = "probe-client"
 
-func newProbePKI(t *testing.T) *probePKI {
+// clientTLS is a client configuration of the test PKI: mutual, with a certificate for
+// testClient, or anonymous.
+func clientTLS(t *testing.T, p *pki, mutual bool) *tls.Config {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "probe test CA"}, IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	ca, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	p := &probePKI{ca: ca, key: key, caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-	p.server, p.serverPEM, p.keyPEM = p.issue(t, 2, x509.ExtKeyUsageServerAuth)
-	p.client, _, _ = p.issue(t, 3, x509.ExtKeyUsageClientAuth)
-	return p
-}
-
-func (p *probePKI) issue(t *testing.T, serial int64, usage x509.ExtKeyUsage) (tls.Certificate, []byte, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: fmt.Sprintf("probe-%d", serial)},
-		ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.key)
-	require.NoError(t, err)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
-	certPEM, keyPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	require.NoError(t, err)
-	return pair, certPEM, keyPEM
-}
-
-// clientTLS is a client configuration trusting the CA, with the client certificate when
-// mutual.
-func (p *probePKI) clientTLS(mutual bool) *tls.Config {
-	roots := x509.NewCertPool()
-	roots.AddCert(p.ca)
-	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	if mutual {
-		cfg.Certificates = []tls.Certificate{p.client}
+	if !mutual {
+		return p.AnonymousTLS()
 	}
+	cfg, err := p.ClientTLS(testClient)
+	require.NoError(t, err)
 	return cfg
 }
 
@@ -88,21 +39,17 @@ type probeServer struct {
 	t    *testing.T
 	srv  *xds.Server
 	addr string
-	pki  *probePKI
+	pki  *pki
 }
 
 // startProbeServer starts the server with the client policy rules (see
 // xds.ParseClientPolicy).
 func startProbeServer(t *testing.T, rules ...string) *probeServer {
 	t.Helper()
-	pki := newProbePKI(t)
-	dir := t.TempDir()
-	write := func(name string, b []byte) string {
-		path := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(path, b, 0o600))
-		return path
-	}
-	cfg, err := xds.LoadTLS(write("tls.crt", pki.serverPEM), write("tls.key", pki.keyPEM), write("ca.crt", pki.caPEM), rules...)
+	pki, err := newPKI(t.TempDir())
+	require.NoError(t, err)
+	cert, key, ca := pki.ServerFiles()
+	cfg, err := xds.LoadTLS(cert, key, ca, rules...)
 	require.NoError(t, err)
 	s := &probeServer{t: t, srv: xds.NewServer(xds.ServerConfig{Log: zaptest.NewLogger(t), TLS: cfg}), pki: pki}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -205,7 +152,7 @@ func TestProbeFollowsTheXDSServer(t *testing.T) {
 			}
 			s.serve(map[string]int32{"worker-a": 70, "worker-b": 30})
 			node := "probe-" + strings.ReplaceAll(tc.name, " ", "-") + strings.Repeat("x", 2048)
-			p := startProbe(t, probeConfig{NodeID: node, Delta: tc.delta, Envoy: tc.envoy, TLS: s.pki.clientTLS(true),
+			p := startProbe(t, probeConfig{NodeID: node, Delta: tc.delta, Envoy: tc.envoy, TLS: clientTLS(t, s.pki, true),
 				Maps: []mapRef{chatRef}, Addr: func() string { return s.addr }, NACKText: 6 << 10})
 			assert.True(t, p.Subscribes("prod/chat"))
 			assert.Equal(t, tc.envoy, p.Subscribes("prod/other"))
@@ -298,8 +245,8 @@ func TestProbeFollowsTheXDSServer(t *testing.T) {
 func TestProbeRefusedAndNeverACK(t *testing.T) {
 	s := startProbeServer(t)
 	s.serve(map[string]int32{"worker-a": 70, "worker-b": 30})
-	anon := startProbe(t, probeConfig{NodeID: "anonymous", TLS: s.pki.clientTLS(false), Maps: []mapRef{chatRef}, Addr: func() string { return s.addr }})
-	silent := startProbe(t, probeConfig{NodeID: "silent", Delta: true, TLS: s.pki.clientTLS(true), Maps: []mapRef{chatRef},
+	anon := startProbe(t, probeConfig{NodeID: "anonymous", TLS: clientTLS(t, s.pki, false), Maps: []mapRef{chatRef}, Addr: func() string { return s.addr }})
+	silent := startProbe(t, probeConfig{NodeID: "silent", Delta: true, TLS: clientTLS(t, s.pki, true), Maps: []mapRef{chatRef},
 		Addr: func() string { return s.addr }, NeverACK: true})
 	require.Eventually(t, func() bool { return anon.Stats().Refused >= 2 }, 10*time.Second, 5*time.Millisecond)
 	assert.Equal(t, int64(0), anon.Stats().Connects)
@@ -316,7 +263,7 @@ func TestProbeRefusedAndNeverACK(t *testing.T) {
 func TestProbeRefusedByPolicy(t *testing.T) {
 	s := startProbeServer(t, "spiffe://example.org/nobody=prod")
 	s.serve(map[string]int32{"worker-a": 70, "worker-b": 30})
-	p := startProbe(t, probeConfig{NodeID: "outsider", Delta: true, TLS: s.pki.clientTLS(true), Maps: []mapRef{chatRef}, Addr: func() string { return s.addr }})
+	p := startProbe(t, probeConfig{NodeID: "outsider", Delta: true, TLS: clientTLS(t, s.pki, true), Maps: []mapRef{chatRef}, Addr: func() string { return s.addr }})
 	require.Eventually(t, func() bool { return p.Stats().Refused >= 2 }, 10*time.Second, 5*time.Millisecond)
 	assert.Equal(t, int64(0), p.Stats().ACKs)
 	_, present, _ := p.HeldAt(chatRef.Key(), time.Now())
@@ -328,7 +275,7 @@ func TestProbeWaitsForAnAddress(t *testing.T) {
 	s := startProbeServer(t)
 	s.serve(map[string]int32{"worker-a": 1})
 	up := make(chan struct{})
-	p := startProbe(t, probeConfig{NodeID: "late", Envoy: true, TLS: s.pki.clientTLS(true), Addr: func() string {
+	p := startProbe(t, probeConfig{NodeID: "late", Envoy: true, TLS: clientTLS(t, s.pki, true), Addr: func() string {
 		select {
 		case <-up:
 			return s.addr
