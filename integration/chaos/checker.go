@@ -332,9 +332,10 @@ func (c *checker) read(ctx context.Context, tm *v1beta1.TrafficMap, rv string) (
 		return st, fmt.Errorf("list workloadclusters at %s: %w", rv, err)
 	}
 	for _, wc := range wcs.Items {
+		// Every cluster's version, tainted or not: removing the annotation is a change too.
+		st.wcRV[wc.GetName()] = wc.GetResourceVersion()
 		if v, ok := wc.GetAnnotations()[annTaints]; ok {
 			st.in.Taints[wc.GetName()] = v
-			st.wcRV[wc.GetName()] = wc.GetResourceVersion()
 		}
 	}
 	routes, err := c.cfg.Gateway.GatewayV1().HTTPRoutes(tm.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact,
