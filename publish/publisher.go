@@ -170,6 +170,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		claims:  newClaimTable(), publisher: cfg.publisherName(), digest: cfg.optionsDigest(),
 		takeOverFrom: cfg.TakeOverFrom, holders: newHolderLog(),
 		teardowns: newTeardownClock(cfg.TeardownTimeout),
+		lagging:   func() bool { return len(p.health.failing(time.Now())) > 0 },
 	}
 	if !cfg.sinkOn(SinkHTTPRoute) {
 		p.rec.record = &recordStore{kube: c.kube, manager: cfg.FieldManager, cached: p.caches.record}

@@ -85,6 +85,10 @@ type reconciler struct {
 	planner func(g model.Gathered) (*model.Planned, error)
 	// teardowns times the waits of the maps being torn down (teardown.go).
 	teardowns *teardownClock
+	// lagging reports that the caches may lag the API server (a list or watch failed
+	// within watchFailureWindow, as around an API server restart); then a map's first True
+	// is checked against the live inputs too (fresh). nil: never.
+	lagging func() bool
 }
 
 // plan is the pipeline's plan floor: the map's plan from its model.Gathered inputs.
@@ -321,7 +325,12 @@ func (r *reconciler) decideAndWrite(ctx context.Context, key cache.ObjectName, r
 			want.Journal.LastPositive = lp
 		}
 	}
-	if want.Published && !model.PublishedTrue(tm) && model.FindPublished(tm) != nil {
+	// A map turning True from False is checked against the live inputs. So is a map's
+	// first True (no condition yet) while the caches may lag: a map created again during an
+	// API server restart must not be published without a taint its re-listing cache has not
+	// delivered yet. A cold start with healthy caches reads nothing live.
+	first := model.FindPublished(tm) == nil && r.lagging != nil && r.lagging()
+	if want.Published && !model.PublishedTrue(tm) && (model.FindPublished(tm) != nil || first) {
 		if retry, err := r.fresh(ctx, tm, g, log); retry || err != nil {
 			return sourceRetry, err
 		}

@@ -136,6 +136,51 @@ func TestReconcileClusterTaintsNewerThanCache(t *testing.T) {
 	assert.Contains(t, c.Message, "worker-a=0 (taint maintenance=planned:NoExecute)")
 }
 
+// A map with no Published condition yet (new, or created again) decided while the caches
+// may lag the API server (a list or watch failed within the window, as around an API server
+// restart) is checked against the live inputs like a map turning True from False. The chaos
+// run (make chaos) found a map created again during two API server restarts published
+// without a taint written meanwhile: its first True skipped the check.
+func TestReconcileFirstTrueFreshWhileCachesLag(t *testing.T) {
+	live := clusterObject(model.InferenceClustersResource, model.KindInferenceCluster, "worker-a", "8", maintJSON)
+	f := newFreshFixture(t, live)
+	inf := f.inferenceClusters(t, clusterObject(model.InferenceClustersResource, model.KindInferenceCluster, "worker-a", "7", ""))
+	f.api.tm.Status.Conditions = nil
+	require.NoError(t, f.caches.maps[0].GetIndexer().Update(f.api.tm.DeepCopy()))
+	lagging := true
+	f.rec.lagging = func() bool { return lagging }
+
+	c, err := f.run(t)
+	require.NoError(t, err)
+	if c != nil {
+		assert.NotEqual(t, metav1.ConditionTrue, c.Status, "no first True from taints older than the live ones: %s", c.Message)
+	}
+
+	require.NoError(t, inf.GetIndexer().Update(live)) // the re-listed cache caught up
+	c, err = f.run(t)
+	require.NoError(t, err)
+	require.NotNil(t, c)
+	assert.Equal(t, metav1.ConditionTrue, c.Status, c.Message)
+	assert.Contains(t, c.Message, "worker-a=0 (taint maintenance=planned:NoExecute)")
+}
+
+// With healthy caches a map's first True reads nothing live (a cold start of N maps costs no
+// N reads): the decision is the cache's.
+func TestReconcileFirstTrueFromHealthyCaches(t *testing.T) {
+	live := clusterObject(model.InferenceClustersResource, model.KindInferenceCluster, "worker-a", "8", maintJSON)
+	f := newFreshFixture(t, live)
+	f.inferenceClusters(t, clusterObject(model.InferenceClustersResource, model.KindInferenceCluster, "worker-a", "8", maintJSON))
+	f.api.tm.Status.Conditions = nil
+	require.NoError(t, f.caches.maps[0].GetIndexer().Update(f.api.tm.DeepCopy()))
+	f.rec.lagging = func() bool { return false }
+	f.caches.sources.live.dyn = nil // a live read would panic
+
+	c, err := f.run(t)
+	require.NoError(t, err)
+	require.NotNil(t, c)
+	assert.Equal(t, metav1.ConditionTrue, c.Status, c.Message)
+}
+
 // A taint source whose API the publisher does not watch (its CRD was installed after the
 // publisher started) holds a taint: the map does not turn True without it.
 func TestReconcileClusterTaintsOfUnwatchedSource(t *testing.T) {
