@@ -56,9 +56,9 @@ func TestSettleRaces(t *testing.T) {
 	assert.Zero(t, c.races[3].Retracted, "not retracted yet, within the bound")
 }
 
-// The longest Published=False window waiting for sinks is attributed to every fault it
-// overlaps (up to 5 s after the fault's end), and to the workload alone when it overlaps
-// none; a window with a reason from the inputs is the workload's own.
+// The longest Published=False window waiting for sinks is attributed to every fault during
+// which (or up to 5 s after which) it started, and to the workload alone when none; a window
+// with a reason from the inputs is the workload's own.
 func TestLongestFalse(t *testing.T) {
 	t0 := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
 	s := func(d int) time.Time { return t0.Add(time.Duration(d) * time.Second) }
@@ -66,6 +66,7 @@ func TestLongestFalse(t *testing.T) {
 		faults: []injection{{Kind: faultAPIStall, Start: s(10), End: s(13)}, {Kind: faultFreeze, Start: s(40), End: s(45)}},
 		checks: checkResults{Windows: []falseWindow{
 			{Map: "a", Start: s(11), End: s(20), Reasons: []string{"Publishing"}},                    // the stall
+			{Map: "z", Start: s(5), End: s(60), Reasons: []string{"Publishing"}},                     // started before any fault
 			{Map: "b", Start: s(17), End: s(18), Reasons: []string{"Publishing", "XDSRejected"}},     // within 5 s after the stall
 			{Map: "c", Start: s(30), End: s(32), Reasons: []string{"Publishing"}},                    // no fault
 			{Map: "d", Start: s(44), End: s(50), Reasons: []string{"Publishing"}},                    // the freeze
@@ -76,6 +77,6 @@ func TestLongestFalse(t *testing.T) {
 	assert.Equal(t, map[string]int{faultAPIStall: 1, faultFreeze: 1}, count)
 	assert.Equal(t, 9*time.Second, longest[faultAPIStall])
 	assert.Equal(t, 6*time.Second, longest[faultFreeze])
-	assert.Equal(t, 2*time.Second, longest[""])
+	assert.Equal(t, 55*time.Second, longest[""])
 	assert.Equal(t, time.Minute, longest["input"])
 }
