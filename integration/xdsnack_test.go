@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,20 @@ func adsClient(t *testing.T, r *runningPublisher) discoveryv3.AggregatedDiscover
 	return discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
 }
 
+// scrapeText is get for a condition polled from another goroutine: "" on any error.
+func scrapeText(r *runningPublisher, path string) string {
+	resp, err := http.Get("http://" + r.pub.HTTPAddr().String() + path)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
 func get(t *testing.T, r *runningPublisher, path string) string {
 	t.Helper()
 	resp, err := http.Get("http://" + r.pub.HTTPAddr().String() + path)
@@ -56,7 +71,14 @@ func TestXDSSotWNackSetsPublishedFalse(t *testing.T) {
 	pub := f.startPublisher(bothSinks)
 	f.waitPublishedWith("no xds client is connected")
 	assert.Equal(t, "ok\n", get(t, pub, "/readyz"))
-	metrics := get(t, pub, "/metrics")
+	// The publisher records a written condition once its write returns, which may be a
+	// moment after the watch has shown it here: wait for the True's latency sample.
+	var metrics string
+	require.Eventually(t, func() bool {
+		metrics = scrapeText(pub, "/metrics")
+		const count = "trafficmap_publisher_input_to_published_seconds_count "
+		return strings.Contains(metrics, count) && !strings.Contains(metrics, count+"0\n")
+	}, waitTimeout, tick, "the True is recorded in the metrics")
 	assert.Contains(t, metrics, `trafficmap_publisher_reconciles_total{result="ok"}`)
 	assert.Contains(t, metrics, `trafficmap_publisher_published_conditions_total{reason="Published",status="True"} 1`)
 	assert.Contains(t, metrics, "trafficmap_publisher_input_to_published_seconds_count 1", "one map went from Publishing to Published")
