@@ -64,7 +64,19 @@ type pubState struct {
 type falseWindow struct {
 	Map        string
 	Start, End time.Time
-	Reasons    []string // every reason the condition had meanwhile, in order
+	// Settled is when the map's inputs last changed before End, as the checker saw them
+	// (inputLog.LastChange; Start when they did not change during the window): the time
+	// to publish is End - Settled.
+	Settled time.Time
+	Reasons []string // every reason the condition had meanwhile, in order
+}
+
+// settled is Settled, or Start when unset.
+func (w falseWindow) settled() time.Time {
+	if w.Settled.IsZero() {
+		return w.Start
+	}
+	return w.Settled
 }
 
 // waiting reports whether the window only waited for sinks (Publishing, XDSRejected,
@@ -134,6 +146,11 @@ type checker struct {
 	trues       int
 	races       []race
 	changes     map[string][]time.Time // every change of a map's condition, message included
+	// inputs are the changes of the maps' inputs; sources and gens what each map's last
+	// observation said of its inputs and its generation.
+	inputs  *inputLog
+	sources map[string]source
+	gens    map[string]int64
 
 	queue chan trueEvent
 	wg    sync.WaitGroup
@@ -141,11 +158,16 @@ type checker struct {
 
 func newChecker(cfg checkerConfig) *checker {
 	return &checker{cfg: cfg, last: map[string]pubState{}, history: map[string][]transition{},
-		falseSince: map[string]time.Time{}, falseReason: map[string][]string{}, changes: map[string][]time.Time{}, queue: make(chan trueEvent, 100000)}
+		falseSince: map[string]time.Time{}, falseReason: map[string][]string{}, changes: map[string][]time.Time{},
+		inputs: newInputLog(), sources: map[string]source{}, gens: map[string]int64{}, queue: make(chan trueEvent, 100000)}
 }
 
-// Start watches the TrafficMaps of every namespace and runs the checks until ctx ends.
+// Start watches the TrafficMaps and the inputs of every namespace and runs the checks until
+// ctx ends.
 func (c *checker) Start(ctx context.Context) error {
+	if err := c.inputs.Watch(ctx, c.cfg.Dynamic, c.cfg.Namespaces); err != nil {
+		return err
+	}
 	for _, ns := range c.cfg.Namespaces {
 		inf := ominformers.NewSharedInformerFactoryWithOptions(c.cfg.OME, 0, ominformers.WithNamespace(ns)).Ome().V1beta1().TrafficMaps().Informer()
 		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -207,8 +229,14 @@ func (c *checker) observe(tm *v1beta1.TrafficMap, deleted bool) {
 	if deleted {
 		c.closeWindow(key, now)
 		delete(c.last, key)
+		delete(c.gens, key)
 		return
 	}
+	if g, ok := c.gens[key]; ok && g != tm.Generation {
+		c.inputs.SpecChanged(key, now)
+	}
+	c.gens[key] = tm.Generation
+	c.sources[key] = sourceOf(tm)
 	st, ok := published(tm)
 	if !ok {
 		return
@@ -246,9 +274,15 @@ func (c *checker) observe(tm *v1beta1.TrafficMap, deleted bool) {
 // closeWindow ends the map's False window, if one is open. The caller holds mu.
 func (c *checker) closeWindow(key string, now time.Time) {
 	if start, open := c.falseSince[key]; open {
-		c.windows = append(c.windows, falseWindow{Map: key, Start: start, End: now, Reasons: c.falseReason[key]})
+		c.windows = append(c.windows, c.window(key, start, now))
 		delete(c.falseSince, key)
 	}
+}
+
+// window is the map's False window from start to end, with the last input change in it.
+// The caller holds mu.
+func (c *checker) window(key string, start, end time.Time) falseWindow {
+	return falseWindow{Map: key, Start: start, End: end, Settled: c.inputs.LastChange(key, c.sources[key], start, end), Reasons: c.falseReason[key]}
 }
 
 // check judges one True against the API server's state at its resourceVersion and the
@@ -620,7 +654,7 @@ func (c *checker) Results(now time.Time) checkResults {
 	defer c.mu.Unlock()
 	windows := slices.Clone(c.windows)
 	for key, start := range c.falseSince {
-		windows = append(windows, falseWindow{Map: key, Start: start, End: now, Reasons: c.falseReason[key]})
+		windows = append(windows, c.window(key, start, now))
 	}
 	return checkResults{Transitions: c.transitions, Trues: c.trues, Checked: c.checked,
 		Unchecked: slices.Clone(c.unchecked), Lies: slices.Clone(c.lies), Windows: windows, Races: slices.Clone(c.races)}

@@ -56,27 +56,63 @@ func TestSettleRaces(t *testing.T) {
 	assert.Zero(t, c.races[3].Retracted, "not retracted yet, within the bound")
 }
 
-// The longest Published=False window waiting for sinks is attributed to every fault during
-// which (or up to 5 s after which) it started, and to the workload alone when none; a window
-// with a reason from the inputs is the workload's own.
+// The time to publish after the inputs stopped moving (a False window waiting for sinks,
+// from the last input change in it to its True) is attributed to every fault on during it
+// or up to 5 s before it, and to the workload alone when none; a window with a reason from
+// the inputs is the workload's own, measured whole.
 func TestLongestFalse(t *testing.T) {
 	t0 := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
 	s := func(d int) time.Time { return t0.Add(time.Duration(d) * time.Second) }
+	sec := func(d int) time.Duration { return time.Duration(d) * time.Second }
+	faults := []injection{{Kind: faultAPIStall, Start: s(10), End: s(13)}, {Kind: faultFreeze, Start: s(40), End: s(45)}}
+	publishing := []string{"Publishing"}
+	for _, tc := range []struct {
+		name   string
+		window falseWindow
+		want   map[string]time.Duration
+	}{
+		{"started during a fault, inputs still", falseWindow{Start: s(11), End: s(20), Reasons: publishing},
+			map[string]time.Duration{faultAPIStall: sec(9)}},
+		{"no Settled: measured from the start", falseWindow{Start: s(11), End: s(20), Reasons: []string{"Publishing", "XDSRejected"}},
+			map[string]time.Duration{faultAPIStall: sec(9)}},
+		{"inputs moved until 5 s after the fault: not its cost", falseWindow{Start: s(11), Settled: s(18), End: s(20), Reasons: publishing},
+			map[string]time.Duration{"": sec(2)}},
+		{"inputs stopped within 5 s after the fault", falseWindow{Start: s(5), Settled: s(17), End: s(19), Reasons: publishing},
+			map[string]time.Duration{faultAPIStall: sec(2)}},
+		{"a fault that begins during the wait", falseWindow{Start: s(30), Settled: s(35), End: s(42), Reasons: publishing},
+			map[string]time.Duration{faultFreeze: sec(7)}},
+		{"a fault that begins at the True: not its cost", falseWindow{Start: s(30), Settled: s(35), End: s(40), Reasons: publishing},
+			map[string]time.Duration{"": sec(5)}},
+		{"inputs moving for a minute, then published at once", falseWindow{Start: s(0), Settled: s(58), End: s(60), Reasons: publishing},
+			map[string]time.Duration{"": sec(2)}},
+		{"the wait overlaps both faults", falseWindow{Start: s(2), Settled: s(12), End: s(41), Reasons: publishing},
+			map[string]time.Duration{faultAPIStall: sec(29), faultFreeze: sec(29)}},
+		{"no fault", falseWindow{Start: s(30), End: s(32), Reasons: publishing},
+			map[string]time.Duration{"": sec(2)}},
+		{"the workload's own input: the whole window", falseWindow{Start: s(0), Settled: s(59), End: s(60), Reasons: []string{"Publishing", "HostnameConflict"}},
+			map[string]time.Duration{"input": time.Minute}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &result{faults: faults, checks: checkResults{Windows: []falseWindow{tc.window}}}
+			count, longest := r.longestFalse()
+			assert.Equal(t, map[string]int{faultAPIStall: 1, faultFreeze: 1}, count)
+			assert.Equal(t, tc.want, longest)
+		})
+	}
+}
+
+// Of several windows, the longest per kind counts.
+func TestLongestFalseKeepsTheLongest(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	s := func(d int) time.Time { return t0.Add(time.Duration(d) * time.Second) }
 	r := &result{
-		faults: []injection{{Kind: faultAPIStall, Start: s(10), End: s(13)}, {Kind: faultFreeze, Start: s(40), End: s(45)}},
+		faults: []injection{{Kind: faultAPIStall, Start: s(10), End: s(13)}},
 		checks: checkResults{Windows: []falseWindow{
-			{Map: "a", Start: s(11), End: s(20), Reasons: []string{"Publishing"}},                    // the stall
-			{Map: "z", Start: s(5), End: s(60), Reasons: []string{"Publishing"}},                     // started before any fault
-			{Map: "b", Start: s(17), End: s(18), Reasons: []string{"Publishing", "XDSRejected"}},     // within 5 s after the stall
-			{Map: "c", Start: s(30), End: s(32), Reasons: []string{"Publishing"}},                    // no fault
-			{Map: "d", Start: s(44), End: s(50), Reasons: []string{"Publishing"}},                    // the freeze
-			{Map: "e", Start: s(0), End: s(60), Reasons: []string{"Publishing", "HostnameConflict"}}, // the workload's input
+			{Map: "a", Start: s(11), End: s(14), Reasons: []string{"Publishing"}},
+			{Map: "b", Start: s(0), Settled: s(12), End: s(20), Reasons: []string{"Publishing"}},
+			{Map: "c", Start: s(12), End: s(15), Reasons: []string{"RouteNotAccepted"}},
 		}},
 	}
-	count, longest := r.longestFalse()
-	assert.Equal(t, map[string]int{faultAPIStall: 1, faultFreeze: 1}, count)
-	assert.Equal(t, 9*time.Second, longest[faultAPIStall])
-	assert.Equal(t, 6*time.Second, longest[faultFreeze])
-	assert.Equal(t, 55*time.Second, longest[""])
-	assert.Equal(t, time.Minute, longest["input"])
+	_, longest := r.longestFalse()
+	assert.Equal(t, map[string]time.Duration{faultAPIStall: 8 * time.Second}, longest)
 }
