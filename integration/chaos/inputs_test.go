@@ -103,7 +103,7 @@ func TestCheckerWindowSettled(t *testing.T) {
 	c.observe(tm(1, metav1.ConditionTrue, "Published"), false)
 	c.observe(tm(1, metav1.ConditionFalse, "Publishing"), false)
 	c.observe(tm(2, metav1.ConditionFalse, "Publishing"), false) // the spec changed while False
-	c.inputs.TaintsChanged("worker-7", time.Now())                // not a cluster of the map
+	c.inputs.TaintsChanged("worker-7", time.Now())               // not a cluster of the map
 	c.observe(tm(2, metav1.ConditionTrue, "Published"), false)
 	c.observe(tm(2, metav1.ConditionFalse, "Publishing"), false)
 	c.inputs.TaintsChanged("worker-1", time.Now())
