@@ -18,9 +18,11 @@
 //     TLS), SIGKILL and restart, leader lookup, crash and growth accounting;
 //   - probe.go: protocol-level ADS clients (the checker's eyes on the xDS sink and the
 //     adversarial clients), with the disconnect, freeze and NACK faults;
-//   - workload.go: the randomized operations on the maps and the rival namespace;
+//   - workload.go: the randomized operations on the maps and the rival namespace (the
+//     fleet-wide taints and untaints at most one every -taint-every);
 //   - oracle.go: the expected weights of a map from observed inputs (its own reading of the
 //     weight rules, not the publisher's weights package);
-//   - checker.go: the watch-based history and the invariants;
+//   - checker.go: the watch-based history and the invariants; inputs.go: when the maps'
+//     inputs changed, for the time to publish after they stopped moving;
 //   - report.go: the results table (BENCHMARKS.md, section "Reliability").
 package main

@@ -35,6 +35,7 @@ type options struct {
 	dial           int
 	faultEvery     time.Duration
 	opEvery        time.Duration
+	taintEvery     time.Duration
 	converge       time.Duration
 	race           bool
 	out, workDir   string
@@ -51,6 +52,7 @@ func parseFlags() options {
 	flag.IntVar(&o.dial, "dial", 20, "maps each proxyless gRPC probe subscribes to")
 	flag.DurationVar(&o.faultEvery, "fault-every", 10*time.Second, "a fault is injected this often")
 	flag.DurationVar(&o.opEvery, "op-every", 250*time.Millisecond, "a workload operation is made this often")
+	flag.DurationVar(&o.taintEvery, "taint-every", 25*time.Second, "at least this long (in operations of -op-every) between two fleet-wide operations (taint, untaint: they change every map at once); 0: no limit (about one in eight operations)")
 	flag.DurationVar(&o.converge, "converge-timeout", 5*time.Minute, "how long every map may take to be correct after the last fault")
 	flag.BoolVar(&o.race, "race", false, "build the publisher with the race detector (a race report counts as a crash)")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown file whose Reliability section is replaced by this run's table (empty: print only)")
@@ -165,7 +167,8 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	}
 	rng := rand.New(rand.NewPCG(o.seed, o.seed^0x9e3779b97f4a7c15))
 	w := newWorkload(workloadConfig{Kube: cl.kube, Dynamic: cl.dyn, OME: cl.ome, Namespace: nsChaos, Rival: nsRival,
-		Maps: o.maps, Clusters: o.clusters, RNG: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), Bin: bin, Kubeconfig: cp.Kubeconfig()})
+		Maps: o.maps, Clusters: o.clusters, RNG: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), Bin: bin, Kubeconfig: cp.Kubeconfig(),
+		FleetEvery: stepsOf(o.taintEvery, o.opEvery)})
 	if err := w.Setup(ctx); err != nil {
 		return nil, fmt.Errorf("workload setup: %w", err)
 	}
@@ -225,6 +228,14 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	chk.Drain(ctx)
 	chk.settleRaces(time.Now(), f.outage)
 	return res.finish(chk, f, w, fleet, replicas), nil
+}
+
+// stepsOf is how many operations made every opEvery span d (rounded up; 0 for d <= 0).
+func stepsOf(d, opEvery time.Duration) int {
+	if d <= 0 || opEvery <= 0 {
+		return 0
+	}
+	return int((d + opEvery - 1) / opEvery)
 }
 
 // runWorkload makes one operation every interval until ctx ends; an operation that fails

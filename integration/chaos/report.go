@@ -113,7 +113,7 @@ func (r *result) markdown() string {
 	var b strings.Builder
 	o := r.opts
 	fmt.Fprintf(&b, "### Chaos run: N = %d maps, seed %d, %s of faults\n\n", o.maps, o.seed, o.duration)
-	fmt.Fprintf(&b, "`make chaos CHAOS_FLAGS=\"-n %d -duration %s -seed %d -fault-every %s -op-every %s\"`", o.maps, o.duration, o.seed, o.faultEvery, o.opEvery)
+	fmt.Fprintf(&b, "`make chaos CHAOS_FLAGS=\"-n %d -duration %s -seed %d -fault-every %s -op-every %s -taint-every %s\"`", o.maps, o.duration, o.seed, o.faultEvery, o.opEvery, o.taintEvery)
 	if o.race {
 		b.WriteString(" (publisher built with -race)")
 	}

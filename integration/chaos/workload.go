@@ -51,6 +51,11 @@ type workloadConfig struct {
 	// Bin is the publisher binary and Kubeconfig a kubeconfig for it, for the ramps
 	// (`publisher drain/undrain --ramp`).
 	Bin, Kubeconfig string
+	// FleetEvery is the fewest steps between two fleet-wide operations (taint, untaint: a
+	// cluster's taints move every map with an entry there); in between, Step draws from the
+	// other kinds only, with their weights. 0: no limit, the fleet-wide kinds are drawn like
+	// the others.
+	FleetEvery int
 }
 
 // mapState is what the workload knows of one chaos map and its InferenceService.
@@ -86,6 +91,9 @@ type workload struct {
 	taints [][]taint // per cluster index
 	rivals []rivalMap
 	seq    int // for fresh IDs and names
+	// steps counts the calls of Step, lastFleet is the step of the last fleet-wide
+	// operation tried (cfg.FleetEvery).
+	steps, lastFleet int
 
 	mu  sync.Mutex
 	ops map[string]int
@@ -341,43 +349,52 @@ func (w *workload) runCLI(ctx context.Context, args ...string) (written bool, er
 }
 
 // operation is one kind of random operation. run reports false when it found nothing to do
-// (no candidate), and then the workload picks again.
+// (no candidate), and then the workload picks again. fleet marks the kinds that change
+// the inputs of every map at once (workloadConfig.FleetEvery).
 type operation struct {
 	kind   string
 	weight int
 	run    func(ctx context.Context, w *workload) (bool, error)
+	fleet  bool
 }
 
 // operations are the kinds Step chooses from, with their relative weights.
 var operations = []operation{
-	{"drain", 20, opDrain},
-	{"undrain", 16, opUndrain},
-	{"routing", 10, opRouting},
-	{"taint", 6, opTaint},
-	{"untaint", 6, opUntaint},
-	{"tolerate", 6, opTolerate},
-	{"hostname", 6, opHostname},
-	{"delete", 2, opDelete},
-	{"recreate", 6, opRecreate},
-	{"rival-claim", 2, opRivalClaim},
-	{"rival-release", 3, opRivalRelease},
-	{"bad-input", 3, opBadInput},
-	{"fix", 8, opFix},
-	{"ramp", 1, opRamp},
+	{"drain", 20, opDrain, false},
+	{"undrain", 16, opUndrain, false},
+	{"routing", 10, opRouting, false},
+	{"taint", 6, opTaint, true},
+	{"untaint", 6, opUntaint, true},
+	{"tolerate", 6, opTolerate, false},
+	{"hostname", 6, opHostname, false},
+	{"delete", 2, opDelete, false},
+	{"recreate", 6, opRecreate, false},
+	{"rival-claim", 2, opRivalClaim, false},
+	{"rival-release", 3, opRivalRelease, false},
+	{"bad-input", 3, opBadInput, false},
+	{"fix", 8, opFix, false},
+	{"ramp", 1, opRamp, false},
 }
 
 // Step does one random operation and returns its kind ("idle" when it found nothing to
-// do). An API error is returned as it is; the workload's view stays as before the
+// do). A fleet-wide kind is drawn only once cfg.FleetEvery steps have passed since the last
+// one. An API error is returned as it is; the workload's view stays as before the
 // operation, and the caller may go on stepping.
 func (w *workload) Step(ctx context.Context) (string, error) {
+	w.steps++
+	fleet := w.cfg.FleetEvery <= 0 || w.steps-w.lastFleet >= w.cfg.FleetEvery
+	var ops []operation
 	total := 0
 	for _, op := range operations {
-		total += op.weight
+		if fleet || !op.fleet {
+			ops = append(ops, op)
+			total += op.weight
+		}
 	}
 	for range 8 {
 		n := w.cfg.RNG.IntN(total)
-		op := operations[0]
-		for _, o := range operations {
+		op := ops[0]
+		for _, o := range ops {
 			if n < o.weight {
 				op = o
 				break
@@ -385,6 +402,9 @@ func (w *workload) Step(ctx context.Context) (string, error) {
 			n -= o.weight
 		}
 		done, err := op.run(ctx, w)
+		if op.fleet && (done || err != nil) {
+			w.lastFleet = w.steps
+		}
 		if err != nil {
 			return op.kind, err
 		}

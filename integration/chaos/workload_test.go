@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -96,4 +97,57 @@ func TestWorkloadStepsAndSettles(t *testing.T) {
 	services, err := cfg.Dynamic.Resource(v1beta1.InferenceServicesResource).Namespace("rival").List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, services.Items, "the rival services are deleted")
+}
+
+// The fleet-wide kinds (taint, untaint) come at least FleetEvery steps apart, and about
+// that often; the other kinds keep their mix. FleetEvery 0 leaves them in the mix.
+func TestWorkloadFleetEvery(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name          string
+		every         int
+		least, most   int // fleet-wide operations in 400 steps
+		minGapAtLeast int
+	}{
+		{"no limit: about one in eight", 0, 25, 80, 1},
+		{"every 40 steps", 40, 7, 10, 40},
+		{"every 100 steps", 100, 3, 4, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, _ := fakeWorkload(3)
+			w.cfg.FleetEvery = tc.every
+			require.NoError(t, w.Setup(ctx))
+			var at []int
+			others := 0
+			for i := range 400 {
+				op, err := w.Step(ctx)
+				require.NoError(t, err, op)
+				if op == "taint" || op == "untaint" {
+					at = append(at, i)
+				} else {
+					others++
+				}
+			}
+			assert.GreaterOrEqual(t, len(at), tc.least)
+			assert.LessOrEqual(t, len(at), tc.most)
+			for k := 1; k < len(at); k++ {
+				assert.GreaterOrEqual(t, at[k]-at[k-1], tc.minGapAtLeast, "fleet-wide operations at steps %v", at)
+			}
+			assert.Positive(t, others)
+		})
+	}
+}
+
+func TestStepsOf(t *testing.T) {
+	for _, tc := range []struct {
+		d, every time.Duration
+		want     int
+	}{
+		{25 * time.Second, 250 * time.Millisecond, 100},
+		{time.Second, 300 * time.Millisecond, 4},
+		{0, 250 * time.Millisecond, 0},
+		{time.Second, 0, 0},
+	} {
+		assert.Equal(t, tc.want, stepsOf(tc.d, tc.every), "%s every %s", tc.d, tc.every)
+	}
 }
