@@ -669,7 +669,8 @@ func (c *checker) finalState(ctx context.Context, ns, name string) error {
 	}
 	st, ok := published(tm)
 	if !ok || st.Status != metav1.ConditionTrue || st.ObservedGeneration != tm.Generation {
-		return fmt.Errorf("trafficmap %s/%s: Published is %s/%s at generation %d (map generation %d): %s", ns, name, st.Status, st.Reason, st.ObservedGeneration, tm.Generation, st.Message)
+		return fmt.Errorf("trafficmap %s/%s: Published is %s/%s at generation %d (map generation %d): %s; %s", ns, name, st.Status, st.Reason,
+			st.ObservedGeneration, tm.Generation, st.Message, c.probeView(ns+"/"+name))
 	}
 	s, err := c.read(ctx, tm, tm.ResourceVersion)
 	if err != nil {
@@ -694,6 +695,32 @@ func (c *checker) finalState(ctx context.Context, ns, name string) error {
 		return fmt.Errorf("trafficmap %s/%s: %s", ns, name, strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// probeView is, for a map not correct at the end, what every checker probe subscribed to it
+// holds and since when ("probes: id holds "w" since hh:mm:ss.mmm (connected), ..."): a
+// probe that stopped taking on new content stands out by its old time.
+func (c *checker) probeView(key string) string {
+	var parts []string
+	for _, p := range c.cfg.Probes() {
+		if !c.cfg.ProbeMaps(p, key) {
+			continue
+		}
+		h := p.History(key)
+		since, link := "never", "disconnected"
+		for i := len(h) - 1; i >= 0; i-- {
+			if h[i].Kind == eventHeld {
+				since = h[i].At.Format(timeLayout)
+				break
+			}
+		}
+		got, present, connected := p.HeldAt(key, time.Now())
+		if connected {
+			link = "connected"
+		}
+		parts = append(parts, fmt.Sprintf("%s holds %q (present %v) since %s (%s)", p.ID(), got, present, since, link))
+	}
+	return "probes: " + strings.Join(parts, ", ")
 }
 
 // orphans lists the publisher's objects (routes, Services, by its labels) whose TrafficMap

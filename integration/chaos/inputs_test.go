@@ -119,3 +119,19 @@ func TestCheckerWindowSettled(t *testing.T) {
 	assert.Equal(t, c.inputs.taints["worker-1"][0], ws[1].Settled, "the taint of its cluster")
 	assert.Equal(t, ws[2].Start, ws[2].Settled, "no change since the start")
 }
+
+// A map not correct at the end names what each subscribed probe holds and since when, so
+// that one that stopped taking on content stands out.
+func TestProbeView(t *testing.T) {
+	m := mapRef{Namespace: "chaos", Name: "a", Service: "a", Clusters: []string{"worker-0"}}
+	fresh := newProbe(probeConfig{NodeID: "fresh", Maps: []mapRef{m}})
+	fresh.link(eventConnected)
+	fresh.answered(false, map[string]heldState{"chaos/a": {weights: "worker-0=1", present: true}})
+	never := newProbe(probeConfig{NodeID: "never", Maps: []mapRef{m}})
+	other := newProbe(probeConfig{NodeID: "other"})
+	c := newChecker(checkerConfig{Probes: func() []*probe { return []*probe{fresh, never, other} },
+		ProbeMaps: func(p *probe, key string) bool { return p.Subscribes(key) }})
+	at := fresh.History("chaos/a")[1].At.Format(timeLayout)
+	assert.Equal(t, `probes: fresh grpc-sotw holds "worker-0=1" (present true) since `+at+` (connected), never grpc-sotw holds "" (present false) since never (disconnected)`,
+		c.probeView("chaos/a"))
+}

@@ -194,8 +194,9 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	}
 	res := &result{opts: o, started: time.Now()}
 	logf("waiting for every map to be published before the faults start")
-	if err := waitCorrect(ctx, chk, w.Maps(), 5*time.Minute); err != nil {
-		return res.finish(chk, f, w, fleet, replicas), fmt.Errorf("before any fault: %w", err)
+	if problems := waitCorrect(ctx, chk, w.Maps(), 5*time.Minute); len(problems) > 0 {
+		return res.finish(chk, f, w, fleet, replicas), fmt.Errorf("before any fault: %d maps not correct after %s: %s",
+			len(problems), 5*time.Minute, strings.Join(problems[:min(10, len(problems))], "\n  "))
 	}
 	res.before, _ = replicas.Sample(f.stable)
 	res.warm = time.Since(res.started)
@@ -218,9 +219,7 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	if err := retrying(ctx, 2*time.Minute, func() error { return w.Settle(ctx) }); err != nil {
 		return res.finish(chk, f, w, fleet, replicas), fmt.Errorf("settle: %w", err)
 	}
-	if err := waitCorrect(ctx, chk, w.Maps(), o.converge); err != nil {
-		res.lost = append(res.lost, err.Error())
-	}
+	res.lost = waitCorrect(ctx, chk, w.Maps(), o.converge)
 	res.converged = time.Since(res.lastFault)
 	logf("converged %s after the last fault", res.converged.Round(time.Second))
 	res.orphans = waitNoOrphans(ctx, chk, time.Minute)
@@ -256,8 +255,9 @@ func runWorkload(ctx context.Context, w *workload, every time.Duration, logf fun
 	}
 }
 
-// waitCorrect polls until every map passes the final check, or returns the last problems.
-func waitCorrect(ctx context.Context, chk *checker, maps []mapRef, timeout time.Duration) error {
+// waitCorrect polls until every map passes the final check, for at most timeout; it
+// returns the problems of the maps still not correct then, one per map (nil when none).
+func waitCorrect(ctx context.Context, chk *checker, maps []mapRef, timeout time.Duration) []string {
 	deadline := time.Now().Add(timeout)
 	for {
 		var problems []string
@@ -266,14 +266,8 @@ func waitCorrect(ctx context.Context, chk *checker, maps []mapRef, timeout time.
 				problems = append(problems, err.Error())
 			}
 		}
-		if len(problems) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			if len(problems) > 10 {
-				problems = append(problems[:10], fmt.Sprintf("... and %d more", len(problems)-10))
-			}
-			return fmt.Errorf("%d maps not correct after %s: %s", len(problems), timeout, strings.Join(problems, "\n  "))
+		if len(problems) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return problems
 		}
 		sleep(ctx, 2*time.Second)
 	}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -156,6 +158,12 @@ func (r *result) markdown() string {
 	b.WriteString("\nNeighbours present throughout: a second namespace whose maps claim the chaos maps' hostnames, a client of another namespace that subscribes to chaos maps and never ACKs, a client without a certificate")
 	fmt.Fprintf(&b, " (refused %d times)", r.refused)
 	b.WriteString(", and the NACKing client with a 2 KB node id and 6 KB NACK text.\n")
+	var counts []string
+	for _, id := range slices.Sorted(maps.Keys(r.probes)) {
+		st := r.probes[id]
+		counts = append(counts, fmt.Sprintf("%s %d/%d/%d/%d", id, st.Responses, st.ACKs, st.NACKs, st.Connects))
+	}
+	fmt.Fprintf(&b, "\nxDS clients (responses/ACKs/NACKs/connects): %s.\n", strings.Join(counts, ", "))
 	for _, l := range r.checks.Lies {
 		fmt.Fprintf(&b, "\nLIE %s rv %s at %s: %s: %s\n```\n%s```\n", l.Map, l.RV, l.At.Format(timeLayout), l.Rule, l.Detail, l.Timeline)
 	}
@@ -164,7 +172,7 @@ func (r *result) markdown() string {
 			return
 		}
 		if len(items) > 20 {
-			items = append(items[:20], fmt.Sprintf("... and %d more", len(items)-20))
+			items = append(slices.Clone(items[:20]), fmt.Sprintf("... and %d more", len(items)-20))
 		}
 		fmt.Fprintf(&b, "\n%s:\n- %s\n", title, strings.Join(items, "\n- "))
 	}
