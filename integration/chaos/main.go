@@ -217,6 +217,8 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	}
 	if err := waitCorrect(ctx, chk, w.Maps(), o.converge); err != nil {
 		res.lost = append(res.lost, err.Error())
+		files, derr := replicas.DumpDebug(workDir)
+		logf("maps not correct: the replicas' debug state is in %s (%v)", strings.Join(files, ", "), derr)
 	}
 	res.converged = time.Since(res.lastFault)
 	logf("converged %s after the last fault", res.converged.Round(time.Second))
