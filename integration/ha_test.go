@@ -262,3 +262,65 @@ func countReportWrites(t *testing.T, f *fixture, change func()) (changed, renewe
 	defer mu.Unlock()
 	return changed, renewed
 }
+
+// A replica frozen (SIGSTOP) past its report's expiry cannot fence itself: its clients stay
+// connected and keep routing by what it served. The leader keeps counting it, by its last
+// report, for --xds-peer-grace: a drain meanwhile stays Published False and says why, and
+// turns True only once the frozen replica resumed and its client, which it fenced on
+// resuming and which reconnected within the reconnect grace, ACKed the drain: so at that
+// True the client routes by the drain. (Before the grace, the leader said True as
+// soon as the report expired while the client still sent traffic to the drained cluster;
+// the chaos run of issue 28 found it with a leader frozen past its lease.)
+func TestHAFrozenReplicaCountsUntilItResumes(t *testing.T) {
+	f := newFixture(t)
+	f.createMap([]v1beta1.TrafficMapEntry{
+		{Cluster: "worker-a", Endpoint: localBackend(t, "worker-a"), Weight: 1, Healthy: true},
+		{Cluster: "worker-b", Endpoint: localBackend(t, "worker-b"), Weight: 1, Healthy: true},
+	})
+	a := startPublisherWith(t, f.publisherConfig(haReplica(f, "a", prometheus.NewRegistry()), func(c *publish.Config) {
+		c.XDSPeerGrace = 10 * time.Minute // longer than any wait here: only c's resuming ends the hold
+		// c fences itself on resuming (its renewals stopped), and its client reconnects with
+		// gRPC's backoff (1s first): the leader's reconnect grace covers that.
+		c.XDSReconnectGrace = 8 * time.Second
+	}), restCfg, zaptest.NewLogger(t).Named("a"))
+	f.waitPublished()
+	require.Equal(t, "a", leaseHolder(t, f.ns), "a was alone")
+	c := startProcessReplica(t, f, "c")
+	clientC := xdsClient(t, c.addr, "grpc-c", service+"."+f.ns)
+	_, err := call(clientC)
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var reps []replicas.Replica
+		require.NoError(ct, json.Unmarshal([]byte(scrapeText(a, "/debug/replicas")), &reps))
+		require.Len(ct, reps, 2)
+		assert.Equal(ct, 1, reps[1].Clients, "c reports its client")
+	}, waitTimeout, tick)
+
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { _ = c.cmd.Process.Signal(syscall.SIGCONT) })
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		var reps []replicas.Replica
+		require.NoError(ct, json.Unmarshal([]byte(scrapeText(a, "/debug/replicas")), &reps))
+		require.Len(ct, reps, 2)
+		assert.False(ct, reps[1].Live, "c's report expired")
+	}, waitTimeout, tick)
+	w := f.watchPublished()
+	f.drain(seedDrain)
+	const held = "replica c has not reported on it yet (its report expired at"
+	var cond metav1.Condition
+	require.Eventually(t, func() bool {
+		cond = *published(f.getMap())
+		return (cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, "worker-a=0")) || strings.Contains(cond.Message, held)
+	}, waitTimeout, tick, "the drain is either held for c or published")
+	assert.Equal(t, 2, len(spread(t, clientC, 40)), "c's frozen client still routes to both clusters")
+	require.Equal(t, metav1.ConditionFalse, cond.Status, "True while c's client routes to the drained cluster: a lie (%s)", cond.Message)
+	assert.Equal(t, string(model.ReasonPublishing), cond.Reason)
+	assert.Contains(t, cond.Message, "its 1 clients may still hold what it served, so it counts until")
+	for _, tr := range w.transitions() {
+		assert.NotEqual(t, metav1.ConditionTrue, tr.Status, "no True while c is frozen: %v %s", tr, tr.Message)
+	}
+
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGCONT))
+	f.waitPublishedWith("weights worker-a=0 (drained by maintenance-a), worker-b=1")
+	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, clientC, 20), "right after Published=True, c's client has the drain")
+}

@@ -35,6 +35,14 @@ const DefaultFieldManager = model.DefaultFieldManager
 // dial. Outages longer than that push clients further out: raise the flag to match.
 const DefaultXDSReconnectGrace = 20 * time.Second
 
+// DefaultXDSPeerGrace is the CLI's --xds-peer-grace: how long the leader still counts a
+// replica whose report expired while it had clients (see lease.Board). A frozen replica
+// cannot fence itself, so its clients keep what it served until their HTTP/2 keepalive
+// gives up on it: 30s covers a gRPC client with keepalive time 10s (the least the
+// publisher's server permits) and timeout 20s (gRPC's default), and an Envoy whose xds
+// cluster sets connection_keepalive within the same sum.
+const DefaultXDSPeerGrace = 30 * time.Second
+
 // Config is the publisher's configuration. The zero value of an optional field selects its
 // documented default; Validate reports what is wrong with the rest.
 type Config struct {
@@ -95,6 +103,11 @@ type Config struct {
 	// that are still reconnecting ACK it first. 0: no grace (the CLI default is
 	// DefaultXDSReconnectGrace).
 	XDSReconnectGrace time.Duration
+	// XDSPeerGrace is how long, with leader election, the leader still counts another
+	// replica whose report expired while it had clients, judging by its last report (a
+	// frozen replica's clients keep what it served until their keepalive gives up). 0:
+	// none (the CLI default is DefaultXDSPeerGrace).
+	XDSPeerGrace time.Duration
 	// Registerer, when set, receives the publisher's metrics (HTTPAddress serves its own
 	// registry otherwise).
 	Registerer prometheus.Registerer
@@ -272,6 +285,9 @@ func (c Config) Validate() error {
 	}
 	if c.XDSReconnectGrace < 0 {
 		errs = append(errs, fmt.Errorf("%w: --xds-reconnect-grace %s: must not be negative", ErrInvalidConfig, c.XDSReconnectGrace))
+	}
+	if c.XDSPeerGrace < 0 {
+		errs = append(errs, fmt.Errorf("%w: --xds-peer-grace %s: must not be negative", ErrInvalidConfig, c.XDSPeerGrace))
 	}
 	if c.TeardownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("%w: --teardown-timeout %s: must not be negative", ErrInvalidConfig, c.TeardownTimeout))

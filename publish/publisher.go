@@ -218,9 +218,16 @@ func addXDSSink(p *Publisher) error {
 	if p.board == nil {
 		return nil
 	}
+	p.board.Grace = cfg.XDSPeerGrace
 	p.board.OnExpire = func(string) {
 		if p.elector.leading.Load() {
 			xs.Leading() // the replica's clients reconnect to the others: the reconnect grace again
+			xs.Replica().PeerLeft()
+		}
+	}
+	p.board.OnBack = func(string) {
+		if p.elector.leading.Load() {
+			xs.Leading() // the clients it fenced or lost reconnect: the reconnect grace again
 		}
 	}
 	replica := xs.Replica()

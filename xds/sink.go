@@ -369,17 +369,7 @@ func (s *Sink) Apply(_ context.Context, p *model.Plan, st model.Standing) (model
 	}
 	conf := model.Confirmation{Sink: SinkName, Message: c.Message,
 		Progress: &model.Progress{Confirmed: c.Acked, Total: c.Total, Required: s.cfg.MinClients}}
-	var fleet replicas.Verdict
-	if s.cfg.Peers != nil && s.cfg.RequireAck {
-		fleet = replicas.Judge(s.cfg.Peers(), key, svc.Digest(), st.Published)
-		conf.Progress.Confirmed += fleet.Acked
-		conf.Progress.Total += fleet.Total
-		if fleet.Message != "" {
-			conf.Message += "; " + fleet.Message
-		}
-	} else {
-		fleet.Done = true
-	}
+	fleet := judgeFleet(s, key, svc.Digest(), st.Published, &conf)
 	switch {
 	case c.Nack != nil:
 		conf.State, conf.Reason = model.Rejected, model.ReasonXDSRejected
@@ -396,6 +386,27 @@ func (s *Sink) Apply(_ context.Context, p *model.Plan, st model.Standing) (model
 		}
 	}
 	return conf, nil
+}
+
+// judgeFleet is the other replicas' verdict on the map key at digest (Done when the sink
+// does not count them), added to conf's progress and message. A map they hold is marked
+// waiting, so a peer that stops counting has it judged again (Replica.PeerLeft).
+func judgeFleet(s *Sink, key, digest string, published bool, conf *model.Confirmation) replicas.Verdict {
+	if s.cfg.Peers == nil || !s.cfg.RequireAck {
+		return replicas.Verdict{Done: true}
+	}
+	fleet := replicas.Judge(s.cfg.Peers(), key, digest, published)
+	conf.Progress.Confirmed += fleet.Acked
+	conf.Progress.Total += fleet.Total
+	if fleet.Message != "" {
+		conf.Message += "; " + fleet.Message
+	}
+	if !fleet.Done && fleet.Nack == nil {
+		s.mu.Lock()
+		s.pending[key] = true
+		s.mu.Unlock()
+	}
+	return fleet
 }
 
 // holdingOld counts the clients relevant to the map key served as by that hold older

@@ -146,6 +146,7 @@ type runFlags struct {
 	requireXDSAck                      bool
 	xdsMinClients                      int
 	xdsReconnectGrace                  time.Duration
+	xdsPeerGrace                       time.Duration
 	httpAddress                        string
 	debugAddress                       string
 	leaderElect                        bool
@@ -188,6 +189,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.xdsClientNamespaces, "xds-client-namespaces", nil, "IDENTITY=NAMESPACE[,NAMESPACE...] (repeatable; needs --xds-client-ca): xDS clients whose certificate has a URI SAN, DNS SAN or common name matching IDENTITY see, and count for, only the maps of these namespaces; '*' matches any run of characters; a client matching no rule is refused. None: every authenticated client sees every namespace")
 	fs.BoolVar(&f.requireXDSAck, "require-xds-ack", true, "Published waits until every relevant xDS client (one subscribed to the map's resources) has ACKed a version with the map's current weights")
 	fs.IntVar(&f.xdsMinClients, "xds-min-clients", 0, "Published waits until at least this many xDS clients are connected")
+	fs.DurationVar(&f.xdsPeerGrace, "xds-peer-grace", publish.DefaultXDSPeerGrace, "with leader election, how long the leader still counts a replica whose report expired while it had xDS clients (a frozen replica cannot close their connections; they keep what it served until their keepalive gives up): set it above your clients' keepalive time plus timeout; 0 stops counting at expiry")
 	fs.DurationVar(&f.xdsReconnectGrace, "xds-reconnect-grace", publish.DefaultXDSReconnectGrace, "after the xDS server starts and after becoming leader, a map whose weights were not published before waits this long (and for every relevant client's ACK) before Published is True, so clients still reconnecting with gRPC's backoff count; 0 turns it off")
 	fs.StringVar(&f.httpAddress, "http-address", ":8080", "address serving /metrics, /healthz, /readyz (and /debug/xds, /debug/replicas without --debug-address); empty turns it off")
 	fs.StringVar(&f.debugAddress, "debug-address", "", "address serving /debug/xds, /debug/replicas and /debug/pprof/ instead of --http-address, e.g. 127.0.0.1:8081 so no Service exposes them")
@@ -259,6 +261,7 @@ func (f runFlags) config() publish.Config {
 		RequireXDSAck:        f.requireXDSAck,
 		XDSMinClients:        f.xdsMinClients,
 		XDSReconnectGrace:    f.xdsReconnectGrace,
+		XDSPeerGrace:         f.xdsPeerGrace,
 		HTTPAddress:          f.httpAddress,
 		DebugAddress:         f.debugAddress,
 		EnablePprof:          f.pprof,

@@ -220,6 +220,10 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 		return res.finish(chk, f, w, fleet, replicas), fmt.Errorf("settle: %w", err)
 	}
 	res.lost = waitCorrect(ctx, chk, w.Maps(), o.converge)
+	if len(res.lost) > 0 {
+		files, derr := replicas.DumpDebug(workDir)
+		logf("maps not correct: the replicas' debug state is in %s (%v)", strings.Join(files, ", "), derr)
+	}
 	res.converged = time.Since(res.lastFault)
 	logf("converged %s after the last fault", res.converged.Round(time.Second))
 	res.orphans = waitNoOrphans(ctx, chk, time.Minute)

@@ -622,3 +622,44 @@ func procStatus(pid int) (procInfo, error) {
 	}
 	return st, nil
 }
+
+// DumpDebug writes each running replica's /debug/xds and /debug/replicas (what its xDS
+// clients hold and what it sees of the others) to dir/debug-<replica>-<xds|replicas>.json,
+// for a run whose maps did not all converge; it returns the files written and the first
+// error.
+func (r *replicaSet) DumpDebug(dir string) ([]string, error) {
+	var files []string
+	var first error
+	client := &http.Client{Timeout: 10 * time.Second}
+	for _, name := range replicaNames {
+		r.mu.Lock()
+		p := upProc(r.replicas[name])
+		r.mu.Unlock()
+		if p == nil {
+			continue
+		}
+		for _, what := range []string{"xds", "replicas"} {
+			err := func() error {
+				resp, err := client.Get("http://" + p.httpAddr + "/debug/" + what)
+				if err != nil {
+					return fmt.Errorf("get /debug/%s of replica %s: %w", what, name, err)
+				}
+				defer resp.Body.Close()
+				body, err := io.ReadAll(resp.Body)
+				if err != nil {
+					return fmt.Errorf("read /debug/%s of replica %s: %w", what, name, err)
+				}
+				file := filepath.Join(dir, "debug-"+name+"-"+what+".json")
+				if err := os.WriteFile(file, body, 0o644); err != nil {
+					return fmt.Errorf("write %s: %w", file, err)
+				}
+				files = append(files, file)
+				return nil
+			}()
+			if err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return files, first
+}

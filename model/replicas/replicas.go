@@ -86,6 +86,19 @@ type Report struct {
 	Truncated []string `json:"truncated,omitempty"`
 	// Overflow says that maps of more namespaces were left out than Truncated names.
 	Overflow bool `json:"overflow,omitempty"`
+	// Silent is set by the reader (lease.Board), never encoded: the report stopped being
+	// renewed, yet still counts because the replica's clients may hold what it served.
+	Silent *Silent `json:"-"`
+}
+
+// Silent describes a report that expired (its replica stopped renewing it: frozen, hung or
+// cut off from the API server) and is still counted. A replica that cannot renew fences
+// itself (closes its clients' connections) only while it runs; one that is frozen cannot,
+// and its clients keep what it served until they notice (a keepalive timeout) or it
+// resumes. So the leader judges by the last report, as for a live one, until Until.
+type Silent struct {
+	// Since is when the report expired; Until is when it stops counting.
+	Since, Until time.Time
 }
 
 // Map is one map in a Report.
@@ -478,7 +491,8 @@ type Verdict struct {
 // maxMessage bounds Verdict.Message (it goes into a condition message).
 const maxMessage = 4096
 
-// Judge is the verdict of peers (the other replicas' live reports) on the map key whose
+// Judge is the verdict of peers (the other replicas' counted reports: live, or Silent
+// within the leader's peer grace, judged alike) on the map key whose
 // content is digest. published says that the map's Published condition is True at its
 // generation. A peer releases the map only on positive evidence: its report lists the map
 // at digest with every relevant client ACKed and no NACK. A map absent from a peer's report
@@ -491,37 +505,9 @@ func Judge(peers []Report, key, digest string, published bool) Verdict {
 	v := Verdict{Done: true}
 	var waits []string
 	for _, p := range slices.SortedFunc(slices.Values(peers), func(a, b Report) int { return strings.Compare(a.Identity, b.Identity) }) {
-		i, found := slices.BinarySearchFunc(p.Maps, key, func(m Map, k string) int { return strings.Compare(m.Key, k) })
-		if !found {
-			switch {
-			case published:
-			case slices.Contains(p.Truncated, namespace(key)) || p.Overflow:
-				v.Done = false
-				waits = append(waits, fmt.Sprintf("replica %s left maps of namespace %s out of its report to keep it within %d bytes (held until listed)", p.Identity, namespace(key), MaxEncoded))
-			default:
-				v.Done = false
-				waits = append(waits, fmt.Sprintf("replica %s has not reported on it yet", p.Identity))
-			}
-			continue
-		}
-		m := p.Maps[i]
-		if m.Nack != nil && v.Nack == nil && m.Digest == digest {
-			v.Nack, v.Replica = m.Nack, p.Identity
-		}
-		if m.Digest != digest {
+		if w := judgeOne(&v, p, key, digest, published); w != "" {
 			v.Done = false
-			waits = append(waits, fmt.Sprintf("replica %s does not serve this content yet", p.Identity))
-			continue
-		}
-		v.Acked += m.Acked
-		v.Total += m.Relevant
-		if m.Acked < m.Relevant {
-			v.Done = false
-			w := fmt.Sprintf("replica %s: %d/%d relevant clients ACKed", p.Identity, m.Acked, m.Relevant)
-			if len(m.Waiting) > 0 {
-				w += ", waiting for " + strings.Join(m.Waiting, ", ")
-			}
-			waits = append(waits, w)
+			waits = append(waits, w+silence(p))
 		}
 	}
 	switch {
@@ -544,6 +530,48 @@ func Judge(peers []Report, key, digest string, published bool) Verdict {
 	return v
 }
 
+// judgeOne adds what peer p says of the map key at digest to v's counts and NACK, and
+// returns why p holds it ("" when it does not).
+func judgeOne(v *Verdict, p Report, key, digest string, published bool) string {
+	i, found := slices.BinarySearchFunc(p.Maps, key, func(m Map, k string) int { return strings.Compare(m.Key, k) })
+	if !found {
+		switch {
+		case published:
+			return ""
+		case slices.Contains(p.Truncated, namespace(key)) || p.Overflow:
+			return fmt.Sprintf("replica %s left maps of namespace %s out of its report to keep it within %d bytes (held until listed)", p.Identity, namespace(key), MaxEncoded)
+		default:
+			return fmt.Sprintf("replica %s has not reported on it yet", p.Identity)
+		}
+	}
+	m := p.Maps[i]
+	if m.Nack != nil && v.Nack == nil && m.Digest == digest {
+		v.Nack, v.Replica = m.Nack, p.Identity
+	}
+	if m.Digest != digest {
+		return fmt.Sprintf("replica %s does not serve this content yet", p.Identity)
+	}
+	v.Acked += m.Acked
+	v.Total += m.Relevant
+	if m.Acked >= m.Relevant {
+		return ""
+	}
+	w := fmt.Sprintf("replica %s: %d/%d relevant clients ACKed", p.Identity, m.Acked, m.Relevant)
+	if len(m.Waiting) > 0 {
+		w += ", waiting for " + strings.Join(m.Waiting, ", ")
+	}
+	return w
+}
+
+// silence says why a silent report still counts ("" for a live one).
+func silence(p Report) string {
+	if p.Silent == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (its report expired at %s, not renewed: frozen or cut off; its %d clients may still hold what it served, so it counts until %s, --xds-peer-grace)",
+		p.Silent.Since.UTC().Format(time.RFC3339), p.Clients, p.Silent.Until.UTC().Format(time.RFC3339))
+}
+
 // Replica is one replica as the Board sees it.
 type Replica struct {
 	Identity string `json:"identity"`
@@ -551,6 +579,9 @@ type Replica struct {
 	Self bool `json:"self,omitempty"`
 	// Live: the report was renewed within its duration.
 	Live bool `json:"live"`
+	// Counted: the report counts for the leader (live, or silent within the peer grace:
+	// see Silent).
+	Counted bool `json:"counted"`
 	// Clients is how many client streams are connected to it.
 	Clients int `json:"clients"`
 	// Unconfirmed counts the maps its report lists (Overflow: maps were left out to keep it

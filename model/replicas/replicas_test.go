@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
@@ -162,6 +163,16 @@ func TestLeaseName(t *testing.T) {
 	assert.Equal(t, a, LeaseName("trafficmap-publisher", "pod-a"), "stable")
 }
 
+// silent marks r as a report that expired at 12:00:00 with 3 clients and counts until 12:00:30.
+func silent(r Report) Report {
+	since := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	r.Clients, r.Silent = 3, &Silent{Since: since, Until: since.Add(30 * time.Second)}
+	return r
+}
+
+const silentSuffix = " (its report expired at 2026-12-04T12:00:00Z, not renewed: frozen or cut off; its 3 clients may still hold what it served, so it counts until 2026-12-04T12:00:30Z, --xds-peer-grace)"
+
+// A silent report (expired, still counted for its clients: see Silent) is judged as a live one.
 func TestJudge(t *testing.T) {
 	const key, digest = "prod/chat", "d1"
 	b := func(maps ...Map) Report { return Report{Identity: "pub-b", Maps: maps} }
@@ -193,6 +204,14 @@ func TestJudge(t *testing.T) {
 			"replica pub-b left maps of namespace prod out of its report to keep it within 196608 bytes (held until listed)"},
 		{"a report that left out maps of another namespace", []Report{{Identity: "pub-b", Truncated: []string{"other"}}}, false, false, 0, 0,
 			"replica pub-b has not reported on it yet"},
+		{"a silent peer has not reported on a new map", []Report{silent(b(Map{Key: "prod/other", Digest: "x"}))}, false, false, 0, 0,
+			"replica pub-b has not reported on it yet" + silentSuffix},
+		{"a silent peer serves older content", []Report{silent(b(Map{Key: key, Digest: "old", Relevant: 2, Acked: 2}))}, false, false, 0, 0,
+			"replica pub-b does not serve this content yet" + silentSuffix},
+		{"a silent peer's clients ACKed this content", []Report{silent(b(Map{Key: key, Digest: digest, Relevant: 2, Acked: 2}))}, false, true, 2, 2,
+			"1 other replicas: 2/2 relevant clients ACKed"},
+		{"a published map is absent from a silent report", []Report{silent(b())}, true, true, 0, 0,
+			"1 other replicas: 0/0 relevant clients ACKed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

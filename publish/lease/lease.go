@@ -270,19 +270,31 @@ func (w *Writer) write(ctx context.Context, name string, r replicas.Report) erro
 }
 
 // Board is the leader's view of every replica's report, from an informer on the report
-// Leases of one election. A report counts while it is live: less than its
-// leaseDurationSeconds after this process last saw it change (by resourceVersion), so
-// clocks that differ between replicas do not matter, as in client-go's leader election.
-// Its table is guarded by mu.
+// Leases of one election. A report is live less than its leaseDurationSeconds after this
+// process last saw it change (by resourceVersion), so clocks that differ between replicas
+// do not matter, as in client-go's leader election. It counts while it is live, and then,
+// when it listed connected clients, for Grace more (silent, replicas.Silent): a replica
+// that stopped renewing because it is frozen cannot fence itself, and its clients keep
+// what it served until their keepalive gives up on it or it resumes (and fences or renews).
+// A report deleted (a clean stop, which closes the connections first) stops counting at
+// once. Its table is guarded by mu.
 type Board struct {
+	// Grace is how long a silent report still counts (see the type's doc); set before Run.
+	Grace time.Duration
+
 	self     string
 	informer cache.SharedIndexInformer
 	now      func() time.Time
 	onChange func(keys []string)
 	log      *zap.Logger
-	// OnExpire, when set before Run, is called when another replica's report expires (its
-	// clients reconnect to the replicas left), before the requeue of what it listed.
+	// OnExpire, when set before Run, is called when another replica's report stops counting
+	// (its clients reconnect to the replicas left), before the requeue of what it listed;
+	// maps it held without listing them (see replicas.Judge) are the callee's to requeue.
 	OnExpire func(identity string)
+	// OnBack, when set before Run, is called when another replica's report is renewed
+	// after it expired (silent or no longer counted): the replica resumed or restarted, and
+	// the clients it fenced or lost are reconnecting, holding what they had meanwhile.
+	OnBack func(identity string)
 
 	mu      sync.Mutex
 	reports map[string]*seen // by Lease name
@@ -294,7 +306,21 @@ type seen struct {
 	observed time.Time
 	duration time.Duration
 	report   replicas.Report
-	expired  bool
+	silent   bool // no longer live, still counted (logged once)
+	expired  bool // no longer counted
+}
+
+// state is what s counts for at now: live, silent (with when it expired and when it stops
+// counting), or neither.
+func (b *Board) state(s *seen, now time.Time) (live bool, silent *replicas.Silent) {
+	end := s.observed.Add(s.duration)
+	if now.Before(end) {
+		return true, nil
+	}
+	if until := end.Add(b.Grace); s.report.Clients > 0 && now.Before(until) {
+		return false, &replicas.Silent{Since: end, Until: until}
+	}
+	return false, nil
 }
 
 // NewBoard watches the reports of the election Lease namespace/election. self (this
@@ -339,7 +365,8 @@ func (b *Board) Run(ctx context.Context) {
 // HasSynced reports whether the informer has listed the reports.
 func (b *Board) HasSynced() bool { return b.informer.HasSynced() }
 
-// Peers returns the live reports of the other replicas.
+// Peers returns the counted reports of the other replicas: the live ones, and the silent
+// ones within Grace (Report.Silent set).
 func (b *Board) Peers() []replicas.Report {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -347,10 +374,13 @@ func (b *Board) Peers() []replicas.Report {
 	out := make([]replicas.Report, 0, len(b.reports))
 	for _, name := range slices.Sorted(maps.Keys(b.reports)) {
 		s := b.reports[name]
-		if s.report.Identity == b.self || !now.Before(s.observed.Add(s.duration)) {
+		live, silent := b.state(s, now)
+		if s.report.Identity == b.self || (!live && silent == nil) {
 			continue
 		}
-		out = append(out, s.report)
+		r := s.report
+		r.Silent = silent
+		out = append(out, r)
 	}
 	return out
 }
@@ -362,8 +392,9 @@ func (b *Board) Replicas() []replicas.Replica {
 	now := b.now()
 	out := make([]replicas.Replica, 0, len(b.reports))
 	for _, s := range b.reports {
+		live, silent := b.state(s, now)
 		out = append(out, replicas.Replica{Identity: s.report.Identity, Self: s.report.Identity == b.self,
-			Live: now.Before(s.observed.Add(s.duration)), Clients: s.report.Clients,
+			Live: live, Counted: live || silent != nil, Clients: s.report.Clients,
 			Unconfirmed: len(s.report.Maps), Overflow: s.report.Overflow || len(s.report.Truncated) > 0,
 			Truncated: s.report.Truncated, Seq: s.report.Seq, Renewed: s.observed})
 	}
@@ -402,6 +433,9 @@ func (b *Board) observe(obj any) {
 	}
 	b.reports[l.Name] = &seen{uid: l.UID, version: l.ResourceVersion, observed: b.now(), duration: d, report: r}
 	b.mu.Unlock()
+	if prev != nil && (prev.silent || prev.expired) && r.Identity != b.self && b.OnBack != nil {
+		b.OnBack(r.Identity)
+	}
 	var keys []string
 	switch {
 	case r.Identity == b.self:
@@ -425,14 +459,25 @@ func (b *Board) forget(name string) {
 	}
 }
 
-// expire notes the reports that stopped being renewed and requeues what they listed.
+// expire notes the reports that stopped being renewed (silent) and those that stopped
+// counting, and requeues what they listed.
 func (b *Board) expire() {
 	now := b.now()
 	var keys, gone []string
 	b.mu.Lock()
 	for _, s := range b.reports {
-		if !s.expired && !now.Before(s.observed.Add(s.duration)) {
-			s.expired = true
+		live, silent := b.state(s, now)
+		switch {
+		case live || s.expired:
+		case silent != nil:
+			if !s.silent && s.report.Identity != b.self {
+				b.log.Info("replica report expired: its clients may still hold what it served, so it counts until the peer grace ends",
+					zap.String("replica", s.report.Identity), zap.Int("clients", s.report.Clients), zap.Time("until", silent.Until))
+				keys = append(keys, listed(s.report)...)
+			}
+			s.silent = true
+		default:
+			s.expired, s.silent = true, false
 			if s.report.Identity != b.self {
 				b.log.Info("replica report expired: it no longer counts", zap.String("replica", s.report.Identity))
 				keys = append(keys, listed(s.report)...)

@@ -157,3 +157,65 @@ func TestBoardKeepsTheNewestReport(t *testing.T) {
 	assert.Equal(t, uint64(1), b.Peers()[0].Seq)
 	assert.Equal(t, [][]string{{"prod/chat"}, {"prod/chat"}, {"prod/chat"}}, requeued)
 }
+
+// A report that stops being renewed while its replica had clients (a frozen replica cannot
+// fence itself) still counts for Grace, judged by its last content and marked Silent; one
+// without clients stops counting at expiry. Each step requeues what the report listed,
+// OnExpire is called once, when it stops counting, and OnBack when it is renewed again.
+func TestBoardCountsASilentReportForTheGrace(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	var requeued [][]string
+	var left []string
+	b := NewBoard(kubefake.NewClientset(), "ns", "publisher", "pub-a", func(keys []string) { requeued = append(requeued, keys) }, zaptest.NewLogger(t))
+	b.now, b.Grace = func() time.Time { return now }, 30*time.Second
+	b.OnExpire = func(id string) { left = append(left, id) }
+	var back []string
+	b.OnBack = func(id string) { back = append(back, id) }
+	lease := func(name, holder string, r replicas.Report) *coordinationv1.Lease {
+		v, err := replicas.Encode(r)
+		require.NoError(t, err)
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: "u", ResourceVersion: "1",
+			Annotations: map[string]string{replicas.Annotation: v}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To(int32(4))}}
+	}
+	b.observe(lease("publisher-xds-b", "pub-b", replicas.Report{Identity: "pub-b", Seq: 1, Clients: 2,
+		Maps: []replicas.Map{{Key: "prod/chat", Digest: "d1", Relevant: 2, Acked: 2}}}))
+	b.observe(lease("publisher-xds-c", "pub-c", replicas.Report{Identity: "pub-c", Seq: 1}))
+	require.Len(t, b.Peers(), 2)
+	requeued = nil
+
+	now = now.Add(4 * time.Second) // both expire: b had clients, c none
+	b.expire()
+	peers := b.Peers()
+	require.Len(t, peers, 1, "c stops counting, b is silent")
+	assert.Equal(t, "pub-b", peers[0].Identity)
+	require.NotNil(t, peers[0].Silent)
+	assert.Equal(t, now, peers[0].Silent.Since)
+	assert.Equal(t, now.Add(30*time.Second), peers[0].Silent.Until)
+	assert.Equal(t, []string{"pub-c"}, left)
+	assert.Equal(t, [][]string{{"prod/chat"}}, requeued, "b's listed maps, judged again with its silence")
+	v := replicas.Judge(peers, "prod/new", "d9", false)
+	assert.False(t, v.Done, "a map b never saw is held while b's clients may hold older content")
+	assert.Contains(t, v.Message, "replica pub-b has not reported on it yet (its report expired at 2026-12-04T12:00:04Z")
+	reps := b.Replicas()
+	require.Len(t, reps, 2)
+	assert.Equal(t, []bool{false, true}, []bool{reps[0].Live, reps[0].Counted}, "b: silent")
+	assert.Equal(t, []bool{false, false}, []bool{reps[1].Live, reps[1].Counted}, "c: gone")
+
+	now = now.Add(30 * time.Second) // the grace ends
+	b.expire()
+	b.expire()
+	assert.Empty(t, b.Peers())
+	assert.Equal(t, []string{"pub-c", "pub-b"}, left, "OnExpire once per replica")
+	assert.Equal(t, [][]string{{"prod/chat"}, {"prod/chat"}}, requeued)
+
+	// b renews (it resumed): it counts again as live, and what it lists is judged again.
+	l := lease("publisher-xds-b", "pub-b", replicas.Report{Identity: "pub-b", Seq: 2, Clients: 2,
+		Maps: []replicas.Map{{Key: "prod/chat", Digest: "d2", Relevant: 2, Acked: 0}}})
+	l.ResourceVersion = "2"
+	b.observe(l)
+	require.Len(t, b.Peers(), 1)
+	assert.Nil(t, b.Peers()[0].Silent)
+	assert.Equal(t, [][]string{{"prod/chat"}, {"prod/chat"}, {"prod/chat"}}, requeued)
+	assert.Equal(t, []string{"pub-b"}, back, "the clients it fenced or lost reconnect")
+}
