@@ -16,7 +16,7 @@ func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	o := options{duration: 70 * time.Second, seed: 1, maps: 12, clusters: 3, dial: 4,
-		faultEvery: 7 * time.Second, opEvery: 300 * time.Millisecond, taintEvery: 10 * time.Second, converge: 3 * time.Minute,
+		faultEvery: 7 * time.Second, opEvery: 300 * time.Millisecond, converge: 3 * time.Minute,
 		race: true, roundRobin: true, workDir: t.TempDir()}
 	res, err := run(ctx, o, t.Logf)
 	require.NoError(t, err)
