@@ -223,6 +223,16 @@ func (p *probe) NACK(n int) {
 	p.nacksLeft += n
 }
 
+// StopNACKs ends what NACK asked for and returns how many of those NACKs are left undone
+// (no response came meanwhile): they must not fall on the responses of a later stream.
+func (p *probe) StopNACKs() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	left := p.nacksLeft
+	p.nacksLeft = 0
+	return left
+}
+
 // Stats returns the probe's counters.
 func (p *probe) Stats() probeStats {
 	p.mu.Lock()

@@ -228,6 +228,13 @@ func TestProbeFollowsTheXDSServer(t *testing.T) {
 				assert.Equal(t, []any{"worker-a=1", true}, []any{w, present}, "an Envoy probe holds every map")
 			}
 
+			// NACKs asked for and stopped before a response came are not made later.
+			p.NACK(2)
+			assert.Equal(t, 2, p.StopNACKs())
+			s.serve(map[string]int32{"worker-a": 40, "worker-b": 60})
+			waitHeld(t, p, "worker-a=40,worker-b=60")
+			assert.Equal(t, int64(1), p.Stats().NACKs)
+
 			// A deleted map is no longer present.
 			s.serve(nil)
 			require.Eventually(t, func() bool {
