@@ -132,6 +132,22 @@ const (
 	seqMark = "\x00seq"
 )
 
+// size is what c holds: its resources, and the bytes of their encodings made so far (the
+// virtual hosts kept for reuse included; a resource never sent to a client is not encoded).
+func (c *typeCache) size() (resources, encoded int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.resources {
+		if e.res != nil {
+			encoded += len(e.res.GetResource().GetValue())
+		}
+	}
+	for _, b := range c.enc.vhosts {
+		encoded += len(b)
+	}
+	return len(c.resources), encoded
+}
+
 func newTypeCache(typeURL string) *typeCache {
 	return &typeCache{typeURL: typeURL, resources: map[string]*entry{},
 		watches: watchIndex{wildcard: map[*watch]struct{}{}, named: map[string]map[*watch]struct{}{}},

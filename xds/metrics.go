@@ -22,6 +22,10 @@ type metrics struct {
 var (
 	descClients  = prometheus.NewDesc("trafficmap_publisher_xds_clients", "Connected xDS clients that identified themselves, by flavour.", []string{"flavour"}, nil)
 	descSnapshot = prometheus.NewDesc("trafficmap_publisher_xds_snapshot_info", "The version of each resource type served to each flavour (value 1).", []string{"flavour", "type", "version"}, nil)
+	// Accounting, for sizing (see README "Sizing"): what the server holds and for whom.
+	descResources = prometheus.NewDesc("trafficmap_publisher_xds_resources", "Resources served, by flavour and type (a flavour no client has consumed yet serves none).", []string{"flavour", "type"}, nil)
+	descEncoded   = prometheus.NewDesc("trafficmap_publisher_xds_encoded_bytes", "Bytes of the encodings of the served resources the server keeps, by flavour and type (a resource is encoded when a client is first sent it).", []string{"flavour", "type"}, nil)
+	descStreams   = prometheus.NewDesc("trafficmap_publisher_xds_streams", "Open xDS streams of clients that identified themselves, by flavour and protocol (sotw or delta).", []string{"flavour", "protocol"}, nil)
 )
 
 func newMetrics(s *Server, reg prometheus.Registerer) *metrics {
@@ -44,6 +48,9 @@ func newMetrics(s *Server, reg prometheus.Registerer) *metrics {
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descClients
 	ch <- descSnapshot
+	ch <- descResources
+	ch <- descEncoded
+	ch <- descStreams
 }
 
 // Collect implements prometheus.Collector.
@@ -54,6 +61,27 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for f, n := range count {
 		ch <- prometheus.MustNewConstMetric(descClients, prometheus.GaugeValue, float64(n), string(f))
+	}
+	streams := map[[2]string]int{}
+	for _, f := range []Flavour{FlavourEnvoy, FlavourGRPC} {
+		for _, p := range []string{"sotw", "delta"} {
+			streams[[2]string{string(f), p}] = 0
+		}
+	}
+	for _, c := range m.server.tracker.Clients() {
+		p := "sotw"
+		if c.Unacked != nil { // set for every delta stream (ClientState.Unacked)
+			p = "delta"
+		}
+		streams[[2]string{string(c.Flavour), p}]++
+	}
+	for k, n := range streams {
+		ch <- prometheus.MustNewConstMetric(descStreams, prometheus.GaugeValue, float64(n), k[0], k[1])
+	}
+	for key, c := range m.server.cache.caches {
+		n, b := c.size()
+		ch <- prometheus.MustNewConstMetric(descResources, prometheus.GaugeValue, float64(n), key.hash, typeLabel(key.typeURL))
+		ch <- prometheus.MustNewConstMetric(descEncoded, prometheus.GaugeValue, float64(b), key.hash, typeLabel(key.typeURL))
 	}
 	for f, vs := range m.server.Versions() {
 		for typ, v := range vs {
