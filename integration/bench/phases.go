@@ -205,6 +205,11 @@ func (b *bench) memory(ctx context.Context) error {
 	logf("P3: rss %s, heap in use %s, after a collection %s", mib(float64(rss)), mib(heap), mib(live))
 	b.report.add("P3 resident memory (VmRSS) at steady state", mib(float64(rss)), "<= 300 MiB at N=10000", float64(rss) <= 300*(1<<20))
 	b.report.add("P3 Go heap in use at steady state / right after a forced collection (live)", mib(heap)+" / "+mib(live), "", true)
+	// The publisher's own accounting of its xDS server (what an operator sizes from).
+	resources, encoded, streams := sum(m, "trafficmap_publisher_xds_resources"), sum(m, "trafficmap_publisher_xds_encoded_bytes"), sum(m, "trafficmap_publisher_xds_streams")
+	logf("P3: xds server holds %.0f resources, %s of kept encodings, %.0f streams", resources, mib(encoded), streams)
+	b.report.add("P3 xDS server's own accounting (/metrics): resources served, kept encodings, streams",
+		fmt.Sprintf("%.0f, %s, %.0f", resources, mib(encoded), streams), "", true)
 	return nil
 }
 
