@@ -3,7 +3,6 @@ package xds_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,9 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/trafficmap/publisher/xds"
 )
@@ -26,14 +22,8 @@ import (
 // client is first sent a resource), and the open streams per flavour and protocol.
 func TestMetricsAccountForServedResources(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	srv := xds.NewServer(xds.ServerConfig{Log: zaptest.NewLogger(t), Registerer: reg})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	t.Cleanup(func() { cancel(); <-done })
-	_, err = srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
+	srv, ads := startServerWith(t, reg)
+	_, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
 	require.NoError(t, err)
 
 	gauges := func() string {
@@ -61,10 +51,7 @@ func TestMetricsAccountForServedResources(t *testing.T) {
 	assert.Contains(t, before, "encoded_bytes[envoy Cluster]=0\n", "nothing encoded before a client asks")
 	assert.Contains(t, before, "streams[envoy sotw]=0\n")
 
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	stream, err := ads.StreamAggregatedResources(t.Context())
 	require.NoError(t, err)
 	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType}))
 	resp, err := stream.Recv()

@@ -28,7 +28,14 @@ import (
 
 func startServer(t *testing.T) (*xds.Server, discoveryv3.AggregatedDiscoveryServiceClient) {
 	t.Helper()
-	srv := xds.NewServer(xds.ServerConfig{Log: zaptest.NewLogger(t)})
+	return startServerWith(t, nil)
+}
+
+// startServerWith serves a server with a logger and reg (nil: none) on a loopback port, and
+// returns it and an ADS client connected to it; both stop with the test.
+func startServerWith(t *testing.T, reg prometheus.Registerer) (*xds.Server, discoveryv3.AggregatedDiscoveryServiceClient) {
+	t.Helper()
+	srv := xds.NewServer(xds.ServerConfig{Log: zaptest.NewLogger(t), Registerer: reg})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -155,21 +162,12 @@ func TestDeltaNackIsReported(t *testing.T) {
 // The debug endpoint and the metrics show the NACKing client.
 func TestDebugAndMetricsShowClients(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	srv := xds.NewServer(xds.ServerConfig{Log: zaptest.NewLogger(t), Registerer: reg})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	t.Cleanup(func() { cancel(); <-done })
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
+	srv, ads := startServerWith(t, reg)
 	v1s, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, envoyResources(t, 1))
 	require.NoError(t, err)
 	v1 := v1s[resource.ClusterType]
 
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(context.Background())
+	stream, err := ads.StreamAggregatedResources(context.Background())
 	require.NoError(t, err)
 	responses := xdstest.Stream(stream.Recv)
 	require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{Node: envoyNode, TypeUrl: resource.ClusterType}))

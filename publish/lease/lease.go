@@ -288,7 +288,8 @@ type Board struct {
 	onChange func(keys []string)
 	log      *zap.Logger
 	// OnExpire, when set before Run, is called when another replica's report stops counting
-	// (its clients reconnect to the replicas left), before the requeue of what it listed;
+	// (expired past the grace, or deleted: its clients reconnect to the replicas left),
+	// before the requeue of what it listed;
 	// maps it held without listing them (see replicas.Judge) are the callee's to requeue.
 	OnExpire func(identity string)
 	// OnBack, when set before Run, is called when another replica's report is renewed
@@ -455,6 +456,9 @@ func (b *Board) forget(name string) {
 	delete(b.reports, name)
 	b.mu.Unlock()
 	if prev != nil && prev.report.Identity != b.self {
+		if !prev.expired && b.OnExpire != nil {
+			b.OnExpire(prev.report.Identity) // it stops counting now, as at an expiry
+		}
 		b.onChange(listed(prev.report))
 	}
 }

@@ -218,4 +218,8 @@ func TestBoardCountsASilentReportForTheGrace(t *testing.T) {
 	assert.Nil(t, b.Peers()[0].Silent)
 	assert.Equal(t, [][]string{{"prod/chat"}, {"prod/chat"}, {"prod/chat"}}, requeued)
 	assert.Equal(t, []string{"pub-b"}, back, "the clients it fenced or lost reconnect")
+
+	b.forget("publisher-xds-b") // a clean stop deletes the report: it stops counting at once
+	assert.Empty(t, b.Peers())
+	assert.Equal(t, []string{"pub-c", "pub-b", "pub-b"}, left, "OnExpire for the deleted report too")
 }
