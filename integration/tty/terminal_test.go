@@ -292,11 +292,14 @@ func (u opsUser) runTerminal(t *testing.T, answer string, atPrompt func(), args 
 	var stdout bytes.Buffer
 	cmd.Stdin, cmd.Stderr, cmd.Stdout = tty, tty, &stdout
 	require.NoError(t, cmd.Start())
-	require.NoError(t, tty.Close()) // the child holds its own copy
+	// The test keeps its copy of the terminal open until the child's output is read: when
+	// the last copy closes, Linux may hang the master up before output written just before
+	// the exit reaches it (CI lost a declined prompt's last line so).
+	defer tty.Close()
 
 	var screen syncBuffer
 	copied := make(chan struct{})
-	go func() { _, _ = io.Copy(&screen, ptmx); close(copied) }() // ends with EIO once the child exits
+	go func() { _, _ = io.Copy(&screen, ptmx); close(copied) }() // ends with EIO once the terminal closes
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Contains(c, screen.String(), confirmPrompt)
@@ -312,8 +315,17 @@ func (u opsUser) runTerminal(t *testing.T, answer string, atPrompt func(), args 
 	if err != nil && !errors.As(err, &exit) {
 		require.NoError(t, err)
 	}
+	// Everything the child wrote comes before an end mark written after its exit.
+	const end = "[end of the child's output]"
+	_, err = tty.Write([]byte(end))
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.True(c, strings.HasSuffix(screen.String(), end))
+	}, waitTimeout, tick, "the child's output")
+	require.NoError(t, tty.Close())
 	<-copied
-	return ran{stdout: stdout.String(), stderr: strings.ReplaceAll(screen.String(), "\r\n", "\n"), code: cmd.ProcessState.ExitCode()}
+	stderr := strings.TrimSuffix(strings.ReplaceAll(screen.String(), "\r\n", "\n"), end)
+	return ran{stdout: stdout.String(), stderr: stderr, code: cmd.ProcessState.ExitCode()}
 }
 
 // syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
