@@ -83,6 +83,7 @@ func NewServer(cfg ServerConfig) *Server {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainStreamInterceptor(s.fence.intercept),
+		grpc.ForceServerCodecV2(newCodec()),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, cfg.TLS.serverOptions(log)...)
