@@ -619,7 +619,7 @@ func (t *coldTimeline) log() {
 // default) to file.
 func apiServerProfile(ctx context.Context, kube kubernetes.Interface, d time.Duration, file string) error {
 	raw, err := kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-		Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d+30*time.Second).DoRaw(ctx)
+		Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d + 30*time.Second).DoRaw(ctx)
 	if err != nil {
 		return fmt.Errorf("read api server profile: %w", err)
 	}
