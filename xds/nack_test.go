@@ -3,6 +3,7 @@ package xds_test
 import (
 	"context"
 	"encoding/json"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"net"
 	"net/http/httptest"
 	"strings"
@@ -99,7 +100,7 @@ func TestSotWNackIsReportedAndNotResent(t *testing.T) {
 	assert.Nil(t, recv(t, responses, 500*time.Millisecond), "the rejected version is not sent again")
 
 	changedCluster := envoyResources(t, 2)
-	changedCluster.Clusters[0].ConnectTimeout.Seconds = 9
+	changedCluster.Clusters[0].ConnectTimeout = &durationpb.Duration{Seconds: 9} // a new message: the translator shares the default one
 	v2s, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, changedCluster)
 	require.NoError(t, err)
 	v2 := v2s[resource.ClusterType]
@@ -150,7 +151,7 @@ func TestDeltaNackIsReported(t *testing.T) {
 
 	// A changed cluster is sent alone.
 	res := envoyResources(t, 2)
-	res.Clusters[0].ConnectTimeout.Seconds = 9
+	res.Clusters[0].ConnectTimeout = &durationpb.Duration{Seconds: 9}
 	_, err = srv.SetResources(context.Background(), xds.FlavourEnvoy, res)
 	require.NoError(t, err)
 	changed := recv(t, responses, 10*time.Second)

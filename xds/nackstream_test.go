@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"context"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"testing"
 	"time"
 
@@ -61,7 +62,7 @@ func TestNackGuardIsPerStream(t *testing.T) {
 
 		// A new version reaches every peer (each waits with an open watch).
 		res := envoyResources(t, 1) // new messages: the server skips the ones it serves
-		res.Clusters[0].ConnectTimeout.Seconds = int64(30 + round)
+		res.Clusters[0].ConnectTimeout = &durationpb.Duration{Seconds: int64(30 + round)}
 		vs, err := srv.SetResources(context.Background(), xds.FlavourEnvoy, res)
 		require.NoError(t, err)
 		next := vs[resource.ClusterType]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -280,7 +281,7 @@ func dnsCluster(s Service, e weights.EffectiveEntry, envoy bool) (*clusterv3.Clu
 	c := &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_LOGICAL_DNS},
-		ConnectTimeout:       durationpb.New(5e9),
+		ConnectTimeout:       connectTimeout,
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
 		LoadAssignment: &endpointv3.ClusterLoadAssignment{
 			ClusterName: name,
@@ -294,7 +295,7 @@ func dnsCluster(s Service, e weights.EffectiveEntry, envoy bool) (*clusterv3.Clu
 		},
 	}
 	if envoy {
-		dns, err := envoyDNSClusterType()
+		dns, err := sharedDNSClusterType()
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", name, err)
 		}
@@ -309,6 +310,14 @@ func dnsCluster(s Service, e weights.EffectiveEntry, envoy bool) (*clusterv3.Clu
 	}
 	return c, nil
 }
+
+// connectTimeout is every cluster's connect timeout, one message shared by every cluster
+// (served messages are never modified).
+var connectTimeout = durationpb.New(5e9)
+
+// sharedDNSClusterType is envoyDNSClusterType made once and shared by every Envoy cluster
+// (served messages are never modified): at 10,000 maps it is 80,000 copies less.
+var sharedDNSClusterType = sync.OnceValues(envoyDNSClusterType)
 
 // envoyDNSClusterType is the Envoy flavour's cluster type: Envoy's DNS cluster extension
 // with the semantics of LOGICAL_DNS (every address of the host is one endpoint, the first

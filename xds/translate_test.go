@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"os"
 	"path/filepath"
 	"slices"
@@ -195,7 +196,9 @@ func TestValidateCatchesWhatEnvoyAndGRPCReject(t *testing.T) {
 		{"unreadable DNS cluster config", func(r xds.Resources) xds.Resources {
 			cfg, err := anypb.New(wrapperspb.String("not a DnsCluster"))
 			require.NoError(t, err)
-			r.Clusters[0].GetClusterType().TypedConfig = cfg
+			ct := proto.Clone(r.Clusters[0].GetClusterType()).(*clusterv3.Cluster_CustomClusterType) // shared by every cluster
+			ct.TypedConfig = cfg
+			r.Clusters[0].ClusterDiscoveryType = &clusterv3.Cluster_ClusterType{ClusterType: ct}
 			return r
 		}, `cluster "prod/chat/worker-a": cluster type envoy.clusters.dns`},
 	}
