@@ -161,6 +161,7 @@ type runFlags struct {
 	takeOverFrom                       string
 	hostnameEntitlements               []string
 	teardownTimeout                    time.Duration
+	memoryLimitRatio                   float64
 }
 
 // register adds the flags of 'publisher run' to fs.
@@ -204,6 +205,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.publisherName, "publisher-name", "", "status.publisher.publisherName of the claim journals this publisher writes and honours (default: its field manager, "+publish.DefaultFieldManager+")")
 	fs.StringVar(&f.takeOverFrom, "take-over-from", "", "publisherName of another publisher whose maps this one takes over: a map whose claim journal names it is handed over and published (gatewayapi: OME's built-in publisher, whose route is adopted in place)")
 	fs.DurationVar(&f.teardownTimeout, "teardown-timeout", publish.DefaultTeardownTimeout, "a deleted TrafficMap is held by the finalizer "+model.Finalizer+" while its published state goes in order; each wait (weights 0 confirmed by the gateway and the xDS clients, then the xDS removal ACKed) lasts at most this long, then the teardown goes on")
+	fs.Float64Var(&f.memoryLimitRatio, "memory-limit-ratio", 0.9, "set Go's soft memory limit to this fraction of the container's memory limit (cgroup), so the heap is collected harder before the container is killed; 0 turns it off; GOMEMLIMIT in the environment wins")
 	fs.StringArrayVar(&f.hostnameEntitlements, "hostname-entitlement", nil, "DOMAIN=NAMESPACE[,NAMESPACE...]: only these namespaces may claim DOMAIN and names below it (repeatable); without any, every namespace may claim any hostname that is not another namespace's gRPC-form name, first claim first served")
 }
 
@@ -304,11 +306,15 @@ func runCommand(ctx context.Context, f runFlags, stderr io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return exit(exitUsage, err)
 	}
+	if f.memoryLimitRatio < 0 || f.memoryLimitRatio > 1 {
+		return exit(exitUsage, fmt.Errorf("%w: --memory-limit-ratio %g: must be between 0 and 1", publish.ErrInvalidConfig, f.memoryLimitRatio))
+	}
 	log, err := newLogger(f.logFormat, f.logLevel, stderr)
 	if err != nil {
 		return exit(exitUsage, err)
 	}
 	defer func() { _ = log.Sync() }()
+	setMemoryLimit(f.memoryLimitRatio, log)
 	defer routeLibraryLogs(log)()
 	if slices.Contains(cfg.Sinks, publish.SinkXDS) {
 		switch {

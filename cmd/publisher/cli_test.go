@@ -35,6 +35,7 @@ func TestExitCodes(t *testing.T) {
 		{"run with bad policy", []string{"run", "--gateway", "prod/global", "--no-positive-policy", "Keep"}, exitUsage, "must be ApplyCurrent or RetainLastPositive"},
 		{"run with bad log format", []string{"run", "--gateway", "prod/global", "--log-format", "xml"}, exitUsage, `--log-format "xml": must be json or console`},
 		{"run with stray argument", []string{"run", "--gateway", "g", "extra"}, exitUsage, "unexpected arguments: extra"},
+		{"run with a memory limit ratio above 1", []string{"run", "--gateway", "g", "--memory-limit-ratio", "1.5"}, exitUsage, "--memory-limit-ratio 1.5: must be between 0 and 1"},
 		{"run with missing kubeconfig", []string{"run", "--gateway", "g", "--kubeconfig", "/nonexistent/kubeconfig"}, exitUsage, "error: load kubeconfig"},
 	}
 	for _, tc := range tests {
