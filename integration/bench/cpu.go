@@ -170,3 +170,24 @@ func requestDelta(before, after map[string]float64) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// publisherWrites counts, between two reads of the API server's request counts, the writes
+// of the publisher during a cold start: every write request but the stand-in gateway's route
+// status and the API server's own leases, and the Events apart. Nothing else writes then.
+func publisherWrites(before, after map[string]float64) (writes, events int) {
+	for k, n := range after {
+		verb, res, _ := strings.Cut(k, " ")
+		d := int(n - before[k])
+		switch {
+		case d < 1 || !writeVerbs[verb] || res == "httproutes/status" || res == "leases":
+		case res == "events":
+			events += d
+		default:
+			writes += d
+		}
+	}
+	return writes, events
+}
+
+// writeVerbs are the verbs of apiserver_request_total that write.
+var writeVerbs = map[string]bool{"APPLY": true, "CREATE": true, "POST": true, "PATCH": true, "PUT": true, "UPDATE": true, "DELETE": true}

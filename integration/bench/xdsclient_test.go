@@ -100,3 +100,12 @@ other_total 9
 	require.NoError(t, err)
 	assert.Equal(t, map[string]float64{"APPLY services": 7, "PUT httproutes/status": 3}, got)
 }
+
+func TestPublisherWrites(t *testing.T) {
+	before := map[string]float64{"APPLY services": 10, "GET httproutes": 4}
+	after := map[string]float64{"APPLY services": 90, "GET httproutes": 40, "APPLY trafficmaps": 10, "APPLY trafficmaps/status": 20,
+		"PUT httproutes/status": 10, "PUT leases": 3, "POST events": 9, "DELETE services": 1}
+	writes, events := publisherWrites(before, after)
+	assert.Equal(t, 80+10+20+1, writes, "reads, the gateway's route status and leases are not the publisher's writes")
+	assert.Equal(t, 9, events)
+}
