@@ -207,6 +207,15 @@ func (c *caches) unconfirmed() []string {
 	return out
 }
 
+// mapCount counts the cached TrafficMaps.
+func (c *caches) mapCount() int {
+	n := 0
+	for _, inf := range c.maps {
+		n += len(inf.GetStore().ListKeys())
+	}
+	return n
+}
+
 // unpublished counts the cached TrafficMaps whose Published condition is not True at their
 // generation, and how long ago the oldest False condition among them turned False. Maps
 // that are ramping (reason Ramping) are counted by ramping instead: a ramp is slow on

@@ -95,7 +95,7 @@ func TestReconcilePublicationFallback(t *testing.T) {
 func TestMapsInFallbackGauge(t *testing.T) {
 	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1beta1.TrafficMap{}, 0, cache.Indexers{})
 	reg := prometheus.NewRegistry()
-	watchGauges(reg, func() bool { return true }, func() (int, time.Duration) { return 0, 0 }, func() int { return 0 },
+	watchGauges(reg, func() bool { return true }, func() int { return 7 }, func() (int, time.Duration) { return 0, 0 }, func() int { return 0 },
 		func() map[model.FallbackReason]int { return countFallbacks([]cache.SharedIndexInformer{inf}) })
 	tm := func(name string, status metav1.ConditionStatus, reason string) *v1beta1.TrafficMap {
 		m := fleetMap()

@@ -58,9 +58,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 }
 
 // watchGauges registers the gauges read at scrape time: whether this replica leads, how
-// many maps are not Published and for how long the oldest has not been (ramping maps aside),
+// many maps it holds, how many are not Published and for how long the oldest has not been (ramping maps aside),
 // how many maps are ramping, and how many are in fallback by reason.
-func watchGauges(reg prometheus.Registerer, leading func() bool, unpublished func() (int, time.Duration), ramping func() int,
+func watchGauges(reg prometheus.Registerer, leading func() bool, maps func() int, unpublished func() (int, time.Duration), ramping func() int,
 	fallbacks func() map[model.FallbackReason]int) {
 	if reg == nil {
 		return
@@ -74,6 +74,9 @@ func watchGauges(reg prometheus.Registerer, leading func() bool, unpublished fun
 				}
 				return 0
 			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trafficmap_publisher_maps",
+			Help: "TrafficMaps in this replica's cache (the namespaces it watches): with the xDS server's resources, encoded bytes and streams, what its memory grows with."},
+			func() float64 { return float64(maps()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "trafficmap_publisher_maps_not_published",
 			Help: "TrafficMaps whose Published condition is not True at their generation, as this replica's cache has them."},
 			func() float64 { n, _ := unpublished(); return float64(n) }),
