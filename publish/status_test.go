@@ -1,12 +1,14 @@
 package publish
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/model"
@@ -162,4 +164,27 @@ func TestReconcileKeepsTrueCountsAfterRestart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A new map's first Publishing status waits freshQuiet when it is the only new map waiting,
+// longer while many are new at once (each adds freshPerWaiting), never more than
+// freshQuietMax; once a map has waited its quiet, it is written.
+func TestFreshQuietGrowsWithNewMapsWaiting(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	w := newStatusWriter(nil, record.NewFakeRecorder(8), nil)
+	w.now = func() time.Time { return now }
+	publishing := model.Status{Condition: metav1.Condition{Type: v1beta1.ConditionPublished, Status: metav1.ConditionFalse, Reason: string(model.ReasonPublishing)}}
+	newMap := func(i int) *v1beta1.TrafficMap {
+		tm := fleetMap()
+		tm.Name = fmt.Sprintf("m%03d", i)
+		return tm
+	}
+	assert.Equal(t, freshQuiet, w.hold(newMap(0), publishing), "alone")
+	assert.Equal(t, freshQuiet+freshPerWaiting, w.hold(newMap(1), publishing), "a second new map waiting")
+	for i := 2; i < 200; i++ {
+		w.hold(newMap(i), publishing)
+	}
+	assert.Equal(t, freshQuietMax, w.hold(newMap(200), publishing), "a cold start's wave: at most freshQuietMax")
+	now = now.Add(freshQuietMax)
+	assert.Zero(t, w.hold(newMap(0), publishing), "waited long enough: written")
 }
