@@ -58,6 +58,7 @@ type options struct {
 	logLevel            string
 	out, workDir        string
 	src                 string
+	memoryLimit         string
 }
 
 func parseFlags() options {
@@ -79,6 +80,7 @@ func parseFlags() options {
 	flag.StringVar(&o.logLevel, "log-level", "info", "publisher --log-level")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown file whose section for this N is replaced by this run's figures")
 	flag.StringVar(&o.src, "src", "", "source tree the publisher binary is built from (default: this repository), e.g. an older checkout to compare")
+	flag.StringVar(&o.memoryLimit, "memory-limit", "", "GOMEMLIMIT for the publisher process (e.g. 460MiB: what --memory-limit-ratio 0.9 sets under the chart's 512Mi container limit); empty: none, as outside a container")
 	flag.StringVar(&o.workDir, "work-dir", "", "where the publisher log and profiles go (default: a new temporary directory)")
 	flag.Parse()
 	return o
@@ -234,6 +236,9 @@ func run(ctx context.Context, o options) (err error) {
 	b := &bench{o: o, c: c, cfg: restCfg, w: w, intents: make([]intent, o.maps)}
 	b.report.meta = runMeta{N: o.maps, C: o.clients, SotW: o.sotw, Mix: o.mixDescription(), MixName: o.mix, Cores: runtime.NumCPU(), Date: time.Now().UTC().Format("2006-01-02"), Go: runtime.Version(),
 		Flags: fmt.Sprintf("--kube-api-qps %g --kube-api-burst %d --workers %d --sinks httproute,xds --xds-min-clients %d", o.qps, o.burst, o.workers, o.clients)}
+	if o.memoryLimit != "" {
+		b.report.meta.Flags += "`, environment `GOMEMLIMIT=" + o.memoryLimit
+	}
 	defer b.stopClients()
 	defer b.stopPublisher()
 	if err := b.coldStart(ctx, bin, kubeconfig); err != nil {

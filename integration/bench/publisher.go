@@ -72,6 +72,9 @@ func startPublisher(bin, kubeconfig, logPath string, o options) (*publisherProce
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if o.memoryLimit != "" {
+		cmd.Env = append(os.Environ(), "GOMEMLIMIT="+o.memoryLimit)
+	}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start publisher: %w", err)
