@@ -2,6 +2,8 @@ package main
 
 import (
 	"math"
+	"os"
+	"runtime/debug"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"go.uber.org/zap"
@@ -16,11 +18,15 @@ func setMemoryLimit(ratio float64, log *zap.Logger) {
 	if ratio == 0 {
 		return
 	}
+	if v := os.Getenv("GOMEMLIMIT"); v != "" {
+		log.Info("soft memory limit from GOMEMLIMIT", zap.String("GOMEMLIMIT", v), zap.Int64("bytes", debug.SetMemoryLimit(-1)))
+		return
+	}
 	limit, err := memlimit.Set(memlimit.WithRatio(ratio), memlimit.WithProvider(memlimit.FromCgroup))
 	switch {
 	case err != nil:
 		log.Info("no soft memory limit from the container's: none found", zap.Error(err))
 	case limit < math.MaxInt64:
-		log.Info("soft memory limit set", zap.Int64("bytes", limit), zap.Float64("ratio", ratio))
+		log.Info("soft memory limit set from the container's memory limit", zap.Int64("bytes", limit), zap.Float64("ratio", ratio))
 	}
 }
