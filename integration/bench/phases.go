@@ -121,8 +121,8 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 	case done = <-all:
 	case <-time.After(timeout):
 		return errors.Join(fmt.Errorf("P2: %d/%d maps Published True after %s", tl.publishedCount(), b.o.maps, timeout), b.clientErr())
-	case err := <-b.pub.done:
-		return fmt.Errorf("P2: publisher exited: %v (log: %s)", err, filepath.Join(b.o.workDir, "publisher.log"))
+	case <-b.pub.done:
+		return fmt.Errorf("P2: publisher exited: %v (log: %s)", b.pub.err, filepath.Join(b.o.workDir, "publisher.log"))
 	}
 	elapsed := done.Sub(start)
 	coldCPU := meter.cores(cpu0, meter.read(), runtime.NumCPU())

@@ -21,7 +21,8 @@ type publisherProcess struct {
 	cmd      *exec.Cmd
 	xdsAddr  string
 	httpAddr string
-	done     chan error
+	done     chan struct{} // closed when the process has exited; err is then its exit
+	err      error
 }
 
 // freeAddr returns a loopback address with a port the kernel just handed out.
@@ -79,9 +80,10 @@ func startPublisher(bin, kubeconfig, logPath string, o options) (*publisherProce
 		logFile.Close()
 		return nil, fmt.Errorf("start publisher: %w", err)
 	}
-	p := &publisherProcess{cmd: cmd, xdsAddr: xdsAddr, httpAddr: httpAddr, done: make(chan error, 1)}
+	p := &publisherProcess{cmd: cmd, xdsAddr: xdsAddr, httpAddr: httpAddr, done: make(chan struct{})}
 	go func() {
-		p.done <- cmd.Wait()
+		p.err = cmd.Wait()
+		close(p.done)
 		logFile.Close()
 	}()
 	return p, nil
