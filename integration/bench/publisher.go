@@ -104,21 +104,32 @@ func (p *publisherProcess) cpuSeconds() (float64, error) {
 	return procCPUSeconds(p.cmd.Process.Pid)
 }
 
-// rssBytes is the process's resident set size.
-func (p *publisherProcess) rssBytes() (int64, error) {
+// rss is the process's resident set size, and the part of it that is anonymous memory (the
+// heap, stacks) rather than mapped files (the binary's pages).
+func (p *publisherProcess) rss() (total, anon int64, err error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer f.Close()
 	s := bufio.NewScanner(f)
+	found := 0
 	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb * 1024, err
+		for prefix, into := range map[string]*int64{"VmRSS:": &total, "RssAnon:": &anon} {
+			if v, ok := strings.CutPrefix(s.Text(), prefix); ok {
+				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				if err != nil {
+					return 0, 0, err
+				}
+				*into = kb * 1024
+				found++
+			}
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", p.cmd.Process.Pid)
+	if found != 2 {
+		return 0, 0, fmt.Errorf("no VmRSS or RssAnon in /proc/%d/status", p.cmd.Process.Pid)
+	}
+	return total, anon, nil
 }
 
 // metrics returns the publisher's metric samples (name with labels -> value).
