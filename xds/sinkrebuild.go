@@ -107,7 +107,7 @@ func (r *rebuilder) rebuild(ctx context.Context) (err error) {
 	changed, removed, tell := r.diff(sc, prevServed, prevInvalid, next, nextInvalid)
 	var step demandStep
 	if sc.serve[FlavourGRPC] {
-		step = r.demandChange(sc, prevServed, next, time.Now())
+		step = r.demandChange(sc, prevServed, next, r.s.cfg.Now())
 	}
 	if wait := r.newOnlyWait(changed, removed, tell, sc.build, sc.full, prevServed); wait > 0 && step.empty() {
 		// Only maps no client could reach yet (a cold start journals them one reconcile at
