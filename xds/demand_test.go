@@ -214,7 +214,9 @@ func TestDroppedMapIsRebuiltForItsNextSubscriber(t *testing.T) {
 	other := dialADS(t, s, "grpc-other") // a gRPC client of another map, never relevant to chat
 	other.subscribe(resource.ListenerType, "svc-1.prod")
 	other.next(resource.ListenerType)
-	require.Eventually(t, func() bool { return slices.Equal([]string{"svc-1.example.com", "svc-1.prod"}, gRPCServed(s, resource.ListenerType)) },
+	require.Eventually(t, func() bool {
+		return slices.Equal([]string{"svc-1.example.com", "svc-1.prod"}, gRPCServed(s, resource.ListenerType))
+	},
 		10*time.Second, time.Millisecond, "chat is not built: no client subscribes to it")
 
 	// holds subscribes to chat type by type, checks the route's weights, and checks that

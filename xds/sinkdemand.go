@@ -40,8 +40,8 @@ func Demanded(clients []ClientState, f Flavour) (names map[string]struct{}, wild
 // whose last subscriber left less than linger ago. It is the rebuild loop's alone.
 type demand struct {
 	linger time.Duration
-	read   bool                 // names and all were read (at the Tracker's Demand gen)
-	gen    uint64               //
+	read   bool                 // names and all were read once
+	gen    uint64               // the Tracker's Demand of the gRPC flavour when they were
 	all    bool                 // a wildcard subscription: every map is demanded
 	names  map[string]struct{}  // the names subscribed to
 	built  map[string]bool      // the maps the gRPC flavour carries
