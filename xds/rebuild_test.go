@@ -60,9 +60,7 @@ func TestRebuildPerChangeServesTheFleet(t *testing.T) {
 	require.NoError(t, s.loop.rebuild(ctx))
 	consume(t, ctx, s.listener.Addr(), "envoy")
 	consume(t, ctx, s.listener.Addr(), "gRPC Go")
-	require.Eventually(t, func() bool {
-		return s.server.Tracker().Consumed(FlavourEnvoy) && s.server.Tracker().Consumed(FlavourGRPC)
-	}, 10e9, 1e6)
+	require.Eventually(t, func() bool { return consumedAll(s) }, 10e9, 1e6)
 
 	check := func(step int) {
 		t.Helper()

@@ -74,9 +74,18 @@ var ErrInvalidSinkConfig = errors.New("invalid xds sink configuration")
 //
 // Build only what is consumed: a flavour's resources (Envoy or proxyless gRPC) are neither
 // translated nor served until a client of that flavour has connected (Tracker.Consumed);
-// the first such client triggers a rebuild that builds the flavour from every served map,
-// and it is answered only then, with the complete current content (the server answers no
-// flavour before its first snapshot).
+// the first such client triggers a rebuild that builds the flavour, and it is answered
+// only then, with the complete current content (the server answers no flavour before its
+// first snapshot). The Envoy flavour carries every served map with hostnames. The gRPC
+// flavour carries a map only while a gRPC stream subscribes to one of the names its content
+// serves (ServedBy; any type), or every map while one subscribes to a type by wildcard: a
+// change of the gRPC streams' subscriptions (Tracker.Demand; an ACK alone never changes
+// it) rebuilds, which translates, serves and records in the history the maps newly
+// demanded, and drops the maps demanded by no stream for DemandLinger (removed from the
+// served resources, their translation freed). A rebuild looks at the maps whose content or
+// subscribers changed, not at the fleet. Relevance does not depend on what is built: a
+// stream subscribed to a map's names is relevant to it, built or not, and confirms it only
+// once it ACKed a version the history says carries it.
 //
 // Reconnect grace: for SinkConfig.ReconnectGrace after Start and after Leading, a plan that
 // was not published before (model.Standing.PublishedBefore) is Pending whatever its
@@ -110,7 +119,7 @@ type Sink struct {
 
 	mu      sync.Mutex
 	served  map[string]Service            // what is served (to the flavours consumed), by map key
-	built   map[Flavour]bool              // the flavours whose resources are served
+	built   map[Flavour]bool              // the flavours whose resources are served (the gRPC flavour's demanded maps: rebuilder.demand)
 	pending map[string]bool               // maps whose last confirmation waited for clients
 	invalid map[string]error              // maps whose resources failed validation
 	checked map[string]checked            // Check's last verdict, by map key

@@ -64,7 +64,7 @@ func benchmarkRebuild(b *testing.B, n int) {
 	}
 	consume(b, ctx, s.listener.Addr(), "envoy")
 	consume(b, ctx, s.listener.Addr(), "gRPC Go")
-	for !s.server.Tracker().Consumed(FlavourEnvoy) || !s.server.Tracker().Consumed(FlavourGRPC) {
+	for !consumedAll(s) {
 		time.Sleep(time.Millisecond) // a benchmark's setup, not a test
 	}
 	if err := s.loop.rebuild(ctx); err != nil { // builds both flavours
@@ -88,7 +88,8 @@ func benchmarkRebuild(b *testing.B, n int) {
 }
 
 // consume opens an ADS stream of the user agent's flavour that subscribes to one listener
-// name nobody serves, so the flavour is consumed and the stream is sent nothing.
+// name nobody serves and to every endpoint (a type the publisher never answers), so the
+// flavour is consumed, every map of it is demanded (built), and the stream is sent nothing.
 func consume(b testing.TB, ctx context.Context, addr net.Addr, userAgent string) {
 	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -99,8 +100,18 @@ func consume(b testing.TB, ctx context.Context, addr net.Addr, userAgent string)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: userAgent, UserAgentName: userAgent},
-		TypeUrl: resource.ListenerType, ResourceNames: []string{"nobody"}}); err != nil {
-		b.Fatal(err)
+	node := &corev3.Node{Id: userAgent, UserAgentName: userAgent}
+	for typ, names := range map[string][]string{resource.ListenerType: {"nobody"}, resource.EndpointType: {"*"}} {
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typ, ResourceNames: names}); err != nil {
+			b.Fatal(err)
+		}
 	}
+}
+
+// consumedAll reports whether the streams consume opened have made themselves known to s:
+// both flavours consumed and every gRPC map demanded.
+func consumedAll(s *Sink) bool {
+	tracker := s.server.Tracker()
+	_, all := Demanded(tracker.Clients(), FlavourGRPC)
+	return tracker.Consumed(FlavourEnvoy) && tracker.Consumed(FlavourGRPC) && all
 }

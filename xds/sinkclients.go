@@ -8,25 +8,32 @@ import (
 )
 
 // clientWatch turns the server's client changes (every ACK, NACK, connect and disconnect)
-// into rebuilds and news: the first client of a flavour builds it, maps waiting for ACKs are
-// reconciled again, and every map given when the set of clients changed. Its fields are
-// guarded by its lock.
+// into rebuilds and news: the first client of a flavour builds it, a change of what the
+// gRPC streams subscribe to rebuilds (the gRPC flavour carries the maps demanded), maps
+// waiting for ACKs are reconciled again, and every map given when the set of clients
+// changed. Its fields are guarded by its lock.
 type clientWatch struct {
 	s *Sink
 
 	mu      sync.Mutex
 	members uint64 // the Tracker's Membership when the client set was last compared
 	clients string // the client set then
+	demand  uint64 // the Tracker's Demand of the gRPC flavour at the last kick
 }
 
 // changed is the server's OnClientChange.
 func (w *clientWatch) changed() {
 	s := w.s
 	tracker := s.server.Tracker()
-	members := tracker.Membership()
+	members, demand := tracker.Membership(), tracker.Demand(FlavourGRPC)
 	w.mu.Lock()
 	known := members == w.members
+	moved := demand != w.demand
+	w.demand = demand
 	w.mu.Unlock()
+	if moved { // an ACK alone never moves it: the rebuild reads the subscriptions again
+		s.loop.kick()
+	}
 	if !known { // a client may have joined or left: compare the sets
 		for _, f := range flavours {
 			s.mu.Lock()

@@ -22,8 +22,9 @@ var flavours = []Flavour{FlavourEnvoy, FlavourGRPC}
 
 // rebuilder is the sink's rebuild loop: it serves the plans the pipeline gave (wants),
 // paced in storms. Its queue, translator, pacer, lastServed (when resources were last
-// handed to the server) and owner (which map serves each name) are used by the loop
-// alone; what is served is the sink's, under the sink's lock.
+// handed to the server), owner (which map serves each name) and demand (which maps the
+// gRPC flavour carries) are used by the loop alone; what is served is the sink's, under
+// the sink's lock.
 type rebuilder struct {
 	s          *Sink
 	queue      workqueue.TypedRateLimitingInterface[string]
@@ -31,10 +32,11 @@ type rebuilder struct {
 	pacer      pacer
 	lastServed time.Time
 	owner      map[string]string
+	demand     demand
 }
 
 func newRebuilder(s *Sink) *rebuilder {
-	return &rebuilder{s: s, translator: NewTranslator(s.envoy), owner: map[string]string{},
+	return &rebuilder{s: s, translator: NewTranslator(s.envoy), owner: map[string]string{}, demand: demand{linger: DemandLinger},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "xds-snapshot"})}
 }
@@ -82,9 +84,12 @@ func (r *rebuilder) scope(prevServed map[string]Service, prevInvalid map[string]
 
 // rebuild serves the plans given for the maps in scope: it hands the server the resources
 // of those whose served content changed (every other map's stay as they were) for each
-// flavour a client consumes, builds a flavour from every served map when its first client
-// has connected, and hands news each map whose served content or validity changed. A map
-// whose given resources fail validation keeps its last good content.
+// flavour a client consumes, builds a flavour when its first client has connected (the
+// Envoy flavour from every served map, the gRPC flavour from the maps demanded: see
+// demandChange), adds and drops maps of the gRPC flavour as its streams' subscriptions
+// change, and hands news each map whose served content or validity changed or that joined
+// the gRPC flavour. A map whose given resources fail validation keeps its last good
+// content.
 func (r *rebuilder) rebuild(ctx context.Context) (err error) {
 	r.s.mu.Lock()
 	prevServed, prevInvalid := r.s.served, r.s.invalid // written by this loop alone, under mu
@@ -100,7 +105,11 @@ func (r *rebuilder) rebuild(ctx context.Context) (err error) {
 		defer r.s.wants.mark(retry...) // rebuilt again with the next change
 	}
 	changed, removed, tell := r.diff(sc, prevServed, prevInvalid, next, nextInvalid)
-	if wait := r.newOnlyWait(changed, removed, tell, sc.build, sc.full, prevServed); wait > 0 {
+	var step demandStep
+	if sc.serve[FlavourGRPC] {
+		step = r.demandChange(sc, prevServed, next, r.s.cfg.Now())
+	}
+	if wait := r.newOnlyWait(changed, removed, tell, sc.build, sc.full, prevServed); wait > 0 && step.empty() {
 		// Only maps no client could reach yet (a cold start journals them one reconcile at
 		// a time): they go out with the ones after them, in one snapshot, within
 		// coalesceNew of the last; a change to reachable content never waits.
@@ -108,8 +117,8 @@ func (r *rebuilder) rebuild(ctx context.Context) (err error) {
 		r.queue.AddAfter(snapshotKey, wait)
 		return nil
 	}
-	if len(changed) > 0 || len(removed) > 0 || len(sc.build) > 0 || sc.full {
-		if err := r.serve(ctx, sc, prevServed, next, changed, removed); err != nil {
+	if len(changed) > 0 || len(removed) > 0 || len(sc.build) > 0 || sc.full || !step.empty() {
+		if err := r.serve(ctx, sc, prevServed, next, changed, removed, step); err != nil {
 			return err
 		}
 		r.lastServed = time.Now()
@@ -122,6 +131,7 @@ func (r *rebuilder) rebuild(ctx context.Context) (err error) {
 		// without them, and may send nothing more. Every map still waiting is judged again.
 		tell = append(tell, r.s.watch.waiting()...)
 	}
+	tell = append(tell, step.add...) // recorded in the gRPC flavour's history only now
 	r.s.news.add(r.s.watch.worthTelling(tell)...)
 	return nil
 }
@@ -158,13 +168,17 @@ func (r *rebuilder) diff(sc scope, prevServed map[string]Service, prevInvalid ma
 }
 
 // serve translates the change and hands each flavour served its resources, recording in
-// the history which content each version carries.
-func (r *rebuilder) serve(ctx context.Context, sc scope, prevServed, next map[string]Service, changed []Service, removed []string) error {
+// the history which content each version carries: the gRPC flavour's only for the maps it
+// carries (step).
+func (r *rebuilder) serve(ctx context.Context, sc scope, prevServed, next map[string]Service, changed []Service, removed []string, step demandStep) error {
 	update := changed
 	if sc.full { // after a failed rebuild the translator may hold content never served
 		update = slices.Collect(maps.Values(next))
 	}
 	r.translator.Update(update, removed)
+	if sc.serve[FlavourGRPC] {
+		r.translator.Demand(step.add, step.drop)
+	}
 	for _, f := range flavours {
 		if !sc.serve[f] {
 			continue
@@ -177,9 +191,14 @@ func (r *rebuilder) serve(ctx context.Context, sc scope, prevServed, next map[st
 		if err != nil {
 			return fmt.Errorf("serve %s resources: %w", f, err)
 		}
-		if slices.Contains(sc.build, f) || sc.full {
+		reset := slices.Contains(sc.build, f) || sc.full
+		switch {
+		case f == FlavourGRPC:
+			in, out := r.gRPCRecord(reset, prevServed, next, sc.keys, changed, removed, step)
+			r.s.history.Record(f, versions, in, out)
+		case reset:
 			r.s.history.Record(f, versions, ofFlavour(f, everyService(prevServed, sc.keys, next)), removed)
-		} else {
+		default:
 			r.s.history.Record(f, versions, ofFlavour(f, changed), append(removed, notOfFlavour(f, changed)...))
 		}
 	}

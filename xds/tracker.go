@@ -158,6 +158,7 @@ type Tracker struct {
 	onChange func()
 	observe  func(typeURL string, nack bool) // metrics hook; nil means none
 	members  uint64                          // see Membership
+	demand   map[Flavour]uint64              // see Demand
 	// served returns the cache serving a node's flavour a type; nil means none is known
 	// (the delta reconnect rule then never applies).
 	served func(node *corev3.Node, typeURL string) *typeCache
@@ -239,7 +240,7 @@ const maxOutstanding = 128
 // NewTracker returns a Tracker that calls onChange (if not nil) after every ACK, NACK,
 // connect and disconnect, outside its lock.
 func NewTracker(onChange func()) *Tracker {
-	return &Tracker{streams: map[streamKey]*stream{}, onChange: onChange}
+	return &Tracker{streams: map[streamKey]*stream{}, onChange: onChange, demand: map[Flavour]uint64{}}
 }
 
 // Callbacks returns the server callbacks that feed the tracker, for SotW and delta.
@@ -310,17 +311,18 @@ func (t *Tracker) close(key streamKey) {
 	t.clients = nil
 	if s := t.streams[key]; s != nil && s.node != nil {
 		t.members++
+		t.demand[s.flavour]++
 	}
 	delete(t.streams, key)
 	t.mu.Unlock()
 	t.changed()
 }
 
-// sentOn returns the stream of key and the type URL a response of typeURL was sent for (a
-// stream's own type when typeURL is empty: a single-type stream); nil for a closed
-// stream. t.mu is held.
-func (t *Tracker) sentOn(key streamKey, typeURL string) (*stream, string) {
-	s := t.streams[key]
+// sentOn returns the stream of key among streams and the type URL a response of typeURL
+// was sent for (a stream's own type when typeURL is empty: a single-type stream); nil for a
+// closed stream. The Tracker's mu is held.
+func sentOn(streams map[streamKey]*stream, key streamKey, typeURL string) (*stream, string) {
+	s := streams[key]
 	if s != nil && typeURL == "" {
 		typeURL = s.typeURL
 	}
@@ -330,7 +332,7 @@ func (t *Tracker) sentOn(key streamKey, typeURL string) (*stream, string) {
 func (t *Tracker) response(key streamKey, typeURL, nonce, version string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s, typeURL := t.sentOn(key, typeURL)
+	s, typeURL := sentOn(t.streams, key, typeURL)
 	if s == nil {
 		return
 	}
@@ -346,7 +348,7 @@ func (t *Tracker) response(key streamKey, typeURL, nonce, version string) {
 func (t *Tracker) deltaResponse(key streamKey, typeURL, nonce, version string, names []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s, typeURL := t.sentOn(key, typeURL)
+	s, typeURL := sentOn(t.streams, key, typeURL)
 	if s == nil {
 		return
 	}
@@ -782,6 +784,7 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 	if s.node == nil && node != nil {
 		s.node, s.flavour = node, FlavourOf(node)
 		t.members++
+		t.demand[s.flavour]++
 		t.clients = nil
 		if !t.flavours[s.flavour] {
 			if t.flavours == nil {
@@ -799,8 +802,11 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 		beforeAcked, beforeStale := s.acked[typeURL], len(s.stale[typeURL])
 		subscribe(s, typeURL)
 		after := s.subs[typeURL]
-		changed = changed || !had || before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names) || beforeAcked != s.acked[typeURL] ||
-			beforeStale != len(s.stale[typeURL])
+		subscribed := !had || before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names)
+		if subscribed && s.node != nil {
+			t.demand[s.flavour]++
+		}
+		changed = changed || subscribed || beforeAcked != s.acked[typeURL] || beforeStale != len(s.stale[typeURL])
 	}
 	message = boundMessage(message)
 	switch {
@@ -847,6 +853,16 @@ func (t *Tracker) changed() {
 	if t.onChange != nil {
 		t.onChange()
 	}
+}
+
+// Demand changes whenever what the identified streams of flavour f subscribe to may have
+// changed: a stream of f identified itself, changed a subscription or closed. While it
+// stays the same, so does Demanded(f, Clients()), so a caller can skip computing it on a
+// mere ACK. The change is counted before the OnClientChange call that follows it.
+func (t *Tracker) Demand(f Flavour) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.demand[f]
 }
 
 // Consumed reports whether a client of flavour f has identified itself since the tracker

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"maps"
 	"slices"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -146,7 +147,13 @@ type fleet struct {
 	services map[string]Service
 	order    []string // the keys of services, sorted
 	asm      map[Flavour]*assembly
+	// limited: the gRPC flavour holds only the services in demanded (see Demand).
+	limited  bool
+	demanded map[string]bool
 }
+
+// inGRPC reports whether the gRPC flavour holds the service key (once set by Update).
+func (f *fleet) inGRPC(key string) bool { return !f.limited || f.demanded[key] }
 
 // assembly is one flavour's last assembled resources, with where each service's parts are,
 // so that a change of a few services that keeps their resource names patches those
@@ -168,10 +175,7 @@ type assembly struct {
 // their keys or join, and the services removed leave. What was translated for a removed
 // service is forgotten.
 func (t *Translator) Update(services []Service, removed []string) {
-	if t.fleet == nil {
-		t.fleet = &fleet{services: map[string]Service{}, asm: map[Flavour]*assembly{}}
-	}
-	f := t.fleet
+	f := t.fleetOf()
 	for _, s := range services {
 		key := s.key()
 		if _, ok := f.services[key]; !ok {
@@ -188,6 +192,7 @@ func (t *Translator) Update(services []Service, removed []string) {
 			continue
 		}
 		delete(f.services, key)
+		delete(f.demanded, key)
 		delete(t.cache, key)
 		delete(t.seen, key)
 		if i, ok := slices.BinarySearch(f.order, key); ok {
@@ -199,18 +204,59 @@ func (t *Translator) Update(services []Service, removed []string) {
 	}
 }
 
+// Demand limits the gRPC flavour to the services demanded: from the first call on, its
+// Resources hold only the services added here and not dropped since (each one also set by
+// Update; a service Update removes is dropped too). Adding a service held or dropping one
+// not held changes nothing. What was translated of a dropped service for the gRPC flavour
+// is forgotten, so its memory goes once nothing else holds it (the server, until it serves
+// the next resources). The Envoy flavour holds every service with hostnames.
+func (t *Translator) Demand(add, drop []string) {
+	f := t.fleetOf()
+	f.limited = true
+	if f.demanded == nil {
+		f.demanded = map[string]bool{}
+	}
+	a := f.asm[FlavourGRPC]
+	for _, key := range add {
+		if f.demanded[key] {
+			continue
+		}
+		f.demanded[key] = true
+		if a != nil {
+			a.dirty[key] = true
+		}
+	}
+	for _, key := range drop {
+		if !f.demanded[key] {
+			continue
+		}
+		delete(f.demanded, key)
+		if a != nil {
+			a.dirty[key] = true
+		}
+		if e := t.cache[key]; e != nil {
+			e.grpc, e.grpcOK, e.wasGRPC = nil, nil, nil
+		}
+	}
+}
+
+func (t *Translator) fleetOf() *fleet {
+	if t.fleet == nil {
+		t.fleet = &fleet{services: map[string]Service{}, asm: map[Flavour]*assembly{}}
+	}
+	return t.fleet
+}
+
 // Resources returns flavour's resources for the services Update has set: the same as
-// TranslateEnvoy (of the services with hostnames) or TranslateGRPC would. Each service is
+// TranslateEnvoy (of the services with hostnames) or TranslateGRPC (of the services
+// demanded, see Demand) would. Each service is
 // translated for a flavour only when that flavour is first asked for after the service
 // changed, so a flavour never asked for costs nothing. When the services updated since the
 // flavour's previous call kept their resource names (a drain), the previous lists are
 // copied and only those services' positions replaced; the resources of every other
 // service are the same messages as before.
 func (t *Translator) Resources(flavour Flavour) (Resources, error) {
-	if t.fleet == nil {
-		t.fleet = &fleet{services: map[string]Service{}, asm: map[Flavour]*assembly{}}
-	}
-	a := t.fleet.asm[flavour]
+	a := t.fleetOf().asm[flavour]
 	if a == nil {
 		a = &assembly{full: true, dirty: map[string]bool{}}
 		t.fleet.asm[flavour] = a
@@ -302,7 +348,7 @@ func reuseEqual[T interface {
 	}
 }
 
-// assemble builds flavour's resources from every service, in key order.
+// assemble builds flavour's resources from every service it holds, in key order.
 func (t *Translator) assemble(flavour Flavour, a *assembly) error {
 	f := t.fleet
 	a.listeners, a.routes, a.clusters = map[string]int{}, map[string]int{}, map[string]int{}
@@ -340,10 +386,14 @@ func (t *Translator) assemble(flavour Flavour, a *assembly) error {
 		a.res = res
 		return nil
 	}
-	a.grpc = make(map[string]*Resources, len(f.order))
-	parts := make([]Resources, 0, len(f.order))
+	order := f.order
+	if f.limited { // the demanded services, not the fleet
+		order = slices.DeleteFunc(slices.Sorted(maps.Keys(f.demanded)), func(key string) bool { _, ok := f.services[key]; return !ok })
+	}
+	a.grpc = make(map[string]*Resources, len(order))
+	parts := make([]Resources, 0, len(order))
 	var res Resources
-	for _, key := range f.order {
+	for _, key := range order {
 		p, err := t.gRPCPart(f.services[key])
 		if err != nil {
 			return err
@@ -418,7 +468,11 @@ func (t *Translator) patch(flavour Flavour, a *assembly) (bool, error) {
 	for key := range a.dirty {
 		s, ok := f.services[key]
 		old := a.grpc[key]
-		if !ok || old == nil {
+		in := ok && f.inGRPC(key)
+		if old == nil && !in {
+			continue // neither was nor is in the flavour
+		}
+		if old == nil || !in {
 			return false, nil
 		}
 		p, err := t.gRPCPart(s)

@@ -154,3 +154,56 @@ func TestTranslatorFleetMatchesFreshTranslation(t *testing.T) {
 	check(nil)                  // nothing changed
 	check(nil, "prod/add", "prod/chat", "prod/embed")
 }
+
+// Limited by Demand, the gRPC flavour's Resources equal a fresh translation of the
+// services demanded, through adds, drops, a change of a demanded service (patched), a
+// change of one not demanded (nothing to do) and a removal; the Envoy flavour keeps every
+// service.
+func TestTranslatorGRPCHoldsTheDemandedServices(t *testing.T) {
+	svc := map[string]xds.Service{}
+	for _, name := range []string{"chat", "embed", "rank"} {
+		svc[name] = service(t, "prod", name, nil, seedEntries()...).Sealed()
+	}
+	tr := xds.NewTranslator(xds.DefaultEnvoyOptions)
+	tr.Update(slices.Collect(maps.Values(svc)), nil)
+	for _, step := range []struct {
+		name         string
+		do           func()
+		demanded     []string
+		envoyHolders []string
+	}{
+		{"none demanded", func() { tr.Demand(nil, nil) }, nil, []string{"chat", "embed", "rank"}},
+		{"one added", func() { tr.Demand([]string{"prod/embed"}, nil) }, []string{"embed"}, []string{"chat", "embed", "rank"}},
+		{"another added, one not held dropped", func() { tr.Demand([]string{"prod/chat"}, []string{"prod/rank"}) }, []string{"chat", "embed"}, []string{"chat", "embed", "rank"}},
+		{"a demanded one drained", func() {
+			svc["chat"] = service(t, "prod", "chat", drainA, seedEntries()...).Sealed()
+			tr.Update([]xds.Service{svc["chat"]}, nil)
+		}, []string{"chat", "embed"}, []string{"chat", "embed", "rank"}},
+		{"one not demanded drained", func() {
+			svc["rank"] = service(t, "prod", "rank", drainA, seedEntries()...).Sealed()
+			tr.Update([]xds.Service{svc["rank"]}, nil)
+		}, []string{"chat", "embed"}, []string{"chat", "embed", "rank"}},
+		{"one dropped", func() { tr.Demand(nil, []string{"prod/embed"}) }, []string{"chat"}, []string{"chat", "embed", "rank"}},
+		{"dropped one added again", func() { tr.Demand([]string{"prod/embed"}, nil) }, []string{"chat", "embed"}, []string{"chat", "embed", "rank"}},
+		{"a demanded one removed", func() { delete(svc, "chat"); tr.Update(nil, []string{"prod/chat"}) }, []string{"embed"}, []string{"embed", "rank"}},
+	} {
+		step.do()
+		pick := func(names []string) []xds.Service {
+			var out []xds.Service
+			for _, n := range names {
+				out = append(out, svc[n])
+			}
+			return out
+		}
+		want, err := xds.TranslateGRPC(pick(step.demanded))
+		require.NoError(t, err, step.name)
+		got, err := tr.Resources(xds.FlavourGRPC)
+		require.NoError(t, err, step.name)
+		assertSameResources(t, want, got)
+		wantEnvoy, err := xds.TranslateEnvoy(xds.DefaultEnvoyOptions, withHostnames(pick(step.envoyHolders)))
+		require.NoError(t, err, step.name)
+		gotEnvoy, err := tr.Resources(xds.FlavourEnvoy)
+		require.NoError(t, err, step.name)
+		assertSameResources(t, wantEnvoy, gotEnvoy)
+	}
+}
