@@ -152,14 +152,6 @@ env:
     valueFrom:
       fieldRef:
         fieldPath: metadata.name
-  {{- if (.Values.resources.limits).memory }}
-  # A soft memory limit for the Go runtime at the container's limit: the collector works
-  # harder as the heap nears it instead of letting it double between collections.
-  - name: GOMEMLIMIT
-    valueFrom:
-      resourceFieldRef:
-        resource: limits.memory
-  {{- end }}
 ports:
   - name: xds
     containerPort: {{ .Values.xds.port }}
