@@ -231,10 +231,10 @@ func (c *caches) unconfirmed() []string {
 	return out
 }
 
-// mapCount counts the cached TrafficMaps.
-func (c *caches) mapCount() int {
+// mapCount counts the TrafficMaps cached by infs (one informer per scope).
+func mapCount(infs []cache.SharedIndexInformer) int {
 	n := 0
-	for _, inf := range c.maps {
+	for _, inf := range infs {
 		n += len(inf.GetStore().ListKeys())
 	}
 	return n

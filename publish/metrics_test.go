@@ -24,9 +24,8 @@ func TestMapsGaugeCountsCachedMaps(t *testing.T) {
 		cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1beta1.TrafficMap{}, 0, cache.Indexers{}),
 		cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1beta1.TrafficMap{}, 0, cache.Indexers{}),
 	}
-	c := &caches{maps: scopes}
 	reg := prometheus.NewRegistry()
-	watchGauges(reg, func() bool { return true }, c.mapCount, func() (int, time.Duration) { return 0, 0 }, func() int { return 0 },
+	watchGauges(reg, func() bool { return true }, func() int { return mapCount(scopes) }, func() (int, time.Duration) { return 0, 0 }, func() int { return 0 },
 		func() map[model.FallbackReason]int { return nil })
 	check := func(n string) {
 		t.Helper()

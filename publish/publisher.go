@@ -145,7 +145,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		}
 	}
 	p.metrics = newMetrics(p.cfg.Registerer)
-	watchGauges(p.cfg.Registerer, p.elector.leading.Load, p.caches.mapCount, func() (int, time.Duration) { return p.caches.unpublished(time.Now()) }, p.caches.ramping,
+	watchGauges(p.cfg.Registerer, p.elector.leading.Load, func() int { return mapCount(p.caches.maps) }, func() (int, time.Duration) { return p.caches.unpublished(time.Now()) }, p.caches.ramping,
 		func() map[model.FallbackReason]int { return countFallbacks(p.caches.maps) })
 
 	if cfg.sinkOn(SinkHTTPRoute) {
