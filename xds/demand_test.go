@@ -361,3 +361,46 @@ func TestDemandLingers(t *testing.T) {
 	tick(DemandLinger)
 	assert.False(t, builtNow(), "dropped once the linger ended")
 }
+
+// New maps coalesce (see TestNewMapsCoalesce) even while gRPC streams change what they
+// subscribe to: the subscription change is served at once, alone, and the new map waits
+// for the snapshot after. Serving the new maps with every subscription change sent every
+// Envoy the fleet's route configuration every few tens of milliseconds in a cold start,
+// and maps judged while an Envoy had not answered one went back to Published False.
+func TestNewMapsCoalesceWhileGRPCStreamsSubscribe(t *testing.T) {
+	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.server.Serve(ctx, s.listener) }()
+	t.Cleanup(func() { cancel(); <-done; s.loop.queue.ShutDown() })
+	connected := func(n int) {
+		t.Helper()
+		require.Eventually(t, func() bool { return len(s.server.Tracker().Clients()) == n }, 10*time.Second, time.Millisecond)
+	}
+	served := func(key string) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.served[key]
+		return ok
+	}
+	s.Serve(demandPlan(t, 0))
+	s.Serve(demandPlan(t, 2))
+	dialADS(t, s, "grpc-1").subscribe(resource.ListenerType, "svc-0.prod")
+	connected(1)
+	require.NoError(t, s.loop.rebuild(ctx)) // the first: both served, the gRPC flavour built for svc-0
+	require.True(t, served("prod/svc-0") && served("prod/svc-2"))
+	require.Equal(t, []string{"svc-0.example.com", "svc-0.prod"}, gRPCServed(s, resource.ListenerType))
+
+	s.Serve(demandPlan(t, 1)) // new, right after a snapshot
+	dialADS(t, s, "grpc-2").subscribe(resource.ListenerType, "svc-2.prod")
+	connected(2)
+	require.NoError(t, s.loop.rebuild(ctx))
+	assert.Equal(t, []string{"svc-0.example.com", "svc-0.prod", "svc-2.example.com", "svc-2.prod"}, gRPCServed(s, resource.ListenerType),
+		"the new subscription is served at once")
+	assert.False(t, served("prod/svc-1"), "the new map waits for more")
+	require.Eventually(t, func() bool {
+		require.NoError(t, s.loop.rebuild(ctx))
+		return served("prod/svc-1")
+	}, 10*time.Second, 50*time.Millisecond, "served once coalesceNew has passed since the last snapshot that served maps")
+}

@@ -105,23 +105,32 @@ func (r *rebuilder) rebuild(ctx context.Context) (err error) {
 		defer r.s.wants.mark(retry...) // rebuilt again with the next change
 	}
 	changed, removed, tell := r.diff(sc, prevServed, prevInvalid, next, nextInvalid)
+	wait := r.newOnlyWait(changed, removed, tell, sc.build, sc.full, prevServed)
+	if wait > 0 {
+		// Only maps no client could reach yet (a cold start journals them one reconcile at
+		// a time): they go out with the ones after them, in one snapshot, within
+		// coalesceNew of the last; a change to reachable content never waits. A change of
+		// what the gRPC streams subscribe to is served now, alone: serving the new maps
+		// with it on every subscription change (a cold start's gRPC clients subscribe as
+		// their maps appear) sent every Envoy the fleet's route configuration every few
+		// tens of milliseconds, and a map judged while an Envoy had not yet answered one
+		// went back to Published False.
+		r.s.wants.mark(slices.Collect(maps.Keys(sc.keys))...)
+		r.queue.AddAfter(snapshotKey, wait)
+		sc.keys, next, nextInvalid = map[string]bool{}, map[string]Service{}, map[string]error{}
+		changed, removed, tell = nil, nil, nil
+	}
 	var step demandStep
 	if sc.serve[FlavourGRPC] {
 		step = r.demandChange(sc, prevServed, next, r.s.cfg.Now())
-	}
-	if wait := r.newOnlyWait(changed, removed, tell, sc.build, sc.full, prevServed); wait > 0 && step.empty() {
-		// Only maps no client could reach yet (a cold start journals them one reconcile at
-		// a time): they go out with the ones after them, in one snapshot, within
-		// coalesceNew of the last; a change to reachable content never waits.
-		r.s.wants.mark(slices.Collect(maps.Keys(sc.keys))...)
-		r.queue.AddAfter(snapshotKey, wait)
-		return nil
 	}
 	if len(changed) > 0 || len(removed) > 0 || len(sc.build) > 0 || sc.full || !step.empty() {
 		if err := r.serve(ctx, sc, prevServed, next, changed, removed, step); err != nil {
 			return err
 		}
-		r.lastServed = time.Now()
+		if wait == 0 { // a subscription change served alone does not restart the new maps' wait
+			r.lastServed = time.Now()
+		}
 	}
 	r.commit(sc.keys, next, nextInvalid, sc.build)
 	if len(sc.build) > 0 {
