@@ -327,14 +327,7 @@ func TestDemandLingers(t *testing.T) {
 		clock.Unlock()
 	}
 	s.Serve(demandPlan(t, 0))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.server.Serve(ctx, s.listener) }()
-	t.Cleanup(func() { cancel(); <-done; s.loop.queue.ShutDown() })
-	connected := func(n int) {
-		t.Helper()
-		require.Eventually(t, func() bool { return len(s.server.Tracker().Clients()) == n }, 10*time.Second, time.Millisecond)
-	}
+	ctx, connected := serveByHand(t, s)
 	builtNow := func() bool {
 		t.Helper()
 		require.NoError(t, s.loop.rebuild(ctx))
@@ -370,14 +363,7 @@ func TestDemandLingers(t *testing.T) {
 func TestNewMapsCoalesceWhileGRPCStreamsSubscribe(t *testing.T) {
 	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true}, zaptest.NewLogger(t))
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.server.Serve(ctx, s.listener) }()
-	t.Cleanup(func() { cancel(); <-done; s.loop.queue.ShutDown() })
-	connected := func(n int) {
-		t.Helper()
-		require.Eventually(t, func() bool { return len(s.server.Tracker().Clients()) == n }, 10*time.Second, time.Millisecond)
-	}
+	ctx, connected := serveByHand(t, s)
 	served := func(key string) bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -403,4 +389,17 @@ func TestNewMapsCoalesceWhileGRPCStreamsSubscribe(t *testing.T) {
 		require.NoError(t, s.loop.rebuild(ctx))
 		return served("prod/svc-1")
 	}, 10*time.Second, 50*time.Millisecond, "served once coalesceNew has passed since the last snapshot that served maps")
+}
+
+// serveByHand runs s's xDS server alone (the test makes the rebuilds) until the test ends,
+// and returns its context and a wait for n identified clients.
+func serveByHand(t *testing.T, s *Sink) (context.Context, func(n int)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.server.Serve(ctx, s.listener) }()
+	t.Cleanup(func() { cancel(); <-done; s.loop.queue.ShutDown() })
+	return ctx, func(n int) {
+		t.Helper()
+		require.Eventually(t, func() bool { return len(s.server.Tracker().Clients()) == n }, 10*time.Second, time.Millisecond)
+	}
 }
