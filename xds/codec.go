@@ -2,6 +2,8 @@ package xds
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 
 	"google.golang.org/grpc/encoding"
 	protoenc "google.golang.org/grpc/encoding/proto"
@@ -9,24 +11,65 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// pooledMax is the largest message the server marshals into a pooled buffer: 32 KiB.
-// Requests, ACKs and most responses fit; a response carrying the Envoy flavour's whole
-// route configuration (585 KB at 1,000 maps, 5.9 MB at 10,000) does not.
+// pooledMax is the largest message the server marshals with grpc-go's own codec, into its
+// default buffer pool: 32 KiB. Requests, ACKs and most responses fit; a response carrying the
+// Envoy flavour's whole route configuration (585 KB at 1,000 maps, 5.9 MB at 10,000) does not.
 const pooledMax = 32 << 10
 
+// keepLarge bounds the bytes of large buffers the codec keeps for reuse: enough for one
+// drain's responses to 10 Envoys at 1,000 maps, two at 10,000.
+const keepLarge = 16 << 20
+
 // codec is the xDS server's gRPC codec: grpc-go's proto codec, except that a response
-// larger than pooledMax is marshalled into a buffer of its own, left to the collector once
-// written, rather than into grpc-go's default buffer pool. That pool keeps every large
-// buffer given back (a 1 MiB tier, and a pool of any size above it) until two collections
-// pass without a Get, so one drain's responses to every Envoy stayed in memory between
-// drains: 60-75 MB of the publisher's 160-175 MB live heap at 1,000 maps (the fleet
-// bench's heap profile). Safe for concurrent use.
+// larger than pooledMax is marshalled into a buffer from a pool that keeps at most
+// keepLarge bytes. grpc-go's default pool keeps every large buffer given back (a 1 MiB tier,
+// and a pool of any size above it) until two collections pass without a Get, so one drain's
+// responses to every Envoy stayed in memory between drains: 60-75 MB of the publisher's
+// 160-175 MB live heap at 1,000 maps (the fleet bench's heap profile); a buffer of its own
+// per response instead cost the collector 9 ms of CPU per drain. Safe for concurrent use.
 type codec struct {
 	proto encoding.CodecV2
+	large *largePool
+}
+
+// largePool is a mem.BufferPool that keeps at most keepLarge bytes of buffers (first fit on
+// Get; a buffer given back beyond the bound is left to the collector). One lock.
+type largePool struct {
+	mu    sync.Mutex
+	free  []*[]byte
+	bytes int
+}
+
+// Get returns a buffer of length bytes, a kept one when one is large enough.
+func (p *largePool) Get(length int) *[]byte {
+	p.mu.Lock()
+	for i, b := range p.free {
+		if cap(*b) >= length {
+			p.free = slices.Delete(p.free, i, i+1)
+			p.bytes -= cap(*b)
+			p.mu.Unlock()
+			*b = (*b)[:length]
+			return b
+		}
+	}
+	p.mu.Unlock()
+	b := make([]byte, length)
+	return &b
+}
+
+// Put keeps b for reuse while the kept bytes stay within keepLarge.
+func (p *largePool) Put(b *[]byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bytes+cap(*b) > keepLarge {
+		return
+	}
+	p.free = append(p.free, b)
+	p.bytes += cap(*b)
 }
 
 // newCodec returns the server's codec.
-func newCodec() codec { return codec{proto: encoding.GetCodecV2(protoenc.Name)} }
+func newCodec() codec { return codec{proto: encoding.GetCodecV2(protoenc.Name), large: &largePool{}} }
 
 // Name is the content subtype, "proto", as grpc-go's codec.
 func (c codec) Name() string { return protoenc.Name }
@@ -34,7 +77,7 @@ func (c codec) Name() string { return protoenc.Name }
 // Unmarshal is grpc-go's.
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
 
-// Marshal is grpc-go's for a message up to pooledMax; a larger one gets a buffer of its own.
+// Marshal is grpc-go's for a message up to pooledMax; a larger one gets a buffer from c.large.
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
@@ -45,9 +88,12 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 		return c.proto.Marshal(v)
 	}
 	// UseCachedSize is safe: Size just computed it, and served messages are never modified.
-	buf, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(make([]byte, 0, size), m)
+	buf := c.large.Get(size)
+	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], m)
 	if err != nil {
+		c.large.Put(buf)
 		return nil, fmt.Errorf("xds codec: marshal %T: %w", v, err)
 	}
-	return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
+	*buf = out
+	return mem.BufferSlice{mem.NewBuffer(buf, c.large)}, nil
 }

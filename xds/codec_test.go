@@ -7,38 +7,55 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-func TestCodecRoundTripsAndPoolsOnlySmallMessages(t *testing.T) {
+func TestCodecRoundTripsAndKeepsLargeBuffersBounded(t *testing.T) {
 	c := newCodec()
 	assert.Equal(t, "proto", c.Name())
 	for _, tc := range []struct {
-		name   string
-		size   int
-		pooled bool
+		name  string
+		size  int
+		large bool
 	}{
-		{"ack", 100, false}, // below grpc-go's pooling threshold: never pooled
-		{"a map's resources", 8 << 10, true},
-		{"at the limit", pooledMax - 64, true},
-		{"the fleet's route configuration", 6 << 20, false},
+		{"ack", 100, false},
+		{"a map's resources", 8 << 10, false},
+		{"at the limit", pooledMax - 64, false},
+		{"the fleet's route configuration", 6 << 20, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg := &discoveryv3.DiscoveryResponse{VersionInfo: "v1",
 				Resources: []*anypb.Any{{TypeUrl: "t", Value: []byte(strings.Repeat("x", tc.size))}}}
 			data, err := c.Marshal(msg)
 			require.NoError(t, err)
-			defer data.Free()
 			var got discoveryv3.DiscoveryResponse
 			require.NoError(t, c.Unmarshal(data, &got))
 			assert.True(t, proto.Equal(msg, &got))
-			require.Len(t, data, 1)
-			_, fresh := data[0].(mem.SliceBuffer)
-			assert.Equal(t, !tc.pooled, fresh, "pooled buffer for %d bytes", tc.size)
+			kept := c.large.bytes
+			data.Free() // written: the buffer goes back to its pool
+			assert.Equal(t, tc.large, c.large.bytes > kept, "a large response's buffer is kept by the codec's own pool")
 		})
 	}
 	_, err := c.Marshal("not a message")
 	assert.Error(t, err)
+}
+
+// The codec's pool reuses a kept buffer and never keeps more than keepLarge bytes, however
+// many large responses are in flight at once (one per Envoy per drain).
+func TestLargePoolKeepsAtMostKeepLarge(t *testing.T) {
+	p := &largePool{}
+	var inFlight []*[]byte
+	for range 3 * keepLarge / (1 << 20) {
+		inFlight = append(inFlight, p.Get(1<<20))
+	}
+	for _, b := range inFlight {
+		p.Put(b)
+	}
+	assert.LessOrEqual(t, p.bytes, keepLarge)
+	assert.Equal(t, keepLarge/(1<<20), len(p.free))
+	again := p.Get(600 << 10)
+	assert.Len(t, *again, 600<<10)
+	assert.Equal(t, 1<<20, cap(*again), "a kept buffer large enough is reused")
+	assert.Equal(t, keepLarge-(1<<20), p.bytes)
 }
