@@ -22,7 +22,7 @@ import (
 
 // FallbackReason is a reason of the PublicationFallback condition when it is True or
 // False; an Unknown condition carries the Published condition's Reason of the failure.
-// Reasons are part of the publisher's interface (the README documents each one).
+// Reasons are part of the publisher's interface (docs/concepts/fallback.md documents each one).
 type FallbackReason string
 
 // Reasons of the PublicationFallback condition. LastPositiveRetained, CurrentPlanApplied

@@ -1,9 +1,9 @@
 package model
 
 // Reason is a reason of the Published condition. Reasons are part of the publisher's
-// interface (the README documents each one): the pipeline, the sinks and the operator
-// commands name them with these constants, and nothing reads a condition's message to
-// learn what happened.
+// interface (docs/concepts/published.md documents each one): the pipeline, the sinks and
+// the operator commands name them with these constants, and nothing reads a condition's
+// message to learn what happened.
 type Reason string
 
 // Reasons of the Published condition.

@@ -22,7 +22,7 @@ type metrics struct {
 var (
 	descClients  = prometheus.NewDesc("trafficmap_publisher_xds_clients", "Connected xDS clients that identified themselves, by flavour.", []string{"flavour"}, nil)
 	descSnapshot = prometheus.NewDesc("trafficmap_publisher_xds_snapshot_info", "The version of each resource type served to each flavour (value 1).", []string{"flavour", "type", "version"}, nil)
-	// Accounting, for sizing (see README "Sizing"): what the server holds and for whom.
+	// Accounting, for sizing (see docs/operations/sizing.md): what the server holds and for whom.
 	descResources = prometheus.NewDesc("trafficmap_publisher_xds_resources", "Resources served, by flavour and type (a flavour no client has consumed yet serves none; the gRPC flavour only the resources of the maps its clients subscribe to).", []string{"flavour", "type"}, nil)
 	descEncoded   = prometheus.NewDesc("trafficmap_publisher_xds_encoded_bytes", "Bytes of the encodings of the served resources the server keeps, by flavour and type (a resource is encoded when a client is first sent it).", []string{"flavour", "type"}, nil)
 	descStreams   = prometheus.NewDesc("trafficmap_publisher_xds_streams", "Open xDS streams of clients that identified themselves, by flavour and protocol (sotw or delta).", []string{"flavour", "protocol"}, nil)

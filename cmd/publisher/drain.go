@@ -76,7 +76,7 @@ nothing (server: both requests are sent with dryRun=All).
 
 The whole command has a 45-second deadline, prompt included; each API request 10 seconds
 (a shorter --request-timeout applies too). The reason is refused when it looks like a
-credential (see the README, "Drain reasons").
+credential (see docs/reference/commands.md, "Drain reasons").
 
 Last-serving guard: the preview shows the service's effective weights per cluster before and
 after the change, computed with the publisher's own computation over every current drain,
@@ -89,7 +89,7 @@ Gradual drain: --ramp DURATION moves the cluster's share in --ramp-steps equal s
 10) over DURATION instead of at once: the same patch writes the publisher's ramp annotation
 (publisher.trafficmap.dev/ramp), and the publisher publishes each step once the one before is
 in place on every sink, with Published False (reason Ramping) until the last. An undrain with
---ramp brings the share back the same way; see the README, "Gradual drains".
+--ramp brings the share back the same way; see docs/how-to/ramped-drain.md.
 
 Exit codes: 0 done, 1 refused or failed (nothing confirmed, or outcome unknown), 3 the
 guarded patch was rejected because the object changed since it was read, 4 --wait timed

@@ -34,7 +34,7 @@ var (
 	wcResource   = schema.GroupVersionResource{Group: "ome.io", Version: "v1beta1", Resource: "workloadclusters"}
 )
 
-// The labels the publisher documents on what it writes ("What it writes" in the README).
+// The labels the publisher documents on what it writes (docs/reference/written.md).
 const (
 	labelManagedBy       = "app.kubernetes.io/managed-by"
 	labelSourceNamespace = "publisher.trafficmap.dev/source-namespace"

@@ -19,7 +19,7 @@ import (
 	"github.com/trafficmap/publisher/api/v1beta1"
 )
 
-// The annotations the oracle reads, as the README documents them. They are spelled out
+// The annotations the oracle reads, as the manual (docs/) documents them. They are spelled out
 // here rather than imported: the checker's reading of the rules shares no code with the
 // publisher's.
 const (
@@ -47,8 +47,8 @@ type verdict struct {
 	Why         string           // when !TrueAllowed, the rule (for the lie report)
 }
 
-// expect is the checker's own reading of the weight rules (README "Weight rules", "Fleet
-// drains", "Gradual drains", the reasons table): the weights and hostname a True Published
+// expect is the checker's own reading of the weight rules (docs/concepts/weights.md,
+// docs/reference/commands.md on gradual drains, the reasons in docs/concepts/published.md): the weights and hostname a True Published
 // must carry for o, or why True is not allowed at all. The default --no-positive-policy
 // (ApplyCurrent) is assumed: all-zero weights are published as they are.
 func expect(o observed) verdict {
@@ -449,7 +449,7 @@ func expectEnd(dec *json.Decoder) error {
 	return nil
 }
 
-// oracleRamp is one cluster's gradual drain or undrain (README "Gradual drains").
+// oracleRamp is one cluster's gradual drain or undrain (docs/reference/commands.md, gradual drains).
 type oracleRamp struct {
 	Direction string   `json:"direction"`
 	Start     string   `json:"start"`
