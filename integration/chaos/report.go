@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/trafficmap/publisher/integration/mdsection"
 )
 
 // result is one run's findings.
@@ -110,11 +112,11 @@ func (r *result) longestFalse() (map[string]int, map[string]time.Duration) {
 	return count, longest
 }
 
-// markdown renders the run as the Reliability section.
+// markdown renders the run as the body of the chaos run's section (see chaosHeading).
 func (r *result) markdown() string {
 	var b strings.Builder
 	o := r.opts
-	fmt.Fprintf(&b, "### Chaos run: N = %d maps, seed %d, %s of faults\n\n", o.maps, o.seed, o.duration)
+	fmt.Fprintf(&b, "N = %d maps, seed %d, %s of faults. Written by `go run ./integration/chaos`: the next run replaces this section.\n\n", o.maps, o.seed, o.duration)
 	fmt.Fprintf(&b, "`make chaos CHAOS_FLAGS=\"-n %d -duration %s -seed %d -fault-every %s -op-every %s -taint-every %s\"`", o.maps, o.duration, o.seed, o.faultEvery, o.opEvery, o.taintEvery)
 	if o.race {
 		b.WriteString(" (publisher built with -race)")
@@ -183,28 +185,21 @@ func (r *result) markdown() string {
 	return b.String()
 }
 
-// writeSection replaces the "## Reliability" section of the markdown file at path (up to
-// the next "## " heading) with a heading and table, or appends it.
+// chaosHeading is the heading of the BENCHMARKS.md section a run replaces. Other documents
+// link to it: keep it stable.
+const chaosHeading = "## Chaos run"
+
+// writeSection replaces the chaos run's section of the markdown file at path (chaosHeading
+// up to the next "## " heading) with table, leaving every other section as it was; a
+// missing one is added before "## History", or at the end.
 func writeSection(path, table string) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
-		return err
+		return fmt.Errorf("read %s: %w", path, err)
 	}
-	const heading = "## Reliability: Published under overlapping faults (make chaos)\n"
-	section := heading + "\n" + table + "\n"
-	text := string(old)
-	i := strings.Index(text, heading)
-	if i < 0 {
-		if text != "" && !strings.HasSuffix(text, "\n\n") {
-			text += "\n"
-		}
-		return os.WriteFile(path, []byte(text+section), 0o644)
+	text := mdsection.Replace(string(old), chaosHeading, table, func(h string) bool { return h == "## History" })
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	rest := text[i+len(heading):]
-	j := strings.Index(rest, "\n## ")
-	tail := ""
-	if j >= 0 {
-		tail = rest[j+1:]
-	}
-	return os.WriteFile(path, []byte(text[:i]+section+tail), 0o644)
+	return nil
 }

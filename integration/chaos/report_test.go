@@ -10,15 +10,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// A run replaces the chaos run's section and nothing else; a missing one goes before the
+// history, or at the end.
 func TestWriteSection(t *testing.T) {
-	const heading = "## Reliability: Published under overlapping faults (make chaos)\n"
+	const heading = "## Chaos run\n"
 	for _, tc := range []struct {
 		name, old, want string
 	}{
-		{"new file", "", heading + "\nT1\n\n"},
-		{"appended", "# B\n\ntext\n", "# B\n\ntext\n\n" + heading + "\nT1\n\n"},
-		{"replaced, the next section kept", "# B\n\n" + heading + "\nold\n\n## Next\nkeep\n", "# B\n\n" + heading + "\nT1\n\n## Next\nkeep\n"},
-		{"replaced at the end", "# B\n\n" + heading + "\nold\n", "# B\n\n" + heading + "\nT1\n\n"},
+		{"new file", "", heading + "\nT1\n"},
+		{"appended", "# B\n\ntext\n", "# B\n\ntext\n\n" + heading + "\nT1\n"},
+		{"added before the history", "# B\n\n## Results: N = 1,000, stress mix\n\nr\n\n## History\n\n- h\n",
+			"# B\n\n## Results: N = 1,000, stress mix\n\nr\n\n" + heading + "\nT1\n\n## History\n\n- h\n"},
+		{"replaced, the sections around it kept", "# B\n\n## Results: N = 1,000, stress mix\n\nr\n\n" + heading + "\nold\n\nmore old\n\n## Next\nkeep\n",
+			"# B\n\n## Results: N = 1,000, stress mix\n\nr\n\n" + heading + "\nT1\n\n## Next\nkeep\n"},
+		{"replaced at the end", "# B\n\n" + heading + "\nold\n", "# B\n\n" + heading + "\nT1\n"},
+		{"a longer heading is another section", "# B\n\n## Chaos runs elsewhere\n\nx\n", "# B\n\n## Chaos runs elsewhere\n\nx\n\n" + heading + "\nT1\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "B.md")
