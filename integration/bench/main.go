@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -123,20 +122,6 @@ func (o options) phasesRun() string {
 		}
 	}
 	return strings.Join(run, ", ")
-}
-
-// sourceCommit names the commit of the source tree src (short hash, "+ changes" when its
-// work tree differs from it), or "an unknown commit" when git cannot say.
-func sourceCommit(src string) string {
-	out, err := exec.Command("git", "-C", src, "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "an unknown commit"
-	}
-	commit := strings.TrimSpace(string(out))
-	if changes, err := exec.Command("git", "-C", src, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(changes) > 0 {
-		commit += " + changes"
-	}
-	return commit
 }
 
 func (o options) phase(name string) bool {
@@ -261,7 +246,7 @@ func run(ctx context.Context, o options) (err error) {
 
 	b := &bench{o: o, c: c, cfg: restCfg, w: w, intents: make([]intent, o.maps)}
 	b.report.meta = runMeta{N: o.maps, C: o.clients, SotW: o.sotw, Mix: o.mixDescription(), MixName: o.mix, Cores: runtime.NumCPU(), Date: time.Now().UTC().Format("2006-01-02"), Go: runtime.Version(),
-		Commit: sourceCommit(src), Phases: o.phasesRun(),
+		Commit: testenv.SourceCommit(src), Phases: o.phasesRun(),
 		Flags: fmt.Sprintf("--kube-api-qps %g --kube-api-burst %d --workers %d --sinks httproute,xds --xds-min-clients %d", o.qps, o.burst, o.workers, o.clients)}
 	if o.memoryLimit != "" {
 		b.report.meta.Flags += "`, environment `GOMEMLIMIT=" + o.memoryLimit

@@ -84,8 +84,8 @@ func thousands(n int) string {
 func (r *report) markdown() string {
 	var sb strings.Builder
 	m := r.meta
-	fmt.Fprintf(&sb, "N = %s maps x 8 clusters, C = %d xDS clients, %s.\n", thousands(m.N), m.C, m.Mix)
-	fmt.Fprintf(&sb, "Measured %s at %s on %d cores, %s; phases %s. Publisher flags: `%s`.\n", m.Date, m.Commit, m.Cores, m.Go, m.Phases, m.Flags)
+	sb.WriteString(mdsection.Wrap(fmt.Sprintf("N = %s maps x 8 clusters, C = %d xDS clients, %s.", thousands(m.N), m.C, m.Mix), mdsection.LineWidth))
+	sb.WriteString(mdsection.Wrap(fmt.Sprintf("Measured %s at %s on %d cores, %s; phases %s. Publisher flags: `%s`.", m.Date, m.Commit, m.Cores, m.Go, m.Phases, m.Flags), mdsection.LineWidth))
 	sb.WriteString("Written by `go run ./integration/bench`: the next run of this N and mix replaces this section.\n\n")
 	sb.WriteString("| Figure | Measured | Target | Met |\n|---|---|---|---|\n")
 	for _, x := range r.rows {

@@ -84,7 +84,7 @@ func TestReportWriteNewFile(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "# Benchmarks\n\n## Results: N = 1,000, stress mix\n\n"+
 		"N = 1,000 maps x 8 clusters, C = 100 xDS clients, stress mix: who.\n"+
-		"Measured 2026-12-04 at abc1234 on 2 cores, go1.26.8; phases cold, memory. Publisher flags: `--workers 8`.\n"+
+		"Measured 2026-12-04 at abc1234 on 2 cores, go1.26.8; phases cold, memory. Publisher flags:\n`--workers 8`.\n"+
 		"Written by `go run ./integration/bench`: the next run of this N and mix replaces this section.\n\n"+
 		"| Figure | Measured | Target | Met |\n|---|---|---|---|\n"+
 		"| P2 cold start | 49s | <= 23.8s | **no** |\n", string(got))

@@ -192,7 +192,7 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	if err := chk.Start(runCtx); err != nil {
 		return nil, err
 	}
-	res := &result{opts: o, started: time.Now()}
+	res := &result{opts: o, started: time.Now(), commit: repoCommit()}
 	logf("waiting for every map to be published before the faults start")
 	if problems := waitCorrect(ctx, chk, w.Maps(), 5*time.Minute); len(problems) > 0 {
 		return res.finish(chk, f, w, fleet, replicas), fmt.Errorf("before any fault: %d maps not correct after %s: %s",

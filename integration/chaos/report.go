@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trafficmap/publisher/integration/mdsection"
+	"github.com/trafficmap/publisher/integration/testenv"
 )
 
 // result is one run's findings.
@@ -31,6 +32,16 @@ type result struct {
 	probes    map[string]probeStats
 	refused   int64 // handshakes refused to the client without a certificate
 	elapsed   time.Duration
+	commit    string // the commit the publisher was built from (testenv.SourceCommit)
+}
+
+// repoCommit names the commit of this repository, which the publisher is built from.
+func repoCommit() string {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "an unknown commit"
+	}
+	return testenv.SourceCommit(root)
 }
 
 // finish gathers what every part recorded.
@@ -116,12 +127,14 @@ func (r *result) longestFalse() (map[string]int, map[string]time.Duration) {
 func (r *result) markdown() string {
 	var b strings.Builder
 	o := r.opts
-	fmt.Fprintf(&b, "N = %d maps, seed %d, %s of faults. Written by `go run ./integration/chaos`: the next run replaces this section.\n\n", o.maps, o.seed, o.duration)
-	fmt.Fprintf(&b, "`make chaos CHAOS_FLAGS=\"-n %d -duration %s -seed %d -fault-every %s -op-every %s -taint-every %s\"`", o.maps, o.duration, o.seed, o.faultEvery, o.opEvery, o.taintEvery)
+	b.WriteString(mdsection.Wrap(fmt.Sprintf("N = %d maps, seed %d, %s of faults. Written by `go run ./integration/chaos`: "+
+		"the next run replaces this section.", o.maps, o.seed, o.duration), mdsection.LineWidth) + "\n")
+	run := fmt.Sprintf("`make chaos CHAOS_FLAGS=\"-n %d -duration %s -seed %d -fault-every %s -op-every %s -taint-every %s\"`", o.maps, o.duration, o.seed, o.faultEvery, o.opEvery, o.taintEvery)
 	if o.race {
-		b.WriteString(" (publisher built with -race)")
+		run += " (publisher built with -race)"
 	}
-	fmt.Fprintf(&b, ", finished %s, wall %s.\n\n", time.Now().UTC().Format("2006-01-02"), r.elapsed.Round(time.Second))
+	run += fmt.Sprintf(", finished %s at %s, wall %s.", time.Now().UTC().Format("2006-01-02"), r.commit, r.elapsed.Round(time.Second))
+	b.WriteString(mdsection.Wrap(run, mdsection.LineWidth) + "\n")
 	b.WriteString("| | |\n| --- | --- |\n")
 	row := func(k string, v any) { fmt.Fprintf(&b, "| %s | %v |\n", k, v) }
 	row("Published transitions seen", r.checks.Transitions)
@@ -157,15 +170,15 @@ func (r *result) markdown() string {
 	}
 	fmt.Fprintf(&b, "| (none: workload only) | | %s |\n", longest[""].Round(100*time.Millisecond))
 	fmt.Fprintf(&b, "| (the workload's own inputs, whole Published=False window: contested hostname, malformed annotation, ramp, deletion) | | %s |\n", longest["input"].Round(100*time.Millisecond))
-	b.WriteString("\nNeighbours present throughout: a second namespace whose maps claim the chaos maps' hostnames, a client of another namespace that subscribes to chaos maps and never ACKs, a client without a certificate")
-	fmt.Fprintf(&b, " (refused %d times)", r.refused)
-	b.WriteString(", and the NACKing client with a 2 KB node id and 6 KB NACK text.\n")
+	b.WriteString("\n" + mdsection.Wrap(fmt.Sprintf("Neighbours present throughout: a second namespace whose maps claim the chaos maps' hostnames, "+
+		"a client of another namespace that subscribes to chaos maps and never ACKs, a client without a certificate (refused %d times), "+
+		"and the NACKing client with a 2 KB node id and 6 KB NACK text.", r.refused), mdsection.LineWidth))
 	var counts []string
 	for _, id := range slices.Sorted(maps.Keys(r.probes)) {
 		st := r.probes[id]
 		counts = append(counts, fmt.Sprintf("%s %d/%d/%d/%d", id, st.Responses, st.ACKs, st.NACKs, st.Connects))
 	}
-	fmt.Fprintf(&b, "\nxDS clients (responses/ACKs/NACKs/connects): %s.\n", strings.Join(counts, ", "))
+	b.WriteString("\n" + mdsection.Wrap("xDS clients (responses/ACKs/NACKs/connects): "+strings.Join(counts, ", ")+".", mdsection.LineWidth))
 	for _, l := range r.checks.Lies {
 		fmt.Fprintf(&b, "\nLIE %s rv %s at %s: %s: %s\n```\n%s```\n", l.Map, l.RV, l.At.Format(timeLayout), l.Rule, l.Detail, l.Timeline)
 	}

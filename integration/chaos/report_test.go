@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,4 +122,21 @@ func TestLongestFalseKeepsTheLongest(t *testing.T) {
 	}
 	_, longest := r.longestFalse()
 	assert.Equal(t, map[string]time.Duration{faultAPIStall: 8 * time.Second}, longest)
+}
+
+// The run's section says what ran, at which commit, and keeps its prose within the width.
+func TestMarkdownLines(t *testing.T) {
+	r := &result{opts: options{maps: 200, seed: 9, duration: 30 * time.Minute, faultEvery: 10 * time.Second,
+		opEvery: 250 * time.Millisecond, taintEvery: 25 * time.Second}, commit: "abc1234", refused: 7,
+		probes: map[string]probeStats{"envoy-a envoy-sotw": {Responses: 1}, "grpc-a-delta grpc-delta": {Responses: 2}}}
+	md := r.markdown()
+	assert.True(t, strings.HasPrefix(md, "N = 200 maps, seed 9, 30m0s of faults."), md)
+	assert.Contains(t, md, "-seed 9 -fault-every 10s")
+	assert.Contains(t, md, " at abc1234, wall ")
+	assert.Contains(t, md, "| **Lies** | **0** |")
+	for _, line := range strings.Split(md, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			assert.LessOrEqual(t, len(line), 100, line)
+		}
+	}
 }

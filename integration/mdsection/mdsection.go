@@ -71,3 +71,29 @@ func Replace(doc, heading, body string, before func(heading string) bool) string
 	}
 	return strings.TrimRight(doc+sec, "\n") + "\n"
 }
+
+// LineWidth is the longest line of prose the tools write (tables apart), as in the
+// project's other documents.
+const LineWidth = 100
+
+// Wrap breaks text into lines of at most width bytes at spaces (a longer word stays whole
+// on its own line), each ending in a newline.
+func Wrap(text string, width int) string {
+	var sb strings.Builder
+	line := 0
+	for i, w := range strings.Fields(text) {
+		switch {
+		case i == 0:
+		case line+1+len(w) > width:
+			sb.WriteByte('\n')
+			line = 0
+		default:
+			sb.WriteByte(' ')
+			line++
+		}
+		sb.WriteString(w)
+		line += len(w)
+	}
+	sb.WriteByte('\n')
+	return sb.String()
+}

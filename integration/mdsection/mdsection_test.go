@@ -44,3 +44,19 @@ func TestReplaceIsStable(t *testing.T) {
 	assert.Equal(t, doc, Replace(doc, "## One", "body one", nil))
 	assert.Equal(t, doc, Replace(doc, "## Two", "body two\n\n", nil))
 }
+
+// Prose lines stay within the width; a word longer than the width is not cut.
+func TestWrap(t *testing.T) {
+	for _, tc := range []struct {
+		text  string
+		width int
+		want  string
+	}{
+		{"one two three", 100, "one two three\n"},
+		{"one two three", 7, "one two\nthree\n"},
+		{"one  two\nthree", 8, "one two\nthree\n"},
+		{"a verylongword b", 4, "a\nverylongword\nb\n"},
+	} {
+		assert.Equal(t, tc.want, Wrap(tc.text, tc.width), tc.text)
+	}
+}
