@@ -78,7 +78,7 @@ func parseFlags() options {
 	flag.IntVar(&o.burst, "kube-api-burst", 1000, "publisher --kube-api-burst (with --kube-api-qps)")
 	flag.IntVar(&o.workers, "workers", 8, "publisher --workers (0: the publisher's default)")
 	flag.StringVar(&o.logLevel, "log-level", "info", "publisher --log-level")
-	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown file whose section for this N is replaced by this run's figures")
+	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown file whose section for this N and mix (\"## Results: N = 1,000, realistic mix\") is replaced by this run's figures")
 	flag.StringVar(&o.src, "src", "", "source tree the publisher binary is built from (default: this repository), e.g. an older checkout to compare")
 	flag.StringVar(&o.memoryLimit, "memory-limit", "", "GOMEMLIMIT for the publisher process (e.g. 460MiB: what --memory-limit-ratio 0.9 sets under the chart's 512Mi container limit); empty: none, as outside a container")
 	flag.StringVar(&o.workDir, "work-dir", "", "where the publisher log and profiles go (default: a new temporary directory)")
@@ -111,6 +111,17 @@ func (o options) newClients() []*xdsClient {
 		}
 	}
 	return out
+}
+
+// phasesRun lists the phases this run measures, in the order it runs them.
+func (o options) phasesRun() string {
+	run := []string{"cold"}
+	for _, p := range []string{"memory", "drain", "churn"} {
+		if o.phase(p) {
+			run = append(run, p)
+		}
+	}
+	return strings.Join(run, ", ")
 }
 
 func (o options) phase(name string) bool {
@@ -235,6 +246,7 @@ func run(ctx context.Context, o options) (err error) {
 
 	b := &bench{o: o, c: c, cfg: restCfg, w: w, intents: make([]intent, o.maps)}
 	b.report.meta = runMeta{N: o.maps, C: o.clients, SotW: o.sotw, Mix: o.mixDescription(), MixName: o.mix, Cores: runtime.NumCPU(), Date: time.Now().UTC().Format("2006-01-02"), Go: runtime.Version(),
+		Commit: testenv.SourceCommit(src), Phases: o.phasesRun(),
 		Flags: fmt.Sprintf("--kube-api-qps %g --kube-api-burst %d --workers %d --sinks httproute,xds --xds-min-clients %d", o.qps, o.burst, o.workers, o.clients)}
 	if o.memoryLimit != "" {
 		b.report.meta.Flags += "`, environment `GOMEMLIMIT=" + o.memoryLimit

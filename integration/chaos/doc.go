@@ -24,5 +24,5 @@
 //     weight rules, not the publisher's weights package);
 //   - checker.go: the watch-based history and the invariants; inputs.go: when the maps'
 //     inputs changed, for the time to publish after they stopped moving;
-//   - report.go: the results table (BENCHMARKS.md, section "Reliability").
+//   - report.go: the results table (BENCHMARKS.md, section "Chaos run").
 package main

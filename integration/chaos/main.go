@@ -55,7 +55,7 @@ func parseFlags() options {
 	flag.DurationVar(&o.taintEvery, "taint-every", 25*time.Second, "at least this long (in operations of -op-every) between two fleet-wide operations (taint, untaint: they change every map at once); 0: no limit (about one in eight operations)")
 	flag.DurationVar(&o.converge, "converge-timeout", 5*time.Minute, "how long every map may take to be correct after the last fault")
 	flag.BoolVar(&o.race, "race", false, "build the publisher with the race detector (a race report counts as a crash)")
-	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown file whose Reliability section is replaced by this run's table (empty: print only)")
+	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown file whose section \"## Chaos run\" is replaced by this run's table (empty: print only)")
 	flag.StringVar(&o.workDir, "work-dir", "", "where logs, certificates and the binary go (default: a new temporary directory)")
 	flag.BoolVar(&o.verbose, "v", false, "log every fault and operation")
 	flag.BoolVar(&o.roundRobin, "round-robin", false, "inject the fault kinds in turn instead of at random")
@@ -192,7 +192,7 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	if err := chk.Start(runCtx); err != nil {
 		return nil, err
 	}
-	res := &result{opts: o, started: time.Now()}
+	res := &result{opts: o, started: time.Now(), commit: repoCommit()}
 	logf("waiting for every map to be published before the faults start")
 	if problems := waitCorrect(ctx, chk, w.Maps(), 5*time.Minute); len(problems) > 0 {
 		return res.finish(chk, f, w, fleet, replicas), fmt.Errorf("before any fault: %d maps not correct after %s: %s",

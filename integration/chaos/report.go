@@ -8,6 +8,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/trafficmap/publisher/integration/mdsection"
+	"github.com/trafficmap/publisher/integration/testenv"
 )
 
 // result is one run's findings.
@@ -29,6 +32,16 @@ type result struct {
 	probes    map[string]probeStats
 	refused   int64 // handshakes refused to the client without a certificate
 	elapsed   time.Duration
+	commit    string // the commit the publisher was built from (testenv.SourceCommit)
+}
+
+// repoCommit names the commit of this repository, which the publisher is built from.
+func repoCommit() string {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "an unknown commit"
+	}
+	return testenv.SourceCommit(root)
 }
 
 // finish gathers what every part recorded.
@@ -110,16 +123,18 @@ func (r *result) longestFalse() (map[string]int, map[string]time.Duration) {
 	return count, longest
 }
 
-// markdown renders the run as the Reliability section.
+// markdown renders the run as the body of the chaos run's section (see chaosHeading).
 func (r *result) markdown() string {
 	var b strings.Builder
 	o := r.opts
-	fmt.Fprintf(&b, "### Chaos run: N = %d maps, seed %d, %s of faults\n\n", o.maps, o.seed, o.duration)
-	fmt.Fprintf(&b, "`make chaos CHAOS_FLAGS=\"-n %d -duration %s -seed %d -fault-every %s -op-every %s -taint-every %s\"`", o.maps, o.duration, o.seed, o.faultEvery, o.opEvery, o.taintEvery)
+	b.WriteString(mdsection.Wrap(fmt.Sprintf("N = %d maps, seed %d, %s of faults. Written by `go run ./integration/chaos`: "+
+		"the next run replaces this section.", o.maps, o.seed, o.duration), mdsection.LineWidth) + "\n")
+	run := fmt.Sprintf("`make chaos CHAOS_FLAGS=\"-n %d -duration %s -seed %d -fault-every %s -op-every %s -taint-every %s\"`", o.maps, o.duration, o.seed, o.faultEvery, o.opEvery, o.taintEvery)
 	if o.race {
-		b.WriteString(" (publisher built with -race)")
+		run += " (publisher built with -race)"
 	}
-	fmt.Fprintf(&b, ", finished %s, wall %s.\n\n", time.Now().UTC().Format("2006-01-02"), r.elapsed.Round(time.Second))
+	run += fmt.Sprintf(", finished %s at %s, wall %s.", time.Now().UTC().Format("2006-01-02"), r.commit, r.elapsed.Round(time.Second))
+	b.WriteString(mdsection.Wrap(run, mdsection.LineWidth) + "\n")
 	b.WriteString("| | |\n| --- | --- |\n")
 	row := func(k string, v any) { fmt.Fprintf(&b, "| %s | %v |\n", k, v) }
 	row("Published transitions seen", r.checks.Transitions)
@@ -155,15 +170,15 @@ func (r *result) markdown() string {
 	}
 	fmt.Fprintf(&b, "| (none: workload only) | | %s |\n", longest[""].Round(100*time.Millisecond))
 	fmt.Fprintf(&b, "| (the workload's own inputs, whole Published=False window: contested hostname, malformed annotation, ramp, deletion) | | %s |\n", longest["input"].Round(100*time.Millisecond))
-	b.WriteString("\nNeighbours present throughout: a second namespace whose maps claim the chaos maps' hostnames, a client of another namespace that subscribes to chaos maps and never ACKs, a client without a certificate")
-	fmt.Fprintf(&b, " (refused %d times)", r.refused)
-	b.WriteString(", and the NACKing client with a 2 KB node id and 6 KB NACK text.\n")
+	b.WriteString("\n" + mdsection.Wrap(fmt.Sprintf("Neighbours present throughout: a second namespace whose maps claim the chaos maps' hostnames, "+
+		"a client of another namespace that subscribes to chaos maps and never ACKs, a client without a certificate (refused %d times), "+
+		"and the NACKing client with a 2 KB node id and 6 KB NACK text.", r.refused), mdsection.LineWidth))
 	var counts []string
 	for _, id := range slices.Sorted(maps.Keys(r.probes)) {
 		st := r.probes[id]
 		counts = append(counts, fmt.Sprintf("%s %d/%d/%d/%d", id, st.Responses, st.ACKs, st.NACKs, st.Connects))
 	}
-	fmt.Fprintf(&b, "\nxDS clients (responses/ACKs/NACKs/connects): %s.\n", strings.Join(counts, ", "))
+	b.WriteString("\n" + mdsection.Wrap("xDS clients (responses/ACKs/NACKs/connects): "+strings.Join(counts, ", ")+".", mdsection.LineWidth))
 	for _, l := range r.checks.Lies {
 		fmt.Fprintf(&b, "\nLIE %s rv %s at %s: %s: %s\n```\n%s```\n", l.Map, l.RV, l.At.Format(timeLayout), l.Rule, l.Detail, l.Timeline)
 	}
@@ -183,28 +198,21 @@ func (r *result) markdown() string {
 	return b.String()
 }
 
-// writeSection replaces the "## Reliability" section of the markdown file at path (up to
-// the next "## " heading) with a heading and table, or appends it.
+// chaosHeading is the heading of the BENCHMARKS.md section a run replaces. Other documents
+// link to it: keep it stable.
+const chaosHeading = "## Chaos run"
+
+// writeSection replaces the chaos run's section of the markdown file at path (chaosHeading
+// up to the next "## " heading) with table, leaving every other section as it was; a
+// missing one is added before "## History", or at the end.
 func writeSection(path, table string) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
-		return err
+		return fmt.Errorf("read %s: %w", path, err)
 	}
-	const heading = "## Reliability: Published under overlapping faults (make chaos)\n"
-	section := heading + "\n" + table + "\n"
-	text := string(old)
-	i := strings.Index(text, heading)
-	if i < 0 {
-		if text != "" && !strings.HasSuffix(text, "\n\n") {
-			text += "\n"
-		}
-		return os.WriteFile(path, []byte(text+section), 0o644)
+	text := mdsection.Replace(string(old), chaosHeading, table, func(h string) bool { return h == "## History" })
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	rest := text[i+len(heading):]
-	j := strings.Index(rest, "\n## ")
-	tail := ""
-	if j >= 0 {
-		tail = rest[j+1:]
-	}
-	return os.WriteFile(path, []byte(text[:i]+section+tail), 0o644)
+	return nil
 }

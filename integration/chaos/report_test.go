@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,15 +11,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// A run replaces the chaos run's section and nothing else; a missing one goes before the
+// history, or at the end.
 func TestWriteSection(t *testing.T) {
-	const heading = "## Reliability: Published under overlapping faults (make chaos)\n"
+	const heading = "## Chaos run\n"
 	for _, tc := range []struct {
 		name, old, want string
 	}{
-		{"new file", "", heading + "\nT1\n\n"},
-		{"appended", "# B\n\ntext\n", "# B\n\ntext\n\n" + heading + "\nT1\n\n"},
-		{"replaced, the next section kept", "# B\n\n" + heading + "\nold\n\n## Next\nkeep\n", "# B\n\n" + heading + "\nT1\n\n## Next\nkeep\n"},
-		{"replaced at the end", "# B\n\n" + heading + "\nold\n", "# B\n\n" + heading + "\nT1\n\n"},
+		{"new file", "", heading + "\nT1\n"},
+		{"appended", "# B\n\ntext\n", "# B\n\ntext\n\n" + heading + "\nT1\n"},
+		{"added before the history", "# B\n\n## Results: N = 1,000, stress mix\n\nr\n\n## History\n\n- h\n",
+			"# B\n\n## Results: N = 1,000, stress mix\n\nr\n\n" + heading + "\nT1\n\n## History\n\n- h\n"},
+		{"replaced, the sections around it kept", "# B\n\n## Results: N = 1,000, stress mix\n\nr\n\n" + heading + "\nold\n\nmore old\n\n## Next\nkeep\n",
+			"# B\n\n## Results: N = 1,000, stress mix\n\nr\n\n" + heading + "\nT1\n\n## Next\nkeep\n"},
+		{"replaced at the end", "# B\n\n" + heading + "\nold\n", "# B\n\n" + heading + "\nT1\n"},
+		{"a longer heading is another section", "# B\n\n## Chaos runs elsewhere\n\nx\n", "# B\n\n## Chaos runs elsewhere\n\nx\n\n" + heading + "\nT1\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "B.md")
@@ -115,4 +122,21 @@ func TestLongestFalseKeepsTheLongest(t *testing.T) {
 	}
 	_, longest := r.longestFalse()
 	assert.Equal(t, map[string]time.Duration{faultAPIStall: 8 * time.Second}, longest)
+}
+
+// The run's section says what ran, at which commit, and keeps its prose within the width.
+func TestMarkdownLines(t *testing.T) {
+	r := &result{opts: options{maps: 200, seed: 9, duration: 30 * time.Minute, faultEvery: 10 * time.Second,
+		opEvery: 250 * time.Millisecond, taintEvery: 25 * time.Second}, commit: "abc1234", refused: 7,
+		probes: map[string]probeStats{"envoy-a envoy-sotw": {Responses: 1}, "grpc-a-delta grpc-delta": {Responses: 2}}}
+	md := r.markdown()
+	assert.True(t, strings.HasPrefix(md, "N = 200 maps, seed 9, 30m0s of faults."), md)
+	assert.Contains(t, md, "-seed 9 -fault-every 10s")
+	assert.Contains(t, md, " at abc1234, wall ")
+	assert.Contains(t, md, "| **Lies** | **0** |")
+	for _, line := range strings.Split(md, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			assert.LessOrEqual(t, len(line), 100, line)
+		}
+	}
 }
