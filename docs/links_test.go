@@ -22,22 +22,13 @@ import (
 // to one (no #fragment) is accepted while it does not exist. Once a page exists the test fails
 // until it is removed from this list, so the list never hides a broken link for long.
 var pending = map[string]bool{
-	"docs/how-to/drain-a-cluster.md":   true,
-	"docs/how-to/fleet-drain.md":       true,
-	"docs/how-to/ramped-drain.md":      true,
-	"docs/how-to/install-helm.md":      true,
-	"docs/how-to/xds-only.md":          true,
-	"docs/how-to/ha.md":                true,
-	"docs/how-to/upgrade-uninstall.md": true,
-	"docs/how-to/migrate-from-ome.md":  true,
-	"docs/reference/commands.md":       true,
-	"docs/reference/written.md":        true,
-	"docs/reference/exit-codes.md":     true,
-	"docs/reference/rbac.md":           true,
-	"docs/reference/flags.md":          true,
-	"docs/reference/metrics.md":        true,
-	"docs/reference/conditions.md":     true,
-	"docs/reference/helm-values.md":    true,
+	"docs/how-to/drain-a-cluster.md": true,
+	"docs/how-to/fleet-drain.md":     true,
+	"docs/how-to/ramped-drain.md":    true,
+	"docs/reference/flags.md":        true,
+	"docs/reference/metrics.md":      true,
+	"docs/reference/conditions.md":   true,
+	"docs/reference/helm-values.md":  true,
 }
 
 // TestRepositoryLinksResolve checks README.md, CONTRIBUTING.md, CHANGELOG.md, BENCHMARKS.md,
