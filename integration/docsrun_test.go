@@ -58,6 +58,7 @@ func TestDocs(t *testing.T) {
 			if len(blocks) == 0 {
 				return
 			}
+			require.Contains(t, string(src), "\n## Before you start\n", "docs/how-to/%s lists what its sh blocks assume", name)
 			setup, ok := docFixtures[name]
 			require.True(t, ok, "docs/how-to/%s has sh blocks but no fixture in docFixtures (integration/docsrun_test.go)", name)
 			setup(t)
@@ -243,7 +244,8 @@ func routedStatus(t *testing.T, ns, name string, uid types.UID) {
 // seedPage is the seed's setup in namespace ns (drain-a-cluster.md, ramped-drain.md): the
 // Gateway ns/global with a controller, the InferenceService chat with spec.placement, its
 // TrafficMap chat with worker-a and worker-b at weight 1 as OME's routing controller left it,
-// and the publisher (--namespace ns --gateway ns/global) running, chat Published.
+// and the publisher (--namespace ns --gateway ns/global --sinks httproute) running, chat
+// Published.
 func seedPage(t *testing.T, ns string) {
 	t.Helper()
 	f := pageFixture(t, ns)
@@ -255,8 +257,9 @@ func seedPage(t *testing.T, ns string) {
 
 // fleetPage is fleet-drain.md's setup: namespace serving with the Gateway serving/global,
 // the InferenceServices chat and embed, their TrafficMaps with gpu-east and gpu-west at
-// weight 1, the WorkloadClusters gpu-east and gpu-west (no taints), and the publisher
-// running, both maps Published.
+// weight 1, the WorkloadClusters gpu-east and gpu-west (no taints; cluster-scoped, so named
+// apart from every other test's clusters), and the publisher (--namespace serving --gateway
+// serving/global --sinks httproute) running, both maps Published.
 func fleetPage(t *testing.T) {
 	t.Helper()
 	const ns = "serving"
@@ -286,5 +289,43 @@ func fleetPage(t *testing.T) {
 			require.NotNil(c, cond)
 			assert.Equal(c, string(model.ReasonPublished), cond.Reason, cond.Message)
 		}, waitTimeout, tick, "%s/%s Published", ns, name)
+	}
+}
+
+// shellBlocks runs sh blocks (also indented in a list item, with longer or tilde fences)
+// and requires the not-run mark on the line right before every other shell block.
+func TestDocsShellBlocks(t *testing.T) {
+	tests := []struct {
+		name    string
+		page    string
+		want    []docBlock
+		wantErr string
+	}{
+		{name: "sh runs", page: "# T\n\n```sh\nkubectl get tm\n```\n", want: []docBlock{{line: 3, text: "kubectl get tm"}}},
+		{name: "in a list item", page: "1. Step:\n\n   ```sh\n   a \\\n     b\n   ```\n",
+			want: []docBlock{{line: 3, text: "a \\\n  b"}}},
+		{name: "longer and tilde fences", page: "````sh\n```\n````\n~~~sh\nc\n~~~\n",
+			want: []docBlock{{line: 1, text: "```"}, {line: 4, text: "c"}}},
+		{name: "data and output are not shell", page: "```yaml\na: 1\n```\n```text\nout\n```\n```\nplain\n```\n"},
+		{name: "marked console", page: "<!-- not run: needs Helm -->\n```console\n$ helm install\n```\n"},
+		{name: "marked in a list item", page: "1. x\n\n   <!-- not run: needs a real cluster -->\n   ```bash\n   kubectl get pods\n   ```\n"},
+		{name: "unmarked console", page: "x\n\n```console\n$ helm install\n```\n",
+			wantErr: "line 3: a console block must have `<!-- not run: REASON -->` on the line before it"},
+		{name: "mark not right before", page: "<!-- not run: needs Helm -->\n\n```shell\nhelm install\n```\n",
+			wantErr: "line 3: a shell block must have"},
+		{name: "mark without a reason", page: "<!-- not run: -->\n```bash\nx\n```\n", wantErr: "line 2: a bash block must have"},
+		{name: "marked sh", page: "<!-- not run: slow -->\n```sh\nx\n```\n", wantErr: "line 2: an sh block always runs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := shellBlocks(tt.page)
+			if tt.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
 	}
 }
