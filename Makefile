@@ -5,14 +5,18 @@
 GO ?= go
 FUZZTIME ?= 30s
 
-.PHONY: test lint shape demo bench chaos unit fuzz generate build image controlplane install-plugin plugin-archives
+.PHONY: test lint shape demo bench chaos unit fuzz generate build image controlplane kubectl install-plugin plugin-archives
 
 ## test: lint, go vet, then every test with the race detector, the integration tests on a real
-## kube-apiserver and etcd; then the same for the separate test modules (TEST_MODULES)
+## kube-apiserver and etcd, with a real kubectl (hack/kubectl.sh: the docs test runs the how-to
+## guides with it, and it comes first on PATH); then the same for the separate test modules
+## (TEST_MODULES)
 TEST_MODULES = hack/image integration/tty
 test: lint
 	assets="$$(bash hack/controlplane.sh)" && \
+	kubectl="$$(bash hack/kubectl.sh)" && \
 	$(GO) vet ./... && \
+	PATH="$$(dirname "$$kubectl"):$$PATH" TRAFFICMAP_KUBECTL="$$kubectl" \
 	KUBEBUILDER_ASSETS="$$assets" $(GO) test -race ./... -count=1 && \
 	for m in $(TEST_MODULES); do \
 		$(GO) -C "$$m" vet ./... && \
@@ -113,3 +117,7 @@ image:
 ## controlplane: build (or reuse) kube-apiserver and etcd and print their dir
 controlplane:
 	bash hack/controlplane.sh
+
+## kubectl: build (or reuse) kubectl v1.37.2, the control plane's version, and print its path
+kubectl:
+	bash hack/kubectl.sh
