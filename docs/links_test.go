@@ -22,13 +22,10 @@ import (
 // to one (no #fragment) is accepted while it does not exist. Once a page exists the test fails
 // until it is removed from this list, so the list never hides a broken link for long.
 var pending = map[string]bool{
-	"docs/how-to/drain-a-cluster.md": true,
-	"docs/how-to/fleet-drain.md":     true,
-	"docs/how-to/ramped-drain.md":    true,
-	"docs/reference/flags.md":        true,
-	"docs/reference/metrics.md":      true,
-	"docs/reference/conditions.md":   true,
-	"docs/reference/helm-values.md":  true,
+	"docs/reference/flags.md":       true,
+	"docs/reference/metrics.md":     true,
+	"docs/reference/conditions.md":  true,
+	"docs/reference/helm-values.md": true,
 }
 
 // TestRepositoryLinksResolve checks README.md, CONTRIBUTING.md, CHANGELOG.md, BENCHMARKS.md,

@@ -179,7 +179,7 @@ func docsEnv(t *testing.T) []string {
 		"KUBECONFIG="+admin(t).kubeconfig, "DOCS_WORKDIR="+work)
 }
 
-// The kubectl the pages run, built once by hack/kubectl.sh unless TRAFFICMAP_KUBECTL (set by
+// The kubectl the pages and the plugin test run, built once by hack/kubectl.sh unless TRAFFICMAP_KUBECTL (set by
 // make test) names it.
 var (
 	kubectlOnce sync.Once

@@ -18,8 +18,7 @@ import (
 // 'publisher status ...', its exit codes, and its help naming 'kubectl trafficmap'; drain
 // works the same way, and kubectl completes the plugin's flags and SERVICE.
 func TestKubectlPluginStatus(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	require.NoError(t, err, "kubectl (Debian package kubectl) must be on PATH")
+	kubectl := kubectlBinary(t) // the real kubectl v1.37.2 (hack/kubectl.sh), as the docs test runs
 	f := newFixture(t)
 	f.createMap(seedEntries())
 	f.startPublisher()
