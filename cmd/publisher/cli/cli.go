@@ -207,7 +207,6 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a Lease lasts without renewal")
 	fs.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it gives up")
 	fs.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
-	fs.Bool("scratch-flag", false, "a flag added without make docs")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ (on --debug-address when set, else --http-address)")
 	fs.StringVar(&f.publisherName, "publisher-name", "", "status.publisher.publisherName of the claim journals this publisher writes and honours (default: its field manager, "+publish.DefaultFieldManager+")")
 	fs.StringVar(&f.takeOverFrom, "take-over-from", "", "publisherName of another publisher whose maps this one takes over: a map whose claim journal names it is handed over and published (gatewayapi: OME's built-in publisher, whose route is adopted in place)")
