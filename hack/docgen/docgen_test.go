@@ -139,3 +139,19 @@ func TestChartValues(t *testing.T) {
 	assert.Equal(t, "defaults to the chart's appVersion", byPath["image.tag"].help)
 	assert.Contains(t, byPath["httpPort"].help, "/metrics", "a comment after a blank line belongs to the key below it")
 }
+
+func TestWrap(t *testing.T) {
+	long := strings.Repeat("word ", 19) + "see [Install with Helm](../how-to/install-helm.md)."
+	tests := []struct {
+		name, in, want string
+	}{
+		{"short", "one two", "one two"},
+		{"long", strings.Repeat("abcd ", 30), strings.TrimSpace(strings.Repeat("abcd ", 20)) + "\n" + strings.TrimSpace(strings.Repeat("abcd ", 10))},
+		{"a link is never broken", long, strings.TrimSpace(strings.Repeat("word ", 19)) + " see\n[Install with Helm](../how-to/install-helm.md)."},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, wrap(tc.in))
+		})
+	}
+}

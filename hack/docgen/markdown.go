@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -50,6 +51,9 @@ func (d *doc) para(lines ...string) {
 // maxLine is the longest line of prose (the house rule for Markdown).
 const maxLine = 100
 
+// word is a word of prose; a Markdown link is one word, so that no link is broken.
+var word = regexp.MustCompile(`\[[^\]]*\]\([^)]*\)\S*|\S+`)
+
 // wrap breaks s between words so that no line is longer than maxLine, unless one word is.
 func wrap(s string) string {
 	if len(s) <= maxLine {
@@ -57,7 +61,7 @@ func wrap(s string) string {
 	}
 	var b strings.Builder
 	n := 0
-	for _, w := range strings.Fields(s) {
+	for _, w := range word.FindAllString(s, -1) {
 		switch {
 		case n == 0:
 		case n+1+len(w) > maxLine:

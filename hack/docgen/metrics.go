@@ -139,16 +139,17 @@ func describe(cs []prometheus.Collector, sampled map[string]string, byName map[s
 	return nil
 }
 
-// vectorType is the metric type of a client_golang vector or metric, "" for another collector.
+// vectorType is the metric type of a client_golang vector, "" for another collector. A
+// single counter, gauge or histogram always sends a sample, so its type is sampled.
 func vectorType(c prometheus.Collector) string {
 	switch c.(type) {
-	case *prometheus.CounterVec, prometheus.Counter:
+	case *prometheus.CounterVec:
 		return "counter"
-	case *prometheus.GaugeVec, prometheus.Gauge:
+	case *prometheus.GaugeVec:
 		return "gauge"
-	case *prometheus.HistogramVec, prometheus.Histogram:
+	case *prometheus.HistogramVec:
 		return "histogram"
-	case *prometheus.SummaryVec, prometheus.Summary:
+	case *prometheus.SummaryVec:
 		return "summary"
 	}
 	return ""
