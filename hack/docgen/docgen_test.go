@@ -8,8 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/util/homedir"
 
 	"github.com/trafficmap/publisher/cmd/publisher/cli"
 )
@@ -152,6 +154,23 @@ func TestWrap(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, wrap(tc.in))
+		})
+	}
+}
+
+// A default read from the machine (the home directory) or an empty list does not make the
+// page differ between machines.
+func TestDefaultValue(t *testing.T) {
+	home := homedir.HomeDir()
+	require.NotEmpty(t, home)
+	tests := []struct{ name, def, want string }{
+		{"plain", ":8080", ":8080"},
+		{"home directory", filepath.Join(home, ".kube", "cache"), "$HOME/.kube/cache"},
+		{"empty list", "[]", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, defaultValue(&pflag.Flag{DefValue: tc.def}))
 		})
 	}
 }
