@@ -5,7 +5,7 @@
 GO ?= go
 FUZZTIME ?= 30s
 
-.PHONY: test lint shape demo bench chaos unit fuzz generate build image controlplane kubectl install-plugin plugin-archives
+.PHONY: test lint shape demo bench chaos unit fuzz generate docs build image controlplane kubectl install-plugin plugin-archives
 
 ## test: lint, go vet, then every test with the race detector, the integration tests on a real
 ## kube-apiserver and etcd, with a real kubectl (hack/kubectl.sh: the docs test runs the how-to
@@ -81,6 +81,12 @@ fuzz:
 ## generate: deepcopy functions, CRDs and the api/client clientset, listers, informers and apply configurations from api/v1beta1
 generate:
 	bash hack/generate.sh
+
+## docs: regenerate the reference pages made from the code (hack/docgen): docs/reference/flags.md,
+## metrics.md, conditions.md, helm-values.md and charts/publisher/README.md; make test fails while
+## a committed one is stale (hack/docgen's TestGeneratedPagesAreCurrent)
+docs:
+	$(GO) run ./hack/docgen
 
 ## build: the publisher binary at bin/publisher
 build:

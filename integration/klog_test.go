@@ -22,7 +22,7 @@ func routeKlog() {
 	klogTarget.Store(&nop)
 	klog.SetLoggerWithOptions(zapr.NewLogger(zap.New(forwardCore{}).Named("client-go")), klog.ContextualLogger(true))
 	// controller-runtime's loggers (its certwatcher, used by the xDS TLS) go the same way, as
-	// the command's do (cmd/publisher/logs.go).
+	// the command's do (cmd/publisher/cli/logs.go).
 	ctrllog.SetLogger(zapr.NewLogger(zap.New(forwardCore{}).Named("controller-runtime")))
 }
 

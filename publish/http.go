@@ -61,9 +61,17 @@ func newHTTPServer(address, debugAddress string, health *watchHealth, enablePpro
 		}
 		h.debug = lis
 	}
-	h.registry = prometheus.NewRegistry()
-	h.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h.registry = NewRegistry()
 	return h, nil
+}
+
+// NewRegistry returns the registry that --http-address serves on /metrics before the
+// publisher adds its own metrics: the Go runtime's and the process's collectors. New
+// registers the publisher's metrics in it, or in Config.Registerer when that is set.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // serve serves until ctx is done.

@@ -15,11 +15,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+
+	"github.com/trafficmap/publisher/cmd/publisher/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := runProgram(ctx, filepath.Base(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr)
+	code := cli.RunProgram(ctx, filepath.Base(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -1,4 +1,7 @@
-package main
+// Package cli is the command tree of the publisher binary (cmd/publisher): 'publisher run'
+// and the operator commands. It lives outside package main so that tools such as
+// hack/docgen can build the same tree and read its flag sets.
+package cli
 
 import (
 	"context"
@@ -68,17 +71,18 @@ func exit(code int, err error) error { return &exitError{code: code, err: err} }
 // runMain runs the command line args as the program "publisher" and returns the process
 // exit code.
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return runProgram(ctx, programName, args, stdout, stderr)
+	return RunProgram(ctx, programName, args, stdout, stderr)
 }
 
-// runProgram runs args as program (the base name of argv[0]): "kubectl-trafficmap" shows
-// itself as "kubectl trafficmap", "kubectl_complete-trafficmap" answers kubectl's
-// completion requests; any other name is the publisher.
-func runProgram(ctx context.Context, program string, args []string, stdout, stderr io.Writer) int {
+// RunProgram runs args as program (the base name of argv[0]) and returns the process exit
+// code: "kubectl-trafficmap" shows itself as "kubectl trafficmap",
+// "kubectl_complete-trafficmap" answers kubectl's completion requests; any other name is
+// the publisher.
+func RunProgram(ctx context.Context, program string, args []string, stdout, stderr io.Writer) int {
 	if program == pluginCompleteProgram {
 		args = append([]string{cobra.ShellCompRequestCmd}, args...)
 	}
-	root := newRootCommand(program, stdout, stderr)
+	root := NewRootCommand(program, stdout, stderr)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -95,8 +99,10 @@ func runProgram(ctx context.Context, program string, args []string, stdout, stde
 	return exitUsage
 }
 
-// newRootCommand returns the command tree of program, writing to stdout and stderr.
-func newRootCommand(program string, stdout, stderr io.Writer) *cobra.Command {
+// NewRootCommand returns the command tree of program (the base name of argv[0], as for
+// RunProgram), writing to stdout and stderr. Building it has no side effects; only
+// executing a command does anything.
+func NewRootCommand(program string, stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           programName,
 		Short:         "Publish OME TrafficMaps as HTTPRoute and xDS weights; drain, undrain and inspect them",

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -151,17 +151,17 @@ func TestCompletionOfFlagValues(t *testing.T) {
 // kubectl_complete-trafficmap it answers kubectl's completion requests.
 func TestKubectlPluginNames(t *testing.T) {
 	var stdout bytes.Buffer
-	require.Equal(t, exitOK, runProgram(context.Background(), "kubectl-trafficmap", []string{"status", "--help"}, &stdout, &bytes.Buffer{}))
+	require.Equal(t, exitOK, RunProgram(context.Background(), "kubectl-trafficmap", []string{"status", "--help"}, &stdout, &bytes.Buffer{}))
 	assert.Contains(t, stdout.String(), "Usage:\n  kubectl trafficmap status (SERVICE | --workload-cluster CLUSTER)")
 	assert.Contains(t, stdout.String(), "  kubectl trafficmap status chat -n prod")
 	assert.NotContains(t, stdout.String(), "publisher status")
 
 	stdout.Reset()
-	require.Equal(t, exitOK, runProgram(context.Background(), "kubectl_complete-trafficmap", []string{"status", "--outp"}, &stdout, &bytes.Buffer{}))
+	require.Equal(t, exitOK, RunProgram(context.Background(), "kubectl_complete-trafficmap", []string{"status", "--outp"}, &stdout, &bytes.Buffer{}))
 	assert.Contains(t, stdout.String(), "--output")
 
 	stdout.Reset()
-	require.Equal(t, exitOK, runProgram(context.Background(), "publisher", []string{"status", "--help"}, &stdout, &bytes.Buffer{}))
+	require.Equal(t, exitOK, RunProgram(context.Background(), "publisher", []string{"status", "--help"}, &stdout, &bytes.Buffer{}))
 	assert.Contains(t, stdout.String(), "Usage:\n  publisher status")
 }
 
@@ -205,7 +205,7 @@ current-context: x
 // it under, and for every platform the archive 'make plugin-archives' builds, with the
 // publisher binary in it.
 func TestKrewManifest(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "..", "plugins", "trafficmap.yaml"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "plugins", "trafficmap.yaml"))
 	require.NoError(t, err)
 	var m struct {
 		APIVersion, Kind string
