@@ -43,10 +43,10 @@ lint:
 shape:
 	$(GO) run ./hack/shape
 
-## demo: drain and undrain a cluster on an embedded control plane (hack/demo)
+## demo: drain and undrain a cluster on an embedded control plane (hack/demo), with a progress
+## line per phase (hack/demo/run.sh); VERBOSE=1 shows the go tool's downloads and build output
 demo:
-	assets="$$(bash hack/controlplane.sh)" && \
-	KUBEBUILDER_ASSETS="$$assets" $(GO) run ./hack/demo
+	bash hack/demo/run.sh
 
 ## bench: fleet-scale benchmark (P1-P5) on an embedded control plane; writes BENCHMARKS.md.
 ## BENCH_FLAGS passes flags to integration/bench, e.g. BENCH_FLAGS="-n 10000 -phases cold,memory".

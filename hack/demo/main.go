@@ -66,10 +66,12 @@ func main() {
 func run(ctx context.Context) (err error) {
 	ctrllog.SetLogger(logr.Discard()) // envtest's own logging; errors come back as values
 
+	started := time.Now()
 	cp, err := startControlPlane()
 	if err != nil {
 		return err
 	}
+	fmt.Printf("control plane started in %s\n", since(started))
 	defer func() {
 		stopErr := cp.stop()
 		if stopErr == nil {
@@ -84,7 +86,7 @@ func run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := d.setup(gwCtx); err != nil {
+	if err := timed(gwCtx, d.setup); err != nil {
 		return err
 	}
 
@@ -97,7 +99,7 @@ func run(ctx context.Context) (err error) {
 	fmt.Println("publisher started in-process: --namespace prod --gateway prod/global --require-route-accepted (logs at warn level go to stderr)")
 
 	for _, step := range []func(context.Context) error{d.initialPublish, d.drain, d.undrain, d.deleteMap} {
-		if err := step(ctx); err != nil {
+		if err := timed(ctx, step); err != nil {
 			return err
 		}
 	}
@@ -108,6 +110,19 @@ func run(ctx context.Context) (err error) {
 	stopGateway()
 	return nil
 }
+
+// timed runs step and, when it passes, prints how long it took.
+func timed(ctx context.Context, step func(context.Context) error) error {
+	started := time.Now()
+	if err := step(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("(step took %s)\n", since(started))
+	return nil
+}
+
+// since returns the time since t, rounded to 0.1s.
+func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }
 
 // runningPublisher is the publisher running in a goroutine.
 type runningPublisher struct {
