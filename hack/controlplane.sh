@@ -46,7 +46,7 @@ build() {
 prefetch=
 trap '[ -z "$prefetch" ] || kill "$prefetch" 2>/dev/null || true' EXIT
 if ! [ -x "$bin/etcd" ] || ! [ -x "$bin/kube-apiserver" ]; then
-  echo "${FIRST_RUN_NOTE:-first run: building etcd and kube-apiserver from source took 13 minutes on 2 cores when measured with empty Go caches; later runs reuse them}" >&2
+  echo "${FIRST_RUN_NOTE:-first run: building etcd and kube-apiserver from source takes about 9 minutes on 2 idle cores (measured with empty Go caches); later runs reuse them}" >&2
 fi
 if ! [ -x "$bin/kube-apiserver" ]; then # its modules download while etcd compiles
   (cd "$root/hack/controlplane" && go mod download) >"$logs/kube-apiserver-download.log" 2>&1 &

@@ -21,7 +21,7 @@ start=$SECONDS
 go mod download >"$logs/demo-download.log" 2>&1 &
 prefetch=$!
 
-note="first run: make demo builds etcd, kube-apiserver and the demo from source, 16 minutes on 2 cores in all when measured with empty Go caches; later runs reuse the builds and take under a minute"
+note="first run: make demo builds etcd, kube-apiserver and the demo from source, about 12 minutes on 2 idle cores in all (measured with empty Go caches); later runs reuse the builds and take under a minute"
 assets=$(PHASES=4 FIRST_RUN_NOTE=$note bash hack/controlplane.sh)
 # Built as hack/controlplane.sh builds (no cgo, -trimpath), so the standard library and the
 # modules at the same versions compile once for both.
