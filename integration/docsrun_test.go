@@ -179,8 +179,8 @@ func docsEnv(t *testing.T) []string {
 		"KUBECONFIG="+admin(t).kubeconfig, "DOCS_WORKDIR="+work)
 }
 
-// The kubectl the pages and the plugin test run, built once by hack/kubectl.sh unless TRAFFICMAP_KUBECTL (set by
-// make test) names it.
+// The kubectl the pages and the plugin test run, built once by hack/kubectl.sh unless
+// TRAFFICMAP_KUBECTL (set by make test) names it.
 var (
 	kubectlOnce sync.Once
 	kubectlPath string
