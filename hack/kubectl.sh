@@ -14,8 +14,10 @@ mkdir -p "$bin"
 
 if [ ! -x "$bin/kubectl" ]; then
   echo "building kubectl $K8S_VERSION (first run only; a few minutes on 2 cores)..." >&2
-  ldflags="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
-  (cd "$root/hack/kubectl" && go build -trimpath -ldflags "$ldflags" -o "$bin/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl)
+  # Built as hack/controlplane.sh builds kube-apiserver (no cgo, -s -w, -trimpath), so the
+  # packages both use at the same versions compile once.
+  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
+  (cd "$root/hack/kubectl" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl)
   mv "$bin/kubectl.tmp" "$bin/kubectl"
 fi
 echo "$bin/kubectl"
