@@ -58,20 +58,26 @@ func createFleet(ctx context.Context, c clients, n, parallel int) error {
 		if _, err := c.dyn.Resource(v1beta1.InferenceServicesResource).Namespace(namespace).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create inferenceservice %s: %w", name, err)
 		}
-		entries := make([]v1beta1.TrafficMapEntry, clustersPerMap)
-		for j := range entries {
-			entries[j] = v1beta1.TrafficMapEntry{Cluster: clusterName(j), Weight: entryWeight, Healthy: true,
-				Endpoint: fmt.Sprintf("https://%s.%s.example.com", name, clusterName(j))}
-		}
-		_, err := c.tm.OmeV1beta1().TrafficMaps(namespace).Create(ctx, &v1beta1.TrafficMap{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-			Spec:       v1beta1.TrafficMapSpec{Service: name, Mode: "All", Entries: entries, ObservedISVCGeneration: 1},
-		}, metav1.CreateOptions{})
+		_, err := c.tm.OmeV1beta1().TrafficMaps(namespace).Create(ctx, fleetMap(namespace, name), metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create trafficmap %s: %w", name, err)
 		}
 		return nil
 	})
+}
+
+// fleetMap is the fleet's TrafficMap name in ns: clustersPerMap healthy entries of
+// entryWeight, each with its own HTTPS endpoint.
+func fleetMap(ns, name string) *v1beta1.TrafficMap {
+	entries := make([]v1beta1.TrafficMapEntry, clustersPerMap)
+	for j := range entries {
+		entries[j] = v1beta1.TrafficMapEntry{Cluster: clusterName(j), Weight: entryWeight, Healthy: true,
+			Endpoint: fmt.Sprintf("https://%s.%s.example.com", name, clusterName(j))}
+	}
+	return &v1beta1.TrafficMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       v1beta1.TrafficMapSpec{Service: name, Mode: "All", Entries: entries, ObservedISVCGeneration: 1},
+	}
 }
 
 // parallelDo runs fn(0..n-1) on parallel goroutines and returns the first error.

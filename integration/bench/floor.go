@@ -10,39 +10,49 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwapplyv1 "sigs.k8s.io/gateway-api/applyconfiguration/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+
+	omeac "github.com/trafficmap/publisher/api/client/applyconfiguration/api/v1beta1"
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
+	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model"
+	"github.com/trafficmap/publisher/model/statusapply"
 )
 
 // floorNamespace holds the bare writer's objects; the publisher watches only namespace.
 const floorNamespace = "bench-floor"
 
-// bareWrites is P2's floor: the time a bare client takes to make the publisher's minimum
-// writes for n maps (per map one route, a backend Service per cluster, one status write)
-// on the same API server at the publisher's client rate limit (qps, burst), with as many
-// writers as the publisher has workers times a map's Services. Its objects live in a
-// namespace of their own and are deleted afterwards (not timed).
+// floorWritesPerMap is what the publisher must write for a new map under OME's publisher
+// protocol: a backend Service per cluster, the route, the TrafficMap's finalizer (before
+// any effect), its claim journal (durable before any sink serves the names) and its
+// Published condition (after the sinks confirm): the journal and Published cannot be one
+// write.
+const floorWritesPerMap = clustersPerMap + 4
+
+// bareWrites is P2's floor: the time a bare client takes to make floorWritesPerMap writes
+// for each of n maps, the same kinds, subresources and field managers' shapes as the
+// publisher's, on the same API server at the publisher's client rate limit (qps, burst),
+// with as many writers as the publisher has workers times a map's Services; a map's
+// TrafficMap writes go in the publisher's order, one after the other. Its objects live in
+// a namespace of their own: the TrafficMaps are created before the clock starts (as the
+// fleet's are before the publisher's), and everything is deleted afterwards (not timed).
 func bareWrites(ctx context.Context, cfg *rest.Config, n int, qps float64, burst, workers int, meter cpuMeter) (time.Duration, int, string, error) {
-	fast, err := kubernetes.NewForConfig(cfg) // for the clean-up
+	fast, err := floorClients(cfg) // the set-up and the clean-up
 	if err != nil {
 		return 0, 0, "", err
 	}
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = float32(qps), burst
-	kube, err := kubernetes.NewForConfig(cfg)
+	limited := rest.CopyConfig(cfg)
+	limited.QPS, limited.Burst = float32(qps), burst
+	c, err := floorClients(limited)
 	if err != nil {
 		return 0, 0, "", err
 	}
-	gw, err := gwclient.NewForConfig(cfg)
-	if err != nil {
+	if err := floorSetUp(ctx, fast, n); err != nil {
 		return 0, 0, "", err
-	}
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return 0, 0, "", fmt.Errorf("create namespace %s: %w", floorNamespace, err)
 	}
 	apply := metav1.ApplyOptions{FieldManager: "bench-floor", Force: true}
 	start, cpu0 := time.Now(), meter.read()
@@ -53,32 +63,95 @@ func bareWrites(ctx context.Context, cfg *rest.Config, n int, qps float64, burst
 				WithSpec(corev1ac.ServiceSpec().WithType(corev1.ServiceTypeExternalName).
 					WithExternalName(fmt.Sprintf("%s.%s.example.com", mapName(i), clusterName(j))).
 					WithPorts(corev1ac.ServicePort().WithName("https").WithProtocol(corev1.ProtocolTCP).WithPort(443)))
-			_, err := kube.CoreV1().Services(floorNamespace).Apply(ctx, svc, apply)
+			_, err := c.kube.CoreV1().Services(floorNamespace).Apply(ctx, svc, apply)
 			return err
 		}
-		name := mapName(k - n*clustersPerMap) // the route, then its status
-		if _, err := gw.GatewayV1().HTTPRoutes(floorNamespace).Apply(ctx, gwapplyv1.HTTPRoute(name, floorNamespace).
-			WithSpec(gwapplyv1.HTTPRouteSpec().WithHostnames(gwapiv1.Hostname(name+".example.com"))), apply); err != nil {
-			return err
-		}
-		_, err := gw.GatewayV1().HTTPRoutes(floorNamespace).ApplyStatus(ctx, gwapplyv1.HTTPRoute(name, floorNamespace).
-			WithStatus(gwapplyv1.HTTPRouteStatus().WithParents(gwapplyv1.RouteParentStatus().
-				WithParentRef(gwapplyv1.ParentReference().WithName(gatewayName)).WithControllerName("bench.trafficmap.dev/floor").
-				WithConditions(metav1ac.Condition().WithType("Accepted").WithStatus(metav1.ConditionTrue).WithReason("Accepted").
-					WithMessage("bare write").WithLastTransitionTime(metav1.Now())))), apply)
-		return err
+		return floorMapWrites(ctx, c, mapName(k-n*clustersPerMap), apply)
 	})
 	elapsed, cores := time.Since(start), meter.cores(cpu0, meter.read(), runtime.NumCPU())
 	if err != nil {
 		return 0, 0, "", fmt.Errorf("bare writes: %w", err)
 	}
+	if err := floorCleanUp(ctx, fast, n); err != nil {
+		return 0, 0, "", err
+	}
+	return elapsed, n * floorWritesPerMap, cores, nil
+}
+
+// floorClients are the bare writer's clients over cfg.
+func floorClients(cfg *rest.Config) (clients, error) {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return clients{}, err
+	}
+	gw, err := gwclient.NewForConfig(cfg)
+	if err != nil {
+		return clients{}, err
+	}
+	tm, err := omeclient.NewForConfig(cfg)
+	if err != nil {
+		return clients{}, err
+	}
+	return clients{kube: kube, gw: gw, tm: tm}, nil
+}
+
+// floorSetUp creates the floor's namespace and its n TrafficMaps, shaped as the fleet's.
+func floorSetUp(ctx context.Context, c clients, n int) error {
+	if _, err := c.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", floorNamespace, err)
+	}
+	return parallelDo(n, 32, func(i int) error {
+		_, err := c.tm.OmeV1beta1().TrafficMaps(floorNamespace).Create(ctx, fleetMap(floorNamespace, mapName(i)), metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create trafficmap %s/%s: %w", floorNamespace, mapName(i), err)
+		}
+		return nil
+	})
+}
+
+// floorMapWrites makes one map's writes other than its Services, in the publisher's
+// order: the route, the finalizer, the claim journal, then Published True.
+func floorMapWrites(ctx context.Context, c clients, name string, apply metav1.ApplyOptions) error {
+	if _, err := c.gw.GatewayV1().HTTPRoutes(floorNamespace).Apply(ctx, gwapplyv1.HTTPRoute(name, floorNamespace).
+		WithSpec(gwapplyv1.HTTPRouteSpec().WithHostnames(gwapiv1.Hostname(name+".example.com"))), apply); err != nil {
+		return err
+	}
+	maps := c.tm.OmeV1beta1().TrafficMaps(floorNamespace)
+	tm, err := maps.Apply(ctx, omeac.TrafficMap(name, floorNamespace).WithFinalizers(model.Finalizer), apply)
+	if err != nil {
+		return err
+	}
+	journal := &v1beta1.TrafficMapPublisherStatus{PublisherName: "bench-floor",
+		ClaimedTargets: []string{"grpc:" + name + "." + floorNamespace, "hostname:" + name + "." + floorNamespace + ".example.com"}}
+	if tm, err = maps.ApplyStatus(ctx, statusapply.Apply(tm, false, 0, nil, nil, journal), apply); err != nil {
+		return err
+	}
+	cond := &metav1.Condition{Type: v1beta1.ConditionPublished, Status: metav1.ConditionTrue, Reason: "Published",
+		Message: "bare write", ObservedGeneration: tm.Generation, LastTransitionTime: metav1.Now()}
+	_, err = maps.ApplyStatus(ctx, statusapply.Apply(tm, true, tm.Generation, nil, cond, journal), apply)
+	return err
+}
+
+// floorCleanUp deletes the floor's objects: the Services, the routes, and the TrafficMaps
+// after their finalizer (the bare writer's own field) is released.
+func floorCleanUp(ctx context.Context, c clients, n int) error {
 	if err := parallelDo(n*clustersPerMap, 16, func(k int) error {
-		return fast.CoreV1().Services(floorNamespace).Delete(ctx, fmt.Sprintf("%s-%s", mapName(k/clustersPerMap), clusterName(k%clustersPerMap)), metav1.DeleteOptions{})
+		return c.kube.CoreV1().Services(floorNamespace).Delete(ctx, fmt.Sprintf("%s-%s", mapName(k/clustersPerMap), clusterName(k%clustersPerMap)), metav1.DeleteOptions{})
 	}); err != nil {
-		return 0, 0, "", fmt.Errorf("delete the bare writer's services: %w", err)
+		return fmt.Errorf("delete the bare writer's services: %w", err)
 	}
-	if err := gw.GatewayV1().HTTPRoutes(floorNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		return 0, 0, "", fmt.Errorf("delete the bare writer's routes: %w", err)
+	if err := c.gw.GatewayV1().HTTPRoutes(floorNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return fmt.Errorf("delete the bare writer's routes: %w", err)
 	}
-	return elapsed, n * (clustersPerMap + 2), cores, nil
+	release := metav1.ApplyOptions{FieldManager: "bench-floor", Force: true}
+	if err := parallelDo(n, 16, func(i int) error {
+		_, err := c.tm.OmeV1beta1().TrafficMaps(floorNamespace).Apply(ctx, omeac.TrafficMap(mapName(i), floorNamespace), release)
+		return err
+	}); err != nil {
+		return fmt.Errorf("release the bare writer's finalizers: %w", err)
+	}
+	if err := c.tm.OmeV1beta1().TrafficMaps(floorNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return fmt.Errorf("delete the bare writer's trafficmaps: %w", err)
+	}
+	return nil
 }
