@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -188,13 +189,18 @@ func (b *bench) stopClients() {
 }
 
 // memory is P3: resident memory and Go heap once every map is published and the
-// publisher has settled.
+// publisher has settled, and the resident peak (what a container limit must hold).
 func (b *bench) memory(ctx context.Context) error {
 	time.Sleep(10 * time.Second) // let the follow-up reconciles (gateway status) settle
-	rss, anon, err := b.pub.rss()
+	first, err := b.pub.rss()
 	if err != nil {
 		return err
 	}
+	ms, waited, err := b.settledRSS(first)
+	if err != nil {
+		return err
+	}
+	rss, anon := ms.rss, ms.anon
 	m, err := b.pub.metrics()
 	if err != nil {
 		return err
@@ -214,6 +220,8 @@ func (b *bench) memory(ctx context.Context) error {
 	target, limit := b.o.rssTarget()
 	b.report.add("P3 resident memory (VmRSS) at steady state (anonymous / the binary's pages)",
 		fmt.Sprintf("%s (%s / %s)", mib(float64(rss)), mib(float64(anon)), mib(float64(rss-anon))), target, limit == 0 || float64(rss) <= limit)
+	b.report.add("P3 resident memory 10 s after the cold start / settled (after "+dur(waited)+") / peak (VmHWM: what a container limit must hold)",
+		fmt.Sprintf("%s / %s / %s", mib(float64(first.rss)), mib(float64(rss)), mib(float64(ms.peak))), "", true)
 	b.report.add("P3 Go heap in use at steady state / right after a forced collection (live)", mib(heap)+" / "+mib(live), "", true)
 	// The publisher's own accounting of its xDS server (what an operator sizes from).
 	resources, encoded, streams := sum(m, "trafficmap_publisher_xds_resources"), sum(m, "trafficmap_publisher_xds_encoded_bytes"), sum(m, "trafficmap_publisher_xds_streams")
@@ -221,6 +229,28 @@ func (b *bench) memory(ctx context.Context) error {
 	b.report.add("P3 xDS server's own accounting (/metrics): resources served, kept encodings, streams",
 		fmt.Sprintf("%.0f, %s, %.0f", resources, mib(encoded), streams), "", true)
 	return nil
+}
+
+// settledRSS samples the publisher's resident memory every settleEvery from first until
+// two samples in a row differ by less than 2% (the Go runtime returns freed pages to the
+// system in the background, over minutes), at most settleMax; it returns the last sample
+// and the time waited.
+func (b *bench) settledRSS(first memStat) (memStat, time.Duration, error) {
+	const settleEvery, settleMax = 10 * time.Second, 2 * time.Minute
+	prev, start := first, time.Now()
+	for time.Since(start) < settleMax {
+		time.Sleep(settleEvery)
+		cur, err := b.pub.rss()
+		if err != nil {
+			return memStat{}, 0, err
+		}
+		settled := math.Abs(float64(cur.rss-prev.rss)) < 0.02*float64(prev.rss)
+		prev = cur
+		if settled {
+			break
+		}
+	}
+	return prev, time.Since(start).Round(time.Second), nil
 }
 
 // reconciles is the publisher's trafficmap_publisher_reconciles_total, summed over its labels.

@@ -104,32 +104,38 @@ func (p *publisherProcess) cpuSeconds() (float64, error) {
 	return procCPUSeconds(p.cmd.Process.Pid)
 }
 
-// rss is the process's resident set size, and the part of it that is anonymous memory (the
-// heap, stacks) rather than mapped files (the binary's pages).
-func (p *publisherProcess) rss() (total, anon int64, err error) {
+// memStat is the publisher's resident memory as /proc reads it.
+type memStat struct {
+	rss, anon, peak int64 // VmRSS, RssAnon and VmHWM (the resident peak), in bytes
+}
+
+// rss reads the publisher's resident memory.
+func (p *publisherProcess) rss() (memStat, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
-		return 0, 0, err
+		return memStat{}, err
 	}
 	defer f.Close()
+	var m memStat
+	fields := map[string]*int64{"VmRSS:": &m.rss, "RssAnon:": &m.anon, "VmHWM:": &m.peak}
 	s := bufio.NewScanner(f)
 	found := 0
 	for s.Scan() {
-		for prefix, into := range map[string]*int64{"VmRSS:": &total, "RssAnon:": &anon} {
+		for prefix, into := range fields {
 			if v, ok := strings.CutPrefix(s.Text(), prefix); ok {
 				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 				if err != nil {
-					return 0, 0, err
+					return memStat{}, err
 				}
 				*into = kb * 1024
 				found++
 			}
 		}
 	}
-	if found != 2 {
-		return 0, 0, fmt.Errorf("no VmRSS or RssAnon in /proc/%d/status", p.cmd.Process.Pid)
+	if found != len(fields) {
+		return memStat{}, fmt.Errorf("no VmRSS, RssAnon or VmHWM in /proc/%d/status", p.cmd.Process.Pid)
 	}
-	return total, anon, nil
+	return m, nil
 }
 
 // metrics returns the publisher's metric samples (name with labels -> value).
