@@ -211,6 +211,57 @@ func (h *History) Carries(f Flavour, typeURL, version, key, digest string) bool 
 	return false
 }
 
+// CarriesSince reports whether every version of typeURL served to flavour from version on
+// (version itself and every later one, up to the one served now) carried the service key
+// with digest alone: the key's digest was digest, and nothing else, from when version was
+// first served until now. False for a version no longer remembered, and when the key's
+// remembered changes begin after version was first served (not served then, or its older
+// changes forgotten).
+func (h *History) CarriesSince(f Flavour, typeURL, version, key, digest string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fh := h.flavours[f]
+	if fh == nil || fh.served[typeURL] == nil || version == "" {
+		return false
+	}
+	from, ok := uint64(0), false
+	for _, v := range fh.served[typeURL].spans {
+		if v.version == version {
+			from, ok = v.from, true
+			break
+		}
+	}
+	spans := fh.changes[key]
+	if !ok || len(spans) == 0 || spans[0].tick > from {
+		return false
+	}
+	for i, d := range spans {
+		if i+1 < len(spans) && spans[i+1].tick <= from {
+			continue // ended before version was served
+		}
+		if d.digest != digest {
+			return false
+		}
+	}
+	return true
+}
+
+// holds reports whether a stream that holds a service's resources of typeURL as hd says
+// holds them with the service key's digest: as in its ACKed version (acked) and, for the
+// resources sent again and not ACKed yet, as in the version it held them at or any later
+// one (CarriesSince).
+func (h *History) holds(f Flavour, typeURL, acked string, hd holding, key, digest string) bool {
+	if hd.acked && !h.Carries(f, typeURL, acked, key, digest) {
+		return false
+	}
+	for _, v := range hd.since {
+		if !h.CarriesSince(f, typeURL, v, key, digest) {
+			return false
+		}
+	}
+	return true
+}
+
 // ServesCurrent reports whether the version of typeURL served to flavour now carries the
 // service key with digest: the current content is out, so a client's other version of the
 // type is older content (not a version this process has not built yet, as right after a
@@ -281,8 +332,16 @@ func ConfirmRemoval(clients []ClientState, h *History, key string, held map[Flav
 				continue
 			}
 			relevant = true
-			if _, _, behind := cl.held(typ, names); behind || !h.RemovedBy(cl.Flavour, typ, cl.Acked[typ], key) {
+			// A resource sent again and not ACKed is held as in the version it was held
+			// at then or a later one: each is served after the removal if that one was.
+			hd := cl.held(typ, names)
+			if hd.acked && !h.RemovedBy(cl.Flavour, typ, cl.Acked[typ], key) {
 				done = false
+			}
+			for _, v := range hd.since {
+				if !h.RemovedBy(cl.Flavour, typ, v, key) {
+					done = false
+				}
 			}
 		}
 		if !relevant {
@@ -361,12 +420,13 @@ func Judge(cl ClientState, h *History, key string, served map[Flavour]Served) Ve
 			continue
 		}
 		// A delta stream is judged per resource: only the service's own resources' ACKs
-		// and NACKs count (see ClientState.Unacked).
-		n, bad, behind := cl.held(typ, sv.Names[typ])
-		if bad && v.Nack == nil && h.Carries(cl.Flavour, typ, n.Version, key, sv.Digest) {
-			v.Nack = &ClientNack{NodeID: cl.NodeID, TypeURL: typ, Nack: n}
+		// and NACKs count, and a resource sent again and not ACKed yet counts as held as
+		// in the version it was held at then or any later one (see ClientState.Unacked).
+		hd := cl.held(typ, sv.Names[typ])
+		if hd.rejected && v.Nack == nil && h.Carries(cl.Flavour, typ, hd.nack.Version, key, sv.Digest) {
+			v.Nack = &ClientNack{NodeID: cl.NodeID, TypeURL: typ, Nack: hd.nack}
 		}
-		if behind || !h.Carries(cl.Flavour, typ, cl.Acked[typ], key, sv.Digest) {
+		if !h.holds(cl.Flavour, typ, cl.Acked[typ], hd, key, sv.Digest) {
 			v.Acked = false
 		}
 	}

@@ -43,13 +43,12 @@ type ClientState struct {
 	// rejected (see Unacked). Shared with the tracker: read it, never modify it.
 	Nacked map[string]Nack
 	// Unacked, for a delta stream (nil for state of the world), are per type URL the
-	// resources sent to the stream whose latest content it has not ACKed: nil while the
-	// response that carried them is unanswered, the rejection once the stream NACKed it.
+	// resources sent to the stream whose latest content it has not ACKed (see Unanswered).
 	// Every other resource of the type the stream subscribes to, it holds as in
 	// Acked[type]. An ACK of a response counts only for the resources that response
 	// carried, so the ACK of one map's change never clears another map's rejection. Shared
 	// with the tracker: read it, never modify it.
-	Unacked map[string]map[string]*Nack
+	Unacked map[string]map[string]Unanswered
 	// Stale, for a delta stream, are per type URL the resources it declared, when it
 	// opened (initial_resource_versions), at a version other than the one served then: the
 	// client holds older content of them until it ACKs a response carrying them. Shared
@@ -63,31 +62,60 @@ type ClientState struct {
 // ID names the client uniquely among the connected ones: its node id and stream.
 func (c ClientState) ID() string { return c.NodeID + "/" + c.Stream }
 
-// held is what the stream holds of names (one service's resources) of typeURL: behind
-// when it has not ACKed the latest content sent of one of them (a delta stream: see
-// Unacked), and the rejection that concerns them, if any: for a delta stream the first of
-// names (in their order) that it NACKed, for a state-of-the-world stream the type's last
-// NACK. A stream not behind holds names as in Acked[typeURL].
-func (c ClientState) held(typeURL string, names []string) (nack Nack, rejected, behind bool) {
+// Unanswered is one resource a delta stream was sent and has not ACKed the latest content
+// of: until it does, it holds the resource as in Held (the version of the type it held it
+// at when it was first sent again: its Acked version then, "" when it held none) or as in
+// a version sent since (a client may apply a response before it answers it). Nack is nil
+// while the response is unanswered, the rejection once the stream NACKed it (it then
+// holds the resource as in Held).
+type Unanswered struct {
+	Held string
+	Nack *Nack
+}
+
+// holding is what a stream holds of one service's resources of one type.
+type holding struct {
+	// acked: some of them are held as in ClientState.Acked[type].
+	acked bool
+	// since are the versions (distinct) the others were held at when they were sent again
+	// (Unanswered.Held): each of them is held as in that version or a later one.
+	since []string
+	// nack is the rejection that concerns them, if rejected.
+	nack     Nack
+	rejected bool
+}
+
+// held is what the stream holds of names (one service's resources) of typeURL, and the
+// rejection that concerns them, if any: for a delta stream the first of names (in their
+// order) that it NACKed, for a state-of-the-world stream the type's last NACK. A
+// state-of-the-world stream holds them as in Acked[typeURL]; a delta stream those it has
+// not ACKed the latest content of as their Unanswered says (one map's change of a resource
+// that carries many, such as the Envoy flavour's one route configuration, leaves the
+// others' content where it was).
+func (c ClientState) held(typeURL string, names []string) holding {
 	if c.Unacked == nil {
-		nack, rejected = c.Nacked[typeURL]
-		return nack, rejected, false
+		nack, rejected := c.Nacked[typeURL]
+		return holding{acked: true, nack: nack, rejected: rejected}
 	}
 	unacked := c.Unacked[typeURL]
 	if len(unacked) == 0 {
-		return Nack{}, false, false
+		return holding{acked: true}
 	}
+	var h holding
 	for _, n := range names {
 		r, ok := unacked[n]
 		if !ok {
+			h.acked = true
 			continue
 		}
-		behind = true
-		if r != nil && !rejected {
-			nack, rejected = *r, true
+		if !slices.Contains(h.since, r.Held) {
+			h.since = append(h.since, r.Held)
+		}
+		if r.Nack != nil && !h.rejected {
+			h.nack, h.rejected = *r.Nack, true
 		}
 	}
-	return nack, rejected, behind
+	return h
 }
 
 // Subscription is what one stream subscribed to of one resource type, as go-control-plane
@@ -219,7 +247,7 @@ type deltaState struct {
 	// unacked and stale are the ClientState's: the outer maps are replaced on every
 	// change, an inner map is changed in place until Clients hands it out (shared), then
 	// cloned before its next change.
-	unacked map[string]map[string]*Nack
+	unacked map[string]map[string]Unanswered
 	stale   map[string]map[string]struct{}
 	shared  map[string]bool // the types whose inner unacked map Clients handed out
 }
@@ -371,16 +399,20 @@ func (t *Tracker) deltaResponse(key streamKey, typeURL, nonce, version string, n
 		latest = make(map[string]uint64, len(names))
 		d.latest[typeURL] = latest
 	}
-	var unacked map[string]*Nack
+	var unacked map[string]Unanswered
 	for _, n := range names {
 		latest[n] = d.seq
-		if r, ok := d.unacked[typeURL][n]; ok && r == nil {
+		r, ok := d.unacked[typeURL][n]
+		if ok && r.Nack == nil {
 			continue // already unanswered: what the ClientState says is unchanged
 		}
 		if unacked == nil {
 			unacked = d.writable(typeURL, len(names))
 		}
-		unacked[n] = nil
+		if !ok { // it held the resource as in its ACKed version; a rejected one keeps its Held
+			r.Held = s.acked[typeURL]
+		}
+		unacked[n] = Unanswered{Held: r.Held}
 	}
 	if unacked != nil {
 		t.clients = nil
@@ -389,13 +421,13 @@ func (t *Tracker) deltaResponse(key streamKey, typeURL, nonce, version string, n
 
 // writable returns the stream's unacked map of typeURL for a change: the outer map is
 // replaced, the inner one cloned when Clients handed it out. Called with t.mu held.
-func (d *deltaState) writable(typeURL string, hint int) map[string]*Nack {
-	outer := make(map[string]map[string]*Nack, len(d.unacked)+1)
+func (d *deltaState) writable(typeURL string, hint int) map[string]Unanswered {
+	outer := make(map[string]map[string]Unanswered, len(d.unacked)+1)
 	maps.Copy(outer, d.unacked)
 	inner := outer[typeURL]
 	switch {
 	case inner == nil:
-		inner = make(map[string]*Nack, hint)
+		inner = make(map[string]Unanswered, hint)
 	case d.shared[typeURL]:
 		inner = maps.Clone(inner)
 		delete(d.shared, typeURL)
@@ -424,7 +456,7 @@ func (t *Tracker) answer(s *stream, nonce string, rejected bool, message string)
 	}
 	typeURL = rec.typeURL
 	latest := d.latest[typeURL]
-	var unacked map[string]*Nack
+	var unacked map[string]Unanswered
 	var stale map[string]struct{}
 	for _, n := range rec.names {
 		if latest[n] != rec.seq {
@@ -434,7 +466,7 @@ func (t *Tracker) answer(s *stream, nonce string, rejected bool, message string)
 			unacked = d.writable(typeURL, 0)
 		}
 		if nack != nil {
-			unacked[n] = nack
+			unacked[n] = Unanswered{Held: unacked[n].Held, Nack: nack}
 			continue
 		}
 		delete(latest, n)
@@ -617,7 +649,7 @@ func (s *stream) clearNack(typeURL string) {
 		return
 	}
 	for _, r := range s.deltaState.unacked[typeURL] {
-		if r != nil {
+		if r.Nack != nil {
 			return
 		}
 	}
@@ -942,7 +974,7 @@ func (t *Tracker) Clients() []ClientState {
 		if k.delta {
 			cs.Unacked, cs.Stale = s.unacked, s.stale
 			if cs.Unacked == nil {
-				cs.Unacked = map[string]map[string]*Nack{}
+				cs.Unacked = map[string]map[string]Unanswered{}
 			}
 			for typ := range s.unacked {
 				if s.shared == nil {
