@@ -49,13 +49,19 @@ func (s Service) computeDigest() string {
 // too: its content for that service is the same.
 //
 // It is kept as two timelines per flavour, one tick per Record: when each type's version
-// was served (the last max versions per type) and when each service's digest changed (its
-// last digestsPerKey changes); a version carries a digest when their times overlap. So a
-// Record costs what changed, not the fleet. Safe for concurrent use.
+// was served and when each service's digest changed (its last digestsPerKey changes); a
+// version carries a digest when their times overlap. So a Record costs what changed, not
+// the fleet. The versions kept per type are the last max, and, once the History follows a
+// Tracker (Follow), every older one a connected client of the flavour holds or was sent
+// (heldVersions): a client that has answered nothing for longer than max versions (a
+// stalled Envoy) still holds the content of the services that have not changed since,
+// and is judged so. So what is kept is bounded by max plus the versions the connected
+// streams hold, usually one or two each. Safe for concurrent use.
 type History struct {
 	mu       sync.Mutex
 	max      int
 	flavours map[Flavour]*flavourHistory
+	held     func(Flavour) map[string]map[string]bool // nil: none
 }
 
 // flavourHistory is one flavour's timelines.
@@ -90,15 +96,31 @@ type versionSpan struct {
 // one is always kept.
 const digestsPerKey = 8
 
-// NewHistory keeps the last max versions per flavour and type.
+// NewHistory keeps the last max versions per flavour and type (and, with Follow, those
+// the connected clients hold).
 func NewHistory(max int) *History {
 	return &History{max: max, flavours: map[Flavour]*flavourHistory{}}
+}
+
+// Follow makes h keep, beyond the last max versions of each type, every version the
+// connected streams of t hold or were sent (see History). Call it before the first Record.
+func (h *History) Follow(t *Tracker) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held = func(f Flavour) map[string]map[string]bool { return heldVersions(t, f) }
 }
 
 // Record notes that versions are now served to flavour, with changed (new or changed
 // services) at their digests and without the services removed; every other service keeps
 // the digest it had. The first Record of a flavour names every service it serves.
 func (h *History) Record(f Flavour, versions Versions, changed []Service, removed []string) {
+	h.mu.Lock()
+	held := h.held
+	h.mu.Unlock()
+	var keep map[string]map[string]bool
+	if held != nil {
+		keep = held(f) // read before h's lock: the tracker is never called under it
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	fh := h.flavours[f]
@@ -125,9 +147,7 @@ func (h *History) Record(f Flavour, versions Versions, changed []Service, remove
 		}
 		th.current = version
 		th.spans = append(th.spans, versionSpan{version: version, from: fh.tick})
-		if len(th.spans) > h.max {
-			th.spans = slices.Delete(th.spans, 0, len(th.spans)-h.max)
-		}
+		th.spans = trimSpans(th.spans, h.max, keep[typ])
 	}
 	for _, s := range changed {
 		key, d := s.Key(), s.Digest()
@@ -146,6 +166,23 @@ func (h *History) Record(f Flavour, versions Versions, changed []Service, remove
 		delete(fh.changes, key)
 		fh.removed[key] = fh.tick
 	}
+}
+
+// trimSpans keeps the last max of spans (oldest first) and the older ones whose version
+// is in keep.
+func trimSpans(spans []versionSpan, max int, keep map[string]bool) []versionSpan {
+	if len(spans) <= max {
+		return spans
+	}
+	old := len(spans) - max
+	kept := spans[:0]
+	for i, v := range spans {
+		if i >= old || keep[v.version] {
+			kept = append(kept, v)
+		}
+	}
+	clear(spans[len(kept):]) // drop the forgotten versions' strings
+	return kept
 }
 
 // RemovedBy reports whether version of typeURL, served to flavour, was served at or after

@@ -146,3 +146,55 @@ func TestSharedResourceSentAgainKeepsTheOtherMapsConfirmed(t *testing.T) {
 		})
 	}
 }
+
+// A client that answers nothing for longer than the history's length (a stalled Envoy)
+// still holds the content of every map that has not changed since its ACK: the history
+// keeps the versions connected clients hold, so chat stays confirmed while only embed
+// changes 70 times; embed's content the client does not hold, and it is not counted for
+// it. A version no connected client holds is forgotten as before, so what is kept stays
+// bounded; once the client is gone, its version is forgotten too.
+func TestStalledClientKeepsTheMapsItHoldsConfirmed(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sotw", true: "delta"}[delta], func(t *testing.T) {
+			chat := service(t, "prod", "chat", nil, seedEntries()...)
+			embed := service(t, "prod", "embed", nil, seedEntries()...)
+			drained := service(t, "prod", "embed", drainA, seedEntries()...)
+			h := xds.NewHistory(8)
+			tr := xds.NewTracker(nil)
+			h.Follow(tr)
+			s := newEnvoyStream(t, tr, delta)
+			confirmed := func(svc xds.Service) bool {
+				t.Helper()
+				return xds.Confirm(tr.Clients(), h, svc.Key(), xds.ServedBy(xds.DefaultEnvoyOptions, svc), 1).Done
+			}
+			record := func(route string, changed ...xds.Service) {
+				h.Record(xds.FlavourEnvoy, xds.Versions{resource.ListenerType: "l1", resource.RouteType: route, resource.ClusterType: "c1"}, changed, nil)
+			}
+			all := envoyNames(chat, embed)
+			record("r0", chat, embed)
+			s.ack(resource.ListenerType, "l1", all[resource.ListenerType]...)
+			s.ack(resource.ClusterType, "c1", all[resource.ClusterType]...)
+			s.ack(resource.RouteType, "r0", all[resource.RouteType]...)
+			require.True(t, confirmed(chat))
+
+			record("r1", drained)
+			s.send(resource.RouteType, "r1", all[resource.RouteType]...) // never answered
+			for i := 2; i <= 70; i++ {
+				record(fmt.Sprintf("r%d", i), map[bool]xds.Service{false: drained, true: embed}[i%2 == 0])
+			}
+			assert.True(t, confirmed(chat), "the stalled client holds chat's content (r0 or r1)")
+			assert.False(t, confirmed(drained), "it holds embed's content of r0 (or r1), not r70's")
+			assert.False(t, h.Carries(xds.FlavourEnvoy, resource.RouteType, "r5", chat.Key(), chat.Digest()), "a version no client holds is forgotten")
+			assert.True(t, h.Carries(xds.FlavourEnvoy, resource.RouteType, "r70", chat.Key(), chat.Digest()))
+
+			cb := tr.Callbacks()
+			if delta {
+				cb.OnDeltaStreamClosed(1, nil)
+			} else {
+				cb.OnStreamClosed(1, nil)
+			}
+			record("r71", embed)
+			assert.False(t, h.Carries(xds.FlavourEnvoy, resource.RouteType, "r0", chat.Key(), chat.Digest()), "nobody holds r0 any more")
+		})
+	}
+}

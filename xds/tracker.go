@@ -250,6 +250,8 @@ type deltaState struct {
 	unacked map[string]map[string]Unanswered
 	stale   map[string]map[string]struct{}
 	shared  map[string]bool // the types whose inner unacked map Clients handed out
+	// helds counts, per type URL, the unacked resources by their Unanswered.Held version.
+	helds map[string]map[string]int
 }
 
 // deltaSent is one delta response not answered yet.
@@ -411,6 +413,7 @@ func (t *Tracker) deltaResponse(key streamKey, typeURL, nonce, version string, n
 		}
 		if !ok { // it held the resource as in its ACKed version; a rejected one keeps its Held
 			r.Held = s.acked[typeURL]
+			d.countHeld(typeURL, r.Held, 1)
 		}
 		unacked[n] = Unanswered{Held: r.Held}
 	}
@@ -435,6 +438,61 @@ func (d *deltaState) writable(typeURL string, hint int) map[string]Unanswered {
 	outer[typeURL] = inner
 	d.unacked = outer
 	return inner
+}
+
+// countHeld adds delta to the unacked resources of typeURL held as in version.
+func (d *deltaState) countHeld(typeURL, version string, delta int) {
+	if d.helds == nil {
+		d.helds = map[string]map[string]int{}
+	}
+	byVersion := d.helds[typeURL]
+	if byVersion == nil {
+		byVersion = map[string]int{}
+		d.helds[typeURL] = byVersion
+	}
+	if byVersion[version] += delta; byVersion[version] <= 0 {
+		delete(byVersion, version)
+	}
+}
+
+// heldVersions are, per type URL, the versions the identified streams of flavour f hold
+// resources as in, or may come to: the version each ACKed, the one last sent and not
+// answered, a delta stream's unanswered responses' versions and the versions its
+// unanswered resources are held as in (Unanswered.Held). What a History follows keeps them
+// (History.Follow). A function, not a method: the Tracker has its 15.
+func heldVersions(t *Tracker, f Flavour) map[string]map[string]bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]map[string]bool{}
+	add := func(typeURL, version string) {
+		if version == "" {
+			return
+		}
+		if out[typeURL] == nil {
+			out[typeURL] = map[string]bool{}
+		}
+		out[typeURL][version] = true
+	}
+	for _, s := range t.streams {
+		if s.node == nil || s.flavour != f {
+			continue
+		}
+		for typ, v := range s.acked {
+			add(typ, v)
+		}
+		for typ, nonce := range s.sent {
+			add(typ, s.version[nonce])
+		}
+		for _, rec := range s.outstanding {
+			add(rec.typeURL, rec.version)
+		}
+		for typ, byVersion := range s.helds {
+			for v := range byVersion {
+				add(typ, v)
+			}
+		}
+	}
+	return out
 }
 
 // answer applies a delta stream's ACK or NACK of the response sent with nonce to exactly
@@ -470,6 +528,7 @@ func (t *Tracker) answer(s *stream, nonce string, rejected bool, message string)
 			continue
 		}
 		delete(latest, n)
+		d.countHeld(typeURL, unacked[n].Held, -1)
 		delete(unacked, n)
 		if _, ok := d.stale[typeURL][n]; ok {
 			if stale == nil {
