@@ -228,32 +228,54 @@ func (h *History) Carries(f Flavour, typeURL, version, key, digest string) bool 
 	}
 	spans := fh.changes[key]
 	for _, v := range fh.served[typeURL].spans {
-		if v.version != version {
-			continue
-		}
-		for i, d := range spans {
-			if d.digest != digest {
-				continue
-			}
-			// d's digest held from d.tick until the next change (excluded).
-			if v.to != 0 && d.tick >= v.to {
-				continue
-			}
-			if i+1 < len(spans) && spans[i+1].tick <= v.from {
-				continue
-			}
+		if v.version == version && spanCarries(v, spans, digest) {
 			return true
 		}
 	}
 	return false
 }
 
-// CarriesSince reports whether every version of typeURL served to flavour from version on
-// (version itself and every later one, up to the one served now) carried the service key
-// with digest alone: the key's digest was digest, and nothing else, from when version was
-// first served until now. False for a version no longer remembered, and when the key's
-// remembered changes begin after version was first served (not served then, or its older
-// changes forgotten).
+// spanCarries reports whether the version served over v carried a service whose digest
+// changes are spans (oldest first) with digest: their times overlap.
+func spanCarries(v versionSpan, spans []digestSpan, digest string) bool {
+	for i, d := range spans {
+		if d.digest != digest {
+			continue
+		}
+		// d's digest held from d.tick until the next change (excluded).
+		if v.to != 0 && d.tick >= v.to {
+			continue
+		}
+		if i+1 < len(spans) && spans[i+1].tick <= v.from {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// onlyDigest reports whether a service whose digest changes are spans (oldest first) had
+// digest, and no other, from tick from to tick to (excluded).
+func onlyDigest(spans []digestSpan, digest string, from, to uint64) bool {
+	if len(spans) == 0 || spans[0].tick > from {
+		return false // not served then, or its changes then forgotten
+	}
+	for i, d := range spans {
+		if d.tick >= to || (i+1 < len(spans) && spans[i+1].tick <= from) {
+			continue // outside [from, to)
+		}
+		if d.digest != digest {
+			return false
+		}
+	}
+	return true
+}
+
+// CarriesSince reports whether version of typeURL served to flavour and every later one, up
+// to the one served now, carried the service key with digest (Carries): a client that holds
+// a resource as in version or any later version holds the service's content. A later
+// version forgotten (see History) counts as carrying it only if the key's digest was digest
+// alone while it was served. False for a version no longer remembered.
 func (h *History) CarriesSince(f Flavour, typeURL, version, key, digest string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -261,23 +283,18 @@ func (h *History) CarriesSince(f Flavour, typeURL, version, key, digest string) 
 	if fh == nil || fh.served[typeURL] == nil || version == "" {
 		return false
 	}
-	from, ok := uint64(0), false
-	for _, v := range fh.served[typeURL].spans {
-		if v.version == version {
-			from, ok = v.from, true
-			break
-		}
-	}
-	spans := fh.changes[key]
-	if !ok || len(spans) == 0 || spans[0].tick > from {
+	served, spans := fh.served[typeURL].spans, fh.changes[key]
+	start := slices.IndexFunc(served, func(v versionSpan) bool { return v.version == version })
+	if start < 0 {
 		return false
 	}
-	for i, d := range spans {
-		if i+1 < len(spans) && spans[i+1].tick <= from {
-			continue // ended before version was served
-		}
-		if d.digest != digest {
+	for i := start; i < len(served); i++ {
+		v := served[i]
+		if !spanCarries(v, spans, digest) {
 			return false
+		}
+		if i+1 < len(served) && v.to != served[i+1].from && !onlyDigest(spans, digest, v.to, served[i+1].from) {
+			return false // versions forgotten in between
 		}
 	}
 	return true
