@@ -89,6 +89,7 @@ func TestDeltaEnvoyAnsweringAnotherMapsChangeKeepsMapsPublished(t *testing.T) {
 	ack(route)
 	require.Eventually(t, func() bool { return state(drained) == model.InPlace }, 10*time.Second, time.Millisecond)
 	assert.Equal(t, model.InPlace, state(chat))
+}
 
 // The sink's history follows its tracker: a version a connected client holds is kept
 // however many versions come after it (TestStalledClientKeepsTheMapsItHoldsConfirmed).
@@ -100,4 +101,3 @@ func TestSinkHistoryFollowsItsClients(t *testing.T) {
 	defer s.history.mu.Unlock()
 	assert.NotNil(t, s.history.held)
 }
-
