@@ -301,11 +301,11 @@ func (h *History) CarriesSince(f Flavour, typeURL, version, key, digest string) 
 }
 
 // holds reports whether a stream that holds a service's resources of typeURL as hd says
-// holds them with the service key's digest: as in its ACKed version (acked) and, for the
-// resources sent again and not ACKed yet, as in the version it held them at or any later
-// one (CarriesSince).
+// holds them with the service key's digest: none fresh (not held at all), as in its ACKed
+// version (acked) and, for the resources sent again and not ACKed yet, as in the version
+// it held them at or any later one (CarriesSince).
 func (h *History) holds(f Flavour, typeURL, acked string, hd holding, key, digest string) bool {
-	if hd.acked && !h.Carries(f, typeURL, acked, key, digest) {
+	if hd.none || (hd.acked && !h.Carries(f, typeURL, acked, key, digest)) {
 		return false
 	}
 	for _, v := range hd.since {
@@ -388,6 +388,7 @@ func ConfirmRemoval(clients []ClientState, h *History, key string, held map[Flav
 			relevant = true
 			// A resource sent again and not ACKed is held as in the version it was held
 			// at then or a later one: each is served after the removal if that one was.
+			// A fresh one (hd.none) is not held at all.
 			hd := cl.held(typ, names)
 			if hd.acked && !h.RemovedBy(cl.Flavour, typ, cl.Acked[typ], key) {
 				done = false

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/trafficmap/publisher/xds"
 )
@@ -195,6 +196,106 @@ func TestStalledClientKeepsTheMapsItHoldsConfirmed(t *testing.T) {
 			}
 			record("r71", embed)
 			assert.False(t, h.Carries(xds.FlavourEnvoy, resource.RouteType, "r0", chat.Key(), chat.Digest()), "nobody holds r0 any more")
+		})
+	}
+}
+
+// A stream that subscribes to a map's resources after it ACKed a version carrying them
+// holds nothing of them until it is sent them: a version is type-wide, and the stream
+// ACKed it for its subscription then. Its ACKed version keeps counting for the maps it
+// subscribed to before.
+func TestNewSubscriptionIsNotHeldBeforeItIsSent(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sotw", true: "delta"}[delta], func(t *testing.T) {
+			chat := service(t, "prod", "chat", nil, seedEntries()...)
+			embed := service(t, "prod", "embed", nil, seedEntries()...)
+			h := xds.NewHistory(8)
+			tr := xds.NewTracker(nil)
+			h.Follow(tr)
+			h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{chat, embed}, nil)
+			served := func(svc xds.Service) map[string][]string {
+				return xds.ServedBy(xds.DefaultEnvoyOptions, svc)[xds.FlavourGRPC].Names
+			}
+			confirmed := func(svc xds.Service) bool {
+				t.Helper()
+				return xds.Confirm(tr.Clients(), h, svc.Key(), xds.ServedBy(xds.DefaultEnvoyOptions, svc), 1).Done
+			}
+			cb := tr.Callbacks()
+			node := &corev3.Node{Id: "grpc", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+				xds.FlavourMetadataKey: structpb.NewStringValue(string(xds.FlavourGRPC))}}}
+			types := []string{resource.ListenerType, resource.RouteType, resource.ClusterType}
+			nonces := map[string]string{}
+			n := 0
+			send := func(typ string, names ...string) string {
+				n++
+				nonce := fmt.Sprint(n)
+				if delta {
+					var res []*discoveryv3.Resource
+					for _, name := range names {
+						res = append(res, &discoveryv3.Resource{Name: name})
+					}
+					cb.OnStreamDeltaResponse(1, nil, &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typ, Nonce: nonce, SystemVersionInfo: "v1", Resources: res})
+				} else {
+					cb.OnStreamResponse(context.Background(), 1, nil, &discoveryv3.DiscoveryResponse{TypeUrl: typ, Nonce: nonce, VersionInfo: "v1"})
+				}
+				nonces[typ] = nonce
+				return nonce
+			}
+			// request subscribes to the services' names of typ (delta: adds them) and
+			// answers the response last sent of typ, if any.
+			request := func(typ string, services ...xds.Service) {
+				var names []string
+				for _, svc := range services {
+					names = append(names, served(svc)[typ]...)
+				}
+				if delta {
+					require.NoError(t, cb.OnStreamDeltaRequest(1, &discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: typ, ResourceNamesSubscribe: names, ResponseNonce: nonces[typ]}))
+					return
+				}
+				version := ""
+				if nonces[typ] != "" {
+					version = "v1"
+				}
+				require.NoError(t, cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typ, ResourceNames: names, VersionInfo: version, ResponseNonce: nonces[typ]}))
+			}
+			if delta {
+				require.NoError(t, cb.OnDeltaStreamOpen(context.Background(), 1, resource.AnyType))
+			} else {
+				require.NoError(t, cb.OnStreamOpen(context.Background(), 1, resource.AnyType))
+			}
+			for _, typ := range types {
+				request(typ, chat)
+				send(typ, served(chat)[typ]...)
+				request(typ, chat) // ACK
+			}
+			require.True(t, confirmed(chat))
+
+			for _, typ := range types {
+				if delta {
+					request(typ, embed)
+				} else {
+					request(typ, chat, embed)
+				}
+			}
+			assert.True(t, confirmed(chat), "still held as in v1")
+			assert.False(t, confirmed(embed), "subscribed to, not sent yet")
+			for _, typ := range types {
+				if delta {
+					send(typ, served(embed)[typ]...)
+				} else {
+					send(typ, append(served(chat)[typ], served(embed)[typ]...)...)
+				}
+			}
+			assert.False(t, confirmed(embed), "sent, not ACKed yet")
+			for _, typ := range types {
+				if delta {
+					require.NoError(t, cb.OnStreamDeltaRequest(1, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: nonces[typ]}))
+				} else {
+					request(typ, chat, embed)
+				}
+			}
+			assert.True(t, confirmed(embed))
+			assert.True(t, confirmed(chat))
 		})
 	}
 }

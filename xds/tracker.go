@@ -57,6 +57,13 @@ type ClientState struct {
 	// Subscribed is what the stream subscribed to, per type URL; a type absent here has no
 	// subscription. The map is shared with the tracker: read it, never modify it.
 	Subscribed map[string]Subscription
+	// Fresh are per type URL the resources the stream subscribed to by name after its
+	// first subscription of the type and holds nothing of yet, whatever version it ACKed
+	// (a version is type-wide, and it ACKed it for its subscription then): a
+	// state-of-the-world stream until it ACKs a response sent after it subscribed, a
+	// delta stream each until a response carries it (it is then Unacked, held as in no
+	// version). Shared with the tracker: read it, never modify it.
+	Fresh map[string]map[string]struct{}
 }
 
 // ID names the client uniquely among the connected ones: its node id and stream.
@@ -77,6 +84,8 @@ type Unanswered struct {
 type holding struct {
 	// acked: some of them are held as in ClientState.Acked[type].
 	acked bool
+	// none: some of them are not held at all, nor sent yet (ClientState.Fresh).
+	none bool
 	// since are the versions (distinct) the others were held at when they were sent again
 	// (Unanswered.Held): each of them is held as in that version or a later one.
 	since []string
@@ -87,33 +96,39 @@ type holding struct {
 
 // held is what the stream holds of names (one service's resources) of typeURL, and the
 // rejection that concerns them, if any: for a delta stream the first of names (in their
-// order) that it NACKed, for a state-of-the-world stream the type's last NACK. A
-// state-of-the-world stream holds them as in Acked[typeURL]; a delta stream those it has
-// not ACKed the latest content of as their Unanswered says (one map's change of a resource
-// that carries many, such as the Envoy flavour's one route configuration, leaves the
-// others' content where it was).
+// order) that it NACKed, for a state-of-the-world stream the type's last NACK. A stream
+// holds them as in Acked[typeURL], but the fresh ones (see Fresh) as in no version, and a
+// delta stream those it has not ACKed the latest content of as their Unanswered says (one
+// map's change of a resource that carries many, such as the Envoy flavour's one route
+// configuration, leaves the others' content where it was).
 func (c ClientState) held(typeURL string, names []string) holding {
-	if c.Unacked == nil {
-		nack, rejected := c.Nacked[typeURL]
-		return holding{acked: true, nack: nack, rejected: rejected}
-	}
-	unacked := c.Unacked[typeURL]
-	if len(unacked) == 0 {
-		return holding{acked: true}
-	}
 	var h holding
+	if c.Unacked == nil {
+		h.nack, h.rejected = c.Nacked[typeURL]
+	}
+	unacked, fresh := c.Unacked[typeURL], c.Fresh[typeURL]
+	if len(unacked) == 0 && len(fresh) == 0 {
+		h.acked = true
+		return h
+	}
+	since := func(v string) {
+		if !slices.Contains(h.since, v) {
+			h.since = append(h.since, v)
+		}
+	}
 	for _, n := range names {
-		r, ok := unacked[n]
-		if !ok {
-			h.acked = true
+		if r, ok := unacked[n]; ok {
+			since(r.Held)
+			if r.Nack != nil && !h.rejected {
+				h.nack, h.rejected = *r.Nack, true
+			}
 			continue
 		}
-		if !slices.Contains(h.since, r.Held) {
-			h.since = append(h.since, r.Held)
+		if _, ok := fresh[n]; ok {
+			h.none = true
+			continue
 		}
-		if r.Nack != nil && !h.rejected {
-			h.nack, h.rejected = *r.Nack, true
-		}
+		h.acked = true
 	}
 	return h
 }
@@ -225,6 +240,11 @@ type stream struct {
 	nacked  map[string]Nack         // replaced, never modified, on every change
 	subs    map[string]Subscription // replaced, never modified, on every change
 	named   map[string]bool         // types the stream has named resources of (legacy wildcard over)
+	// fresh is ClientState.Fresh (replaced, never modified, on every change); freshAt, per
+	// type URL, when its names or a switch to a wildcard were last subscribed to (see
+	// stream.subscribed).
+	fresh   map[string]map[string]struct{}
+	freshAt map[string]freshMark
 	// unserved are the initial_resource_versions a delta stream declared, per type URL,
 	// before its flavour's type was first served: judged when it is (see advance).
 	unserved map[string]map[string]string
@@ -402,20 +422,28 @@ func (t *Tracker) deltaResponse(key streamKey, typeURL, nonce, version string, n
 		d.latest[typeURL] = latest
 	}
 	var unacked map[string]Unanswered
+	isNew := s.unfresh(typeURL, names)
 	for _, n := range names {
 		latest[n] = d.seq
 		r, ok := d.unacked[typeURL][n]
-		if ok && r.Nack == nil {
+		held := r.Held // a rejected resource is held as it was
+		if !ok {
+			held = s.acked[typeURL] // it held the resource as in its ACKed version
+		}
+		if isNew(n) {
+			held = "" // it held nothing of it
+		}
+		if ok && r.Nack == nil && r.Held == held {
 			continue // already unanswered: what the ClientState says is unchanged
 		}
 		if unacked == nil {
 			unacked = d.writable(typeURL, len(names))
 		}
-		if !ok { // it held the resource as in its ACKed version; a rejected one keeps its Held
-			r.Held = s.acked[typeURL]
-			d.countHeld(typeURL, r.Held, 1)
+		if ok {
+			d.countHeld(typeURL, r.Held, -1)
 		}
-		unacked[n] = Unanswered{Held: r.Held}
+		d.countHeld(typeURL, held, 1)
+		unacked[n] = Unanswered{Held: held}
 	}
 	if unacked != nil {
 		t.clients = nil
@@ -552,6 +580,7 @@ func (t *Tracker) answer(s *stream, nonce string, rejected bool, message string)
 		s.nacked = nacked
 		return typeURL, true
 	}
+	s.settled(typeURL, nonce, rec.seq)
 	if rec.seq > d.ackedSeq[typeURL] {
 		d.ackedSeq[typeURL] = rec.seq
 		s.ack(typeURL, t.steps.forward(s, typeURL, rec.version))
@@ -618,6 +647,108 @@ func (s *stream) subscribeDelta(typeURL string, subscribe, unsubscribe []string)
 		delete(sub.Names, n)
 	}
 	s.setSub(typeURL, sub)
+}
+
+// freshMark is when a stream last subscribed to new resources of a type: the nonce last
+// sent then (state of the world), the number of delta responses sent then, and whether it
+// switched to a wildcard.
+type freshMark struct {
+	nonce    string
+	seq      uint64
+	wildcard bool
+}
+
+// subscribed records a change of an existing subscription of typeURL from before to after:
+// the names it adds (not covered by a wildcard before) are fresh, held as in no version
+// (ClientState.Fresh); names it drops are fresh no longer. A switch to a wildcard makes the
+// resources a delta stream is sent until it ACKs a later response held as in no version
+// (they may be new to it); judging the ones it is not sent by its ACKed version, as
+// before the switch, is left as is.
+func (s *stream) subscribed(typeURL string, before, after Subscription) {
+	fresh := map[string]struct{}{}
+	for n := range s.fresh[typeURL] {
+		if _, ok := after.Names[n]; ok && !after.Wildcard {
+			fresh[n] = struct{}{}
+		}
+	}
+	if !before.Wildcard && !after.Wildcard {
+		for n := range after.Names {
+			if _, ok := before.Names[n]; !ok {
+				fresh[n] = struct{}{}
+			}
+		}
+	}
+	s.setFresh(typeURL, fresh)
+	wildcard := after.Wildcard && (!before.Wildcard || s.freshAt[typeURL].wildcard)
+	if len(fresh) == 0 && !wildcard {
+		delete(s.freshAt, typeURL)
+		return
+	}
+	if s.freshAt == nil {
+		s.freshAt = map[string]freshMark{}
+	}
+	s.freshAt[typeURL] = freshMark{nonce: s.sent[typeURL], seq: s.deltaState.seq, wildcard: wildcard}
+}
+
+// setFresh replaces the fresh names of typeURL (none when empty).
+func (s *stream) setFresh(typeURL string, names map[string]struct{}) {
+	if len(names) == 0 && len(s.fresh[typeURL]) == 0 {
+		return
+	}
+	fresh := maps.Clone(s.fresh)
+	if fresh == nil {
+		fresh = map[string]map[string]struct{}{}
+	}
+	if len(names) == 0 {
+		delete(fresh, typeURL)
+	} else {
+		fresh[typeURL] = names
+	}
+	s.fresh = fresh
+}
+
+// unfresh is called when a delta stream is sent names of typeURL in response seq: it
+// reports whether each is new to the stream (fresh, or sent after a switch to a wildcard
+// the stream has not ACKed a response since), and keeps fresh only the names not sent.
+func (s *stream) unfresh(typeURL string, names []string) func(string) bool {
+	m, ok := s.freshAt[typeURL]
+	if !ok {
+		return func(string) bool { return false }
+	}
+	was := s.fresh[typeURL]
+	rest := maps.Clone(was)
+	for _, n := range names {
+		delete(rest, n)
+	}
+	s.setFresh(typeURL, rest)
+	if len(rest) == 0 && !m.wildcard {
+		delete(s.freshAt, typeURL)
+	}
+	return func(n string) bool {
+		_, fresh := was[n]
+		return fresh || m.wildcard
+	}
+}
+
+// settled is called when a stream ACKs a response of typeURL: a state-of-the-world one sent
+// after the last new subscription (not the nonce last sent then) carried every name the
+// stream subscribes to, so none is fresh any more; a delta one (seq) after a switch to a
+// wildcard ends the switch.
+func (s *stream) settled(typeURL, nonce string, seq uint64) {
+	m, ok := s.freshAt[typeURL]
+	switch {
+	case !ok:
+	case !s.delta && m.nonce != nonce:
+		s.setFresh(typeURL, nil)
+		delete(s.freshAt, typeURL)
+	case s.delta && m.wildcard && seq > m.seq:
+		if len(s.fresh[typeURL]) == 0 {
+			delete(s.freshAt, typeURL)
+		} else {
+			m.wildcard = false
+			s.freshAt[typeURL] = m
+		}
+	}
 }
 
 func (s *stream) setSub(typeURL string, sub Subscription) {
@@ -894,6 +1025,9 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 		subscribe(s, typeURL)
 		after := s.subs[typeURL]
 		subscribed := !had || before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names)
+		if had && subscribed {
+			s.subscribed(typeURL, before, after)
+		}
 		if subscribed && s.node != nil {
 			t.demand[s.flavour]++
 		}
@@ -925,6 +1059,7 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 				version = sentVersion
 			}
 			s.ack(typeURL, t.steps.forward(s, typeURL, version))
+			s.settled(typeURL, nonce, 0)
 		}
 		changed, answered = true, true
 	}
@@ -1029,7 +1164,7 @@ func (t *Tracker) Clients() []ClientState {
 	for _, k := range keys {
 		s := t.streams[k]
 		cs := ClientState{NodeID: s.node.GetId(), Flavour: s.flavour, Stream: k.String(), Peer: s.peer, Access: s.access,
-			TypeURL: s.typeURL, Acked: s.acked, Nacked: s.nacked, Subscribed: s.subs}
+			TypeURL: s.typeURL, Acked: s.acked, Nacked: s.nacked, Subscribed: s.subs, Fresh: s.fresh}
 		if k.delta {
 			cs.Unacked, cs.Stale = s.unacked, s.stale
 			if cs.Unacked == nil {
