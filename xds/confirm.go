@@ -49,13 +49,19 @@ func (s Service) computeDigest() string {
 // too: its content for that service is the same.
 //
 // It is kept as two timelines per flavour, one tick per Record: when each type's version
-// was served (the last max versions per type) and when each service's digest changed (its
-// last digestsPerKey changes); a version carries a digest when their times overlap. So a
-// Record costs what changed, not the fleet. Safe for concurrent use.
+// was served and when each service's digest changed (its last digestsPerKey changes); a
+// version carries a digest when their times overlap. So a Record costs what changed, not
+// the fleet. The versions kept per type are the last max, and, once the History follows a
+// Tracker (Follow), every older one a connected client of the flavour holds or was sent
+// (heldVersions): a client that has answered nothing for longer than max versions (a
+// stalled Envoy) still holds the content of the services that have not changed since,
+// and is judged so. So what is kept is bounded by max plus the versions the connected
+// streams hold, usually one or two each. Safe for concurrent use.
 type History struct {
 	mu       sync.Mutex
 	max      int
 	flavours map[Flavour]*flavourHistory
+	held     func(Flavour) map[string]map[string]bool // nil: none
 }
 
 // flavourHistory is one flavour's timelines.
@@ -90,15 +96,31 @@ type versionSpan struct {
 // one is always kept.
 const digestsPerKey = 8
 
-// NewHistory keeps the last max versions per flavour and type.
+// NewHistory keeps the last max versions per flavour and type (and, with Follow, those
+// the connected clients hold).
 func NewHistory(max int) *History {
 	return &History{max: max, flavours: map[Flavour]*flavourHistory{}}
+}
+
+// Follow makes h keep, beyond the last max versions of each type, every version the
+// connected streams of t hold or were sent (see History). Call it before the first Record.
+func (h *History) Follow(t *Tracker) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held = func(f Flavour) map[string]map[string]bool { return heldVersions(t, f) }
 }
 
 // Record notes that versions are now served to flavour, with changed (new or changed
 // services) at their digests and without the services removed; every other service keeps
 // the digest it had. The first Record of a flavour names every service it serves.
 func (h *History) Record(f Flavour, versions Versions, changed []Service, removed []string) {
+	h.mu.Lock()
+	held := h.held
+	h.mu.Unlock()
+	var keep map[string]map[string]bool
+	if held != nil {
+		keep = held(f) // read before h's lock: the tracker is never called under it
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	fh := h.flavours[f]
@@ -125,9 +147,7 @@ func (h *History) Record(f Flavour, versions Versions, changed []Service, remove
 		}
 		th.current = version
 		th.spans = append(th.spans, versionSpan{version: version, from: fh.tick})
-		if len(th.spans) > h.max {
-			th.spans = slices.Delete(th.spans, 0, len(th.spans)-h.max)
-		}
+		th.spans = trimSpans(th.spans, h.max, keep[typ])
 	}
 	for _, s := range changed {
 		key, d := s.Key(), s.Digest()
@@ -146,6 +166,23 @@ func (h *History) Record(f Flavour, versions Versions, changed []Service, remove
 		delete(fh.changes, key)
 		fh.removed[key] = fh.tick
 	}
+}
+
+// trimSpans keeps the last max of spans (oldest first) and the older ones whose version
+// is in keep.
+func trimSpans(spans []versionSpan, max int, keep map[string]bool) []versionSpan {
+	if len(spans) <= max {
+		return spans
+	}
+	old := len(spans) - max
+	kept := spans[:0]
+	for i, v := range spans {
+		if i >= old || keep[v.version] {
+			kept = append(kept, v)
+		}
+	}
+	clear(spans[len(kept):]) // drop the forgotten versions' strings
+	return kept
 }
 
 // RemovedBy reports whether version of typeURL, served to flavour, was served at or after
@@ -191,24 +228,92 @@ func (h *History) Carries(f Flavour, typeURL, version, key, digest string) bool 
 	}
 	spans := fh.changes[key]
 	for _, v := range fh.served[typeURL].spans {
-		if v.version != version {
-			continue
-		}
-		for i, d := range spans {
-			if d.digest != digest {
-				continue
-			}
-			// d's digest held from d.tick until the next change (excluded).
-			if v.to != 0 && d.tick >= v.to {
-				continue
-			}
-			if i+1 < len(spans) && spans[i+1].tick <= v.from {
-				continue
-			}
+		if v.version == version && spanCarries(v, spans, digest) {
 			return true
 		}
 	}
 	return false
+}
+
+// spanCarries reports whether the version served over v carried a service whose digest
+// changes are spans (oldest first) with digest: their times overlap.
+func spanCarries(v versionSpan, spans []digestSpan, digest string) bool {
+	for i, d := range spans {
+		if d.digest != digest {
+			continue
+		}
+		// d's digest held from d.tick until the next change (excluded).
+		if v.to != 0 && d.tick >= v.to {
+			continue
+		}
+		if i+1 < len(spans) && spans[i+1].tick <= v.from {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// onlyDigest reports whether a service whose digest changes are spans (oldest first) had
+// digest, and no other, from tick from to tick to (excluded).
+func onlyDigest(spans []digestSpan, digest string, from, to uint64) bool {
+	if len(spans) == 0 || spans[0].tick > from {
+		return false // not served then, or its changes then forgotten
+	}
+	for i, d := range spans {
+		if d.tick >= to || (i+1 < len(spans) && spans[i+1].tick <= from) {
+			continue // outside [from, to)
+		}
+		if d.digest != digest {
+			return false
+		}
+	}
+	return true
+}
+
+// CarriesSince reports whether version of typeURL served to flavour and every later one, up
+// to the one served now, carried the service key with digest (Carries): a client that holds
+// a resource as in version or any later version holds the service's content. A later
+// version forgotten (see History) counts as carrying it only if the key's digest was digest
+// alone while it was served. False for a version no longer remembered.
+func (h *History) CarriesSince(f Flavour, typeURL, version, key, digest string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fh := h.flavours[f]
+	if fh == nil || fh.served[typeURL] == nil || version == "" {
+		return false
+	}
+	served, spans := fh.served[typeURL].spans, fh.changes[key]
+	start := slices.IndexFunc(served, func(v versionSpan) bool { return v.version == version })
+	if start < 0 {
+		return false
+	}
+	for i := start; i < len(served); i++ {
+		v := served[i]
+		if !spanCarries(v, spans, digest) {
+			return false
+		}
+		if i+1 < len(served) && v.to != served[i+1].from && !onlyDigest(spans, digest, v.to, served[i+1].from) {
+			return false // versions forgotten in between
+		}
+	}
+	return true
+}
+
+// holds reports whether a stream that holds a service's resources of typeURL as hd says
+// holds them with the service key's digest: none fresh (not held at all), as in its ACKed
+// version (acked) and, for the resources sent again and not ACKed yet, as in the version
+// it held them at or any later one (CarriesSince).
+func (h *History) holds(f Flavour, typeURL, acked string, hd holding, key, digest string) bool {
+	if hd.none || (hd.acked && !h.Carries(f, typeURL, acked, key, digest)) {
+		return false
+	}
+	for _, v := range hd.since {
+		if !h.CarriesSince(f, typeURL, v, key, digest) {
+			return false
+		}
+	}
+	return true
 }
 
 // ServesCurrent reports whether the version of typeURL served to flavour now carries the
@@ -281,8 +386,17 @@ func ConfirmRemoval(clients []ClientState, h *History, key string, held map[Flav
 				continue
 			}
 			relevant = true
-			if _, _, behind := cl.held(typ, names); behind || !h.RemovedBy(cl.Flavour, typ, cl.Acked[typ], key) {
+			// A resource sent again and not ACKed is held as in the version it was held
+			// at then or a later one: each is served after the removal if that one was.
+			// A fresh one (hd.none) is not held at all.
+			hd := cl.held(typ, names)
+			if hd.acked && !h.RemovedBy(cl.Flavour, typ, cl.Acked[typ], key) {
 				done = false
+			}
+			for _, v := range hd.since {
+				if !h.RemovedBy(cl.Flavour, typ, v, key) {
+					done = false
+				}
 			}
 		}
 		if !relevant {
@@ -361,12 +475,13 @@ func Judge(cl ClientState, h *History, key string, served map[Flavour]Served) Ve
 			continue
 		}
 		// A delta stream is judged per resource: only the service's own resources' ACKs
-		// and NACKs count (see ClientState.Unacked).
-		n, bad, behind := cl.held(typ, sv.Names[typ])
-		if bad && v.Nack == nil && h.Carries(cl.Flavour, typ, n.Version, key, sv.Digest) {
-			v.Nack = &ClientNack{NodeID: cl.NodeID, TypeURL: typ, Nack: n}
+		// and NACKs count, and a resource sent again and not ACKed yet counts as held as
+		// in the version it was held at then or any later one (see ClientState.Unacked).
+		hd := cl.held(typ, sv.Names[typ])
+		if hd.rejected && v.Nack == nil && h.Carries(cl.Flavour, typ, hd.nack.Version, key, sv.Digest) {
+			v.Nack = &ClientNack{NodeID: cl.NodeID, TypeURL: typ, Nack: hd.nack}
 		}
-		if behind || !h.Carries(cl.Flavour, typ, cl.Acked[typ], key, sv.Digest) {
+		if !h.holds(cl.Flavour, typ, cl.Acked[typ], hd, key, sv.Digest) {
 			v.Acked = false
 		}
 	}

@@ -252,6 +252,35 @@ func TestHistoryTimelines(t *testing.T) {
 	assert.True(t, carries(resource.RouteType, "s7", old))
 }
 
+// CarriesSince answers for a client that holds a resource as in one version or any later
+// one: every one of them, and every version forgotten in between, must carry the content.
+func TestHistoryCarriesSince(t *testing.T) {
+	old := service(t, "prod", "chat", nil, seedEntries()...)
+	drained := service(t, "prod", "chat", drainA, seedEntries()...)
+	other := service(t, "prod", "embed", nil, seedEntries()...)
+	h := xds.NewHistory(2)
+	versions := func(route string) xds.Versions {
+		return xds.Versions{resource.ListenerType: "l1", resource.RouteType: route, resource.ClusterType: "c1"}
+	}
+	since := func(typ, version string, s xds.Service) bool {
+		return h.CarriesSince(xds.FlavourGRPC, typ, version, s.Key(), s.Digest())
+	}
+	h.Record(xds.FlavourGRPC, versions("r1"), []xds.Service{old, other}, nil)
+	h.Record(xds.FlavourGRPC, versions("r2"), []xds.Service{drained}, nil)
+	assert.True(t, since(resource.RouteType, "r2", drained))
+	assert.False(t, since(resource.RouteType, "r1", drained), "r1 carried the content before the drain")
+	assert.False(t, since(resource.RouteType, "r1", old), "r2 does not carry it")
+	assert.True(t, since(resource.RouteType, "r1", other), "unchanged in r1 and r2")
+	assert.True(t, since(resource.ClusterType, "c1", drained), "c1 is served on, unchanged by the drain")
+	assert.False(t, since(resource.RouteType, "r0", other), "unknown version")
+
+	h.Record(xds.FlavourGRPC, versions("r3"), []xds.Service{old}, nil)
+	h.Record(xds.FlavourGRPC, versions("r4"), nil, nil)
+	assert.False(t, since(resource.RouteType, "r1", other), "r1 is forgotten (nobody holds it)")
+	assert.True(t, since(resource.RouteType, "r3", other))
+	assert.True(t, since(resource.RouteType, "r3", old))
+}
+
 // A withdrawn map's removal is confirmed by each client that held its resources once it
 // ACKed, for every type of them it still subscribes to, a version served after the
 // removal; a client that dropped them, or never held them, neither blocks nor counts.

@@ -179,6 +179,7 @@ func NewSink(cfg SinkConfig, log *zap.Logger) (*Sink, error) {
 	s.loop = newRebuilder(s)
 	s.watch = &clientWatch{s: s}
 	s.server = NewServer(ServerConfig{Log: log, TLS: tlsCfg, OnClientChange: s.watch.changed, Registerer: cfg.Registerer})
+	s.history.Follow(s.server.Tracker()) // a stalled client's version stays judged
 	return s, nil
 }
 

@@ -43,13 +43,12 @@ type ClientState struct {
 	// rejected (see Unacked). Shared with the tracker: read it, never modify it.
 	Nacked map[string]Nack
 	// Unacked, for a delta stream (nil for state of the world), are per type URL the
-	// resources sent to the stream whose latest content it has not ACKed: nil while the
-	// response that carried them is unanswered, the rejection once the stream NACKed it.
+	// resources sent to the stream whose latest content it has not ACKed (see Unanswered).
 	// Every other resource of the type the stream subscribes to, it holds as in
 	// Acked[type]. An ACK of a response counts only for the resources that response
 	// carried, so the ACK of one map's change never clears another map's rejection. Shared
 	// with the tracker: read it, never modify it.
-	Unacked map[string]map[string]*Nack
+	Unacked map[string]map[string]Unanswered
 	// Stale, for a delta stream, are per type URL the resources it declared, when it
 	// opened (initial_resource_versions), at a version other than the one served then: the
 	// client holds older content of them until it ACKs a response carrying them. Shared
@@ -58,36 +57,80 @@ type ClientState struct {
 	// Subscribed is what the stream subscribed to, per type URL; a type absent here has no
 	// subscription. The map is shared with the tracker: read it, never modify it.
 	Subscribed map[string]Subscription
+	// Fresh are per type URL the resources the stream subscribed to by name after its
+	// first subscription of the type and holds nothing of yet, whatever version it ACKed
+	// (a version is type-wide, and it ACKed it for its subscription then): a
+	// state-of-the-world stream until it ACKs a response sent after it subscribed, a
+	// delta stream each until a response carries it (it is then Unacked, held as in no
+	// version). Shared with the tracker: read it, never modify it.
+	Fresh map[string]map[string]struct{}
 }
 
 // ID names the client uniquely among the connected ones: its node id and stream.
 func (c ClientState) ID() string { return c.NodeID + "/" + c.Stream }
 
-// held is what the stream holds of names (one service's resources) of typeURL: behind
-// when it has not ACKed the latest content sent of one of them (a delta stream: see
-// Unacked), and the rejection that concerns them, if any: for a delta stream the first of
-// names (in their order) that it NACKed, for a state-of-the-world stream the type's last
-// NACK. A stream not behind holds names as in Acked[typeURL].
-func (c ClientState) held(typeURL string, names []string) (nack Nack, rejected, behind bool) {
+// Unanswered is one resource a delta stream was sent and has not ACKed the latest content
+// of: until it does, it holds the resource as in Held (the version of the type it held it
+// at when it was first sent again: its Acked version then, "" when it held none) or as in
+// a version sent since (a client may apply a response before it answers it). Nack is nil
+// while the response is unanswered, the rejection once the stream NACKed it (it then
+// holds the resource as in Held).
+type Unanswered struct {
+	Held string
+	Nack *Nack
+}
+
+// holding is what a stream holds of one service's resources of one type.
+type holding struct {
+	// acked: some of them are held as in ClientState.Acked[type].
+	acked bool
+	// none: some of them are not held at all, nor sent yet (ClientState.Fresh).
+	none bool
+	// since are the versions (distinct) the others were held at when they were sent again
+	// (Unanswered.Held): each of them is held as in that version or a later one.
+	since []string
+	// nack is the rejection that concerns them, if rejected.
+	nack     Nack
+	rejected bool
+}
+
+// held is what the stream holds of names (one service's resources) of typeURL, and the
+// rejection that concerns them, if any: for a delta stream the first of names (in their
+// order) that it NACKed, for a state-of-the-world stream the type's last NACK. A stream
+// holds them as in Acked[typeURL], but the fresh ones (see Fresh) as in no version, and a
+// delta stream those it has not ACKed the latest content of as their Unanswered says (one
+// map's change of a resource that carries many, such as the Envoy flavour's one route
+// configuration, leaves the others' content where it was).
+func (c ClientState) held(typeURL string, names []string) holding {
+	var h holding
 	if c.Unacked == nil {
-		nack, rejected = c.Nacked[typeURL]
-		return nack, rejected, false
+		h.nack, h.rejected = c.Nacked[typeURL]
 	}
-	unacked := c.Unacked[typeURL]
-	if len(unacked) == 0 {
-		return Nack{}, false, false
+	unacked, fresh := c.Unacked[typeURL], c.Fresh[typeURL]
+	if len(unacked) == 0 && len(fresh) == 0 {
+		h.acked = true
+		return h
+	}
+	since := func(v string) {
+		if !slices.Contains(h.since, v) {
+			h.since = append(h.since, v)
+		}
 	}
 	for _, n := range names {
-		r, ok := unacked[n]
-		if !ok {
+		if r, ok := unacked[n]; ok {
+			since(r.Held)
+			if r.Nack != nil && !h.rejected {
+				h.nack, h.rejected = *r.Nack, true
+			}
 			continue
 		}
-		behind = true
-		if r != nil && !rejected {
-			nack, rejected = *r, true
+		if _, ok := fresh[n]; ok {
+			h.none = true
+			continue
 		}
+		h.acked = true
 	}
-	return nack, rejected, behind
+	return h
 }
 
 // Subscription is what one stream subscribed to of one resource type, as go-control-plane
@@ -197,6 +240,11 @@ type stream struct {
 	nacked  map[string]Nack         // replaced, never modified, on every change
 	subs    map[string]Subscription // replaced, never modified, on every change
 	named   map[string]bool         // types the stream has named resources of (legacy wildcard over)
+	// fresh is ClientState.Fresh (replaced, never modified, on every change); freshAt, per
+	// type URL, when its names or a switch to a wildcard were last subscribed to (see
+	// stream.subscribed).
+	fresh   map[string]map[string]struct{}
+	freshAt map[string]freshMark
 	// unserved are the initial_resource_versions a delta stream declared, per type URL,
 	// before its flavour's type was first served: judged when it is (see advance).
 	unserved map[string]map[string]string
@@ -219,9 +267,11 @@ type deltaState struct {
 	// unacked and stale are the ClientState's: the outer maps are replaced on every
 	// change, an inner map is changed in place until Clients hands it out (shared), then
 	// cloned before its next change.
-	unacked map[string]map[string]*Nack
+	unacked map[string]map[string]Unanswered
 	stale   map[string]map[string]struct{}
 	shared  map[string]bool // the types whose inner unacked map Clients handed out
+	// helds counts, per type URL, the unacked resources by their Unanswered.Held version.
+	helds map[string]map[string]int
 }
 
 // deltaSent is one delta response not answered yet.
@@ -371,16 +421,29 @@ func (t *Tracker) deltaResponse(key streamKey, typeURL, nonce, version string, n
 		latest = make(map[string]uint64, len(names))
 		d.latest[typeURL] = latest
 	}
-	var unacked map[string]*Nack
+	var unacked map[string]Unanswered
+	isNew := s.unfresh(typeURL, names)
 	for _, n := range names {
 		latest[n] = d.seq
-		if r, ok := d.unacked[typeURL][n]; ok && r == nil {
+		r, ok := d.unacked[typeURL][n]
+		held := r.Held // a rejected resource is held as it was
+		if !ok {
+			held = s.acked[typeURL] // it held the resource as in its ACKed version
+		}
+		if isNew(n) {
+			held = "" // it held nothing of it
+		}
+		if ok && r.Nack == nil && r.Held == held {
 			continue // already unanswered: what the ClientState says is unchanged
 		}
 		if unacked == nil {
 			unacked = d.writable(typeURL, len(names))
 		}
-		unacked[n] = nil
+		if ok {
+			d.countHeld(typeURL, r.Held, -1)
+		}
+		d.countHeld(typeURL, held, 1)
+		unacked[n] = Unanswered{Held: held}
 	}
 	if unacked != nil {
 		t.clients = nil
@@ -389,13 +452,13 @@ func (t *Tracker) deltaResponse(key streamKey, typeURL, nonce, version string, n
 
 // writable returns the stream's unacked map of typeURL for a change: the outer map is
 // replaced, the inner one cloned when Clients handed it out. Called with t.mu held.
-func (d *deltaState) writable(typeURL string, hint int) map[string]*Nack {
-	outer := make(map[string]map[string]*Nack, len(d.unacked)+1)
+func (d *deltaState) writable(typeURL string, hint int) map[string]Unanswered {
+	outer := make(map[string]map[string]Unanswered, len(d.unacked)+1)
 	maps.Copy(outer, d.unacked)
 	inner := outer[typeURL]
 	switch {
 	case inner == nil:
-		inner = make(map[string]*Nack, hint)
+		inner = make(map[string]Unanswered, hint)
 	case d.shared[typeURL]:
 		inner = maps.Clone(inner)
 		delete(d.shared, typeURL)
@@ -403,6 +466,61 @@ func (d *deltaState) writable(typeURL string, hint int) map[string]*Nack {
 	outer[typeURL] = inner
 	d.unacked = outer
 	return inner
+}
+
+// countHeld adds delta to the unacked resources of typeURL held as in version.
+func (d *deltaState) countHeld(typeURL, version string, delta int) {
+	if d.helds == nil {
+		d.helds = map[string]map[string]int{}
+	}
+	byVersion := d.helds[typeURL]
+	if byVersion == nil {
+		byVersion = map[string]int{}
+		d.helds[typeURL] = byVersion
+	}
+	if byVersion[version] += delta; byVersion[version] <= 0 {
+		delete(byVersion, version)
+	}
+}
+
+// heldVersions are, per type URL, the versions the identified streams of flavour f hold
+// resources as in, or may come to: the version each ACKed, the one last sent and not
+// answered, a delta stream's unanswered responses' versions and the versions its
+// unanswered resources are held as in (Unanswered.Held). What a History follows keeps them
+// (History.Follow). A function, not a method: the Tracker has its 15.
+func heldVersions(t *Tracker, f Flavour) map[string]map[string]bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]map[string]bool{}
+	add := func(typeURL, version string) {
+		if version == "" {
+			return
+		}
+		if out[typeURL] == nil {
+			out[typeURL] = map[string]bool{}
+		}
+		out[typeURL][version] = true
+	}
+	for _, s := range t.streams {
+		if s.node == nil || s.flavour != f {
+			continue
+		}
+		for typ, v := range s.acked {
+			add(typ, v)
+		}
+		for typ, nonce := range s.sent {
+			add(typ, s.version[nonce])
+		}
+		for _, rec := range s.outstanding {
+			add(rec.typeURL, rec.version)
+		}
+		for typ, byVersion := range s.helds {
+			for v := range byVersion {
+				add(typ, v)
+			}
+		}
+	}
+	return out
 }
 
 // answer applies a delta stream's ACK or NACK of the response sent with nonce to exactly
@@ -424,7 +542,7 @@ func (t *Tracker) answer(s *stream, nonce string, rejected bool, message string)
 	}
 	typeURL = rec.typeURL
 	latest := d.latest[typeURL]
-	var unacked map[string]*Nack
+	var unacked map[string]Unanswered
 	var stale map[string]struct{}
 	for _, n := range rec.names {
 		if latest[n] != rec.seq {
@@ -434,10 +552,11 @@ func (t *Tracker) answer(s *stream, nonce string, rejected bool, message string)
 			unacked = d.writable(typeURL, 0)
 		}
 		if nack != nil {
-			unacked[n] = nack
+			unacked[n] = Unanswered{Held: unacked[n].Held, Nack: nack}
 			continue
 		}
 		delete(latest, n)
+		d.countHeld(typeURL, unacked[n].Held, -1)
 		delete(unacked, n)
 		if _, ok := d.stale[typeURL][n]; ok {
 			if stale == nil {
@@ -461,6 +580,7 @@ func (t *Tracker) answer(s *stream, nonce string, rejected bool, message string)
 		s.nacked = nacked
 		return typeURL, true
 	}
+	s.settled(typeURL, nonce, rec.seq)
 	if rec.seq > d.ackedSeq[typeURL] {
 		d.ackedSeq[typeURL] = rec.seq
 		s.ack(typeURL, t.steps.forward(s, typeURL, rec.version))
@@ -527,6 +647,108 @@ func (s *stream) subscribeDelta(typeURL string, subscribe, unsubscribe []string)
 		delete(sub.Names, n)
 	}
 	s.setSub(typeURL, sub)
+}
+
+// freshMark is when a stream last subscribed to new resources of a type: the nonce last
+// sent then (state of the world), the number of delta responses sent then, and whether it
+// switched to a wildcard.
+type freshMark struct {
+	nonce    string
+	seq      uint64
+	wildcard bool
+}
+
+// subscribed records a change of an existing subscription of typeURL from before to after:
+// the names it adds (not covered by a wildcard before) are fresh, held as in no version
+// (ClientState.Fresh); names it drops are fresh no longer. A switch to a wildcard makes the
+// resources a delta stream is sent until it ACKs a later response held as in no version
+// (they may be new to it); judging the ones it is not sent by its ACKed version, as
+// before the switch, is left as is.
+func (s *stream) subscribed(typeURL string, before, after Subscription) {
+	fresh := map[string]struct{}{}
+	for n := range s.fresh[typeURL] {
+		if _, ok := after.Names[n]; ok && !after.Wildcard {
+			fresh[n] = struct{}{}
+		}
+	}
+	if !before.Wildcard && !after.Wildcard {
+		for n := range after.Names {
+			if _, ok := before.Names[n]; !ok {
+				fresh[n] = struct{}{}
+			}
+		}
+	}
+	s.setFresh(typeURL, fresh)
+	wildcard := after.Wildcard && (!before.Wildcard || s.freshAt[typeURL].wildcard)
+	if len(fresh) == 0 && !wildcard {
+		delete(s.freshAt, typeURL)
+		return
+	}
+	if s.freshAt == nil {
+		s.freshAt = map[string]freshMark{}
+	}
+	s.freshAt[typeURL] = freshMark{nonce: s.sent[typeURL], seq: s.deltaState.seq, wildcard: wildcard}
+}
+
+// setFresh replaces the fresh names of typeURL (none when empty).
+func (s *stream) setFresh(typeURL string, names map[string]struct{}) {
+	if len(names) == 0 && len(s.fresh[typeURL]) == 0 {
+		return
+	}
+	fresh := maps.Clone(s.fresh)
+	if fresh == nil {
+		fresh = map[string]map[string]struct{}{}
+	}
+	if len(names) == 0 {
+		delete(fresh, typeURL)
+	} else {
+		fresh[typeURL] = names
+	}
+	s.fresh = fresh
+}
+
+// unfresh is called when a delta stream is sent names of typeURL in response seq: it
+// reports whether each is new to the stream (fresh, or sent after a switch to a wildcard
+// the stream has not ACKed a response since), and keeps fresh only the names not sent.
+func (s *stream) unfresh(typeURL string, names []string) func(string) bool {
+	m, ok := s.freshAt[typeURL]
+	if !ok {
+		return func(string) bool { return false }
+	}
+	was := s.fresh[typeURL]
+	rest := maps.Clone(was)
+	for _, n := range names {
+		delete(rest, n)
+	}
+	s.setFresh(typeURL, rest)
+	if len(rest) == 0 && !m.wildcard {
+		delete(s.freshAt, typeURL)
+	}
+	return func(n string) bool {
+		_, fresh := was[n]
+		return fresh || m.wildcard
+	}
+}
+
+// settled is called when a stream ACKs a response of typeURL: a state-of-the-world one sent
+// after the last new subscription (not the nonce last sent then) carried every name the
+// stream subscribes to, so none is fresh any more; a delta one (seq) after a switch to a
+// wildcard ends the switch.
+func (s *stream) settled(typeURL, nonce string, seq uint64) {
+	m, ok := s.freshAt[typeURL]
+	switch {
+	case !ok:
+	case !s.delta && m.nonce != nonce:
+		s.setFresh(typeURL, nil)
+		delete(s.freshAt, typeURL)
+	case s.delta && m.wildcard && seq > m.seq:
+		if len(s.fresh[typeURL]) == 0 {
+			delete(s.freshAt, typeURL)
+		} else {
+			m.wildcard = false
+			s.freshAt[typeURL] = m
+		}
+	}
 }
 
 func (s *stream) setSub(typeURL string, sub Subscription) {
@@ -617,7 +839,7 @@ func (s *stream) clearNack(typeURL string) {
 		return
 	}
 	for _, r := range s.deltaState.unacked[typeURL] {
-		if r != nil {
+		if r.Nack != nil {
 			return
 		}
 	}
@@ -803,6 +1025,9 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 		subscribe(s, typeURL)
 		after := s.subs[typeURL]
 		subscribed := !had || before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names)
+		if had && subscribed {
+			s.subscribed(typeURL, before, after)
+		}
 		if subscribed && s.node != nil {
 			t.demand[s.flavour]++
 		}
@@ -834,6 +1059,7 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 				version = sentVersion
 			}
 			s.ack(typeURL, t.steps.forward(s, typeURL, version))
+			s.settled(typeURL, nonce, 0)
 		}
 		changed, answered = true, true
 	}
@@ -938,11 +1164,11 @@ func (t *Tracker) Clients() []ClientState {
 	for _, k := range keys {
 		s := t.streams[k]
 		cs := ClientState{NodeID: s.node.GetId(), Flavour: s.flavour, Stream: k.String(), Peer: s.peer, Access: s.access,
-			TypeURL: s.typeURL, Acked: s.acked, Nacked: s.nacked, Subscribed: s.subs}
+			TypeURL: s.typeURL, Acked: s.acked, Nacked: s.nacked, Subscribed: s.subs, Fresh: s.fresh}
 		if k.delta {
 			cs.Unacked, cs.Stale = s.unacked, s.stale
 			if cs.Unacked == nil {
-				cs.Unacked = map[string]map[string]*Nack{}
+				cs.Unacked = map[string]map[string]Unanswered{}
 			}
 			for typ := range s.unacked {
 				if s.shared == nil {

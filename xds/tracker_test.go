@@ -270,30 +270,31 @@ func TestTrackerDeltaAnswersPerResponse(t *testing.T) {
 	}
 
 	send("1", "v1", "a", "b")
-	assert.Equal(t, map[string]*xds.Nack{"a": nil, "b": nil}, state().Unacked[resource.ClusterType], "sent, not answered")
+	assert.Equal(t, map[string]xds.Unanswered{"a": {}, "b": {}}, state().Unacked[resource.ClusterType], "sent, not answered; held as in no version before")
 	send("2", "v2", "b", "c")
 	answer("2", "")
 	assert.Equal(t, "v2", state().Acked[resource.ClusterType])
-	assert.Equal(t, map[string]*xds.Nack{"a": nil}, state().Unacked[resource.ClusterType], "b's latest content was ACKed")
+	assert.Equal(t, map[string]xds.Unanswered{"a": {}}, state().Unacked[resource.ClusterType], "b's latest content was ACKed")
 	held := state().Unacked[resource.ClusterType]
 
 	long := strings.Repeat("é", 4096)
 	answer("1", long) // late: it rejects a only, b was sent again since
 	rejected := state().Unacked[resource.ClusterType]
 	require.Len(t, rejected, 1)
-	require.NotNil(t, rejected["a"])
-	assert.Equal(t, "v1", rejected["a"].Version)
-	assert.LessOrEqual(t, len(rejected["a"].Message), 1024, "a client's NACK text is bounded")
-	assert.True(t, strings.HasSuffix(rejected["a"].Message, "(truncated)"))
-	assert.True(t, utf8.ValidString(rejected["a"].Message))
-	assert.Nil(t, held["a"], "a state handed out never changes")
+	require.NotNil(t, rejected["a"].Nack)
+	assert.Empty(t, rejected["a"].Held, "a rejected resource is held as before it was sent")
+	assert.Equal(t, "v1", rejected["a"].Nack.Version)
+	assert.LessOrEqual(t, len(rejected["a"].Nack.Message), 1024, "a client's NACK text is bounded")
+	assert.True(t, strings.HasSuffix(rejected["a"].Nack.Message, "(truncated)"))
+	assert.True(t, utf8.ValidString(rejected["a"].Nack.Message))
+	assert.Nil(t, held["a"].Nack, "a state handed out never changes")
 	assert.Equal(t, "v2", state().Acked[resource.ClusterType], "an older answer does not move the version back")
 
 	send("3", "v3", "c")
 	answer("3", "")
 	assert.Contains(t, state().Nacked, resource.ClusterType, "a stays rejected: an ACK of other resources keeps the type's NACK")
 	send("4", "v4", "a")
-	assert.Equal(t, map[string]*xds.Nack{"a": nil}, state().Unacked[resource.ClusterType], "a's new content is sent, not yet answered")
+	assert.Equal(t, map[string]xds.Unanswered{"a": {}}, state().Unacked[resource.ClusterType], "a's new content is sent, not yet answered; still held as before v1 (rejected)")
 	answer("4", "")
 	assert.Empty(t, state().Unacked[resource.ClusterType])
 	assert.Empty(t, state().Nacked)
