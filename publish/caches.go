@@ -101,9 +101,8 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 		})
 		isvcs := metadatainformer.NewFilteredMetadataInformer(c.meta, v1beta1.InferenceServicesResource, ns, resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, indexByHostname: indexInferenceServiceByHostname}, nil).Informer()
-		for _, inf := range []cache.SharedIndexInformer{maps, isvcs} {
-			_ = inf.SetTransform(dropManagedFields) // cannot fail before the informer runs
-		}
+		_ = maps.SetTransform(cacheTransforms.trafficMap) // cannot fail before the informer runs
+		_ = isvcs.SetTransform(cacheTransforms.source)    // cannot fail before the informer runs
 		cs.maps = append(cs.maps, maps)
 		cs.isvcs = append(cs.isvcs, isvcs)
 		if !cfg.sinkOn(SinkHTTPRoute) {
@@ -121,13 +120,18 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })).
 			Core().V1().Services().Informer()
 		_ = services.AddIndexers(cache.Indexers{indexBySource: indexServiceBySource}) // cannot fail before it runs
-		_ = routes.SetTransform(dropManagedFields)                                    // cannot fail before the informer runs
-		_ = services.SetTransform(slimService)
+		_ = routes.SetTransform(cacheTransforms.route) // cannot fail before the informer runs
+		_ = services.SetTransform(cacheTransforms.service)
 		cs.routes = append(cs.routes, routes)
 		cs.services = append(cs.services, services)
 	}
 	return cs
 }
+
+// cacheTransforms are the transforms of the informers newCaches builds, by cached kind.
+var cacheTransforms = struct {
+	service, route, trafficMap, source cache.TransformFunc
+}{service: slimService, route: dropManagedFields, trafficMap: dropManagedFields, source: dropManagedFields}
 
 // dropManagedFields is every informer's transform: the publisher never reads
 // metadata.managedFields, which is often the larger part of a cached object, so the caches
