@@ -120,7 +120,7 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })).
 			Core().V1().Services().Informer()
 		_ = services.AddIndexers(cache.Indexers{indexBySource: indexServiceBySource}) // cannot fail before it runs
-		_ = routes.SetTransform(cacheTransforms.route) // cannot fail before the informer runs
+		_ = routes.SetTransform(cacheTransforms.route)                                // cannot fail before the informer runs
 		_ = services.SetTransform(cacheTransforms.service)
 		cs.routes = append(cs.routes, routes)
 		cs.services = append(cs.services, services)
@@ -131,41 +131,16 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 // cacheTransforms are the transforms of the informers newCaches builds, by cached kind.
 var cacheTransforms = struct {
 	service, route, trafficMap, source cache.TransformFunc
-}{service: slimService, route: dropManagedFields, trafficMap: dropManagedFields, source: dropManagedFields}
+}{service: slimService, route: slimRoute, trafficMap: slimTrafficMap, source: slimSource}
 
-// dropManagedFields is every informer's transform: the publisher never reads
-// metadata.managedFields, which is often the larger part of a cached object, so the caches
-// do not keep it. It edits the freshly decoded object before it enters the cache.
+// dropManagedFields is the transform of the informers with no slim transform (slim.go): the
+// publisher never reads metadata.managedFields, which is often the larger part of a cached
+// object, so the caches do not keep it. It edits the freshly decoded object before it enters the cache.
 func dropManagedFields(obj any) (any, error) {
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetManagedFields(nil)
 	}
 	return obj, nil
-}
-
-// slimService is the backend Service informer's transform: it keeps what the publisher
-// reads of its own Services (their identity and version, labels, owner references, type,
-// external name and ports by name, port and protocol; see httproute.Writer) and drops the
-// rest (managedFields, annotations, the API server's defaults such as cluster IPs,
-// session affinity and target ports, status): at 8 Services per map, most of the cache.
-// Anything else (a tombstone) goes through dropManagedFields.
-func slimService(obj any) (any, error) {
-	svc, ok := obj.(*corev1.Service)
-	if !ok {
-		return dropManagedFields(obj)
-	}
-	slim := &corev1.Service{TypeMeta: svc.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-		Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion, Generation: svc.Generation,
-		CreationTimestamp: svc.CreationTimestamp, DeletionTimestamp: svc.DeletionTimestamp,
-		Labels: svc.Labels, OwnerReferences: svc.OwnerReferences, Finalizers: svc.Finalizers,
-	}, Spec: corev1.ServiceSpec{Type: svc.Spec.Type, ExternalName: svc.Spec.ExternalName}}
-	if len(svc.Spec.Ports) > 0 {
-		slim.Spec.Ports = make([]corev1.ServicePort, len(svc.Spec.Ports))
-		for i, p := range svc.Spec.Ports {
-			slim.Spec.Ports[i] = corev1.ServicePort{Name: p.Name, Port: p.Port, Protocol: p.Protocol}
-		}
-	}
-	return slim, nil
 }
 
 // informerFor returns the informer among infs (one per scope of scopes) that covers
