@@ -337,7 +337,8 @@ func (c *caches) record(namespace, name string) (*corev1.ConfigMap, error) {
 	return cached[*corev1.ConfigMap](c, c.records, namespace, name)
 }
 
-// Services implements httproute.Store.
+// Services implements httproute.Store: each cached Service (a cachedService) as a
+// *corev1.Service built for this read.
 func (c *caches) Services(src httproute.Source) ([]*corev1.Service, error) {
 	inf := informerFor(c.scopes, c.services, src.Namespace)
 	if inf == nil {
@@ -349,8 +350,8 @@ func (c *caches) Services(src httproute.Source) ([]*corev1.Service, error) {
 	}
 	var out []*corev1.Service
 	for _, o := range objs {
-		if svc, ok := o.(*corev1.Service); ok && httproute.Owned(svc.Labels, src) {
-			out = append(out, svc)
+		if svc, ok := o.(*cachedService); ok && httproute.Owned(svc.Labels, src) {
+			out = append(out, svc.service())
 		}
 	}
 	return out, nil
@@ -361,7 +362,7 @@ var _ httproute.Store = (*caches)(nil)
 // indexServiceBySource indexes an owned Service by its TrafficMap's namespace/name, so a
 // reconcile reads its map's Services without scanning every Service of the namespace.
 func indexServiceBySource(obj any) ([]string, error) {
-	svc, ok := obj.(*corev1.Service)
+	svc, ok := obj.(*cachedService)
 	if !ok {
 		return nil, nil
 	}

@@ -93,13 +93,45 @@ func slimOwnerReferences(refs []metav1.OwnerReference) []metav1.OwnerReference {
 	return out
 }
 
+// cachedService is what the backend Service cache holds of a Service (slimService): what
+// httproute.Writer and the sink's expectations read of it, in half the size of a
+// corev1.Service (most of which is fields the publisher never sets). The Service
+// cache's reads (caches.Services) hand it out as a *corev1.Service built on each read.
+type cachedService struct {
+	metav1.ObjectMeta
+	Type         corev1.ServiceType
+	ExternalName string
+	Ports        []cachedPort
+}
+
+// cachedPort is a Service port by name, port and protocol (what the writer compares).
+type cachedPort struct {
+	Name     string
+	Protocol corev1.Protocol
+	Port     int32
+}
+
+// service returns the Service s holds: its metadata (shared with the cache, not to be
+// modified) and the type, external name and ports.
+func (s *cachedService) service() *corev1.Service {
+	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}, ObjectMeta: s.ObjectMeta,
+		Spec: corev1.ServiceSpec{Type: s.Type, ExternalName: s.ExternalName}}
+	if len(s.Ports) > 0 {
+		svc.Spec.Ports = make([]corev1.ServicePort, len(s.Ports))
+		for i, p := range s.Ports {
+			svc.Spec.Ports[i] = corev1.ServicePort{Name: p.Name, Port: p.Port, Protocol: p.Protocol}
+		}
+	}
+	return svc
+}
+
 // slimService is the backend Service informer's transform: it keeps what the publisher
-// reads of its own Services (httproute.Writer and the sink's expectations): identity,
-// version, lifecycle, the labels httproute reads (httproute.ReadsLabel), owner references,
-// type, external name and ports by name, port and protocol. It drops the rest
-// (managedFields, annotations, the API server's defaults such as cluster IPs, session
-// affinity and target ports, status): at 8 Services per map, most of the cache. The owner's
-// name and UID are canonical too: a map's Services share them.
+// reads of its own Services (httproute.Writer and the sink's expectations) as a
+// cachedService: identity, version, lifecycle, the labels httproute reads
+// (httproute.ReadsLabel), owner references, type, external name and ports by name, port and
+// protocol. It drops the rest (managedFields, annotations, the API server's defaults such as
+// cluster IPs, session affinity and target ports, status): at 8 Services per map, most of
+// the cache. The owner's name and UID are canonical too: a map's Services share them.
 func slimService(obj any) (any, error) {
 	svc, ok := obj.(*corev1.Service)
 	if !ok {
@@ -108,12 +140,11 @@ func slimService(obj any) (any, error) {
 	meta := slimMeta(&svc.ObjectMeta)
 	meta.Labels = keepStrings(svc.Labels, httproute.ReadsLabel)
 	meta.OwnerReferences = slimOwnerReferences(svc.OwnerReferences)
-	slim := &corev1.Service{TypeMeta: internTypeMeta(svc.TypeMeta), ObjectMeta: meta,
-		Spec: corev1.ServiceSpec{Type: intern(svc.Spec.Type), ExternalName: svc.Spec.ExternalName}}
+	slim := &cachedService{ObjectMeta: meta, Type: intern(svc.Spec.Type), ExternalName: svc.Spec.ExternalName}
 	if len(svc.Spec.Ports) > 0 {
-		slim.Spec.Ports = make([]corev1.ServicePort, len(svc.Spec.Ports))
+		slim.Ports = make([]cachedPort, len(svc.Spec.Ports))
 		for i, p := range svc.Spec.Ports {
-			slim.Spec.Ports[i] = corev1.ServicePort{Name: intern(p.Name), Port: p.Port, Protocol: intern(p.Protocol)}
+			slim.Ports[i] = cachedPort{Name: intern(p.Name), Port: p.Port, Protocol: intern(p.Protocol)}
 		}
 	}
 	return slim, nil

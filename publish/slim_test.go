@@ -11,10 +11,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/tools/cache"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwfake "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/fake"
 
+	omefake "github.com/trafficmap/publisher/api/client/clientset/versioned/fake"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/model"
@@ -31,8 +34,8 @@ func TestSlimTransformsKeepWhatTheReadersRead(t *testing.T) {
 		name      string
 		transform cache.TransformFunc
 		stored    func() runtime.Object // as the API server returns it, with unread parts
-		want      func() runtime.Object // stored without what no reader reads
-		same      func(t *testing.T, stored, slim runtime.Object)
+		want      func() any            // stored without what no reader reads
+		same      func(t *testing.T, stored runtime.Object, slim any)
 	}{
 		{
 			name: "Service", transform: slimService,
@@ -46,16 +49,27 @@ func TestSlimTransformsKeepWhatTheReadersRead(t *testing.T) {
 				svc.Status.Conditions = []metav1.Condition{{Type: "x"}}
 				return svc
 			},
-			want: func() runtime.Object {
+			want: func() any {
 				svc := storedService(9)
-				svc.DeletionTimestamp, svc.Finalizers = &deleted, []string{"f"}
-				svc.OwnerReferences[0].Controller = new(true)
-				svc.ManagedFields, svc.Spec.SessionAffinity = nil, ""
-				svc.Spec.Ports[0].TargetPort = intstrZero
-				return svc
+				meta := svc.ObjectMeta
+				meta.DeletionTimestamp, meta.Finalizers = &deleted, []string{"f"}
+				meta.OwnerReferences[0].Controller = new(true)
+				meta.ManagedFields = nil
+				return &cachedService{ObjectMeta: meta, Type: corev1.ServiceTypeExternalName, ExternalName: svc.Spec.ExternalName,
+					Ports: []cachedPort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443}}}
 			},
-			same: func(t *testing.T, stored, slim runtime.Object) {
-				s, l := stored.(*corev1.Service), slim.(*corev1.Service)
+			same: func(t *testing.T, stored runtime.Object, slim any) {
+				s, l := stored.(*corev1.Service), slim.(*cachedService).service()
+				want := s.DeepCopy()
+				want.Labels = map[string]string{}
+				for k, v := range s.Labels {
+					if k != "team" {
+						want.Labels[k] = v
+					}
+				}
+				want.Annotations, want.ManagedFields, want.Spec, want.Status = nil, nil, corev1.ServiceSpec{Type: s.Spec.Type,
+					ExternalName: s.Spec.ExternalName, Ports: []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443}}}, corev1.ServiceStatus{}
+				assert.Equal(t, want, l, "read as the Service the writer compares")
 				src, ok := httproute.SourceOf(s.Labels)
 				require.True(t, ok)
 				got, _ := httproute.SourceOf(l.Labels)
@@ -71,12 +85,12 @@ func TestSlimTransformsKeepWhatTheReadersRead(t *testing.T) {
 				route.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = "{}"
 				return route
 			},
-			want: func() runtime.Object {
+			want: func() any {
 				route := storedRoute(3)
 				route.ManagedFields = nil
 				return route
 			},
-			same: func(t *testing.T, stored, slim runtime.Object) {
+			same: func(t *testing.T, stored runtime.Object, slim any) {
 				s, l := stored.(*gwapiv1.HTTPRoute), slim.(*gwapiv1.HTTPRoute)
 				desired := s.DeepCopy()
 				desired.Labels = httproute.OwnerLabels(httproute.Source{Namespace: "bench", Name: benchMapName(3)})
@@ -97,7 +111,7 @@ func TestSlimTransformsKeepWhatTheReadersRead(t *testing.T) {
 				tm.Spec.Entries[2].DrainRefs = []string{"d1"}
 				return tm
 			},
-			want: func() runtime.Object {
+			want: func() any {
 				tm := storedTrafficMap(5)
 				tm.DeletionTimestamp = &deleted
 				tm.ManagedFields, tm.OwnerReferences, tm.Spec.Mode = nil, nil, ""
@@ -109,7 +123,7 @@ func TestSlimTransformsKeepWhatTheReadersRead(t *testing.T) {
 				tm.Status.Conditions = tm.Status.Conditions[3:] // Published, PublicationFallback
 				return tm
 			},
-			same: func(t *testing.T, stored, slim runtime.Object) {
+			same: func(t *testing.T, stored runtime.Object, slim any) {
 				s, l := stored.(*v1beta1.TrafficMap), slim.(*v1beta1.TrafficMap)
 				assert.Equal(t, model.FindPublished(s), model.FindPublished(l))
 				assert.Equal(t, model.FindFallback(s), model.FindFallback(l))
@@ -135,14 +149,14 @@ func TestSlimTransformsKeepWhatTheReadersRead(t *testing.T) {
 				m.Annotations[v1beta1.AnnotationGlobalHost] = "chat.example.com"
 				return m
 			},
-			want: func() runtime.Object {
+			want: func() any {
 				m := storedSourceMeta(10)
 				m.Labels, m.Finalizers, m.ManagedFields = nil, nil, nil
 				m.Annotations = map[string]string{weights.DrainAnnotation: m.Annotations[weights.DrainAnnotation],
 					weights.RampAnnotation: "[]", weights.TolerationsAnnotation: "[]", v1beta1.AnnotationGlobalHost: "chat.example.com"}
 				return m
 			},
-			same: func(t *testing.T, stored, slim runtime.Object) {
+			same: func(t *testing.T, stored runtime.Object, slim any) {
 				s, l := stored.(*metav1.PartialObjectMetadata), slim.(*metav1.PartialObjectMetadata)
 				for _, k := range []string{weights.DrainAnnotation, weights.RampAnnotation, weights.TolerationsAnnotation, v1beta1.AnnotationGlobalHost} {
 					assert.Equal(t, s.Annotations[k], l.Annotations[k], k)
@@ -158,7 +172,7 @@ func TestSlimTransformsKeepWhatTheReadersRead(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, stored, input, "the transform does not edit its input")
 			assert.Equal(t, tc.want(), got)
-			tc.same(t, stored, got.(runtime.Object))
+			tc.same(t, stored, got)
 
 			again, err := tc.transform(got)
 			require.NoError(t, err)
@@ -179,7 +193,7 @@ func TestSlimTransformsShareRepeatedStrings(t *testing.T) {
 	require.NoError(t, err)
 	b, err := slimService(storedService(1)) // the same map, another cluster
 	require.NoError(t, err)
-	sa, sb := a.(*corev1.Service), b.(*corev1.Service)
+	sa, sb := a.(*cachedService), b.(*cachedService)
 	assert.Same(t, unsafeStringData(sa.Namespace), unsafeStringData(sb.Namespace))
 	assert.Same(t, unsafeStringData(sa.OwnerReferences[0].Name), unsafeStringData(sb.OwnerReferences[0].Name))
 	assert.Same(t, unsafeStringData(sa.Labels[httproute.LabelSourceName]), unsafeStringData(sb.Labels[httproute.LabelSourceName]))
@@ -193,8 +207,42 @@ func TestSlimTransformsShareRepeatedStrings(t *testing.T) {
 }
 
 var (
-	intstrZero   intstr.IntOrString
 	benchGateway = types.NamespacedName{Namespace: "infra", Name: "global"}
 )
 
 func unsafeStringData(s string) *byte { return unsafe.StringData(s) }
+
+// The Service informer newCaches builds holds cachedServices, indexed by their map, and
+// its reads hand each out as the Service the writer compares, until it is deleted.
+func TestServiceCacheHoldsSlimServices(t *testing.T) {
+	stored := storedService(3)
+	kube := kubefake.NewClientset(stored.DeepCopy())
+	c := clients{kube: kube, gateway: gwfake.NewClientset(), maps: omefake.NewClientset(),
+		meta: metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())}
+	cs := newCaches(c, Config{Sinks: []string{SinkHTTPRoute, SinkXDS}, FieldManager: testPublisher}, httproute.Config{Gateway: benchGateway})
+	ctx := t.Context()
+	go cs.services[0].RunWithContext(ctx)
+	require.True(t, cache.WaitForCacheSync(ctx.Done(), cs.services[0].HasSynced))
+
+	objs := cs.services[0].GetStore().List()
+	require.Len(t, objs, 1)
+	assert.IsType(t, &cachedService{}, objs[0])
+	src := httproute.Source{Namespace: "bench", Name: benchMapName(0)}
+	got, err := cs.Services(src)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, stored.Name, got[0].Name)
+	assert.Equal(t, stored.UID, got[0].UID)
+	assert.Equal(t, stored.ResourceVersion, got[0].ResourceVersion)
+	assert.Equal(t, stored.OwnerReferences, got[0].OwnerReferences)
+	assert.Equal(t, stored.Spec.ExternalName, got[0].Spec.ExternalName)
+	other, err := cs.Services(httproute.Source{Namespace: "bench", Name: benchMapName(1)})
+	require.NoError(t, err)
+	assert.Empty(t, other)
+
+	require.NoError(t, kube.CoreV1().Services("bench").Delete(ctx, stored.Name, metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		got, err := cs.Services(src)
+		return err == nil && len(got) == 0
+	}, 10*time.Second, 10*time.Millisecond)
+}
