@@ -1,6 +1,7 @@
 package httproute_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,4 +37,27 @@ func TestReadKeysCoverWhatBuildSets(t *testing.T) {
 	}
 	assert.False(t, httproute.ReadsLabel("app.kubernetes.io/name"))
 	assert.False(t, httproute.ReadsAnnotation("kubectl.kubernetes.io/last-applied-configuration"))
+}
+
+// RouteMapName derives the map name back from a route name exactly when RouteName only
+// appended "-global".
+func TestRouteMapName(t *testing.T) {
+	long := strings.Repeat("x", 60)
+	tests := []struct {
+		route string
+		name  string
+		ok    bool
+	}{
+		{route: httproute.RouteName("chat"), name: "chat", ok: true},
+		{route: httproute.RouteName("svc-00001"), name: "svc-00001", ok: true},
+		{route: httproute.RouteName(long)},  // bounded
+		{route: httproute.RouteName("a.b")}, // sanitized
+		{route: "chat"},
+		{route: "chat-global-x"},
+	}
+	for _, tc := range tests {
+		name, ok := httproute.RouteMapName(tc.route)
+		assert.Equal(t, tc.ok, ok, tc.route)
+		assert.Equal(t, tc.name, name, tc.route)
+	}
 }

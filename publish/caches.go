@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,10 +29,13 @@ import (
 
 // Index names on the informers.
 const (
-	indexByService   = "byService"   // on TrafficMaps: namespace/spec.service
-	indexByRouteName = "byRouteName" // on TrafficMaps: namespace/route name
-	indexByCluster   = "byCluster"   // on TrafficMaps: the clusters of their entries
-	indexBySource    = "bySource"    // on owned Services: their TrafficMap's namespace/name
+	// indexByService and indexByRouteName are on TrafficMaps: namespace/spec.service and
+	// namespace/route name. They hold only the maps found otherwise by key (keyedBy):
+	// mapsIndexed finds the others by key.
+	indexByService   = "byService"
+	indexByRouteName = "byRouteName"
+	indexByCluster   = "byCluster" // on TrafficMaps: the clusters of their entries
+	indexBySource    = "bySource"  // on owned Services: their TrafficMap's namespace/name
 	// indexByHostname is on TrafficMaps (their rendered --host-template and gRPC names), on
 	// InferenceServices (their ome.io/global-host) and on foreign HTTPRoutes (their
 	// hostnames), each name under hostIndexKeys.
@@ -302,7 +306,8 @@ func (c *caches) keys() []string {
 }
 
 // mapsIndexed returns the cached TrafficMaps whose index holds value, in namespace, or in
-// every watched namespace when namespace is "".
+// every watched namespace when namespace is "". For indexByService and indexByRouteName
+// that includes the map the value names by key (keyedBy), which the index leaves out.
 func (c *caches) mapsIndexed(index, namespace, value string) []*v1beta1.TrafficMap {
 	infs := c.maps
 	if namespace != "" {
@@ -312,8 +317,16 @@ func (c *caches) mapsIndexed(index, namespace, value string) []*v1beta1.TrafficM
 		}
 		infs = []cache.SharedIndexInformer{inf}
 	}
+	key, byKey := keyOfIndexed(index, value)
 	var out []*v1beta1.TrafficMap
 	for _, inf := range infs {
+		if byKey {
+			if o, ok, err := inf.GetIndexer().GetByKey(key); err == nil && ok {
+				if tm, ok := o.(*v1beta1.TrafficMap); ok && keyedBy(index, tm) {
+					out = append(out, tm)
+				}
+			}
+		}
 		objs, err := inf.GetIndexer().ByIndex(index, value)
 		if err != nil {
 			continue
@@ -325,6 +338,39 @@ func (c *caches) mapsIndexed(index, namespace, value string) []*v1beta1.TrafficM
 		}
 	}
 	return out
+}
+
+// keyedBy reports whether tm is found by key for index instead of through it: its
+// spec.service is its own name (always, in v1beta1), or its route name is its name with
+// "-global" (httproute.RouteMapName). The index then holds nothing of it, which saves two
+// one-key index sets per map.
+func keyedBy(index string, tm *v1beta1.TrafficMap) bool {
+	switch index {
+	case indexByService:
+		return tm.Spec.Service == tm.Name
+	case indexByRouteName:
+		name, ok := httproute.RouteMapName(httproute.RouteName(tm.Name))
+		return ok && name == tm.Name
+	}
+	return false
+}
+
+// keyOfIndexed is the key of the map that value (namespace/name) of index names when that
+// map is keyedBy index.
+func keyOfIndexed(index, value string) (string, bool) {
+	namespace, name, ok := strings.Cut(value, "/")
+	if !ok {
+		return "", false
+	}
+	switch index {
+	case indexByService:
+		return value, true
+	case indexByRouteName:
+		if mapName, ok := httproute.RouteMapName(name); ok {
+			return model.Key(namespace, mapName).String(), true
+		}
+	}
+	return "", false
 }
 
 // Route implements httproute.Store.
@@ -375,7 +421,7 @@ func indexServiceBySource(obj any) ([]string, error) {
 
 func indexTrafficMapByService(obj any) ([]string, error) {
 	tm, ok := obj.(*v1beta1.TrafficMap)
-	if !ok {
+	if !ok || keyedBy(indexByService, tm) {
 		return nil, nil
 	}
 	return []string{model.Key(tm.Namespace, tm.Spec.Service).String()}, nil
@@ -383,7 +429,7 @@ func indexTrafficMapByService(obj any) ([]string, error) {
 
 func indexTrafficMapByRoute(obj any) ([]string, error) {
 	tm, ok := obj.(*v1beta1.TrafficMap)
-	if !ok {
+	if !ok || keyedBy(indexByRouteName, tm) {
 		return nil, nil
 	}
 	return []string{model.Key(tm.Namespace, httproute.RouteName(tm.Name)).String()}, nil
