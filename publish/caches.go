@@ -396,8 +396,10 @@ func (c *caches) Services(src httproute.Source) ([]*corev1.Service, error) {
 	}
 	var out []*corev1.Service
 	for _, o := range objs {
-		if svc, ok := o.(*cachedService); ok && httproute.Owned(svc.Labels, src) {
-			out = append(out, svc.service())
+		if cached, ok := o.(*cachedService); ok {
+			if svc := cached.service(); httproute.Owned(svc.Labels, src) {
+				out = append(out, svc)
+			}
 		}
 	}
 	return out, nil
@@ -412,7 +414,7 @@ func indexServiceBySource(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	src, ok := httproute.SourceOf(svc.Labels)
+	src, ok := httproute.SourceOf(svc.GetLabels())
 	if !ok {
 		return nil, nil
 	}

@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"slices"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -81,6 +82,26 @@ func keepStrings(m map[string]string, keep func(string) bool) map[string]string 
 	return out
 }
 
+// labelPairs returns the entries of m whose key keep accepts as key, value pairs sorted by
+// key, the strings canonical; nil when none.
+func labelPairs(m map[string]string, keep func(string) bool) []string {
+	var keys []string
+	for k := range m {
+		if keep(k) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.Sort(keys)
+	out := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		out = append(out, intern(k), intern(m[k]))
+	}
+	return out
+}
+
 func slimOwnerReferences(refs []metav1.OwnerReference) []metav1.OwnerReference {
 	if len(refs) == 0 {
 		return nil
@@ -94,14 +115,31 @@ func slimOwnerReferences(refs []metav1.OwnerReference) []metav1.OwnerReference {
 }
 
 // cachedService is what the backend Service cache holds of a Service (slimService): what
-// httproute.Writer and the sink's expectations read of it, in half the size of a
-// corev1.Service (most of which is fields the publisher never sets). The Service
-// cache's reads (caches.Services) hand it out as a *corev1.Service built on each read.
+// httproute.Writer and the sink's expectations read of it, in a third of the size of a
+// corev1.Service with its labels map (most of which is fields the publisher never sets).
+// The Service cache's reads (caches.Services) hand it out as a *corev1.Service built on
+// each read.
 type cachedService struct {
+	// ObjectMeta is the Service's metadata without labels: they are in labels.
 	metav1.ObjectMeta
+	// labels are the labels httproute reads, as sorted key, value pairs (GetLabels).
+	labels       []string
 	Type         corev1.ServiceType
 	ExternalName string
 	Ports        []cachedPort
+}
+
+// GetLabels returns the Service's labels that httproute reads, as a new map; it stands for
+// ObjectMeta.GetLabels, so meta.Accessor's readers (the event handlers) see them.
+func (s *cachedService) GetLabels() map[string]string {
+	if len(s.labels) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(s.labels)/2)
+	for i := 0; i+1 < len(s.labels); i += 2 {
+		out[s.labels[i]] = s.labels[i+1]
+	}
+	return out
 }
 
 // cachedPort is a Service port by name, port and protocol (what the writer compares).
@@ -116,6 +154,7 @@ type cachedPort struct {
 func (s *cachedService) service() *corev1.Service {
 	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}, ObjectMeta: s.ObjectMeta,
 		Spec: corev1.ServiceSpec{Type: s.Type, ExternalName: s.ExternalName}}
+	svc.Labels = s.GetLabels()
 	if len(s.Ports) > 0 {
 		svc.Spec.Ports = make([]corev1.ServicePort, len(s.Ports))
 		for i, p := range s.Ports {
@@ -138,9 +177,8 @@ func slimService(obj any) (any, error) {
 		return obj, nil
 	}
 	meta := slimMeta(&svc.ObjectMeta)
-	meta.Labels = keepStrings(svc.Labels, httproute.ReadsLabel)
 	meta.OwnerReferences = slimOwnerReferences(svc.OwnerReferences)
-	slim := &cachedService{ObjectMeta: meta, Type: intern(svc.Spec.Type), ExternalName: svc.Spec.ExternalName}
+	slim := &cachedService{ObjectMeta: meta, labels: labelPairs(svc.Labels, httproute.ReadsLabel), Type: intern(svc.Spec.Type), ExternalName: svc.Spec.ExternalName}
 	if len(svc.Spec.Ports) > 0 {
 		slim.Ports = make([]cachedPort, len(svc.Spec.Ports))
 		for i, p := range svc.Spec.Ports {

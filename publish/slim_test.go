@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -54,12 +55,19 @@ func TestSlimTransformsKeepWhatTheReadersRead(t *testing.T) {
 				meta := svc.ObjectMeta
 				meta.DeletionTimestamp, meta.Finalizers = &deleted, []string{"f"}
 				meta.OwnerReferences[0].Controller = new(true)
-				meta.ManagedFields = nil
-				return &cachedService{ObjectMeta: meta, Type: corev1.ServiceTypeExternalName, ExternalName: svc.Spec.ExternalName,
+				meta.ManagedFields, meta.Labels = nil, nil
+				labels := []string{httproute.LabelManagedBy, httproute.ManagedByValue, httproute.LabelCluster, benchCluster(1),
+					httproute.LabelSourceName, benchMapName(1), httproute.LabelSourceNamespace, "bench"}
+				return &cachedService{ObjectMeta: meta, labels: labels, Type: corev1.ServiceTypeExternalName, ExternalName: svc.Spec.ExternalName,
 					Ports: []cachedPort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443}}}
 			},
 			same: func(t *testing.T, stored runtime.Object, slim any) {
 				s, l := stored.(*corev1.Service), slim.(*cachedService).service()
+				accessed, err := meta.Accessor(slim)
+				require.NoError(t, err)
+				src, ok := httproute.SourceOf(accessed.GetLabels())
+				require.True(t, ok, "the handlers read the labels through meta.Accessor")
+				assert.Equal(t, benchMapName(1), src.Name)
 				want := s.DeepCopy()
 				want.Labels = map[string]string{}
 				for k, v := range s.Labels {
@@ -70,11 +78,10 @@ func TestSlimTransformsKeepWhatTheReadersRead(t *testing.T) {
 				want.Annotations, want.ManagedFields, want.Spec, want.Status = nil, nil, corev1.ServiceSpec{Type: s.Spec.Type,
 					ExternalName: s.Spec.ExternalName, Ports: []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443}}}, corev1.ServiceStatus{}
 				assert.Equal(t, want, l, "read as the Service the writer compares")
-				src, ok := httproute.SourceOf(s.Labels)
-				require.True(t, ok)
+				fromStored, _ := httproute.SourceOf(s.Labels)
 				got, _ := httproute.SourceOf(l.Labels)
-				assert.Equal(t, src, got)
-				assert.True(t, httproute.Owned(l.Labels, httproute.Source{Namespace: src.Namespace, Name: src.Name}))
+				assert.Equal(t, fromStored, got)
+				assert.True(t, httproute.Owned(l.Labels, httproute.Source{Namespace: got.Namespace, Name: got.Name}))
 			},
 		},
 		{
@@ -196,7 +203,9 @@ func TestSlimTransformsShareRepeatedStrings(t *testing.T) {
 	sa, sb := a.(*cachedService), b.(*cachedService)
 	assert.Same(t, unsafeStringData(sa.Namespace), unsafeStringData(sb.Namespace))
 	assert.Same(t, unsafeStringData(sa.OwnerReferences[0].Name), unsafeStringData(sb.OwnerReferences[0].Name))
-	assert.Same(t, unsafeStringData(sa.Labels[httproute.LabelSourceName]), unsafeStringData(sb.Labels[httproute.LabelSourceName]))
+	require.Equal(t, httproute.LabelSourceName, sa.labels[4])
+	assert.Same(t, unsafeStringData(sa.labels[5]), unsafeStringData(sb.labels[5]))
+	assert.Same(t, unsafeStringData(sa.labels[0]), unsafeStringData(sb.labels[0]))
 	x, err := slimTrafficMap(storedTrafficMap(1))
 	require.NoError(t, err)
 	y, err := slimTrafficMap(storedTrafficMap(2))
