@@ -2,6 +2,8 @@ package publish
 
 import (
 	"slices"
+	"sync"
+	"sync/atomic"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -194,7 +196,8 @@ func slimService(obj any) (any, error) {
 // spec (Matches, and a foreign route's hostnames and parents) and the parents' status
 // (httproute.Config.Acceptance); it drops managedFields and every other label and
 // annotation (a kubectl last-applied configuration, for one). The status strings every
-// route repeats are canonical.
+// route repeats are canonical, and the references' optional group, kind, namespace and
+// section point at shared values (sharedPtr).
 func slimRoute(obj any) (any, error) {
 	route, ok := obj.(*gwapiv1.HTTPRoute)
 	if !ok {
@@ -205,14 +208,81 @@ func slimRoute(obj any) (any, error) {
 	meta.Annotations = keepStrings(route.Annotations, httproute.ReadsAnnotation)
 	meta.OwnerReferences = slimOwnerReferences(route.OwnerReferences)
 	slim := &gwapiv1.HTTPRoute{TypeMeta: internTypeMeta(route.TypeMeta), ObjectMeta: meta, Spec: route.Spec}
+	slim.Spec.ParentRefs = sharedParentRefs(route.Spec.ParentRefs)
+	if len(route.Spec.Rules) > 0 {
+		slim.Spec.Rules = make([]gwapiv1.HTTPRouteRule, len(route.Spec.Rules))
+		for i, r := range route.Spec.Rules {
+			slim.Spec.Rules[i] = r
+			slim.Spec.Rules[i].BackendRefs = sharedBackendRefs(r.BackendRefs)
+		}
+	}
 	if parents := route.Status.Parents; len(parents) > 0 {
 		slim.Status.Parents = make([]gwapiv1.RouteParentStatus, len(parents))
 		for i, p := range parents {
-			slim.Status.Parents[i] = gwapiv1.RouteParentStatus{ParentRef: p.ParentRef, ControllerName: intern(p.ControllerName),
+			slim.Status.Parents[i] = gwapiv1.RouteParentStatus{ParentRef: sharedParentRef(p.ParentRef), ControllerName: intern(p.ControllerName),
 				Conditions: slimConditions(p.Conditions, nil)}
 		}
 	}
 	return slim, nil
+}
+
+// sharedPtrs holds one pointer per value of the few-valued optional fields of route
+// references (group, kind, namespace, section): the routes share them. It never shrinks, so
+// it takes at most maxSharedPtrs values (foreign routes may hold any); past that, pointers
+// are kept as decoded.
+var (
+	sharedPtrs  sync.Map // value -> pointer to it
+	sharedCount atomic.Int64
+)
+
+const maxSharedPtrs = 4096
+
+// sharedPtr returns the shared pointer to *p's value (p itself the first time), nil for nil.
+func sharedPtr[T comparable](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	if v, ok := sharedPtrs.Load(*p); ok {
+		return v.(*T)
+	}
+	if sharedCount.Load() >= maxSharedPtrs {
+		return p
+	}
+	v, loaded := sharedPtrs.LoadOrStore(*p, p)
+	if !loaded {
+		sharedCount.Add(1)
+	}
+	return v.(*T)
+}
+
+func sharedParentRef(r gwapiv1.ParentReference) gwapiv1.ParentReference {
+	r.Group, r.Kind, r.Namespace, r.SectionName = sharedPtr(r.Group), sharedPtr(r.Kind), sharedPtr(r.Namespace), sharedPtr(r.SectionName)
+	r.Name = intern(r.Name)
+	return r
+}
+
+func sharedParentRefs(refs []gwapiv1.ParentReference) []gwapiv1.ParentReference {
+	if len(refs) == 0 {
+		return refs
+	}
+	out := make([]gwapiv1.ParentReference, len(refs))
+	for i, r := range refs {
+		out[i] = sharedParentRef(r)
+	}
+	return out
+}
+
+func sharedBackendRefs(refs []gwapiv1.HTTPBackendRef) []gwapiv1.HTTPBackendRef {
+	if len(refs) == 0 {
+		return refs
+	}
+	out := make([]gwapiv1.HTTPBackendRef, len(refs))
+	for i, r := range refs {
+		o := &r.BackendObjectReference
+		o.Group, o.Kind, o.Namespace = sharedPtr(o.Group), sharedPtr(o.Kind), sharedPtr(o.Namespace)
+		out[i] = r
+	}
+	return out
 }
 
 // slimConditions copies the conditions keep accepts (all when keep is nil), their type,

@@ -213,6 +213,14 @@ func TestSlimTransformsShareRepeatedStrings(t *testing.T) {
 	tx, ty := x.(*v1beta1.TrafficMap), y.(*v1beta1.TrafficMap)
 	assert.Same(t, unsafeStringData(tx.Spec.Entries[4].Cluster), unsafeStringData(ty.Spec.Entries[4].Cluster))
 	assert.Same(t, unsafeStringData(tx.Spec.Service), unsafeStringData(tx.Name), "spec.service is the map's name")
+	r1, err := slimRoute(storedRoute(1))
+	require.NoError(t, err)
+	r2, err := slimRoute(storedRoute(2))
+	require.NoError(t, err)
+	b1, b2 := r1.(*gwapiv1.HTTPRoute).Spec.Rules[0].BackendRefs, r2.(*gwapiv1.HTTPRoute).Spec.Rules[0].BackendRefs
+	assert.Same(t, b1[0].Kind, b2[3].Kind, "the routes share one pointer per kind")
+	assert.Same(t, b1[0].Group, b2[3].Group)
+	assert.Same(t, r1.(*gwapiv1.HTTPRoute).Spec.ParentRefs[0].Namespace, r2.(*gwapiv1.HTTPRoute).Status.Parents[0].ParentRef.Namespace)
 }
 
 var (
