@@ -30,8 +30,7 @@ import (
 // Index names on the informers.
 const (
 	// indexByService and indexByRouteName are on TrafficMaps: namespace/spec.service and
-	// namespace/route name. They hold only the maps found otherwise by key (keyedBy):
-	// mapsIndexed finds the others by key.
+	// namespace/route name. They leave out the maps mapsIndexed finds by key (keyedBy).
 	indexByService   = "byService"
 	indexByRouteName = "byRouteName"
 	indexByCluster   = "byCluster" // on TrafficMaps: the clusters of their entries
@@ -139,7 +138,8 @@ var cacheTransforms = struct {
 
 // dropManagedFields is the transform of the informers with no slim transform (slim.go): the
 // publisher never reads metadata.managedFields, which is often the larger part of a cached
-// object, so the caches do not keep it. It edits the freshly decoded object before it enters the cache.
+// object, so the caches do not keep it. It edits the freshly decoded object before it
+// enters the cache.
 func dropManagedFields(obj any) (any, error) {
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetManagedFields(nil)
