@@ -24,10 +24,24 @@ const (
 
 const maxNameLength = 63
 
+// routeSuffix ends every route name RouteName derives.
+const routeSuffix = "-global"
+
 // RouteName returns the HTTPRoute name for the TrafficMap named mapName: "<mapName>-global",
 // made a DNS-1035 label of at most 63 characters. Distinct map names give distinct route names.
 func RouteName(mapName string) string {
-	return boundedName(mapName+"-global", mapName)
+	return boundedName(mapName+routeSuffix, mapName)
+}
+
+// RouteMapName returns the map name whose RouteName is routeName when routeName is that
+// name with "-global" appended (every map name that is a short DNS-1035 label), and false
+// otherwise: a name RouteName had to bound or sanitize is not derived back.
+func RouteMapName(routeName string) (string, bool) {
+	name, ok := strings.CutSuffix(routeName, routeSuffix)
+	if !ok || RouteName(name) != routeName {
+		return "", false
+	}
+	return name, true
 }
 
 // ServiceName returns the backend Service name for one cluster of one TrafficMap. The name is

@@ -110,3 +110,15 @@ func entries(tm *v1beta1.TrafficMap) []weights.Entry {
 	}
 	return out
 }
+
+// ReadsSourceAnnotation reports whether the publisher reads the InferenceService annotation
+// key: the drains, ramps and tolerations Compute reads from Inputs.SourceAnnotations, and
+// the global hostname (v1beta1.AnnotationGlobalHost). A cache of InferenceServices may drop
+// every other annotation without changing a decision.
+func ReadsSourceAnnotation(key string) bool {
+	switch key {
+	case weights.DrainAnnotation, weights.RampAnnotation, weights.TolerationsAnnotation, v1beta1.AnnotationGlobalHost:
+		return true
+	}
+	return false
+}

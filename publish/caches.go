@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,10 +29,12 @@ import (
 
 // Index names on the informers.
 const (
-	indexByService   = "byService"   // on TrafficMaps: namespace/spec.service
-	indexByRouteName = "byRouteName" // on TrafficMaps: namespace/route name
-	indexByCluster   = "byCluster"   // on TrafficMaps: the clusters of their entries
-	indexBySource    = "bySource"    // on owned Services: their TrafficMap's namespace/name
+	// indexByService and indexByRouteName are on TrafficMaps: namespace/spec.service and
+	// namespace/route name. They leave out the maps mapsIndexed finds by key (keyedBy).
+	indexByService   = "byService"
+	indexByRouteName = "byRouteName"
+	indexByCluster   = "byCluster" // on TrafficMaps: the clusters of their entries
+	indexBySource    = "bySource"  // on owned Services: their TrafficMap's namespace/name
 	// indexByHostname is on TrafficMaps (their rendered --host-template and gRPC names), on
 	// InferenceServices (their ome.io/global-host) and on foreign HTTPRoutes (their
 	// hostnames), each name under hostIndexKeys.
@@ -101,9 +104,8 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 		})
 		isvcs := metadatainformer.NewFilteredMetadataInformer(c.meta, v1beta1.InferenceServicesResource, ns, resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, indexByHostname: indexInferenceServiceByHostname}, nil).Informer()
-		for _, inf := range []cache.SharedIndexInformer{maps, isvcs} {
-			_ = inf.SetTransform(dropManagedFields) // cannot fail before the informer runs
-		}
+		_ = maps.SetTransform(cacheTransforms.trafficMap) // cannot fail before the informer runs
+		_ = isvcs.SetTransform(cacheTransforms.source)    // cannot fail before the informer runs
 		cs.maps = append(cs.maps, maps)
 		cs.isvcs = append(cs.isvcs, isvcs)
 		if !cfg.sinkOn(SinkHTTPRoute) {
@@ -121,47 +123,28 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })).
 			Core().V1().Services().Informer()
 		_ = services.AddIndexers(cache.Indexers{indexBySource: indexServiceBySource}) // cannot fail before it runs
-		_ = routes.SetTransform(dropManagedFields)                                    // cannot fail before the informer runs
-		_ = services.SetTransform(slimService)
+		_ = routes.SetTransform(cacheTransforms.route)                                // cannot fail before the informer runs
+		_ = services.SetTransform(cacheTransforms.service)
 		cs.routes = append(cs.routes, routes)
 		cs.services = append(cs.services, services)
 	}
 	return cs
 }
 
-// dropManagedFields is every informer's transform: the publisher never reads
-// metadata.managedFields, which is often the larger part of a cached object, so the caches
-// do not keep it. It edits the freshly decoded object before it enters the cache.
+// cacheTransforms are the transforms of the informers newCaches builds, by cached kind.
+var cacheTransforms = struct {
+	service, route, trafficMap, source cache.TransformFunc
+}{service: slimService, route: slimRoute, trafficMap: slimTrafficMap, source: slimSource}
+
+// dropManagedFields is the transform of the informers with no slim transform (slim.go): the
+// publisher never reads metadata.managedFields, which is often the larger part of a cached
+// object, so the caches do not keep it. It edits the freshly decoded object before it
+// enters the cache.
 func dropManagedFields(obj any) (any, error) {
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetManagedFields(nil)
 	}
 	return obj, nil
-}
-
-// slimService is the backend Service informer's transform: it keeps what the publisher
-// reads of its own Services (their identity and version, labels, owner references, type,
-// external name and ports by name, port and protocol; see httproute.Writer) and drops the
-// rest (managedFields, annotations, the API server's defaults such as cluster IPs,
-// session affinity and target ports, status): at 8 Services per map, most of the cache.
-// Anything else (a tombstone) goes through dropManagedFields.
-func slimService(obj any) (any, error) {
-	svc, ok := obj.(*corev1.Service)
-	if !ok {
-		return dropManagedFields(obj)
-	}
-	slim := &corev1.Service{TypeMeta: svc.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-		Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion, Generation: svc.Generation,
-		CreationTimestamp: svc.CreationTimestamp, DeletionTimestamp: svc.DeletionTimestamp,
-		Labels: svc.Labels, OwnerReferences: svc.OwnerReferences, Finalizers: svc.Finalizers,
-	}, Spec: corev1.ServiceSpec{Type: svc.Spec.Type, ExternalName: svc.Spec.ExternalName}}
-	if len(svc.Spec.Ports) > 0 {
-		slim.Spec.Ports = make([]corev1.ServicePort, len(svc.Spec.Ports))
-		for i, p := range svc.Spec.Ports {
-			slim.Spec.Ports[i] = corev1.ServicePort{Name: p.Name, Port: p.Port, Protocol: p.Protocol}
-		}
-	}
-	return slim, nil
 }
 
 // informerFor returns the informer among infs (one per scope of scopes) that covers
@@ -323,7 +306,8 @@ func (c *caches) keys() []string {
 }
 
 // mapsIndexed returns the cached TrafficMaps whose index holds value, in namespace, or in
-// every watched namespace when namespace is "".
+// every watched namespace when namespace is "". For indexByService and indexByRouteName
+// that includes the map the value names by key (keyedBy), which the index leaves out.
 func (c *caches) mapsIndexed(index, namespace, value string) []*v1beta1.TrafficMap {
 	infs := c.maps
 	if namespace != "" {
@@ -333,8 +317,16 @@ func (c *caches) mapsIndexed(index, namespace, value string) []*v1beta1.TrafficM
 		}
 		infs = []cache.SharedIndexInformer{inf}
 	}
+	key, byKey := keyOfIndexed(index, value)
 	var out []*v1beta1.TrafficMap
 	for _, inf := range infs {
+		if byKey {
+			if o, ok, err := inf.GetIndexer().GetByKey(key); err == nil && ok {
+				if tm, ok := o.(*v1beta1.TrafficMap); ok && keyedBy(index, tm) {
+					out = append(out, tm)
+				}
+			}
+		}
 		objs, err := inf.GetIndexer().ByIndex(index, value)
 		if err != nil {
 			continue
@@ -348,6 +340,39 @@ func (c *caches) mapsIndexed(index, namespace, value string) []*v1beta1.TrafficM
 	return out
 }
 
+// keyedBy reports whether tm is found by key for index instead of through it: its
+// spec.service is its own name (always, in v1beta1), or its route name is its name with
+// "-global" (httproute.RouteMapName). The index then holds nothing of it, which saves two
+// one-key index sets per map.
+func keyedBy(index string, tm *v1beta1.TrafficMap) bool {
+	switch index {
+	case indexByService:
+		return tm.Spec.Service == tm.Name
+	case indexByRouteName:
+		name, ok := httproute.RouteMapName(httproute.RouteName(tm.Name))
+		return ok && name == tm.Name
+	}
+	return false
+}
+
+// keyOfIndexed is the key of the map that value (namespace/name) of index names when that
+// map is keyedBy index.
+func keyOfIndexed(index, value string) (string, bool) {
+	namespace, name, ok := strings.Cut(value, "/")
+	if !ok {
+		return "", false
+	}
+	switch index {
+	case indexByService:
+		return value, true
+	case indexByRouteName:
+		if mapName, ok := httproute.RouteMapName(name); ok {
+			return model.Key(namespace, mapName).String(), true
+		}
+	}
+	return "", false
+}
+
 // Route implements httproute.Store.
 func (c *caches) Route(namespace, name string) (*gwapiv1.HTTPRoute, error) {
 	return cached[*gwapiv1.HTTPRoute](c, c.routes, namespace, name)
@@ -358,7 +383,8 @@ func (c *caches) record(namespace, name string) (*corev1.ConfigMap, error) {
 	return cached[*corev1.ConfigMap](c, c.records, namespace, name)
 }
 
-// Services implements httproute.Store.
+// Services implements httproute.Store: each cached Service (a cachedService) as a
+// *corev1.Service built for this read.
 func (c *caches) Services(src httproute.Source) ([]*corev1.Service, error) {
 	inf := informerFor(c.scopes, c.services, src.Namespace)
 	if inf == nil {
@@ -370,8 +396,10 @@ func (c *caches) Services(src httproute.Source) ([]*corev1.Service, error) {
 	}
 	var out []*corev1.Service
 	for _, o := range objs {
-		if svc, ok := o.(*corev1.Service); ok && httproute.Owned(svc.Labels, src) {
-			out = append(out, svc)
+		if cached, ok := o.(*cachedService); ok {
+			if svc := cached.service(); httproute.Owned(svc.Labels, src) {
+				out = append(out, svc)
+			}
 		}
 	}
 	return out, nil
@@ -382,11 +410,11 @@ var _ httproute.Store = (*caches)(nil)
 // indexServiceBySource indexes an owned Service by its TrafficMap's namespace/name, so a
 // reconcile reads its map's Services without scanning every Service of the namespace.
 func indexServiceBySource(obj any) ([]string, error) {
-	svc, ok := obj.(*corev1.Service)
+	svc, ok := obj.(*cachedService)
 	if !ok {
 		return nil, nil
 	}
-	src, ok := httproute.SourceOf(svc.Labels)
+	src, ok := httproute.SourceOf(svc.GetLabels())
 	if !ok {
 		return nil, nil
 	}
@@ -395,7 +423,7 @@ func indexServiceBySource(obj any) ([]string, error) {
 
 func indexTrafficMapByService(obj any) ([]string, error) {
 	tm, ok := obj.(*v1beta1.TrafficMap)
-	if !ok {
+	if !ok || keyedBy(indexByService, tm) {
 		return nil, nil
 	}
 	return []string{model.Key(tm.Namespace, tm.Spec.Service).String()}, nil
@@ -403,7 +431,7 @@ func indexTrafficMapByService(obj any) ([]string, error) {
 
 func indexTrafficMapByRoute(obj any) ([]string, error) {
 	tm, ok := obj.(*v1beta1.TrafficMap)
-	if !ok {
+	if !ok || keyedBy(indexByRouteName, tm) {
 		return nil, nil
 	}
 	return []string{model.Key(tm.Namespace, httproute.RouteName(tm.Name)).String()}, nil

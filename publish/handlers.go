@@ -1,7 +1,6 @@
 package publish
 
 import (
-	"maps"
 	"slices"
 	"strings"
 
@@ -110,6 +109,8 @@ func (p *router) enqueueAll() {
 // onTrafficMap enqueues the map unless the change is only to conditions or publisher-owned
 // status, which cannot change what is published (the periodic resync repairs a Published
 // condition someone else edited). Resyncs, with an unchanged resourceVersion, always pass.
+// The cache holds no labels or annotations of a map (slimTrafficMap: nothing reads them),
+// so a change to them alone is not seen either.
 //
 // A map that appears, goes, starts terminating or names another service also requeues the
 // maps contending for its names (hand-over).
@@ -121,7 +122,6 @@ func (p *router) onTrafficMap(pr priority, old, obj any) {
 	if prev, ok := old.(*v1beta1.TrafficMap); ok && prev.ResourceVersion != tm.ResourceVersion &&
 		prev.Generation == tm.Generation &&
 		prev.Status.SourceUID == tm.Status.SourceUID &&
-		maps.Equal(prev.Labels, tm.Labels) && maps.Equal(prev.Annotations, tm.Annotations) &&
 		prev.DeletionTimestamp.Equal(tm.DeletionTimestamp) {
 		if pj, tj := model.JournaledNames(prev, ""), model.JournaledNames(tm, ""); !slices.Equal(pj, tj) || journalName(prev) != journalName(tm) {
 			// The claim journal moved: the map's newly granted names may be served now (every
