@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/encoding"
 	protoenc "google.golang.org/grpc/encoding/proto"
@@ -22,7 +23,7 @@ const keepLarge = 16 << 20
 
 // codec is the xDS server's gRPC codec: grpc-go's proto codec, except that a response
 // larger than pooledMax is marshalled into a buffer from a pool that keeps at most
-// keepLarge bytes. grpc-go's default pool keeps every large buffer given back (a 1 MiB tier,
+// keepLarge bytes, and nothing once no large response was marshalled for keepIdle. grpc-go's default pool keeps every large buffer given back (a 1 MiB tier,
 // and a pool of any size above it) until two collections pass without a Get, so one drain's
 // responses to every Envoy stayed in memory between drains: 60-75 MB of the publisher's
 // 160-175 MB live heap at 1,000 maps (the fleet bench's heap profile); a buffer of its own
@@ -32,17 +33,48 @@ type codec struct {
 	large *largePool
 }
 
+// keepIdle is how long the codec keeps its large buffers after the last large response:
+// they serve a storm of drains; between storms (a steady fleet) they are memory for nothing.
+const keepIdle = time.Minute
+
 // largePool is a mem.BufferPool that keeps at most keepLarge bytes of buffers (first fit on
-// Get; a buffer given back beyond the bound is left to the collector). One lock.
+// Get; a buffer given back beyond the bound is left to the collector), and none once idle
+// (no Get) for its idle time (keepIdle when zero). One lock.
 type largePool struct {
 	mu    sync.Mutex
 	free  []*[]byte
 	bytes int
+	idle  time.Duration
+	timer *time.Timer // releases the kept buffers after idle without a Get; nil until the first Get
+}
+
+// touched (re)starts the idle timer; called with p.mu held.
+func (p *largePool) touched() {
+	if p.timer != nil {
+		p.timer.Reset(p.idleTime())
+		return
+	}
+	p.timer = time.AfterFunc(p.idleTime(), p.release)
+}
+
+func (p *largePool) idleTime() time.Duration {
+	if p.idle > 0 {
+		return p.idle
+	}
+	return keepIdle
+}
+
+// release lets the collector have every kept buffer.
+func (p *largePool) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.free, p.bytes = nil, 0
 }
 
 // Get returns a buffer of length bytes, a kept one when one is large enough.
 func (p *largePool) Get(length int) *[]byte {
 	p.mu.Lock()
+	p.touched()
 	for i, b := range p.free {
 		if cap(*b) >= length {
 			p.free = slices.Delete(p.free, i, i+1)

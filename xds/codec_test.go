@@ -3,6 +3,7 @@ package xds
 import (
 	"strings"
 	"testing"
+	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/stretchr/testify/assert"
@@ -58,4 +59,20 @@ func TestLargePoolKeepsAtMostKeepLarge(t *testing.T) {
 	assert.Len(t, *again, 600<<10)
 	assert.Equal(t, 1<<20, cap(*again), "a kept buffer large enough is reused")
 	assert.Equal(t, keepLarge-(1<<20), p.bytes)
+}
+
+// Once no large response was marshalled for its idle time, the pool keeps nothing: a steady
+// fleet holds no buffers for drains that do not come.
+func TestLargePoolReleasesWhenIdle(t *testing.T) {
+	p := &largePool{idle: 20 * time.Millisecond}
+	b := p.Get(1 << 20)
+	p.Put(b)
+	kept := func() int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.bytes + len(p.free)
+	}
+	require.Eventually(t, func() bool { return kept() == 0 }, 5*time.Second, 5*time.Millisecond)
+	again := p.Get(1 << 20)
+	assert.Len(t, *again, 1<<20, "the pool still serves after a release")
 }
