@@ -3,6 +3,7 @@ package xds
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
@@ -91,11 +92,13 @@ type encoder struct {
 	vhosts map[*routev3.VirtualHost][]byte
 }
 
-// entry is one resource as served: the message, its content digest and its encoding,
-// made once, when a client first needs it (see typeCache.encoded).
+// entry is one resource as served: the message (or, for one held encoded, src), its
+// content digest and its encoding, made once, when a client first needs it (see
+// typeCache.encoded).
 type entry struct {
 	name, version string
-	msg           types.Resource
+	msg           types.Resource        // nil when src is set
+	src           heldResource          // a resource held encoded (the Envoy flavour's clusters and route configuration)
 	res           *discoveryv3.Resource // the encoding; nil until needed
 }
 
@@ -103,7 +106,13 @@ type entry struct {
 // shared by every response that carries e.
 func (c *encoder) encoded(e *entry) (*discoveryv3.Resource, error) {
 	if e.res == nil {
-		b, err := c.encode(e.msg)
+		var b []byte
+		var err error
+		if e.src != nil {
+			b, err = e.src.encoding()
+		} else {
+			b, err = c.encode(e.msg)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("encode %s %s: %w", typeLabel(c.typeURL), e.name, err)
 		}
@@ -552,6 +561,37 @@ func (c *typeCache) diff(next []types.Resource, sum func(types.Resource) (string
 	slices.Sort(removed)
 	slices.SortFunc(changed, func(a, b *entry) int { return cmp.Compare(a.name, b.name) })
 	return changed, removed, nil
+}
+
+// diffHeld is diff for resources held encoded (see heldResource): a resource served as
+// is or with the same digest is unchanged.
+func (c *typeCache) diffHeld(next []heldResource) (changed []*entry, removed []string) {
+	c.mu.Lock()
+	served := c.resources
+	c.mu.Unlock() // only SetResources (serialized) writes resources; reading it here is safe
+	names := make(map[string]bool, len(next))
+	for _, r := range next {
+		name := r.GetName()
+		names[name] = true
+		e, ok := served[name]
+		if ok && e.src == r {
+			continue
+		}
+		sum := r.digest()
+		v := hex.EncodeToString(sum[:])
+		if ok && e.version == v {
+			continue
+		}
+		changed = append(changed, &entry{name: name, version: v, src: r})
+	}
+	for name := range served {
+		if !names[name] {
+			removed = append(removed, name)
+		}
+	}
+	slices.Sort(removed)
+	slices.SortFunc(changed, func(a, b *entry) int { return cmp.Compare(a.name, b.name) })
+	return changed, removed
 }
 
 // largeRoute is the number of virtual hosts from which a route configuration is encoded

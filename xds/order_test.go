@@ -9,8 +9,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,11 +52,7 @@ func grpcResources(t *testing.T, clusters ...string) Resources {
 func TestSetResourcesMakeBeforeBreak(t *testing.T) {
 	srv := NewServer(ServerConfig{Log: zaptest.NewLogger(t)})
 	var sets []set
-	srv.onSet = func(_ Flavour, typ, _ string, res []types.Resource) {
-		var names []string
-		for _, r := range res {
-			names = append(names, cachev3.GetResourceName(r))
-		}
+	srv.onSet = func(_ Flavour, typ, _ string, names []string) {
 		slices.Sort(names)
 		sets = append(sets, set{typ, names})
 	}

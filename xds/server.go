@@ -46,7 +46,7 @@ type Server struct {
 	// setMu serializes SetResources.
 	setMu sync.Mutex
 	// onSet, when set (by tests), is called after each per-type snapshot is set.
-	onSet func(flavour Flavour, typeURL, version string, resources []types.Resource)
+	onSet func(flavour Flavour, typeURL, version string, names []string)
 	// fence ends and refuses streams while the replica is fenced (see Fence).
 	fence fence
 }
@@ -152,37 +152,21 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 		s.metrics.invalid.Inc()
 		return nil, err
 	}
-	versions, err := s.versioners[flavour].versions(res)
+	next, versions, err := s.snapshot(flavour, res)
 	if err != nil {
 		return nil, err
 	}
-	byType := func(typ string) []types.Resource { // only for the types set
-		switch typ {
-		case resource.ListenerType:
-			return toResources(res.Listeners)
-		case resource.RouteType:
-			return toResources(res.Routes)
-		default:
-			return toResources(res.Clusters)
-		}
-	}
-	sum := s.versioners[flavour].summer()
-	type step struct {
-		typ, version string
-		resources    []types.Resource
-	}
-	steps := make([]step, 0, 4)
-	var last *step // the clusters that go, after the routes stop using them
+	steps := make([]typeSet, 0, 4)
+	var last *typeSet // the clusters that go, after the routes stop using them
 	if s.cache.version(string(flavour), resource.ClusterType) != versions[resource.ClusterType] {
-		final := step{resource.ClusterType, versions[resource.ClusterType], byType(resource.ClusterType)}
-		union, added, removed := s.clusterUnion(flavour, res.Clusters)
+		final := next[resource.ClusterType]
+		union, added, removed, err := s.clusterUnion(flavour, final)
+		if err != nil {
+			return nil, err
+		}
 		switch {
 		case removed && added:
-			v, err := s.versioners[flavour].clusterVersion(union)
-			if err != nil {
-				return nil, err
-			}
-			steps = append(steps, step{resource.ClusterType, v, toResources(union)})
+			steps = append(steps, union)
 			last = &final
 		case removed:
 			last = &final
@@ -192,18 +176,19 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 	}
 	for _, typ := range []string{resource.ListenerType, resource.RouteType} {
 		if s.cache.version(string(flavour), typ) != versions[typ] {
-			steps = append(steps, step{typ, versions[typ], byType(typ)})
+			steps = append(steps, next[typ])
 		}
 	}
 	if last != nil {
 		steps = append(steps, *last)
 	}
+	sum := s.versioners[flavour].summer()
 	for _, st := range steps {
-		if err := s.cache.set(flavour, st.typ, st.version, st.resources, sum); err != nil {
+		if err := s.cache.set(flavour, st, sum); err != nil {
 			return nil, fmt.Errorf("set %s %s resources: %w", flavour, typeLabel(st.typ), err)
 		}
 		if s.onSet != nil {
-			s.onSet(flavour, st.typ, st.version, st.resources)
+			s.onSet(flavour, st.typ, st.version, st.names())
 		}
 	}
 	if len(steps) > 0 {
@@ -213,27 +198,106 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 	return versions, nil
 }
 
-// clusterUnion compares next with the clusters flavour serves now: union is next followed
-// by the served clusters next drops, by name; added and removed say whether next has a
-// cluster name not served now and drops one served now.
-func (s *Server) clusterUnion(flavour Flavour, next []*clusterv3.Cluster) (union []*clusterv3.Cluster, added, removed bool) {
+// typeSet is one type's resources set at a version: as messages, or held encoded.
+type typeSet struct {
+	typ, version string
+	msgs         []types.Resource
+	held         []heldResource
+}
+
+// names are the names of the set's resources.
+func (st typeSet) names() []string {
+	out := make([]string, 0, len(st.msgs)+len(st.held))
+	for _, r := range st.msgs {
+		out = append(out, cachev3.GetResourceName(r))
+	}
+	for _, r := range st.held {
+		out = append(out, r.GetName())
+	}
+	return out
+}
+
+// snapshot versions res and returns each type's resources at its version.
+func (s *Server) snapshot(flavour Flavour, res Resources) (map[string]typeSet, Versions, error) {
+	if res.envoy != nil {
+		versions, route, err := s.versioners[flavour].encodedVersions(res)
+		if err != nil {
+			return nil, nil, err
+		}
+		clusters := make([]heldResource, len(res.envoy.clusters))
+		for i, c := range res.envoy.clusters {
+			clusters[i] = c
+		}
+		return map[string]typeSet{
+			resource.ListenerType: {typ: resource.ListenerType, version: versions[resource.ListenerType], msgs: toResources(res.Listeners)},
+			resource.RouteType:    {typ: resource.RouteType, version: versions[resource.RouteType], held: []heldResource{route}},
+			resource.ClusterType:  {typ: resource.ClusterType, version: versions[resource.ClusterType], held: clusters},
+		}, versions, nil
+	}
+	versions, err := s.versioners[flavour].versions(res)
+	if err != nil {
+		return nil, nil, err
+	}
+	return map[string]typeSet{
+		resource.ListenerType: {typ: resource.ListenerType, version: versions[resource.ListenerType], msgs: toResources(res.Listeners)},
+		resource.RouteType:    {typ: resource.RouteType, version: versions[resource.RouteType], msgs: toResources(res.Routes)},
+		resource.ClusterType:  {typ: resource.ClusterType, version: versions[resource.ClusterType], msgs: toResources(res.Clusters)},
+	}, versions, nil
+}
+
+// clusterUnion compares next (the clusters) with the clusters flavour serves now:
+// union is next followed by the served clusters next drops, by name, at a version of its
+// own; added and removed say whether next has a cluster name not served now and drops
+// one served now.
+func (s *Server) clusterUnion(flavour Flavour, next typeSet) (union typeSet, added, removed bool, err error) {
 	served := s.cache.cache(string(flavour), resource.ClusterType).entries()
-	names := make(map[string]bool, len(next))
-	for _, c := range next {
-		names[c.GetName()] = true
-		if _, ok := served[c.GetName()]; !ok {
+	nextNames := next.names()
+	names := make(map[string]bool, len(nextNames))
+	for _, name := range nextNames {
+		names[name] = true
+		if _, ok := served[name]; !ok {
 			added = true
 		}
 	}
-	union = slices.Clone(next)
-	var gone []*clusterv3.Cluster
+	var gone []*entry
 	for name, e := range served {
 		if !names[name] {
-			gone = append(gone, e.msg.(*clusterv3.Cluster))
+			gone = append(gone, e)
 		}
 	}
-	slices.SortFunc(gone, func(a, b *clusterv3.Cluster) int { return strings.Compare(a.GetName(), b.GetName()) })
-	return append(union, gone...), added, len(gone) > 0
+	if len(gone) == 0 || !added {
+		return typeSet{}, added, len(gone) > 0, nil
+	}
+	slices.SortFunc(gone, func(a, b *entry) int { return strings.Compare(a.name, b.name) })
+	union = typeSet{typ: resource.ClusterType}
+	if next.held != nil {
+		union.held = slices.Clone(next.held)
+		for _, e := range gone {
+			r, err := heldOf(e)
+			if err != nil {
+				return typeSet{}, false, false, err
+			}
+			union.held = append(union.held, r)
+		}
+		union.version = digestHeld(union.held)
+		return union, true, true, nil
+	}
+	clusters := make([]*clusterv3.Cluster, 0, len(next.msgs)+len(gone))
+	for _, r := range next.msgs {
+		clusters = append(clusters, r.(*clusterv3.Cluster))
+	}
+	for _, e := range gone {
+		c, err := clusterOf(e)
+		if err != nil {
+			return typeSet{}, false, false, err
+		}
+		clusters = append(clusters, c)
+	}
+	if union.version, err = s.versioners[flavour].clusterVersion(clusters); err != nil {
+		return typeSet{}, false, false, err
+	}
+	union.msgs = toResources(clusters)
+	return union, true, true, nil
 }
 
 func toResources[T types.Resource](in []T) []types.Resource {
@@ -295,14 +359,21 @@ func (g *nackGuard) version(hash, typeURL string) string {
 	return g.cache(hash, typeURL).current()
 }
 
-// set serves resources as flavour's typeURL at version, updating only the resources whose
+// set serves st's resources as flavour's type at its version, updating only the resources whose
 // content changed, moves the tracker's streams that the change does not concern to the
 // new version, and releases parked watches of that type.
-func (g *nackGuard) set(flavour Flavour, typeURL, version string, resources []types.Resource, sum func(types.Resource) (string, error)) error {
+func (g *nackGuard) set(flavour Flavour, st typeSet, sum func(types.Resource) (string, error)) error {
+	typeURL, version := st.typ, st.version
 	c := g.cache(string(flavour), typeURL)
-	changed, removed, err := c.diff(resources, sum)
-	if err != nil {
-		return err
+	var changed []*entry
+	var removed []string
+	if st.held != nil {
+		changed, removed = c.diffHeld(st.held)
+	} else {
+		var err error
+		if changed, removed, err = c.diff(st.msgs, sum); err != nil {
+			return err
+		}
 	}
 	from := c.current()
 	c.update(version, changed, removed)

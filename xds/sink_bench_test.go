@@ -115,3 +115,75 @@ func consumedAll(s *Sink) bool {
 	_, all := Demanded(tracker.Clients(), FlavourGRPC)
 	return tracker.Consumed(FlavourEnvoy) && tracker.Consumed(FlavourGRPC) && all
 }
+
+// BenchmarkEnvoyRetainedHeap is the heap the Envoy flavour keeps for n maps of 8 https
+// clusters once a Translator has built it and a Server serves it: before any client is
+// sent it (sent=false), and once every resource has been encoded for a client (sent=true,
+// as a wildcard Envoy client makes happen). Run it with -benchtime=1x.
+func BenchmarkEnvoyRetainedHeap(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		for _, sent := range []bool{false, true} {
+			b.Run(fmt.Sprintf("maps=%d/sent=%t", n, sent), func(b *testing.B) { benchmarkEnvoyHeap(b, n, sent) })
+		}
+	}
+}
+
+func benchmarkEnvoyHeap(b *testing.B, n int, sent bool) {
+	services := benchServices(b, n)
+	ctx := context.Background()
+	var retained uint64
+	for b.Loop() {
+		before := liveHeap()
+		tr := NewTranslator(DefaultEnvoyOptions)
+		srv := NewServer(ServerConfig{})
+		tr.Update(services, nil)
+		res, err := tr.Resources(FlavourEnvoy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := srv.SetResources(ctx, FlavourEnvoy, res); err != nil {
+			b.Fatal(err)
+		}
+		res = Resources{}
+		if sent {
+			for _, typ := range servedTypes {
+				c := srv.cache.cache(string(FlavourEnvoy), typ)
+				c.mu.Lock()
+				c.encodedAll()
+				c.mu.Unlock()
+			}
+		}
+		retained = liveHeap() - before
+		runtime.KeepAlive(tr)
+		runtime.KeepAlive(srv)
+		runtime.KeepAlive(res)
+	}
+	b.ReportMetric(float64(retained)/(1<<20), "MiB-retained")
+}
+
+// benchServices are n sealed services of 8 https clusters each, with a hostname.
+func benchServices(b *testing.B, n int) []Service {
+	services := make([]Service, n)
+	for i := range services {
+		var in weights.Input
+		for j := range 8 {
+			in.Entries = append(in.Entries, weights.Entry{Cluster: fmt.Sprintf("worker-%d", j),
+				Endpoint: fmt.Sprintf("https://svc-%d.worker-%d.example.com", i, j), Weight: int64(j + 1)})
+		}
+		res, err := weights.Compute(in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ns, name := fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("svc-%d", i)
+		services[i] = Service{Namespace: ns, Name: name, Service: name, Hostnames: []string{name + "." + ns + ".example.com"}, Result: res}.Sealed()
+	}
+	return services
+}
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}

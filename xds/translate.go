@@ -49,11 +49,15 @@ func ClusterName(namespace, name, cluster string) string {
 	return namespace + "/" + name + "/" + cluster
 }
 
-// Resources is one flavour's complete resource set, each list sorted by name.
+// Resources is one flavour's complete resource set, each list sorted by name. The Envoy
+// flavour made by a Translator holds its route configuration and clusters encoded, not as
+// messages: its Routes and Clusters are nil, and a Server serves it all the same.
 type Resources struct {
 	Listeners []*listenerv3.Listener
 	Routes    []*routev3.RouteConfiguration
 	Clusters  []*clusterv3.Cluster
+
+	envoy *envoySet // the route configuration and clusters, encoded (a Translator's Envoy flavour)
 }
 
 // EnvoyOptions shapes the Envoy flavour.
@@ -132,11 +136,38 @@ func assembleEnvoy(opts EnvoyOptions, parts []envoyPart) (Resources, error) {
 		rc.VirtualHosts = append(rc.VirtualHosts, p.vhost)
 		res.Clusters = append(res.Clusters, p.clusters...)
 	}
-	hcm, err := connectionManager(opts.RouteConfigName)
+	l, err := envoyListener(opts)
 	if err != nil {
 		return Resources{}, err
 	}
-	res.Listeners = []*listenerv3.Listener{{
+	res.Listeners = []*listenerv3.Listener{l}
+	res.Routes = []*routev3.RouteConfiguration{rc}
+	return res, nil
+}
+
+// assembleEnvoyEncoded is assembleEnvoy of encoded parts: the route configuration and
+// clusters stay encoded.
+func assembleEnvoyEncoded(opts EnvoyOptions, parts []*envoyEnc) (Resources, error) {
+	set := &envoySet{route: &routev3.RouteConfiguration{Name: opts.RouteConfigName, IgnorePortInHostMatching: true},
+		vhosts: make([]*encodedMsg, 0, len(parts))}
+	for _, p := range parts {
+		set.vhosts = append(set.vhosts, p.vhost)
+		set.clusters = append(set.clusters, p.clusters...)
+	}
+	l, err := envoyListener(opts)
+	if err != nil {
+		return Resources{}, err
+	}
+	return Resources{Listeners: []*listenerv3.Listener{l}, envoy: set}, nil
+}
+
+// envoyListener is the Envoy flavour's one listener.
+func envoyListener(opts EnvoyOptions) (*listenerv3.Listener, error) {
+	hcm, err := connectionManager(opts.RouteConfigName)
+	if err != nil {
+		return nil, err
+	}
+	return &listenerv3.Listener{
 		Name: opts.ListenerName,
 		Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
 			Address: opts.Address, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: opts.Port},
@@ -145,9 +176,7 @@ func assembleEnvoy(opts EnvoyOptions, parts []envoyPart) (Resources, error) {
 			Name:       wellknown.HTTPConnectionManager,
 			ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcm},
 		}}}},
-	}}
-	res.Routes = []*routev3.RouteConfiguration{rc}
-	return res, nil
+	}, nil
 }
 
 // TranslateGRPC returns the proxyless gRPC flavour: per service an api_listener for

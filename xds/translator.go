@@ -4,9 +4,7 @@ import (
 	"maps"
 	"slices"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -18,7 +16,8 @@ import (
 // Used through Update and Resources, it holds the fleet itself: a change hands it only the
 // changed services, a flavour is translated only when asked for, and a drain patches the
 // previous lists (see Resources). A service's resources that a change leaves equal are
-// kept as the same messages, and both flavours share one copy of a cluster's endpoints.
+// kept as the same messages (Envoy: the same encodings; that flavour's clusters and
+// virtual hosts are held only encoded, see envoyEnc).
 // Validate and Partition go with either use; Prune must not be called once Update has been.
 type Translator struct {
 	opts  EnvoyOptions
@@ -31,14 +30,14 @@ type Translator struct {
 type translated struct {
 	content string // what the entry was built from (see contentKey)
 	valid   error  // Partition's verdict
-	envoy   *envoyPart
+	envoy   *envoyEnc
 	envoyOK error
 	grpc    *Resources
 	grpcOK  error
 	// wasEnvoy and wasGRPC are the parts of the service's previous content, until this
 	// content's parts are built: the resources equal to theirs are reused (a drain changes
 	// the route, not the clusters or listeners), so later stages see the same messages.
-	wasEnvoy *envoyPart
+	wasEnvoy *envoyEnc
 	wasGRPC  *Resources
 }
 
@@ -97,21 +96,18 @@ func (t *Translator) Partition(services []Service) (valid []Service, invalid map
 // Validate is Partition's verdict on one service, reused while its content is unchanged.
 func (t *Translator) Validate(s Service) error { return t.entry(s).valid }
 
-// Envoy is TranslateEnvoy(opts, services).
+// Envoy is TranslateEnvoy(opts, services), its route configuration and clusters held
+// encoded (see Resources).
 func (t *Translator) Envoy(services []Service) (Resources, error) {
-	parts := make([]envoyPart, 0, len(services))
+	parts := make([]*envoyEnc, 0, len(services))
 	for _, s := range sortedServices(services) {
-		e := t.entry(s)
-		if e.envoy == nil && e.envoyOK == nil {
-			part, err := translateEnvoyService(s)
-			e.envoy, e.envoyOK = &part, err
+		p, err := t.envoyPart(s)
+		if err != nil {
+			return Resources{}, err
 		}
-		if e.envoyOK != nil {
-			return Resources{}, e.envoyOK
-		}
-		parts = append(parts, *e.envoy)
+		parts = append(parts, p)
 	}
-	return assembleEnvoy(t.opts, parts)
+	return assembleEnvoyEncoded(t.opts, parts)
 }
 
 // GRPC is TranslateGRPC(services).
@@ -164,7 +160,7 @@ type assembly struct {
 	dirty map[string]bool // services updated since res was assembled
 	// The parts res was assembled from, by service key, and their positions.
 	grpc      map[string]*Resources
-	envoy     map[string]*envoyPart
+	envoy     map[string]*envoyEnc
 	listeners map[string]int // gRPC: listener name -> position
 	routes    map[string]int // gRPC route configuration (by key) or Envoy virtual host -> position
 	clusters  map[string]int // service key -> position of its first cluster
@@ -285,10 +281,6 @@ func (t *Translator) gRPCPart(s Service) (*Resources, error) {
 	if e.grpc == nil && e.grpcOK == nil {
 		part, err := translateGRPCService(s)
 		if err == nil {
-			// Only the new messages are changed, before any is replaced by an equal old one.
-			if e.envoy != nil {
-				shareEndpoints(part.Clusters, e.envoy.clusters)
-			}
 			if e.wasGRPC != nil {
 				reuseEqual(part.Listeners, e.wasGRPC.Listeners)
 				reuseEqual(part.Routes, e.wasGRPC.Routes)
@@ -300,39 +292,23 @@ func (t *Translator) gRPCPart(s Service) (*Resources, error) {
 	return e.grpc, e.grpcOK
 }
 
-// envoyPart is the Envoy translation of s, made once per content.
-func (t *Translator) envoyPart(s Service) (*envoyPart, error) {
+// envoyPart is the Envoy translation of s, made once per content and held encoded: the
+// messages are dropped once encoded. The resources whose encoding is the same as in the
+// service's previous part are that part's.
+func (t *Translator) envoyPart(s Service) (*envoyEnc, error) {
 	e := t.entry(s)
 	if e.envoy == nil && e.envoyOK == nil {
 		part, err := translateEnvoyService(s)
+		var enc *envoyEnc
 		if err == nil {
-			// Only the new messages are changed, before any is replaced by an equal old one.
-			if e.grpc != nil {
-				shareEndpoints(part.clusters, e.grpc.Clusters)
-			}
-			if e.wasEnvoy != nil {
-				reuseEqual(part.clusters, e.wasEnvoy.clusters)
-				if proto.Equal(part.vhost, e.wasEnvoy.vhost) {
-					part.vhost = e.wasEnvoy.vhost
-				}
-			}
+			enc, err = encodeEnvoyPart(t.opts.RouteConfigName, part, e.wasEnvoy)
 		}
-		e.envoy, e.envoyOK, e.wasEnvoy = &part, err, nil
+		if err != nil {
+			enc = nil
+		}
+		e.envoy, e.envoyOK, e.wasEnvoy = enc, err, nil
 	}
 	return e.envoy, e.envoyOK
-}
-
-// shareEndpoints gives each cluster of next (new messages, not served yet) the load
-// assignment of the cluster of the same name at the same position of other (the other
-// flavour's translation of the same service) when they are equal, so both flavours hold
-// one copy of the endpoints. Served messages are never modified, so sharing a part of one
-// is safe.
-func shareEndpoints(next, other []*clusterv3.Cluster) {
-	for i := range min(len(next), len(other)) {
-		if next[i].GetName() == other[i].GetName() && proto.Equal(next[i].GetLoadAssignment(), other[i].GetLoadAssignment()) {
-			next[i].LoadAssignment = other[i].LoadAssignment
-		}
-	}
 }
 
 // reuseEqual replaces each message of next that equals the one of the same name at the
@@ -354,8 +330,8 @@ func (t *Translator) assemble(flavour Flavour, a *assembly) error {
 	a.listeners, a.routes, a.clusters = map[string]int{}, map[string]int{}, map[string]int{}
 	a.grpc, a.envoy = nil, nil
 	if flavour == FlavourEnvoy {
-		a.envoy = make(map[string]*envoyPart, len(f.order))
-		parts := make([]envoyPart, 0, len(f.order))
+		a.envoy = make(map[string]*envoyEnc, len(f.order))
+		parts := make([]*envoyEnc, 0, len(f.order))
 		for _, key := range f.order {
 			s := f.services[key]
 			if len(s.Hostnames) == 0 {
@@ -367,9 +343,9 @@ func (t *Translator) assemble(flavour Flavour, a *assembly) error {
 			}
 			a.envoy[key] = p
 			a.routes[key] = len(parts)
-			parts = append(parts, *p)
+			parts = append(parts, p)
 		}
-		res, err := assembleEnvoy(t.opts, parts)
+		res, err := assembleEnvoyEncoded(t.opts, parts)
 		if err != nil {
 			return err
 		}
@@ -426,7 +402,7 @@ func (t *Translator) patch(flavour Flavour, a *assembly) (bool, error) {
 	f := t.fleet
 	res := a.res
 	if flavour == FlavourEnvoy {
-		parts := make(map[string]*envoyPart, len(a.dirty))
+		parts := make(map[string]*envoyEnc, len(a.dirty))
 		for key := range a.dirty {
 			s, ok := f.services[key]
 			old := a.envoy[key]
@@ -446,21 +422,14 @@ func (t *Translator) patch(flavour Flavour, a *assembly) (bool, error) {
 			}
 			parts[key] = p
 		}
-		var vhosts []*routev3.VirtualHost
+		prev := a.res.envoy
+		set := *prev
 		for key, p := range parts {
-			if i := a.routes[key]; a.res.Routes[0].VirtualHosts[i] != p.vhost {
-				if vhosts == nil {
-					vhosts = slices.Clone(a.res.Routes[0].VirtualHosts)
-				}
-				vhosts[i] = p.vhost
-			}
-			res.Clusters = patchList(res.Clusters, a.res.Clusters, a.clusters[key], p.clusters)
+			set.vhosts = patchList(set.vhosts, prev.vhosts, a.routes[key], []*encodedMsg{p.vhost})
+			set.clusters = patchList(set.clusters, prev.clusters, a.clusters[key], p.clusters)
 			a.envoy[key] = p
 		}
-		if vhosts != nil {
-			rc := a.res.Routes[0]
-			res.Routes = []*routev3.RouteConfiguration{{Name: rc.Name, IgnorePortInHostMatching: rc.IgnorePortInHostMatching, VirtualHosts: vhosts}}
-		}
+		res.envoy = &set
 		a.res = res
 		return true, nil
 	}

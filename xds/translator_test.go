@@ -66,6 +66,7 @@ func TestSealedServiceDigest(t *testing.T) {
 
 func assertSameResources(t *testing.T, want, got xds.Resources) {
 	t.Helper()
+	got = xds.Decoded(t, got) // the Translator holds the Envoy flavour's routes and clusters encoded
 	require.Len(t, got.Listeners, len(want.Listeners))
 	require.Len(t, got.Routes, len(want.Routes))
 	require.Len(t, got.Clusters, len(want.Clusters))
@@ -123,20 +124,20 @@ func TestTranslatorFleetMatchesFreshTranslation(t *testing.T) {
 	search.Hostnames = nil // gRPC only
 	search = search.Sealed()
 	envoy1, grpc1 := check([]xds.Service{chat, embed, search})
-	assert.Same(t, envoy1.Clusters[0].GetLoadAssignment(), grpc1.Clusters[0].GetLoadAssignment(), "both flavours share one copy of the endpoints")
+	assert.Nil(t, envoy1.Clusters, "the Envoy flavour's clusters are held encoded")
+	assert.Nil(t, envoy1.Routes, "and its route configuration")
 
-	chatVhost, chatRoute := envoy1.Routes[0].VirtualHosts[0], grpc1.Routes[0]
+	chatVhost, chatRoute := xds.HeldVirtualHosts(envoy1)[0], grpc1.Routes[0]
 	drained := service(t, "prod", "chat", drainA, seedEntries()...).Sealed()
 	envoy2, grpc2 := check([]xds.Service{drained})
-	assert.Same(t, chatVhost, envoy1.Routes[0].VirtualHosts[0], "the previous lists are not modified")
+	assert.Same(t, chatVhost, xds.HeldVirtualHosts(envoy1)[0], "the previous lists are not modified")
 	assert.Same(t, chatRoute, grpc1.Routes[0], "the previous lists are not modified")
 	assert.Same(t, grpc1.Clusters[0], grpc2.Clusters[0], "a drain keeps chat's clusters: the same messages")
-	assert.Same(t, envoy1.Clusters[0], envoy2.Clusters[0], "a drain keeps chat's clusters: the same messages")
+	assert.Same(t, xds.HeldClusters(envoy1)[0], xds.HeldClusters(envoy2)[0], "a drain keeps chat's clusters: the same encodings")
 	assert.Same(t, grpc1.Listeners[0], grpc2.Listeners[0], "and its listeners")
 	assert.Same(t, envoy1.Listeners[0], envoy2.Listeners[0], "the Envoy listener is kept")
-	assert.Same(t, envoy1.Routes[0].VirtualHosts[1], envoy2.Routes[0].VirtualHosts[1], "embed's virtual host is kept")
-	assert.NotSame(t, envoy1.Routes[0].VirtualHosts[0], envoy2.Routes[0].VirtualHosts[0], "chat's virtual host is new")
-	assert.NotSame(t, envoy1.Routes[0], envoy2.Routes[0], "a new route configuration")
+	assert.Same(t, xds.HeldVirtualHosts(envoy1)[1], xds.HeldVirtualHosts(envoy2)[1], "embed's virtual host is kept")
+	assert.NotSame(t, xds.HeldVirtualHosts(envoy1)[0], xds.HeldVirtualHosts(envoy2)[0], "chat's virtual host is new")
 	assert.Same(t, grpc1.Routes[1], grpc2.Routes[1], "embed's gRPC route is kept")
 	assert.Same(t, grpc1.Clusters[len(grpc1.Clusters)-1], grpc2.Clusters[len(grpc2.Clusters)-1], "search's clusters are kept")
 	assert.NotSame(t, grpc1.Routes[0], grpc2.Routes[0], "chat's gRPC route is new")

@@ -55,6 +55,9 @@ type validator struct {
 	vhosts, crossed map[proto.Message]bool
 	live            int     // len(vhosts)+len(crossed) after the last prune
 	refErrs         []error // listeners naming a route configuration that does not exist
+	// encoded checks the route configuration and clusters of a set that holds them
+	// encoded (see envoySet).
+	encoded encodedChecks
 }
 
 type namedMessage interface {
@@ -165,6 +168,9 @@ func (k *checkedKind[T]) errs(kind string) []error {
 }
 
 func (v *validator) validate(res Resources) error {
+	if res.envoy != nil {
+		return v.validateEncoded(res)
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	sameClusters, _ := v.clusters.check(res.Clusters, true, v.checkCluster)
@@ -417,6 +423,10 @@ func connectionManagers(l *listenerv3.Listener) []*anypb.Any {
 // deterministic encoding: the same content always gives the same version, so republishing
 // it sends nothing, also after a restart.
 func TypeVersions(res Resources) (Versions, error) {
+	if res.envoy != nil {
+		v, _, err := (&versioner{}).encodedVersions(res)
+		return v, err
+	}
 	return (&versioner{}).versions(res)
 }
 
@@ -430,6 +440,9 @@ type versioner struct {
 	listeners summed[*listenerv3.Listener]
 	routes    summed[*routev3.RouteConfiguration]
 	clusters  summed[*clusterv3.Cluster]
+	// envoy versions the route configuration and clusters of a set that holds them
+	// encoded (see envoySet).
+	envoy encodedVersions
 }
 
 // summed is one type's last list, the sums of its messages by position and by message
