@@ -177,38 +177,47 @@ func (c *typeCache) entries() map[string]*entry {
 	return maps.Clone(c.resources)
 }
 
-// isServed reports whether update was called (until then every watch waits).
-func (c *typeCache) isServed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.served
-}
-
-// declaredCurrent reports whether a stream subscribed as wildcard/names that declares
-// versions (delta initial_resource_versions) holds every resource of the type it
-// subscribes to at its current content and nothing removed, and if so the type version.
-func (c *typeCache) declaredCurrent(wildcard bool, names map[string]struct{}, versions map[string]string) (string, bool) {
+// declared judges what a stream subscribed as wildcard/names that declares versions
+// (delta initial_resource_versions) holds of the type. current: it holds every resource it
+// subscribes to at its current content and nothing removed, then version is the type
+// version. stale: the served resources it subscribes to that it declares at another
+// version (it holds older content of them); only served names are kept, so what the
+// tracker stores is bounded by what the publisher serves, not by the client. Before the
+// type is first served, served is false and nothing is judged.
+func (c *typeCache) declared(wildcard bool, names map[string]struct{}, versions map[string]string) (version string, served, current bool, stale map[string]struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.served {
-		return "", false
+		return "", false, false, nil
 	}
+	current = true
 	for name, e := range c.resources {
 		if !wildcard {
 			if _, ok := names[name]; !ok {
 				continue
 			}
 		}
-		if versions[name] != e.version {
-			return "", false // the server sends it: its ACK will count
+		v, declared := versions[name]
+		if v == e.version {
+			continue
+		}
+		current = false // the server sends it: its ACK will count
+		if declared {
+			if stale == nil {
+				stale = map[string]struct{}{}
+			}
+			stale[name] = struct{}{}
 		}
 	}
 	for name := range versions {
 		if _, ok := c.resources[name]; !ok {
-			return "", false // the server sends its removal: its ACK will count
+			current = false // the server sends its removal: its ACK will count
 		}
 	}
-	return c.version, true
+	if !current {
+		return "", true, false, stale
+	}
+	return c.version, true, true, nil
 }
 
 // update serves version: changed resources (new or with new content) replace theirs,

@@ -777,19 +777,20 @@ func (s *stream) declare(c *typeCache, typeURL string, versions map[string]strin
 	if c == nil {
 		return
 	}
-	if !c.isServed() {
+	sub := s.subs[typeURL]
+	version, served, current, stale := c.declared(sub.Wildcard, sub.Names, versions)
+	if !served {
 		if s.unserved == nil {
 			s.unserved = map[string]map[string]string{}
 		}
 		s.unserved[typeURL] = versions
 		return
 	}
-	sub := s.subs[typeURL]
-	if version, ok := c.declaredCurrent(sub.Wildcard, sub.Names, versions); ok {
+	if current {
 		s.ack(typeURL, version)
 		return
 	}
-	if stale := c.staleDeclared(sub.Wildcard, sub.Names, versions); len(stale) > 0 {
+	if len(stale) > 0 {
 		outer := maps.Clone(s.stale)
 		if outer == nil {
 			outer = map[string]map[string]struct{}{}
@@ -797,30 +798,6 @@ func (s *stream) declare(c *typeCache, typeURL string, versions map[string]strin
 		outer[typeURL] = stale
 		s.stale = outer
 	}
-}
-
-// staleDeclared returns the resources served of the type that a stream subscribed as
-// wildcard/names declares (delta initial_resource_versions) at a version other than the one
-// served: the client holds older content of them. Only served names are kept, so what
-// the tracker stores is bounded by what the publisher serves, not by the client.
-func (c *typeCache) staleDeclared(wildcard bool, names map[string]struct{}, versions map[string]string) map[string]struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out map[string]struct{}
-	for name, v := range versions {
-		e, ok := c.resources[name]
-		if !ok || v == e.version {
-			continue
-		}
-		if _, sub := names[name]; !wildcard && !sub {
-			continue
-		}
-		if out == nil {
-			out = map[string]struct{}{}
-		}
-		out[name] = struct{}{}
-	}
-	return out
 }
 
 // ack records an ACK of version for typeURL, which clears its NACK (a delta stream's
