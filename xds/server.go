@@ -152,14 +152,14 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 		s.metrics.invalid.Inc()
 		return nil, err
 	}
-	next, versions, err := s.snapshot(flavour, res)
+	byType, versions, err := s.snapshot(flavour, res)
 	if err != nil {
 		return nil, err
 	}
 	steps := make([]typeSet, 0, 4)
 	var last *typeSet // the clusters that go, after the routes stop using them
 	if s.cache.version(string(flavour), resource.ClusterType) != versions[resource.ClusterType] {
-		final := next[resource.ClusterType]
+		final := byType(resource.ClusterType)
 		union, added, removed, err := s.clusterUnion(flavour, final)
 		if err != nil {
 			return nil, err
@@ -176,7 +176,7 @@ func (s *Server) SetResources(ctx context.Context, flavour Flavour, res Resource
 	}
 	for _, typ := range []string{resource.ListenerType, resource.RouteType} {
 		if s.cache.version(string(flavour), typ) != versions[typ] {
-			steps = append(steps, next[typ])
+			steps = append(steps, byType(typ))
 		}
 	}
 	if last != nil {
@@ -217,31 +217,45 @@ func (st typeSet) names() []string {
 	return out
 }
 
-// snapshot versions res and returns each type's resources at its version.
-func (s *Server) snapshot(flavour Flavour, res Resources) (map[string]typeSet, Versions, error) {
+// snapshot versions res and returns its versions and a function that gives a type's
+// resources at its version (made only for the types set).
+func (s *Server) snapshot(flavour Flavour, res Resources) (func(typ string) typeSet, Versions, error) {
 	if res.envoy != nil {
 		versions, route, err := s.versioners[flavour].encodedVersions(res)
 		if err != nil {
 			return nil, nil, err
 		}
-		clusters := make([]heldResource, len(res.envoy.clusters))
-		for i, c := range res.envoy.clusters {
-			clusters[i] = c
-		}
-		return map[string]typeSet{
-			resource.ListenerType: {typ: resource.ListenerType, version: versions[resource.ListenerType], msgs: toResources(res.Listeners)},
-			resource.RouteType:    {typ: resource.RouteType, version: versions[resource.RouteType], held: []heldResource{route}},
-			resource.ClusterType:  {typ: resource.ClusterType, version: versions[resource.ClusterType], held: clusters},
+		return func(typ string) typeSet {
+			st := typeSet{typ: typ, version: versions[typ]}
+			switch typ {
+			case resource.ListenerType:
+				st.msgs = toResources(res.Listeners)
+			case resource.RouteType:
+				st.held = []heldResource{route}
+			default:
+				st.held = make([]heldResource, len(res.envoy.clusters))
+				for i, c := range res.envoy.clusters {
+					st.held[i] = c
+				}
+			}
+			return st
 		}, versions, nil
 	}
 	versions, err := s.versioners[flavour].versions(res)
 	if err != nil {
 		return nil, nil, err
 	}
-	return map[string]typeSet{
-		resource.ListenerType: {typ: resource.ListenerType, version: versions[resource.ListenerType], msgs: toResources(res.Listeners)},
-		resource.RouteType:    {typ: resource.RouteType, version: versions[resource.RouteType], msgs: toResources(res.Routes)},
-		resource.ClusterType:  {typ: resource.ClusterType, version: versions[resource.ClusterType], msgs: toResources(res.Clusters)},
+	return func(typ string) typeSet {
+		st := typeSet{typ: typ, version: versions[typ]}
+		switch typ {
+		case resource.ListenerType:
+			st.msgs = toResources(res.Listeners)
+		case resource.RouteType:
+			st.msgs = toResources(res.Routes)
+		default:
+			st.msgs = toResources(res.Clusters)
+		}
+		return st
 	}, versions, nil
 }
 
