@@ -295,28 +295,16 @@ func (k *encodedChecks) full(set *envoySet) []error {
 	if err := set.route.ValidateAll(); err != nil {
 		bad(&errs, "route configuration", rc, err)
 	}
-	dup := func(kind, name string) {
-		errs = append(errs, fmt.Errorf("%w: route configuration %q: %w: %s %q", ErrInvalidResources, rc, ErrDuplicate, kind, name))
-	}
-	names := make(map[string]bool, len(set.vhosts))
-	domains := make(map[string]int, len(set.vhosts))
+	hosts := newHostNames(rc, len(set.vhosts))
 	for _, vh := range set.vhosts {
-		if names[vh.name] {
-			dup("virtual host", vh.name)
-		}
-		names[vh.name] = true
-		for _, d := range vh.domains {
-			d = strings.ToLower(d)
-			if domains[d]++; domains[d] == 2 {
-				dup("domain", d)
-			}
-		}
+		hosts.add(vh.name, vh.domains)
 		if vh.bad != nil {
 			errs = append(errs, vh.bad)
 		}
 	}
+	errs = append(errs, hosts.errs...)
 	if len(errs) == 0 {
-		k.clusters, k.vhosts, k.domains = slices.Clone(set.clusters), slices.Clone(set.vhosts), domains
+		k.clusters, k.vhosts, k.domains = slices.Clone(set.clusters), slices.Clone(set.vhosts), hosts.domains
 	}
 	return errs
 }

@@ -306,36 +306,55 @@ var ErrDuplicate = errors.New("duplicate name")
 // of a few domains (the gRPC flavour's) is checked without allocating.
 func duplicateHosts(rc *routev3.RouteConfiguration) []error {
 	var errs []error
-	dup := func(kind, name string) {
-		errs = append(errs, fmt.Errorf("%w: route configuration %q: %w: %s %q", ErrInvalidResources, rc.Name, ErrDuplicate, kind, name))
-	}
 	if len(rc.VirtualHosts) == 1 && len(rc.VirtualHosts[0].Domains) <= 8 {
 		ds := rc.VirtualHosts[0].Domains
 		for i := range ds {
 			for j := range i {
 				if strings.EqualFold(ds[i], ds[j]) {
-					dup("domain", strings.ToLower(ds[i]))
+					errs = append(errs, duplicateErr(rc.Name, "domain", strings.ToLower(ds[i])))
 				}
 			}
 		}
 		return errs
 	}
-	names := make(map[string]bool, len(rc.VirtualHosts))
-	domains := make(map[string]bool, len(rc.VirtualHosts))
+	hosts := newHostNames(rc.Name, len(rc.VirtualHosts))
 	for _, vh := range rc.VirtualHosts {
-		if names[vh.Name] {
-			dup("virtual host", vh.Name)
-		}
-		names[vh.Name] = true
-		for _, d := range vh.Domains {
-			d = strings.ToLower(d)
-			if domains[d] {
-				dup("domain", d)
-			}
-			domains[d] = true
+		hosts.add(vh.Name, vh.Domains)
+	}
+	return append(errs, hosts.errs...)
+}
+
+// hostNames finds, across the virtual hosts of one route configuration added to it, each
+// virtual host name and each domain (case-insensitively, as Envoy compares them) used
+// more than once; each is reported once, in errs.
+type hostNames struct {
+	rc      string
+	names   map[string]bool
+	domains map[string]int // by lower-case domain: how many virtual hosts have it
+	errs    []error
+}
+
+func newHostNames(rc string, vhosts int) *hostNames {
+	return &hostNames{rc: rc, names: make(map[string]bool, vhosts), domains: make(map[string]int, vhosts)}
+}
+
+// add counts one virtual host's name and domains.
+func (h *hostNames) add(name string, domains []string) {
+	if h.names[name] {
+		h.errs = append(h.errs, duplicateErr(h.rc, "virtual host", name))
+	}
+	h.names[name] = true
+	for _, d := range domains {
+		d = strings.ToLower(d)
+		if h.domains[d]++; h.domains[d] == 2 {
+			h.errs = append(h.errs, duplicateErr(h.rc, "domain", d))
 		}
 	}
-	return errs
+}
+
+// duplicateErr is the error for a kind's name used twice in route configuration rc.
+func duplicateErr(rc, kind, name string) error {
+	return fmt.Errorf("%w: route configuration %q: %w: %s %q", ErrInvalidResources, rc, ErrDuplicate, kind, name)
 }
 
 // validateRouteConfiguration is rc.ValidateAll, with each virtual host in passed not
