@@ -76,10 +76,14 @@ type clients struct {
 	dyn     dynamic.Interface
 }
 
+// newClients builds the publisher's clients over rc. The built-in kinds (Services, Events,
+// Leases, ConfigMaps) travel as protobuf, as kube-controller-manager's do: their watch
+// events and write responses cost the API server and the publisher a fraction of JSON's
+// decoding (at 10,000 maps, 80,000 Services). Custom resources only speak JSON.
 func newClients(rc *rest.Config) (clients, error) {
 	var c clients
 	var err error
-	if c.kube, err = kubernetes.NewForConfig(rc); err != nil {
+	if c.kube, err = kubernetes.NewForConfig(asProtobuf(rc)); err != nil {
 		return c, fmt.Errorf("build kubernetes client: %w", err)
 	}
 	if c.gateway, err = gwclient.NewForConfig(rc); err != nil {
@@ -95,6 +99,14 @@ func newClients(rc *rest.Config) (clients, error) {
 		return c, fmt.Errorf("build dynamic client: %w", err)
 	}
 	return c, nil
+}
+
+// asProtobuf returns a copy of rc that asks for and sends protobuf, JSON accepted too.
+func asProtobuf(rc *rest.Config) *rest.Config {
+	pc := rest.CopyConfig(rc)
+	pc.ContentType = runtime.ContentTypeProtobuf
+	pc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return pc
 }
 
 // New validates cfg and builds a Publisher talking to the API server at rc. It does not

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -79,8 +80,12 @@ func bareWrites(ctx context.Context, cfg *rest.Config, n int, qps float64, burst
 }
 
 // floorClients are the bare writer's clients over cfg.
+// Its Services travel as protobuf, as the publisher's do.
 func floorClients(cfg *rest.Config) (clients, error) {
-	kube, err := kubernetes.NewForConfig(cfg)
+	pc := rest.CopyConfig(cfg)
+	pc.ContentType = kruntime.ContentTypeProtobuf
+	pc.AcceptContentTypes = kruntime.ContentTypeProtobuf + "," + kruntime.ContentTypeJSON
+	kube, err := kubernetes.NewForConfig(pc)
 	if err != nil {
 		return clients{}, err
 	}
