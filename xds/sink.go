@@ -177,8 +177,8 @@ func NewSink(cfg SinkConfig, log *zap.Logger) (*Sink, error) {
 	}
 	s.grace = &reconnectGrace{d: cfg.ReconnectGrace, now: cfg.Now, news: s.news}
 	s.loop = newRebuilder(s)
-	s.watch = &clientWatch{s: s}
-	s.server = NewServer(ServerConfig{Log: log, TLS: tlsCfg, OnClientChange: s.watch.changed, Registerer: cfg.Registerer})
+	s.watch = newClientWatch(s)
+	s.server = NewServer(ServerConfig{Log: log, TLS: tlsCfg, OnClientChange: s.watch.signal, Registerer: cfg.Registerer})
 	s.history.Follow(s.server.Tracker()) // a stalled client's version stays judged
 	return s, nil
 }
@@ -226,6 +226,7 @@ func (s *Sink) Start(ctx context.Context) (func(), error) {
 		s.loop.kick()
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() { s.watch.run(ctx) })
 	wg.Add(2)
 	go func() {
 		defer wg.Done()

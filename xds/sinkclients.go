@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"strings"
@@ -11,9 +12,15 @@ import (
 // into rebuilds and news: the first client of a flavour builds it, a change of what the
 // gRPC streams subscribe to rebuilds (the gRPC flavour carries the maps demanded), maps
 // waiting for ACKs are reconciled again, and every map given when the set of clients
-// changed. Its fields are guarded by its lock.
+// changed. The server's callback only signals (signal); one goroutine (run) looks at the
+// clients, once for however many changes arrived since its last look: the look is
+// level-triggered (it reads the clients and the waiting maps as they are then), and judging
+// every waiting map against every client on each of a burst of ACKs (100 wildcard streams
+// at a cold start) cost the publisher more than a core. Its fields are guarded by its lock.
 type clientWatch struct {
 	s *Sink
+	// kicks holds one pending signal.
+	kicks chan struct{}
 
 	mu      sync.Mutex
 	members uint64 // the Tracker's Membership when the client set was last compared
@@ -21,7 +28,32 @@ type clientWatch struct {
 	demand  uint64 // the Tracker's Demand of the gRPC flavour at the last kick
 }
 
-// changed is the server's OnClientChange.
+func newClientWatch(s *Sink) *clientWatch {
+	return &clientWatch{s: s, kicks: make(chan struct{}, 1)}
+}
+
+// signal is the server's OnClientChange: it asks run for a look and never blocks the
+// stream that called it.
+func (w *clientWatch) signal() {
+	select {
+	case w.kicks <- struct{}{}:
+	default: // a look is pending already; it will see this change too
+	}
+}
+
+// run looks at the clients after each signal until ctx is done.
+func (w *clientWatch) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.kicks:
+			w.changed()
+		}
+	}
+}
+
+// changed looks at the clients once.
 func (w *clientWatch) changed() {
 	s := w.s
 	tracker := s.server.Tracker()
