@@ -114,3 +114,13 @@ func TestOnlyDecidingACKsTellThePipeline(t *testing.T) {
 	require.Eventually(t, told, 20*time.Second, time.Millisecond, "the pipeline is told once the last relevant client ACKed")
 	assert.Equal(t, model.InPlace, judge().State)
 }
+
+// The server's callback never blocks the stream that ACKed, whatever the number of changes
+// before the watch looks again, and they ask for one look, not one each.
+func TestClientChangesAskForOneLook(t *testing.T) {
+	w := newClientWatch(nil)
+	for range 1000 {
+		w.signal()
+	}
+	assert.Len(t, w.kicks, 1)
+}
