@@ -21,15 +21,15 @@ type logEntry struct {
 // the names where what the stream holds differs from the table at that update
 // (exceptions). A stream older than the log has lost what it holds: it is sent every
 // served resource, and the removal of every tombstoned name (names removed and not served
-// again; a removal of a name the client lacks is ignored). Tombstones are bounded too: a
-// stream older than goneFloor may keep a removed resource until it reconnects; at
-// deltaGoneFactor times the log's bound this needs a stream that did not read a response
-// through that many removals. Guarded by the typeCache's mu.
+// again; a removal of a name the client lacks is ignored). Tombstones are bounded too
+// (deltaGoneFactor times the log's bound; past it they are cleared but for the update's
+// own): a stream older than the clearing may keep a removed resource until it reconnects,
+// which needs a stream whose map fell behind through that many removals (it did not read
+// a response meanwhile). Guarded by the typeCache's mu.
 type deltaLog struct {
-	entries   []logEntry // oldest first
-	names     int        // touched names over entries
-	gone      map[string]struct{}
-	goneFloor uint64 // tombstones of updates up to this seq may have been dropped
+	entries []logEntry // oldest first
+	names   int        // touched names over entries
+	gone    map[string]struct{}
 }
 
 // record logs update seq, which touched prev's names, removing removed; bound is the
@@ -52,7 +52,7 @@ func (l *deltaLog) record(seq uint64, prev map[string]string, removed []string, 
 		l.gone[name] = struct{}{}
 	}
 	if len(l.gone) > deltaGoneFactor*bound {
-		l.gone, l.goneFloor = map[string]struct{}{}, seq
+		l.gone = map[string]struct{}{}
 		for _, name := range removed {
 			l.gone[name] = struct{}{}
 		}

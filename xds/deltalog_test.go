@@ -246,3 +246,42 @@ func BenchmarkDeltaWildcardStreams(b *testing.B) {
 		runtime.KeepAlive(c)
 	}
 }
+
+func TestDeltaLogBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		updates   []map[string]string
+		removed   [][]string
+		bound     int
+		seqs      []uint64
+		gone      []string
+		since     uint64
+		sinceKept bool
+	}{
+		{name: "within the bound", updates: []map[string]string{{"a": ""}, {"b": ""}}, removed: [][]string{nil, nil}, bound: 2,
+			seqs: []uint64{1, 2}, since: 0, sinceKept: true},
+		{name: "oldest goes", updates: []map[string]string{{"a": ""}, {"b": "", "c": ""}}, removed: [][]string{nil, nil}, bound: 2,
+			seqs: []uint64{2}, since: 0},
+		{name: "newest stays over the bound", updates: []map[string]string{{"a": "", "b": "", "c": ""}}, removed: [][]string{nil}, bound: 2,
+			seqs: []uint64{1}, since: 0, sinceKept: true},
+		{name: "tombstones, re-add clears", updates: []map[string]string{{"a": "1", "b": "1"}, {"a": ""}}, removed: [][]string{{"a", "b"}, nil}, bound: 10,
+			seqs: []uint64{1, 2}, gone: []string{"b"}, since: 1, sinceKept: true},
+		{name: "tombstones past their bound keep the update's own", updates: []map[string]string{{"a": "1", "b": "1"}, {"c": "1"}}, removed: [][]string{{"a", "b"}, {"c"}}, bound: 0,
+			seqs: []uint64{2}, gone: []string{"c"}, since: 1, sinceKept: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var l deltaLog
+			for i, prev := range tc.updates {
+				l.record(uint64(i+1), prev, tc.removed[i], tc.bound)
+			}
+			var seqs []uint64
+			for _, e := range l.entries {
+				seqs = append(seqs, e.seq)
+			}
+			assert.Equal(t, tc.seqs, seqs)
+			assert.ElementsMatch(t, tc.gone, slices.Collect(maps.Keys(l.gone)))
+			_, ok := l.since(tc.since, uint64(len(tc.updates)))
+			assert.Equal(t, tc.sinceKept, ok)
+		})
+	}
+}
