@@ -44,6 +44,7 @@ type typeCache struct {
 	resources map[string]*entry
 	all       []*anypb.Any // every resource encoded, sorted by name; nil until needed
 	last      *change      // the last update (a state-of-the-world ACK of the version before it may come after it)
+	log       deltaLog     // recent updates, for the delta wildcard streams
 	watches   watchIndex   // the open watches
 	enc       encoder      // the resources' encodings
 }
@@ -226,9 +227,23 @@ func (c *typeCache) update(version string, changed []*entry, removed []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	first := !c.served
-	prevSeq, prevVersion := c.seq, c.version
+	prevVersion := c.version
 	c.served, c.version = true, version
 	c.seq++
+	prev := make(map[string]string, len(changed)+len(removed))
+	for _, e := range changed {
+		if old, ok := c.resources[e.name]; ok {
+			prev[e.name] = old.version
+		} else {
+			prev[e.name] = ""
+		}
+	}
+	for _, name := range removed {
+		if old, ok := c.resources[name]; ok {
+			prev[name] = old.version
+		}
+	}
+	c.log.record(c.seq, prev, removed, max(deltaLogNames, len(c.resources)))
 	for _, e := range changed {
 		c.resources[e.name] = e
 	}
@@ -247,7 +262,7 @@ func (c *typeCache) update(version string, changed []*entry, removed []string) {
 		}
 		return
 	}
-	hint := &change{changed: changed, removed: removed, prevSeq: prevSeq, prevVersion: prevVersion}
+	hint := &change{changed: changed, removed: removed, prevVersion: prevVersion}
 	c.last = hint
 	for w := range c.watches.wildcard {
 		c.fire(w, hint)
@@ -273,11 +288,11 @@ func entryNames(es []*entry) []string {
 	return out
 }
 
-// change is what one update did, for the delta wildcard watches that were current before it.
+// change is what one update did, for the state-of-the-world wildcard watches that held the
+// version before it.
 type change struct {
 	changed     []*entry
 	removed     []string
-	prevSeq     uint64
 	prevVersion string
 }
 
@@ -290,7 +305,7 @@ func (c *typeCache) fire(w *watch, hint *change) {
 		}
 		return
 	}
-	if resp := c.deltaAnswer(w.delta, w.sub, hint); resp != nil {
+	if resp := c.deltaAnswer(w.delta, w.sub); resp != nil {
 		c.watches.remove(w)
 		w.deltaCh <- resp
 	}
@@ -325,7 +340,7 @@ func (c *typeCache) createDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subs
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.served {
-		if resp := c.deltaAnswer(req, sub, nil); resp != nil {
+		if resp := c.deltaAnswer(req, sub); resp != nil {
 			value <- resp
 			return func() {}
 		}
@@ -416,16 +431,16 @@ func (c *typeCache) encodedAll() []*anypb.Any {
 // deltaAnswer is the delta response req's stream needs now (the resources whose content
 // it does not hold, the ones removed that it holds), nil when there are none; the first
 // request of a wildcard stream is always answered, as Envoy waits for it. A wildcard
-// watch that was current before an update (hint) diffs only what the update changed.
-// Called with c.mu held.
-func (c *typeCache) deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, hint *change) cachev3.DeltaResponse {
+// stream's map is tiny (see wildcardDiff). Called with c.mu held.
+func (c *typeCache) deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription) cachev3.DeltaResponse {
 	returned := sub.ReturnedResources()
-	seq := strconv.FormatUint(c.seq, 10)
 	var send []*entry
 	var removed []string
 	var next map[string]string
-	switch {
-	case !sub.IsWildcard():
+	if sub.IsWildcard() {
+		send, removed = c.wildcardDiff(returned)
+		next = map[string]string{seqMark: strconv.FormatUint(c.seq, 10)}
+	} else {
 		names := sub.SubscribedResources()
 		next = make(map[string]string, len(names))
 		for name := range names {
@@ -439,45 +454,6 @@ func (c *typeCache) deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscript
 				removed = append(removed, name)
 			}
 		}
-	case hint != nil && returned[seqMark] == strconv.FormatUint(hint.prevSeq, 10):
-		// The stream's map is brought up to date in place, not cloned (a clone copied every
-		// served name per stream per update: at 10,000 maps and 90 wildcard streams, most
-		// of a drain's CPU). It is safe: a map holding seqMark was made by this cache for
-		// this stream alone, and only the stream's goroutine touches it otherwise, after
-		// cancelling the watch under c.mu and after sending every response already given
-		// to it (go-control-plane's delta server drains its responses before a request),
-		// so the map never says the stream holds what it was not sent. When nothing is
-		// sent, the stream is current at this update, as the map now says.
-		next = returned
-		for _, e := range hint.changed {
-			if v, known := next[e.name]; !known || v != e.version {
-				send = append(send, e)
-			}
-			next[e.name] = e.version
-		}
-		for _, name := range hint.removed {
-			if _, known := next[name]; known {
-				removed = append(removed, name)
-				delete(next, name)
-			}
-		}
-		next[seqMark] = seq
-	case hint == nil && returned[seqMark] == seq && len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0:
-		return nil // current since the last update, and the subscription did not change
-	default:
-		next = make(map[string]string, len(c.resources)+1)
-		for name, e := range c.resources {
-			if v, known := returned[name]; !known || v != e.version {
-				send = append(send, e)
-			}
-			next[name] = e.version
-		}
-		for name := range returned {
-			if _, ok := c.resources[name]; !ok && !strings.HasPrefix(name, "\x00") {
-				removed = append(removed, name)
-			}
-		}
-		next[seqMark] = seq
 	}
 	if len(send) == 0 && len(removed) == 0 && (!sub.IsWildcard() || req.GetResponseNonce() != "") {
 		return nil
@@ -491,6 +467,60 @@ func (c *typeCache) deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscript
 		}
 	}
 	return resp
+}
+
+// wildcardDiff is what a delta wildcard stream whose returned-resources map is returned
+// lacks: the served resources it does not hold at their content, and the removed ones it
+// holds. The map this cache answers with is {seqMark: the update}: the stream holds the
+// table at that update. go-control-plane then edits it when the stream unsubscribes a name:
+// it sets the name to "" (the stream must be told whether the name is served: it is sent
+// or removed) or deletes it (the stream holds the table's version, as before). So a name
+// in the map is an exception, held at its version there. A map from the stream's first
+// request (its initial_resource_versions) has no seqMark and is diffed in full; one older
+// than c.log is sent every served resource and the removals of c.log's tombstones. Called
+// with c.mu held.
+func (c *typeCache) wildcardDiff(returned map[string]string) (send []*entry, removed []string) {
+	mark, marked := returned[seqMark]
+	seq, err := strconv.ParseUint(mark, 10, 64)
+	held, logged := c.log.since(seq, c.seq)
+	if !marked || err != nil || !logged {
+		for name, e := range c.resources {
+			if v, known := returned[name]; !known || v != e.version || marked {
+				send = append(send, e)
+			}
+		}
+		for name := range returned {
+			if _, ok := c.resources[name]; !ok && !strings.HasPrefix(name, "\x00") {
+				removed = append(removed, name)
+			}
+		}
+		if marked {
+			for name := range c.log.gone {
+				if _, known := returned[name]; !known {
+					removed = append(removed, name)
+				}
+			}
+		}
+		return send, removed
+	}
+	for name, v := range returned {
+		if !strings.HasPrefix(name, "\x00") {
+			if held == nil {
+				held = map[string]string{}
+			}
+			held[name] = v
+		}
+	}
+	for name, v := range held {
+		_, exception := returned[name]
+		known := v != "" || exception
+		if e, ok := c.resources[name]; ok && (!known || v != e.version) {
+			send = append(send, e)
+		} else if !ok && known {
+			removed = append(removed, name)
+		}
+	}
+	return send, removed
 }
 
 // sotwResponse is a state-of-the-world response whose encoded resources are shared.
