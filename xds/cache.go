@@ -438,7 +438,10 @@ func (c *typeCache) deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscript
 	var removed []string
 	var next map[string]string
 	if sub.IsWildcard() {
-		send, removed = c.wildcardDiff(returned)
+		var err error
+		if send, removed, err = c.wildcardDiff(returned); err != nil {
+			return &deltaResponse{req: req, err: err}
+		}
 		next = map[string]string{seqMark: strconv.FormatUint(c.seq, 10)}
 	} else {
 		names := sub.SubscribedResources()
@@ -479,11 +482,14 @@ func (c *typeCache) deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscript
 // request (its initial_resource_versions) has no seqMark and is diffed in full; one older
 // than c.log is sent every served resource and the removals of c.log's tombstones. Called
 // with c.mu held.
-func (c *typeCache) wildcardDiff(returned map[string]string) (send []*entry, removed []string) {
+func (c *typeCache) wildcardDiff(returned map[string]string) (send []*entry, removed []string, err error) {
 	mark, marked := returned[seqMark]
-	seq, err := strconv.ParseUint(mark, 10, 64)
+	seq, perr := strconv.ParseUint(mark, 10, 64)
 	held, logged := c.log.since(seq, c.seq)
-	if !marked || err != nil || !logged {
+	if marked && !logged && seq < c.log.goneFrom {
+		return nil, nil, errBehind
+	}
+	if !marked || perr != nil || !logged {
 		for name, e := range c.resources {
 			if v, known := returned[name]; !known || v != e.version || marked {
 				send = append(send, e)
@@ -501,7 +507,7 @@ func (c *typeCache) wildcardDiff(returned map[string]string) (send []*entry, rem
 				}
 			}
 		}
-		return send, removed
+		return send, removed, nil
 	}
 	for name, v := range returned {
 		if !strings.HasPrefix(name, "\x00") {
@@ -520,7 +526,7 @@ func (c *typeCache) wildcardDiff(returned map[string]string) (send []*entry, rem
 			removed = append(removed, name)
 		}
 	}
-	return send, removed
+	return send, removed, nil
 }
 
 // sotwResponse is a state-of-the-world response whose encoded resources are shared.
@@ -550,6 +556,7 @@ func (r *deltaResponse) GetContext() context.Context                         { r
 
 // deltaResponse is a delta response whose encoded resources are shared.
 type deltaResponse struct {
+	err       error // set: the stream is closed with it (see errBehind)
 	req       *cachev3.DeltaRequest
 	version   string
 	resources []*discoveryv3.Resource
@@ -560,6 +567,9 @@ type deltaResponse struct {
 // GetDeltaDiscoveryResponse returns a new message (the server sets its nonce) over the
 // shared encoded resources.
 func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discoveryv3.DeltaDiscoveryResponse, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
 	return &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: r.version, Resources: r.resources, RemovedResources: r.removed, TypeUrl: r.req.GetTypeUrl()}, nil
 }
 

@@ -1,5 +1,7 @@
 package xds
 
+import "errors"
+
 // deltaLogNames is the least number of touched names a typeCache's update log keeps (it
 // keeps at least as many as the type serves). A delta wildcard stream whose map is
 // complete for an update still in the log is answered from the log alone; an older one
@@ -23,14 +25,22 @@ type logEntry struct {
 // served resource, and the removal of every tombstoned name (names removed and not served
 // again; a removal of a name the client lacks is ignored). Tombstones are bounded too
 // (deltaGoneFactor times the log's bound; past it they are cleared but for the update's
-// own): a stream older than the clearing may keep a removed resource until it reconnects,
-// which needs a stream whose map fell behind through that many removals (it did not read
-// a response meanwhile). Guarded by the typeCache's mu.
+// own): a stream complete for an update before the clearing (goneFrom) cannot be told
+// what it must drop, so it is not answered but closed (errBehind), and its client
+// reconnects declaring what it holds. That needs a stream whose map fell behind through
+// that many removals (it did not read a response meanwhile). Guarded by the typeCache's mu.
 type deltaLog struct {
 	entries []logEntry // oldest first
 	names   int        // touched names over entries
 	gone    map[string]struct{}
+	// goneFrom: gone names every name removed by an update after goneFrom and not served
+	// again since.
+	goneFrom uint64
 }
+
+// errBehind closes a delta wildcard stream whose map is older than what the log can
+// answer for: its client reconnects and declares the versions it holds.
+var errBehind = errors.New("xds: delta stream too far behind the served resources to be told its removals; reconnect")
 
 // record logs update seq, which touched prev's names, removing removed; bound is the
 // number of names the log may keep (the oldest entries go first, the newest stays).
@@ -52,7 +62,7 @@ func (l *deltaLog) record(seq uint64, prev map[string]string, removed []string, 
 		l.gone[name] = struct{}{}
 	}
 	if len(l.gone) > deltaGoneFactor*bound {
-		l.gone = map[string]struct{}{}
+		l.gone, l.goneFrom = map[string]struct{}{}, seq-1
 		for _, name := range removed {
 			l.gone[name] = struct{}{}
 		}

@@ -285,3 +285,34 @@ func TestDeltaLogBounds(t *testing.T) {
 		})
 	}
 }
+
+// A stream complete for an update before the tombstones were last cleared cannot be told
+// what it must drop: it is closed (errBehind), so its client reconnects and declares what
+// it holds, rather than ACK a response that leaves a removed resource in place.
+func TestDeltaWildcardBehindTheTombstonesIsClosed(t *testing.T) {
+	table := map[string]string{}
+	for i := range deltaLogNames {
+		table[fmt.Sprint("c", i)] = "1"
+	}
+	d := newDeltaTable(table)
+	behind := newDeltaClient(nil)
+	behind.answer(t, d.c)
+	for round := range deltaGoneFactor + 2 { // every name removed, then served anew, round after round
+		fresh := map[string]string{}
+		for i := range deltaLogNames {
+			fresh[fmt.Sprint("r", round, "-", i)] = "1"
+		}
+		d.set(fresh)
+	}
+	require.Positive(t, d.c.log.goneFrom, "the tombstones were cleared")
+	d.c.mu.Lock()
+	resp := d.c.deltaAnswer(&cachev3.DeltaRequest{TypeUrl: resource.ClusterType, ResponseNonce: "1"}, behind.sub)
+	d.c.mu.Unlock()
+	require.NotNil(t, resp)
+	_, err := resp.GetDeltaDiscoveryResponse()
+	assert.ErrorIs(t, err, errBehind)
+
+	current := newDeltaClient(nil)
+	current.answer(t, d.c)
+	assert.Equal(t, d.table, current.holds, "a new stream is answered")
+}
