@@ -220,40 +220,33 @@ func (st typeSet) names() []string {
 // snapshot versions res and returns its versions and a function that gives a type's
 // resources at its version (made only for the types set).
 func (s *Server) snapshot(flavour Flavour, res Resources) (func(typ string) typeSet, Versions, error) {
-	if res.envoy != nil {
-		versions, route, err := s.versioners[flavour].encodedVersions(res)
-		if err != nil {
-			return nil, nil, err
-		}
-		return func(typ string) typeSet {
-			st := typeSet{typ: typ, version: versions[typ]}
-			switch typ {
-			case resource.ListenerType:
-				st.msgs = toResources(res.Listeners)
-			case resource.RouteType:
-				st.held = []heldResource{route}
-			default:
-				st.held = make([]heldResource, len(res.envoy.clusters))
-				for i, c := range res.envoy.clusters {
-					st.held[i] = c
-				}
-			}
-			return st
-		}, versions, nil
+	var versions Versions
+	var route *envoyRoute
+	var err error
+	if res.envoy != nil { // the Envoy flavour held encoded
+		versions, route, err = s.versioners[flavour].encodedVersions(res)
+	} else {
+		versions, err = s.versioners[flavour].versions(res)
 	}
-	versions, err := s.versioners[flavour].versions(res)
 	if err != nil {
 		return nil, nil, err
 	}
 	return func(typ string) typeSet {
 		st := typeSet{typ: typ, version: versions[typ]}
-		switch typ {
-		case resource.ListenerType:
+		switch {
+		case typ == resource.ListenerType:
 			st.msgs = toResources(res.Listeners)
-		case resource.RouteType:
+		case res.envoy == nil && typ == resource.RouteType:
 			st.msgs = toResources(res.Routes)
-		default:
+		case res.envoy == nil:
 			st.msgs = toResources(res.Clusters)
+		case typ == resource.RouteType:
+			st.held = []heldResource{route}
+		default:
+			st.held = make([]heldResource, len(res.envoy.clusters))
+			for i, c := range res.envoy.clusters {
+				st.held[i] = c
+			}
 		}
 		return st
 	}, versions, nil
