@@ -480,16 +480,23 @@ func (c *typeCache) deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscript
 // or removed) or deletes it (the stream holds the table's version, as before). So a name
 // in the map is an exception, held at its version there. A map from the stream's first
 // request (its initial_resource_versions) has no seqMark and is diffed in full; one older
-// than c.log is sent every served resource and the removals of c.log's tombstones. Called
+// than c.log is sent every served resource and the removals of c.log's tombstones, or,
+// when even those no longer cover it, refused with errBehind. Called
 // with c.mu held.
 func (c *typeCache) wildcardDiff(returned map[string]string) (send []*entry, removed []string, err error) {
 	mark, marked := returned[seqMark]
-	seq, perr := strconv.ParseUint(mark, 10, 64)
-	held, logged := c.log.since(seq, c.seq)
-	if marked && !logged && seq < c.log.goneFrom {
-		return nil, nil, errBehind
+	var held map[string]string
+	logged := false
+	if marked { // the log is read only for a map this cache made (never on a first request)
+		seq, err := strconv.ParseUint(mark, 10, 64)
+		if err == nil {
+			held, logged = c.log.since(seq, c.seq)
+		}
+		if !logged && (err != nil || seq < c.log.goneFrom) {
+			return nil, nil, errBehind
+		}
 	}
-	if !marked || perr != nil || !logged {
+	if !logged {
 		for name, e := range c.resources {
 			if v, known := returned[name]; !known || v != e.version || marked {
 				send = append(send, e)
