@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,8 +34,7 @@ const (
 	// namespace/route name. They leave out the maps mapsIndexed finds by key (keyedBy).
 	indexByService   = "byService"
 	indexByRouteName = "byRouteName"
-	indexByCluster   = "byCluster" // on TrafficMaps: the clusters of their entries
-	indexBySource    = "bySource"  // on owned Services: their TrafficMap's namespace/name
+	indexBySource    = "bySource" // on owned Services: their TrafficMap's namespace/name
 	// indexByHostname is on TrafficMaps (their rendered --host-template and gRPC names), on
 	// InferenceServices (their ome.io/global-host) and on foreign HTTPRoutes (their
 	// hostnames), each name under hostIndexKeys.
@@ -99,11 +99,10 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 		_ = maps.AddIndexers(cache.Indexers{ // cannot fail before the informer runs
 			indexByService:   indexTrafficMapByService,
 			indexByRouteName: indexTrafficMapByRoute,
-			indexByCluster:   indexTrafficMapByCluster,
 			indexByHostname:  cs.owners.indexTrafficMapByHostname,
 		})
 		isvcs := metadatainformer.NewFilteredMetadataInformer(c.meta, v1beta1.InferenceServicesResource, ns, resync,
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, indexByHostname: indexInferenceServiceByHostname}, nil).Informer()
+			cache.Indexers{indexByHostname: indexInferenceServiceByHostname}, nil).Informer()
 		_ = maps.SetTransform(cacheTransforms.trafficMap) // cannot fail before the informer runs
 		_ = isvcs.SetTransform(cacheTransforms.source)    // cannot fail before the informer runs
 		cs.maps = append(cs.maps, maps)
@@ -437,14 +436,22 @@ func indexTrafficMapByRoute(obj any) ([]string, error) {
 	return []string{model.Key(tm.Namespace, httproute.RouteName(tm.Name)).String()}, nil
 }
 
-func indexTrafficMapByCluster(obj any) ([]string, error) {
-	tm, ok := obj.(*v1beta1.TrafficMap)
-	if !ok {
-		return nil, nil
+// mapsWithCluster returns the cached TrafficMaps, in every watched namespace, with an entry
+// for cluster. It reads every map: a cluster's taints change rarely, and every map of a fleet
+// has an entry for most clusters, so an index by cluster (an entry per map and cluster, 80,000
+// at 10,000 maps of 8 clusters) would cost more memory than the scan costs time.
+func (c *caches) mapsWithCluster(cluster string) []*v1beta1.TrafficMap {
+	var out []*v1beta1.TrafficMap
+	for _, inf := range c.maps {
+		for _, o := range inf.GetStore().List() {
+			tm, ok := o.(*v1beta1.TrafficMap)
+			if !ok {
+				continue
+			}
+			if slices.ContainsFunc(tm.Spec.Entries, func(e v1beta1.TrafficMapEntry) bool { return e.Cluster == cluster }) {
+				out = append(out, tm)
+			}
+		}
 	}
-	out := make([]string, 0, len(tm.Spec.Entries))
-	for _, e := range tm.Spec.Entries {
-		out = append(out, e.Cluster)
-	}
-	return out, nil
+	return out
 }

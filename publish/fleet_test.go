@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
+	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
@@ -48,13 +49,25 @@ func TestTaintSources(t *testing.T) {
 	assert.ErrorContains(t, ct.Err, "workloadcluster worker-b annotation publisher.trafficmap.dev/taints: ")
 }
 
-func TestIndexTrafficMapByCluster(t *testing.T) {
-	got, err := indexTrafficMapByCluster(fleetMap())
-	require.NoError(t, err)
-	assert.Equal(t, []string{"worker-a", "worker-b"}, got)
-	got, err = indexTrafficMapByCluster("not a map")
-	require.NoError(t, err)
-	assert.Nil(t, got)
+// mapsWithCluster finds the maps with an entry for a cluster, in every watched namespace.
+func TestMapsWithCluster(t *testing.T) {
+	cs := benchCaches()
+	a, b := fleetMap(), fleetMap()
+	b.Namespace = "other"
+	b.Spec.Entries = b.Spec.Entries[1:]
+	for _, tm := range []*v1beta1.TrafficMap{a, b} {
+		require.NoError(t, cs.maps[0].GetIndexer().Add(tm))
+	}
+	for _, tc := range []struct {
+		cluster string
+		want    []*v1beta1.TrafficMap
+	}{
+		{"worker-a", []*v1beta1.TrafficMap{a}},
+		{"worker-b", []*v1beta1.TrafficMap{a, b}},
+		{"worker-c", nil},
+	} {
+		assert.ElementsMatch(t, tc.want, cs.mapsWithCluster(tc.cluster), tc.cluster)
+	}
 }
 
 // The publisher works without either taint source: a source whose API is not served stays

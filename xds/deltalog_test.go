@@ -14,6 +14,7 @@ import (
 	streamv3 "github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // deltaTable is a cluster typeCache driven by whole tables (name -> version).
@@ -212,7 +213,7 @@ func BenchmarkDeltaWildcardStreams(b *testing.B) {
 		var changed []*entry
 		for i := range names {
 			name := fmt.Sprintf("prod/map-%05d", i)
-			changed = append(changed, &entry{name: name, version: "1", res: &discoveryv3.Resource{Name: name, Version: "1"}})
+			changed = append(changed, &entry{name: name, version: "1", res: &anypb.Any{}})
 		}
 		c.update("v1", changed, nil)
 		subs := make([]streamv3.Subscription, streams)
@@ -229,7 +230,7 @@ func BenchmarkDeltaWildcardStreams(b *testing.B) {
 		}
 		var next []*entry
 		for _, e := range changed[:100] {
-			next = append(next, &entry{name: e.name, version: "2", res: &discoveryv3.Resource{Name: e.name, Version: "2"}})
+			next = append(next, &entry{name: e.name, version: "2", res: &anypb.Any{}})
 		}
 		c.update("v2", next, nil)
 		for i := range subs {

@@ -40,7 +40,7 @@ func served(t *testing.T, srv *Server, flavour Flavour) map[string]map[string][2
 		for name, e := range c.resources {
 			r, err := c.enc.encoded(e)
 			require.NoError(t, err)
-			out[typ][name] = [2]string{e.version, string(r.GetResource().GetValue())}
+			out[typ][name] = [2]string{e.version, string(r.GetValue())}
 		}
 		c.mu.Unlock()
 	}

@@ -571,9 +571,15 @@ func (v *versioner) summer() func(types.Resource) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return hex.EncodeToString(sum[:]), nil
+		return resourceVersion(sum), nil
 	}
 }
+
+// resourceVersion is the version of a resource whose content digest is sum: the digest's
+// first 128 bits in hex. A collision between two contents of one name is as unlikely as
+// one of a 128-bit hash; the full 64 digits cost 32 bytes more for every served resource
+// and every stream's record of it.
+func resourceVersion(sum [sha256.Size]byte) string { return hex.EncodeToString(sum[:16]) }
 
 // clusterVersion is the cluster version of a set of clusters served between two of the
 // versioner's calls (SetResources' union of old and new clusters); it remembers nothing.

@@ -216,6 +216,11 @@ func (b *bench) memory(ctx context.Context) error {
 		return err
 	}
 	live := m["go_memstats_heap_inuse_bytes"]
+	// Where the anonymous pages go besides the live heap: freed heap not yet returned to the
+	// system, goroutine stacks, the collector's and the span allocator's own metadata.
+	logf("P3: after a collection: objects %s, heap idle not returned %s, stacks %s, spans %s, collector metadata %s, other runtime %s",
+		mib(m["go_memstats_heap_alloc_bytes"]), mib(m["go_memstats_heap_idle_bytes"]-m["go_memstats_heap_released_bytes"]), mib(m["go_memstats_stack_inuse_bytes"]),
+		mib(m["go_memstats_mspan_inuse_bytes"]), mib(m["go_memstats_gc_sys_bytes"]), mib(m["go_memstats_other_sys_bytes"]))
 	logf("P3: rss %s (anonymous %s, the binary's pages %s), heap in use %s, after a collection %s", mib(float64(rss)), mib(float64(anon)), mib(float64(rss-anon)), mib(heap), mib(live))
 	target, limit := b.o.rssTarget()
 	b.report.add("P3 resident memory (VmRSS) at steady state (anonymous / the binary's pages)",
