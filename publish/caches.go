@@ -436,13 +436,13 @@ func indexTrafficMapByRoute(obj any) ([]string, error) {
 	return []string{model.Key(tm.Namespace, httproute.RouteName(tm.Name)).String()}, nil
 }
 
-// mapsWithCluster returns the cached TrafficMaps, in every watched namespace, with an entry
+// mapsWithCluster returns the TrafficMaps in maps (the informers of every watched namespace) with an entry
 // for cluster. It reads every map: a cluster's taints change rarely, and every map of a fleet
 // has an entry for most clusters, so an index by cluster (an entry per map and cluster, 80,000
 // at 10,000 maps of 8 clusters) would cost more memory than the scan costs time.
-func (c *caches) mapsWithCluster(cluster string) []*v1beta1.TrafficMap {
+func mapsWithCluster(maps []cache.SharedIndexInformer, cluster string) []*v1beta1.TrafficMap {
 	var out []*v1beta1.TrafficMap
-	for _, inf := range c.maps {
+	for _, inf := range maps {
 		for _, o := range inf.GetStore().List() {
 			tm, ok := o.(*v1beta1.TrafficMap)
 			if !ok {

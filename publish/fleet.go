@@ -153,7 +153,7 @@ func clusterRef(obj any, kind string) *corev1.ObjectReference {
 // enqueueCluster enqueues every TrafficMap, in every watched namespace, with an entry for
 // cluster.
 func (p *Publisher) enqueueCluster(pr priority, cluster string) {
-	for _, tm := range p.caches.mapsWithCluster(cluster) {
+	for _, tm := range mapsWithCluster(p.caches.maps, cluster) {
 		p.enqueue(pr, tm.Namespace, tm.Name)
 	}
 }

@@ -66,7 +66,7 @@ func TestMapsWithCluster(t *testing.T) {
 		{"worker-b", []*v1beta1.TrafficMap{a, b}},
 		{"worker-c", nil},
 	} {
-		assert.ElementsMatch(t, tc.want, cs.mapsWithCluster(tc.cluster), tc.cluster)
+		assert.ElementsMatch(t, tc.want, mapsWithCluster(cs.maps, tc.cluster), tc.cluster)
 	}
 }
 
