@@ -96,7 +96,7 @@ type encoder struct {
 // content digest and its encoding, made once, when a client first needs it (see
 // typeCache.encoded). A delta response wraps the encoding in a discoveryv3.Resource of its
 // own (resource): the wrapper, with the name and version, would be a second copy of what
-// the entry holds, for every served resource (12 MB at 10,000 maps).
+// the entry holds, for every served resource (about 12 MB at 10,000 maps, by the heap profile).
 type entry struct {
 	name, version string
 	msg           types.Resource // nil when src is set
@@ -104,9 +104,9 @@ type entry struct {
 	res           *anypb.Any     // the encoding; nil until needed
 }
 
-// resource is e as a delta response carries it: its name, version and encoding (res, set).
-func (e *entry) resource() *discoveryv3.Resource {
-	return &discoveryv3.Resource{Name: e.name, Version: e.version, Resource: e.res}
+// resource is e as a delta response carries it: its name, version and encoding enc.
+func (e *entry) resource(enc *anypb.Any) *discoveryv3.Resource {
+	return &discoveryv3.Resource{Name: e.name, Version: e.version, Resource: enc}
 }
 
 // encoded returns e's encoding, made once and shared by every response that carries e.
@@ -470,8 +470,8 @@ func (c *typeCache) deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscript
 	slices.Sort(removed)
 	resp := &deltaResponse{req: req, version: c.version, removed: removed, returned: next}
 	for _, e := range send {
-		if _, err := c.enc.encoded(e); err == nil {
-			resp.resources = append(resp.resources, e.resource())
+		if r, err := c.enc.encoded(e); err == nil {
+			resp.resources = append(resp.resources, e.resource(r))
 		}
 	}
 	return resp
