@@ -299,3 +299,80 @@ func TestNewSubscriptionIsNotHeldBeforeItIsSent(t *testing.T) {
 		})
 	}
 }
+
+// A state-of-the-world client moving from one map to another (a hostname handed over; the
+// flake of TestHostnameOwnership)
+// first adds the new map's names, is sent them, and then ACKs that response with a request
+// that drops the old map's names. The ACK is of a response sent after it subscribed, so
+// it holds the new map; dropping names is no new subscription that would have to wait for
+// yet another response (none comes: the stream holds everything it subscribes to).
+func TestAckThatDropsNamesSettlesTheNewSubscription(t *testing.T) {
+	chat := service(t, "prod", "chat", nil, seedEntries()...)
+	embed := service(t, "prod", "embed", nil, seedEntries()...)
+	h := xds.NewHistory(8)
+	tr := xds.NewTracker(nil)
+	h.Follow(tr)
+	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{chat, embed}, nil)
+	names := func(typ string, svcs ...xds.Service) []string {
+		var out []string
+		for _, svc := range svcs {
+			out = append(out, xds.ServedBy(xds.DefaultEnvoyOptions, svc)[xds.FlavourGRPC].Names[typ]...)
+		}
+		return out
+	}
+	confirmed := func(svc xds.Service) bool {
+		t.Helper()
+		return xds.Confirm(tr.Clients(), h, svc.Key(), xds.ServedBy(xds.DefaultEnvoyOptions, svc), 1).Done
+	}
+	cb := tr.Callbacks()
+	node := &corev3.Node{Id: "grpc", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+		xds.FlavourMetadataKey: structpb.NewStringValue(string(xds.FlavourGRPC))}}}
+	request := func(typ, nonce string, svcs ...xds.Service) {
+		version := ""
+		if nonce != "" {
+			version = "v1"
+		}
+		require.NoError(t, cb.OnStreamRequest(1, &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typ,
+			ResourceNames: names(typ, svcs...), VersionInfo: version, ResponseNonce: nonce}))
+	}
+	send := func(typ, nonce string) {
+		cb.OnStreamResponse(context.Background(), 1, nil, &discoveryv3.DiscoveryResponse{TypeUrl: typ, Nonce: nonce, VersionInfo: "v1"})
+	}
+	require.NoError(t, cb.OnStreamOpen(context.Background(), 1, resource.AnyType))
+	types := []string{resource.ListenerType, resource.RouteType, resource.ClusterType}
+	for _, typ := range types {
+		request(typ, "", chat)
+		send(typ, "1")
+		request(typ, "1", chat) // ACK
+	}
+	require.True(t, confirmed(chat))
+	for _, typ := range types {
+		request(typ, "1", chat, embed) // subscribes to embed's names
+		send(typ, "2")                 // carries both maps
+	}
+	assert.False(t, confirmed(embed), "sent, not ACKed yet")
+	for _, typ := range types {
+		request(typ, "2", embed) // ACKs "2" and drops chat's names
+	}
+	assert.True(t, confirmed(embed), "ACKed a response sent after it subscribed")
+	for _, c := range tr.Clients() {
+		assert.Empty(t, c.Fresh, "nothing it subscribes to waits for another response")
+	}
+
+	// Requests answering a response that is no longer the last one sent (the client had
+	// not seen the next yet) are ignored by go-control-plane, names and all; a gRPC client
+	// switching maps sends them (it drops every name, then names the new one, before it
+	// answers the response carrying that one). They must not make the answer to that
+	// response look like one sent before the subscription.
+	for _, typ := range types {
+		request(typ, "2", chat) // moves back to chat, by a request the server applies
+		send(typ, "3")          // carries chat
+		request(typ, "2")       // stale: drops everything
+		request(typ, "2", chat) // stale: names chat again
+		request(typ, "3", chat) // ACKs "3"
+	}
+	assert.True(t, confirmed(chat), "ACKed the response that carried it, sent after the subscription the server applied")
+	for _, c := range tr.Clients() {
+		assert.Empty(t, c.Fresh)
+	}
+}

@@ -663,7 +663,10 @@ type freshMark struct {
 // (ClientState.Fresh); names it drops are fresh no longer. A switch to a wildcard makes the
 // resources a delta stream is sent until it ACKs a later response held as in no version
 // (they may be new to it); judging the ones it is not sent by its ACKed version, as
-// before the switch, is left as is.
+// before the switch, is left as is. Only an addition or a switch moves the mark: a change
+// that only drops names leaves the names still fresh waiting for the response they waited
+// for (a request that drops names and ACKs the response carrying the added ones settles
+// them; moving the mark to that response would wait for one that never comes).
 func (s *stream) subscribed(typeURL string, before, after Subscription) {
 	fresh := map[string]struct{}{}
 	for n := range s.fresh[typeURL] {
@@ -671,21 +674,29 @@ func (s *stream) subscribed(typeURL string, before, after Subscription) {
 			fresh[n] = struct{}{}
 		}
 	}
+	added := false
 	if !before.Wildcard && !after.Wildcard {
 		for n := range after.Names {
 			if _, ok := before.Names[n]; !ok {
-				fresh[n] = struct{}{}
+				fresh[n], added = struct{}{}, true
 			}
 		}
 	}
 	s.setFresh(typeURL, fresh)
-	wildcard := after.Wildcard && (!before.Wildcard || s.freshAt[typeURL].wildcard)
+	mark, marked := s.freshAt[typeURL]
+	switched := after.Wildcard && !before.Wildcard
+	wildcard := after.Wildcard && (switched || mark.wildcard)
 	if len(fresh) == 0 && !wildcard {
 		delete(s.freshAt, typeURL)
 		return
 	}
 	if s.freshAt == nil {
 		s.freshAt = map[string]freshMark{}
+	}
+	if marked && !added && !switched {
+		mark.wildcard = wildcard
+		s.freshAt[typeURL] = mark
+		return
 	}
 	s.freshAt[typeURL] = freshMark{nonce: s.sent[typeURL], seq: s.deltaState.seq, wildcard: wildcard}
 }
@@ -996,7 +1007,12 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 	if typeURL == "" {
 		typeURL = s.typeURL
 	}
-	if subscribe != nil && typeURL != "" {
+	// go-control-plane's state-of-the-world server ignores a request whose nonce is not the
+	// one it last sent of the type (the client had not seen that response yet): its names
+	// change nothing it sends, so they change nothing the stream is judged by either. The
+	// client repeats them with its answer to the response.
+	stale := !s.delta && s.sent[typeURL] != "" && nonce != s.sent[typeURL]
+	if subscribe != nil && typeURL != "" && !stale {
 		before, had := s.subs[typeURL]
 		beforeAcked, beforeStale := s.acked[typeURL], len(s.stale[typeURL])
 		subscribe(s, typeURL)
