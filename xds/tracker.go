@@ -649,6 +649,28 @@ func (s *stream) subscribeDelta(typeURL string, subscribe, unsubscribe []string)
 	s.setSub(typeURL, sub)
 }
 
+// resubscribe applies a request's subscription of typeURL (subscribe) sent with nonce:
+// subscribed reports a change of what the stream subscribes to, judged one of what it is
+// judged to hold (its ACKed version, its stale names). go-control-plane's
+// state-of-the-world server ignores a request whose nonce is not the one it last sent of
+// the type (the client had not seen that response yet): its names change nothing it
+// sends, so they change nothing the stream is judged by either; the client repeats them
+// with its answer to the response.
+func (s *stream) resubscribe(typeURL, nonce string, subscribe func(*stream, string)) (subscribed, judged bool) {
+	if !s.delta && s.sent[typeURL] != "" && nonce != s.sent[typeURL] {
+		return false, false
+	}
+	before, had := s.subs[typeURL]
+	beforeAcked, beforeStale := s.acked[typeURL], len(s.stale[typeURL])
+	subscribe(s, typeURL)
+	after := s.subs[typeURL]
+	subscribed = !had || before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names)
+	if had && subscribed {
+		s.subscribed(typeURL, before, after)
+	}
+	return subscribed, beforeAcked != s.acked[typeURL] || beforeStale != len(s.stale[typeURL])
+}
+
 // freshMark is when a stream last subscribed to new resources of a type: the nonce last
 // sent then (state of the world), the number of delta responses sent then, and whether it
 // switched to a wildcard.
@@ -1007,24 +1029,12 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 	if typeURL == "" {
 		typeURL = s.typeURL
 	}
-	// go-control-plane's state-of-the-world server ignores a request whose nonce is not the
-	// one it last sent of the type (the client had not seen that response yet): its names
-	// change nothing it sends, so they change nothing the stream is judged by either. The
-	// client repeats them with its answer to the response.
-	stale := !s.delta && s.sent[typeURL] != "" && nonce != s.sent[typeURL]
-	if subscribe != nil && typeURL != "" && !stale {
-		before, had := s.subs[typeURL]
-		beforeAcked, beforeStale := s.acked[typeURL], len(s.stale[typeURL])
-		subscribe(s, typeURL)
-		after := s.subs[typeURL]
-		subscribed := !had || before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names)
-		if had && subscribed {
-			s.subscribed(typeURL, before, after)
-		}
+	if subscribe != nil && typeURL != "" {
+		subscribed, judged := s.resubscribe(typeURL, nonce, subscribe)
 		if subscribed && s.node != nil {
 			t.demand[s.flavour]++
 		}
-		changed = changed || subscribed || beforeAcked != s.acked[typeURL] || beforeStale != len(s.stale[typeURL])
+		changed = changed || subscribed || judged
 	}
 	message = boundMessage(message)
 	switch {
