@@ -35,7 +35,7 @@ type codec struct {
 
 // keepIdle is how long the codec keeps its large buffers after the last large response:
 // they serve a storm of drains; between storms (a steady fleet) they are memory for nothing.
-const keepIdle = time.Minute
+const keepIdle = 10 * time.Second
 
 // largePool is a mem.BufferPool that keeps at most keepLarge bytes of buffers (first fit on
 // Get; a buffer given back beyond the bound is left to the collector), and none once idle
