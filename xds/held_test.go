@@ -8,6 +8,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/status"
@@ -207,22 +208,10 @@ func TestStalledClientKeepsTheMapsItHoldsConfirmed(t *testing.T) {
 func TestNewSubscriptionIsNotHeldBeforeItIsSent(t *testing.T) {
 	for _, delta := range []bool{false, true} {
 		t.Run(map[bool]string{false: "sotw", true: "delta"}[delta], func(t *testing.T) {
-			chat := service(t, "prod", "chat", nil, seedEntries()...)
-			embed := service(t, "prod", "embed", nil, seedEntries()...)
-			h := xds.NewHistory(8)
-			tr := xds.NewTracker(nil)
-			h.Follow(tr)
-			h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{chat, embed}, nil)
+			chat, embed, _, confirmed, cb, node := twoMapGRPCStream(t)
 			served := func(svc xds.Service) map[string][]string {
 				return xds.ServedBy(xds.DefaultEnvoyOptions, svc)[xds.FlavourGRPC].Names
 			}
-			confirmed := func(svc xds.Service) bool {
-				t.Helper()
-				return xds.Confirm(tr.Clients(), h, svc.Key(), xds.ServedBy(xds.DefaultEnvoyOptions, svc), 1).Done
-			}
-			cb := tr.Callbacks()
-			node := &corev3.Node{Id: "grpc", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-				xds.FlavourMetadataKey: structpb.NewStringValue(string(xds.FlavourGRPC))}}}
 			types := []string{resource.ListenerType, resource.RouteType, resource.ClusterType}
 			nonces := map[string]string{}
 			n := 0
@@ -300,19 +289,33 @@ func TestNewSubscriptionIsNotHeldBeforeItIsSent(t *testing.T) {
 	}
 }
 
+// twoMapGRPCStream serves two maps, chat and embed, to the gRPC flavour at version v1 and
+// returns a tracker (with the history following it), whether a map is confirmed, the
+// tracker's callbacks and the node a gRPC client identifies itself with.
+func twoMapGRPCStream(t *testing.T) (chat, embed xds.Service, tr *xds.Tracker, confirmed func(xds.Service) bool, cb serverv3.Callbacks, node *corev3.Node) {
+	t.Helper()
+	chat = service(t, "prod", "chat", nil, seedEntries()...)
+	embed = service(t, "prod", "embed", nil, seedEntries()...)
+	h := xds.NewHistory(8)
+	tr = xds.NewTracker(nil)
+	h.Follow(tr)
+	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{chat, embed}, nil)
+	confirmed = func(svc xds.Service) bool {
+		t.Helper()
+		return xds.Confirm(tr.Clients(), h, svc.Key(), xds.ServedBy(xds.DefaultEnvoyOptions, svc), 1).Done
+	}
+	node = &corev3.Node{Id: "grpc", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+		xds.FlavourMetadataKey: structpb.NewStringValue(string(xds.FlavourGRPC))}}}
+	return chat, embed, tr, confirmed, tr.Callbacks(), node
+}
+
 // A state-of-the-world client moving from one map to another (a hostname handed over; the
-// flake of TestHostnameOwnership)
-// first adds the new map's names, is sent them, and then ACKs that response with a request
+// flake of TestHostnameOwnership) first adds the new map's names, is sent them, and then ACKs that response with a request
 // that drops the old map's names. The ACK is of a response sent after it subscribed, so
 // it holds the new map; dropping names is no new subscription that would have to wait for
 // yet another response (none comes: the stream holds everything it subscribes to).
 func TestAckThatDropsNamesSettlesTheNewSubscription(t *testing.T) {
-	chat := service(t, "prod", "chat", nil, seedEntries()...)
-	embed := service(t, "prod", "embed", nil, seedEntries()...)
-	h := xds.NewHistory(8)
-	tr := xds.NewTracker(nil)
-	h.Follow(tr)
-	h.Record(xds.FlavourGRPC, all("v1"), []xds.Service{chat, embed}, nil)
+	chat, embed, tr, confirmed, cb, node := twoMapGRPCStream(t)
 	names := func(typ string, svcs ...xds.Service) []string {
 		var out []string
 		for _, svc := range svcs {
@@ -320,13 +323,6 @@ func TestAckThatDropsNamesSettlesTheNewSubscription(t *testing.T) {
 		}
 		return out
 	}
-	confirmed := func(svc xds.Service) bool {
-		t.Helper()
-		return xds.Confirm(tr.Clients(), h, svc.Key(), xds.ServedBy(xds.DefaultEnvoyOptions, svc), 1).Done
-	}
-	cb := tr.Callbacks()
-	node := &corev3.Node{Id: "grpc", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-		xds.FlavourMetadataKey: structpb.NewStringValue(string(xds.FlavourGRPC))}}}
 	request := func(typ, nonce string, svcs ...xds.Service) {
 		version := ""
 		if nonce != "" {
