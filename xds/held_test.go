@@ -365,6 +365,9 @@ func TestAckThatDropsNamesSettlesTheNewSubscription(t *testing.T) {
 		send(typ, "3")          // carries chat
 		request(typ, "2")       // stale: drops everything
 		request(typ, "2", chat) // stale: names chat again
+	}
+	assert.False(t, confirmed(chat), "sent, not ACKed yet: the stale requests confirm nothing")
+	for _, typ := range types {
 		request(typ, "3", chat) // ACKs "3"
 	}
 	assert.True(t, confirmed(chat), "ACKed the response that carried it, sent after the subscription the server applied")
