@@ -413,7 +413,7 @@ func indexServiceBySource(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	src, ok := httproute.SourceOf(svc.GetLabels())
+	src, ok := httproute.SourceOf(svc.Labels())
 	if !ok {
 		return nil, nil
 	}

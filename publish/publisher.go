@@ -341,7 +341,9 @@ func (p *Publisher) Run(ctx context.Context) error {
 		p.http.ready.Store(true)
 	}
 	goWith(func() { p.work.run(ctx) })
-	goWith(func() { returnBacklogMemory(ctx, p.log, backlogQuiet, p.work.queue.Len, freeOSMemory) })
+	goWith(func() {
+		returnIdleMemory(ctx, p.log, backlogQuiet, idleEvery, p.work.queue.Len, runtimeHeapIdle, freeOSMemory)
+	})
 	err = p.elector.run(ctx, func(lctx context.Context) {
 		for _, s := range p.sinks {
 			if l, ok := s.(model.Leading); ok {

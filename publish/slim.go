@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
@@ -85,8 +86,8 @@ func keepStrings(m map[string]string, keep func(string) bool) map[string]string 
 }
 
 // labelPairs returns the entries of m whose key keep accepts as key, value pairs sorted by
-// key, the strings canonical; nil when none.
-func labelPairs(m map[string]string, keep func(string) bool) []string {
+// key, each string a unique handle; nil when none.
+func labelPairs(m map[string]string, keep func(string) bool) []unique.Handle[string] {
 	var keys []string
 	for k := range m {
 		if keep(k) {
@@ -97,9 +98,9 @@ func labelPairs(m map[string]string, keep func(string) bool) []string {
 		return nil
 	}
 	slices.Sort(keys)
-	out := make([]string, 0, 2*len(keys))
+	out := make([]unique.Handle[string], 0, 2*len(keys))
 	for _, k := range keys {
-		out = append(out, intern(k), intern(m[k]))
+		out = append(out, unique.Make(k), unique.Make(m[k]))
 	}
 	return out
 }
@@ -117,31 +118,33 @@ func slimOwnerReferences(refs []metav1.OwnerReference) []metav1.OwnerReference {
 }
 
 // cachedService is what the backend Service cache holds of a Service (slimService): what
-// httproute.Writer and the sink's expectations read of it, in a third of the size of a
-// corev1.Service with its labels map (most of which is fields the publisher never sets).
-// The Service cache's reads (caches.Services) hand it out as a *corev1.Service built on
-// each read.
+// httproute.Writer and the sink's expectations read of it (identity, version, lifecycle,
+// the labels httproute reads, owner references, type, external name and ports), in under
+// half the size of a corev1.Service's metadata alone. The labels, owner references and
+// ports are unique handles: a fleet's Services share one copy of each key, value, owner
+// (the 8 Services of a map have the same) and port. The informer reads its metadata
+// through GetObjectMeta (meta.Accessor); the Service cache's reads (caches.Services) hand
+// it out as a *corev1.Service built on each read.
 type cachedService struct {
-	// ObjectMeta is the Service's metadata without labels: they are in labels.
-	metav1.ObjectMeta
-	// labels are the labels httproute reads, as sorted key, value pairs (GetLabels).
-	labels       []string
-	Type         corev1.ServiceType
-	ExternalName string
-	Ports        []cachedPort
+	name, namespace   string
+	uid               types.UID
+	resourceVersion   string
+	deletionTimestamp *metav1.Time
+	finalizers        []string
+	// labels are the labels httproute reads, as sorted key, value pairs.
+	labels       []unique.Handle[string]
+	owners       []unique.Handle[cachedOwner]
+	serviceType  corev1.ServiceType
+	externalName string
+	ports        []unique.Handle[cachedPort]
 }
 
-// GetLabels returns the Service's labels that httproute reads, as a new map; it stands for
-// ObjectMeta.GetLabels, so meta.Accessor's readers (the event handlers) see them.
-func (s *cachedService) GetLabels() map[string]string {
-	if len(s.labels) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(s.labels)/2)
-	for i := 0; i+1 < len(s.labels); i += 2 {
-		out[s.labels[i]] = s.labels[i+1]
-	}
-	return out
+// cachedOwner is an owner reference as a comparable value; controller and blockDeletion
+// are 0 for unset, 1 for false, 2 for true.
+type cachedOwner struct {
+	APIVersion, Kind, Name    string
+	UID                       types.UID
+	controller, blockDeletion uint8
 }
 
 // cachedPort is a Service port by name, port and protocol (what the writer compares).
@@ -151,15 +154,66 @@ type cachedPort struct {
 	Port     int32
 }
 
-// service returns the Service s holds: its metadata (shared with the cache, not to be
-// modified) and the type, external name and ports.
+func ownerBool(b *bool) uint8 {
+	switch {
+	case b == nil:
+		return 0
+	case *b:
+		return 2
+	default:
+		return 1
+	}
+}
+
+func ownerBoolPtr(v uint8) *bool {
+	switch v {
+	case 2:
+		return sharedTrue
+	case 1:
+		return sharedFalse
+	default:
+		return nil
+	}
+}
+
+// Labels returns the Service's labels that httproute reads, as a new map.
+func (s *cachedService) Labels() map[string]string {
+	if len(s.labels) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(s.labels)/2)
+	for i := 0; i+1 < len(s.labels); i += 2 {
+		out[s.labels[i].Value()] = s.labels[i+1].Value()
+	}
+	return out
+}
+
+// GetObjectMeta returns the Service's metadata, built for this call: it makes a
+// cachedService a metav1.ObjectMetaAccessor, which is how meta.Accessor (the informer's
+// keys and resource versions, the event handlers' labels) reads it.
+func (s *cachedService) GetObjectMeta() metav1.Object {
+	m := &metav1.ObjectMeta{Name: s.name, Namespace: s.namespace, UID: s.uid, ResourceVersion: s.resourceVersion,
+		DeletionTimestamp: s.deletionTimestamp, Finalizers: s.finalizers, Labels: s.Labels()}
+	if len(s.owners) > 0 {
+		m.OwnerReferences = make([]metav1.OwnerReference, len(s.owners))
+		for i, h := range s.owners {
+			o := h.Value()
+			m.OwnerReferences[i] = metav1.OwnerReference{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID,
+				Controller: ownerBoolPtr(o.controller), BlockOwnerDeletion: ownerBoolPtr(o.blockDeletion)}
+		}
+	}
+	return m
+}
+
+// service returns the Service s holds: its metadata (GetObjectMeta) and the type,
+// external name and ports.
 func (s *cachedService) service() *corev1.Service {
-	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}, ObjectMeta: s.ObjectMeta,
-		Spec: corev1.ServiceSpec{Type: s.Type, ExternalName: s.ExternalName}}
-	svc.Labels = s.GetLabels()
-	if len(s.Ports) > 0 {
-		svc.Spec.Ports = make([]corev1.ServicePort, len(s.Ports))
-		for i, p := range s.Ports {
+	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}, ObjectMeta: *s.GetObjectMeta().(*metav1.ObjectMeta),
+		Spec: corev1.ServiceSpec{Type: s.serviceType, ExternalName: s.externalName}}
+	if len(s.ports) > 0 {
+		svc.Spec.Ports = make([]corev1.ServicePort, len(s.ports))
+		for i, h := range s.ports {
+			p := h.Value()
 			svc.Spec.Ports[i] = corev1.ServicePort{Name: p.Name, Port: p.Port, Protocol: p.Protocol}
 		}
 	}
@@ -170,21 +224,29 @@ func (s *cachedService) service() *corev1.Service {
 // reads of its own Services (httproute.Writer and the sink's expectations) as a
 // cachedService: identity, version, lifecycle, the labels httproute reads
 // (httproute.ReadsLabel), owner references, type, external name and ports by name, port and
-// protocol. It drops the rest (managedFields, annotations, the API server's defaults such as
-// cluster IPs, session affinity and target ports, status): at 8 Services per map, most of
-// the cache. The owner's name and UID are canonical too: a map's Services share them.
+// protocol. It drops the rest (managedFields, annotations, the creation time, the API
+// server's defaults such as cluster IPs, session affinity and target ports, status): at 8
+// Services per map, most of the cache.
 func slimService(obj any) (any, error) {
 	svc, ok := obj.(*corev1.Service)
 	if !ok {
 		return obj, nil
 	}
-	meta := slimMeta(&svc.ObjectMeta)
-	meta.OwnerReferences = slimOwnerReferences(svc.OwnerReferences)
-	slim := &cachedService{ObjectMeta: meta, labels: labelPairs(svc.Labels, httproute.ReadsLabel), Type: intern(svc.Spec.Type), ExternalName: svc.Spec.ExternalName}
+	m := slimMeta(&svc.ObjectMeta)
+	slim := &cachedService{name: m.Name, namespace: m.Namespace, uid: m.UID, resourceVersion: m.ResourceVersion,
+		deletionTimestamp: m.DeletionTimestamp, finalizers: m.Finalizers, serviceType: intern(svc.Spec.Type), externalName: svc.Spec.ExternalName}
+	slim.labels = labelPairs(svc.Labels, httproute.ReadsLabel)
+	if len(svc.OwnerReferences) > 0 {
+		slim.owners = make([]unique.Handle[cachedOwner], len(svc.OwnerReferences))
+		for i, r := range svc.OwnerReferences {
+			slim.owners[i] = unique.Make(cachedOwner{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID,
+				controller: ownerBool(r.Controller), blockDeletion: ownerBool(r.BlockOwnerDeletion)})
+		}
+	}
 	if len(svc.Spec.Ports) > 0 {
-		slim.Ports = make([]cachedPort, len(svc.Spec.Ports))
+		slim.ports = make([]unique.Handle[cachedPort], len(svc.Spec.Ports))
 		for i, p := range svc.Spec.Ports {
-			slim.Ports[i] = cachedPort{Name: intern(p.Name), Port: p.Port, Protocol: intern(p.Protocol)}
+			slim.ports[i] = unique.Make(cachedPort{Name: p.Name, Port: p.Port, Protocol: p.Protocol})
 		}
 	}
 	return slim, nil

@@ -3,6 +3,7 @@ package publish
 import (
 	"testing"
 	"time"
+	"unique"
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
@@ -52,14 +53,18 @@ func TestSlimTransformsKeepWhatTheReadersRead(t *testing.T) {
 			},
 			want: func() any {
 				svc := storedService(9)
-				meta := svc.ObjectMeta
-				meta.DeletionTimestamp, meta.Finalizers = &deleted, []string{"f"}
-				meta.OwnerReferences[0].Controller = new(true)
-				meta.ManagedFields, meta.Labels = nil, nil
-				labels := []string{httproute.LabelManagedBy, httproute.ManagedByValue, httproute.LabelCluster, benchCluster(1),
-					httproute.LabelSourceName, benchMapName(1), httproute.LabelSourceNamespace, "bench"}
-				return &cachedService{ObjectMeta: meta, labels: labels, Type: corev1.ServiceTypeExternalName, ExternalName: svc.Spec.ExternalName,
-					Ports: []cachedPort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443}}}
+				var labels []unique.Handle[string]
+				for _, s := range []string{httproute.LabelManagedBy, httproute.ManagedByValue, httproute.LabelCluster, benchCluster(1),
+					httproute.LabelSourceName, benchMapName(1), httproute.LabelSourceNamespace, "bench"} {
+					labels = append(labels, unique.Make(s))
+				}
+				owner := svc.OwnerReferences[0]
+				return &cachedService{name: svc.Name, namespace: svc.Namespace, uid: svc.UID, resourceVersion: svc.ResourceVersion,
+					deletionTimestamp: &deleted, finalizers: []string{"f"}, labels: labels,
+					owners: []unique.Handle[cachedOwner]{unique.Make(cachedOwner{APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID,
+						controller: 2, blockDeletion: ownerBool(owner.BlockOwnerDeletion)})},
+					serviceType: corev1.ServiceTypeExternalName, externalName: svc.Spec.ExternalName,
+					ports: []unique.Handle[cachedPort]{unique.Make(cachedPort{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443})}}
 			},
 			same: func(t *testing.T, stored runtime.Object, slim any) {
 				s, l := stored.(*corev1.Service), slim.(*cachedService).service()
@@ -75,6 +80,7 @@ func TestSlimTransformsKeepWhatTheReadersRead(t *testing.T) {
 						want.Labels[k] = v
 					}
 				}
+				want.CreationTimestamp, want.Generation = metav1.Time{}, 0 // no reader reads a Service's
 				want.Annotations, want.ManagedFields, want.Spec, want.Status = nil, nil, corev1.ServiceSpec{Type: s.Spec.Type,
 					ExternalName: s.Spec.ExternalName, Ports: []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: 443}}}, corev1.ServiceStatus{}
 				assert.Equal(t, want, l, "read as the Service the writer compares")
@@ -201,11 +207,12 @@ func TestSlimTransformsShareRepeatedStrings(t *testing.T) {
 	b, err := slimService(storedService(1)) // the same map, another cluster
 	require.NoError(t, err)
 	sa, sb := a.(*cachedService), b.(*cachedService)
-	assert.Same(t, unsafeStringData(sa.Namespace), unsafeStringData(sb.Namespace))
-	assert.Same(t, unsafeStringData(sa.OwnerReferences[0].Name), unsafeStringData(sb.OwnerReferences[0].Name))
-	require.Equal(t, httproute.LabelSourceName, sa.labels[4])
-	assert.Same(t, unsafeStringData(sa.labels[5]), unsafeStringData(sb.labels[5]))
-	assert.Same(t, unsafeStringData(sa.labels[0]), unsafeStringData(sb.labels[0]))
+	assert.Same(t, unsafeStringData(sa.namespace), unsafeStringData(sb.namespace))
+	assert.Equal(t, sa.owners[0], sb.owners[0], "a map's Services share one owner reference")
+	require.Equal(t, httproute.LabelSourceName, sa.labels[4].Value())
+	assert.Equal(t, sa.labels[5], sb.labels[5])
+	assert.Same(t, unsafeStringData(sa.labels[5].Value()), unsafeStringData(sb.labels[5].Value()))
+	assert.Equal(t, sa.ports[0], sb.ports[0])
 	x, err := slimTrafficMap(storedTrafficMap(1))
 	require.NoError(t, err)
 	y, err := slimTrafficMap(storedTrafficMap(2))

@@ -2,6 +2,7 @@ package publish
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,38 +12,100 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-// The start's memory is returned once, only after the queue has stayed empty for the
-// quiet time: never while work is pending, then exactly once.
-func TestReturnBacklogMemoryWaitsForAQuietQueue(t *testing.T) {
-	var pending, polls, freed atomic.Int64
-	pending.Store(3)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		returnBacklogMemory(context.Background(), zaptest.NewLogger(t), 50*time.Millisecond,
-			func() int { polls.Add(1); return int(pending.Load()) }, func() { freed.Add(1) })
-	}()
-	require.Eventually(t, func() bool { return polls.Load() >= 20 }, 10*time.Second, time.Millisecond)
-	assert.Zero(t, freed.Load(), "nothing is freed while work is pending")
-	pending.Store(0)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("not freed after the queue went quiet")
-	}
-	assert.Equal(t, int64(1), freed.Load())
+// trimProbe drives returnIdleMemory: the queue length and the heap's free and object
+// bytes it reads, and the times it freed.
+type trimProbe struct {
+	pending, free, objects, polls atomic.Int64
+	mu                            sync.Mutex
+	freed                         []time.Time
 }
 
-// A stop before the backlog is done frees nothing.
-func TestReturnBacklogMemoryStopsWithItsContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var freed atomic.Int64
+func (p *trimProbe) run(ctx context.Context, t *testing.T, quiet, every time.Duration) chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		returnBacklogMemory(ctx, zaptest.NewLogger(t), time.Hour, func() int { return 1 }, func() { freed.Add(1) })
+		returnIdleMemory(ctx, zaptest.NewLogger(t), quiet, every,
+			func() int { p.polls.Add(1); return int(p.pending.Load()) },
+			func() (uint64, uint64) { return uint64(p.free.Load()), uint64(p.objects.Load()) },
+			func() { p.mu.Lock(); p.freed = append(p.freed, time.Now()); p.mu.Unlock(); p.free.Store(0) })
 	}()
+	return done
+}
+
+func (p *trimProbe) frees() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Time(nil), p.freed...)
+}
+
+// The heap's free memory is returned only after the queue has stayed empty for the quiet
+// time: never while work is pending, then once; and again after the next burst, but not
+// sooner than every after the last time.
+func TestReturnIdleMemoryAfterEachQuietBurst(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	p := &trimProbe{}
+	p.pending.Store(3)
+	p.free.Store(idleFloor * 4)
+	p.objects.Store(idleFloor)
+	const quiet, every = 20 * time.Millisecond, 300 * time.Millisecond
+	done := p.run(ctx, t, quiet, every)
+	require.Eventually(t, func() bool { return p.polls.Load() >= 20 }, 10*time.Second, time.Millisecond)
+	assert.Empty(t, p.frees(), "nothing is freed while work is pending")
+
+	p.pending.Store(0)
+	require.Eventually(t, func() bool { return len(p.frees()) == 1 }, 10*time.Second, time.Millisecond, "freed after the queue went quiet")
+
+	p.pending.Store(1) // the next burst leaves memory behind
+	p.free.Store(idleFloor * 4)
+	polls := p.polls.Load()
+	require.Eventually(t, func() bool { return p.polls.Load() >= polls+5 }, 10*time.Second, time.Millisecond)
+	p.pending.Store(0)
+	require.Eventually(t, func() bool { return len(p.frees()) == 2 }, 10*time.Second, time.Millisecond, "freed again after the next burst")
+	f := p.frees()
+	assert.GreaterOrEqual(t, f[1].Sub(f[0]), every, "not sooner than every after the last time")
 	cancel()
 	<-done
-	assert.Zero(t, freed.Load())
+}
+
+// Free memory below the floor, or below a quarter of the heap's objects, is left to the
+// runtime: no collection is forced for it.
+func TestReturnIdleMemoryLeavesLittleFreeMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		free, objects int64
+	}{
+		{name: "below the floor", free: idleFloor - 1, objects: 0},
+		{name: "below a quarter of the objects", free: idleFloor * 2, objects: idleFloor * 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			p := &trimProbe{}
+			p.free.Store(tc.free)
+			p.objects.Store(tc.objects)
+			done := p.run(ctx, t, 5*time.Millisecond, 0)
+			require.Eventually(t, func() bool { return p.polls.Load() >= 40 }, 10*time.Second, time.Millisecond)
+			cancel()
+			<-done
+			assert.Empty(t, p.frees())
+		})
+	}
+}
+
+// A stop before the queue goes quiet frees nothing.
+func TestReturnIdleMemoryStopsWithItsContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	p := &trimProbe{}
+	p.pending.Store(1)
+	p.free.Store(idleFloor * 4)
+	done := p.run(ctx, t, time.Hour, 0)
+	cancel()
+	<-done
+	assert.Empty(t, p.frees())
+}
+
+// The production reading of the heap is the runtime's: some objects, never negative.
+func TestRuntimeHeapIdleReadsTheRuntime(t *testing.T) {
+	_, objects := runtimeHeapIdle()
+	assert.Positive(t, objects)
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"weak"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -102,6 +103,10 @@ type entry struct {
 	msg           types.Resource // nil when src is set
 	src           heldResource   // a resource held encoded (the Envoy flavour's clusters and route configuration)
 	res           *anypb.Any     // the encoding; nil until needed
+	// weak is the encoding of an assembled src (res stays nil): a second copy of held
+	// encodings (the Envoy route configuration's, about 6 MB at 10,000 maps), shared by the
+	// responses that carry it while any of them lives, made again after.
+	weak weak.Pointer[anypb.Any]
 }
 
 // resource is e as a delta response carries it: its name, version and encoding enc.
@@ -109,22 +114,32 @@ func (e *entry) resource(enc *anypb.Any) *discoveryv3.Resource {
 	return &discoveryv3.Resource{Name: e.name, Version: e.version, Resource: enc}
 }
 
-// encoded returns e's encoding, made once and shared by every response that carries e.
+// encoded returns e's encoding, made once and shared by every response that carries e
+// (an assembled one: by every response while one holds it).
 func (c *encoder) encoded(e *entry) (*anypb.Any, error) {
-	if e.res == nil {
-		var b []byte
-		var err error
-		if e.src != nil {
-			b, err = e.src.encoding()
-		} else {
-			b, err = c.encode(e.msg)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("encode %s %s: %w", typeLabel(c.typeURL), e.name, err)
-		}
-		e.res = &anypb.Any{TypeUrl: c.typeURL, Value: b}
+	if e.res != nil {
+		return e.res, nil
 	}
-	return e.res, nil
+	if res := e.weak.Value(); res != nil {
+		return res, nil
+	}
+	var b []byte
+	var err error
+	if e.src != nil {
+		b, err = e.src.encoding()
+	} else {
+		b, err = c.encode(e.msg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("encode %s %s: %w", typeLabel(c.typeURL), e.name, err)
+	}
+	res := &anypb.Any{TypeUrl: c.typeURL, Value: b}
+	if e.src != nil && e.src.assembled() {
+		e.weak = weak.Make(res)
+		return res, nil
+	}
+	e.res = res
+	return res, nil
 }
 
 // watch is one open request of one stream.
@@ -147,14 +162,17 @@ const (
 	seqMark = "\x00seq"
 )
 
-// size is what c holds: its resources, and the bytes of their encodings made so far (the
-// virtual hosts kept for reuse included; a resource never sent to a client is not encoded).
+// size is what c holds: its resources, and the bytes of their encodings it holds (the
+// virtual hosts kept for reuse included; a resource never sent to a client is not encoded,
+// an assembled one counts while a response holds it).
 func (c *typeCache) size() (resources, encoded int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, e := range c.resources {
 		if e.res != nil {
 			encoded += len(e.res.GetValue())
+		} else if res := e.weak.Value(); res != nil {
+			encoded += len(res.GetValue())
 		}
 	}
 	for _, b := range c.enc.vhosts {

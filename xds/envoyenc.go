@@ -27,6 +27,9 @@ type heldResource interface {
 	GetName() string
 	digest() [sha256.Size]byte
 	encoding() ([]byte, error)
+	// assembled: encoding builds a new copy of held encodings (the route configuration of
+	// its virtual hosts'), which is kept only while a response holds it (entry.weak).
+	assembled() bool
 }
 
 // encodedMsg is one cluster or virtual host held only as its deterministic encoding.
@@ -43,6 +46,7 @@ type encodedMsg struct {
 func (m *encodedMsg) GetName() string           { return m.name }
 func (m *encodedMsg) digest() [sha256.Size]byte { return m.sum }
 func (m *encodedMsg) encoding() ([]byte, error) { return m.enc, nil }
+func (m *encodedMsg) assembled() bool           { return false }
 
 // same reports whether o is m's resource with m's content.
 func (m *encodedMsg) same(o *encodedMsg) bool { return o != nil && m.name == o.name && m.sum == o.sum }
@@ -124,6 +128,7 @@ type envoyRoute struct {
 
 func (r *envoyRoute) GetName() string           { return r.shell.GetName() }
 func (r *envoyRoute) digest() [sha256.Size]byte { return r.sum }
+func (r *envoyRoute) assembled() bool           { return true }
 
 // encoding is the route configuration's deterministic encoding: its name, then each
 // virtual host (field 2), then its other fields (numbered above 2), as the protobuf

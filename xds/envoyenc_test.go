@@ -3,11 +3,13 @@ package xds
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/trafficmap/publisher/weights"
 )
@@ -209,4 +211,46 @@ func values(m map[string]Service) []Service {
 		out = append(out, s)
 	}
 	return out
+}
+
+// The Envoy route configuration's encoding, assembled from its virtual hosts' (a second
+// copy of them), is shared while a response holds it and not kept after: once released it
+// is gone from the cache's accounting, and the next response gets the same bytes again.
+func TestEnvoyRouteEncodingIsKeptOnlyWhileHeld(t *testing.T) {
+	ctx := context.Background()
+	workers := []string{"worker-a", "worker-b"}
+	var fleet []Service
+	for i := range 20 {
+		fleet = append(fleet, encService(t, "ns", fmt.Sprintf("svc-%d", i), workers))
+	}
+	tr := NewTranslator(DefaultEnvoyOptions)
+	tr.Update(fleet, nil)
+	held, err := tr.Resources(FlavourEnvoy)
+	require.NoError(t, err)
+	srv := NewServer(ServerConfig{})
+	_, err = srv.SetResources(ctx, FlavourEnvoy, held)
+	require.NoError(t, err)
+	c := srv.cache.cache(string(FlavourEnvoy), resource.RouteType)
+	encode := func() *anypb.Any {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		require.Len(t, c.resources, 1)
+		for _, e := range c.resources {
+			require.NotNil(t, e.src, "the route configuration is held as its virtual hosts")
+			r, err := c.enc.encoded(e)
+			require.NoError(t, err)
+			return r
+		}
+		return nil
+	}
+	first := encode()
+	assert.Same(t, first, encode(), "shared while a response holds it")
+	_, encoded := c.size()
+	assert.Equal(t, len(first.GetValue()), encoded, "counted while held")
+	want := string(first.GetValue())
+	first = nil
+	runtime.GC()
+	_, encoded = c.size()
+	assert.Zero(t, encoded, "not kept once released")
+	assert.Equal(t, want, string(encode().GetValue()), "made again, the same bytes")
 }
