@@ -91,6 +91,9 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 	if len(cs.scopes) == 0 {
 		cs.scopes = []string{corev1.NamespaceAll}
 	}
+	// Only the TrafficMaps resync: a resync re-reconciles every map, which reads the other
+	// caches; theirs would only enqueue the same maps again (80,000 Service events per
+	// period at 10,000 maps). Their changes arrive as watch events.
 	resync := cfg.ResyncPeriod
 	managed := labels.SelectorFromSet(labels.Set{httproute.LabelManagedBy: httproute.ManagedByValue}).String()
 	for _, ns := range cs.scopes {
@@ -101,24 +104,24 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 			indexByRouteName: indexTrafficMapByRoute,
 			indexByHostname:  cs.owners.indexTrafficMapByHostname,
 		})
-		isvcs := metadatainformer.NewFilteredMetadataInformer(c.meta, v1beta1.InferenceServicesResource, ns, resync,
+		isvcs := metadatainformer.NewFilteredMetadataInformer(c.meta, v1beta1.InferenceServicesResource, ns, 0,
 			cache.Indexers{indexByHostname: indexInferenceServiceByHostname}, nil).Informer()
 		_ = maps.SetTransform(cacheTransforms.trafficMap) // cannot fail before the informer runs
 		_ = isvcs.SetTransform(cacheTransforms.source)    // cannot fail before the informer runs
 		cs.maps = append(cs.maps, maps)
 		cs.isvcs = append(cs.isvcs, isvcs)
 		if !cfg.sinkOn(SinkHTTPRoute) {
-			records := kubeinformers.NewSharedInformerFactoryWithOptions(c.kube, resync, kubeinformers.WithNamespace(ns),
+			records := kubeinformers.NewSharedInformerFactoryWithOptions(c.kube, 0, kubeinformers.WithNamespace(ns),
 				kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })).
 				Core().V1().ConfigMaps().Informer()
 			_ = records.SetTransform(dropManagedFields) // cannot fail before the informer runs
 			cs.records = append(cs.records, records)
 			continue
 		}
-		routes := gwinformers.NewSharedInformerFactoryWithOptions(c.gateway, resync, gwinformers.WithNamespace(ns)).
+		routes := gwinformers.NewSharedInformerFactoryWithOptions(c.gateway, 0, gwinformers.WithNamespace(ns)).
 			Gateway().V1().HTTPRoutes().Informer()
 		_ = routes.AddIndexers(cache.Indexers{indexByHostname: indexForeignRouteByHostname}) // cannot fail before it runs
-		services := kubeinformers.NewSharedInformerFactoryWithOptions(c.kube, resync, kubeinformers.WithNamespace(ns),
+		services := kubeinformers.NewSharedInformerFactoryWithOptions(c.kube, 0, kubeinformers.WithNamespace(ns),
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })).
 			Core().V1().Services().Informer()
 		_ = services.AddIndexers(cache.Indexers{indexBySource: indexServiceBySource}) // cannot fail before it runs

@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 	"unique"
@@ -269,4 +270,34 @@ func TestServiceCacheHoldsSlimServices(t *testing.T) {
 		got, err := cs.Services(src)
 		return err == nil && len(got) == 0
 	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// Only the TrafficMap informer resyncs: a resync re-reconciles every map, so a resync of
+// the Services (or routes, or InferenceServices) would only enqueue the same maps again.
+func TestOnlyTrafficMapsResync(t *testing.T) {
+	svc := storedService(3)
+	tm := storedTrafficMap(0)
+	kube := kubefake.NewClientset(svc.DeepCopy())
+	c := clients{kube: kube, gateway: gwfake.NewClientset(storedRoute(0)), maps: omefake.NewClientset(tm.DeepCopy()),
+		meta: metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())}
+	cs := newCaches(c, Config{Sinks: []string{SinkHTTPRoute, SinkXDS}, FieldManager: testPublisher, ResyncPeriod: 20 * time.Millisecond},
+		httproute.Config{Gateway: benchGateway})
+	var mapUpdates, serviceUpdates, routeUpdates atomic.Int64
+	count := func(n *atomic.Int64) cache.ResourceEventHandler {
+		return cache.ResourceEventHandlerFuncs{UpdateFunc: func(any, any) { n.Add(1) }}
+	}
+	_, err := cs.maps[0].AddEventHandler(count(&mapUpdates))
+	require.NoError(t, err)
+	_, err = cs.services[0].AddEventHandler(count(&serviceUpdates))
+	require.NoError(t, err)
+	_, err = cs.routes[0].AddEventHandler(count(&routeUpdates))
+	require.NoError(t, err)
+	ctx := t.Context()
+	for _, inf := range []cache.SharedIndexInformer{cs.maps[0], cs.services[0], cs.routes[0]} {
+		go inf.RunWithContext(ctx)
+		require.True(t, cache.WaitForCacheSync(ctx.Done(), inf.HasSynced))
+	}
+	require.Eventually(t, func() bool { return mapUpdates.Load() >= 3 }, 10*time.Second, 5*time.Millisecond, "the maps resync")
+	assert.Zero(t, serviceUpdates.Load(), "the Services do not")
+	assert.Zero(t, routeUpdates.Load(), "the routes do not")
 }

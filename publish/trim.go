@@ -19,7 +19,7 @@ const backlogQuiet = 15 * time.Second
 // idleFloor and a quarter of the heap's objects, at most once per idleEvery.
 const (
 	idleFloor = 32 << 20
-	idleEvery = 4 * backlogQuiet
+	idleEvery = 2 * backlogQuiet
 )
 
 // heapIdle reports the heap's free memory not yet returned to the system and the bytes of
