@@ -30,6 +30,16 @@ func encService(t *testing.T, ns, name string, clusters []string, drained ...str
 	return Service{Namespace: ns, Name: name, Service: name, Hostnames: []string{name + "." + ns + ".example.com"}, Result: res}.Sealed()
 }
 
+// encFleet is n services ns/svc-00, ns/svc-01, ... (encService) on clusters.
+func encFleet(t *testing.T, ns string, n int, clusters []string) []Service {
+	t.Helper()
+	out := make([]Service, 0, n)
+	for i := range n {
+		out = append(out, encService(t, ns, fmt.Sprintf("svc-%02d", i), clusters))
+	}
+	return out
+}
+
 // served is every resource a server serves to flavour: by type, by name, its version and
 // encoding.
 func served(t *testing.T, srv *Server, flavour Flavour) map[string]map[string][2]string {
@@ -108,10 +118,7 @@ func TestEnvoyHeldEncodedServesTheSameBytes(t *testing.T) {
 func TestEnvoyDrainReencodesOneService(t *testing.T) {
 	ctx := context.Background()
 	workers := []string{"worker-a", "worker-b"}
-	var fleet []Service
-	for i := range 20 {
-		fleet = append(fleet, encService(t, "prod", fmt.Sprintf("svc-%02d", i), workers))
-	}
+	fleet := encFleet(t, "prod", 20, workers)
 	tr := NewTranslator(DefaultEnvoyOptions)
 	srv := NewServer(ServerConfig{})
 	tr.Update(fleet, nil)
@@ -218,11 +225,7 @@ func values(m map[string]Service) []Service {
 // is gone from the cache's accounting, and the next response gets the same bytes again.
 func TestEnvoyRouteEncodingIsKeptOnlyWhileHeld(t *testing.T) {
 	ctx := context.Background()
-	workers := []string{"worker-a", "worker-b"}
-	var fleet []Service
-	for i := range 20 {
-		fleet = append(fleet, encService(t, "ns", fmt.Sprintf("svc-%d", i), workers))
-	}
+	fleet := encFleet(t, "ns", 20, []string{"worker-a", "worker-b"})
 	tr := NewTranslator(DefaultEnvoyOptions)
 	tr.Update(fleet, nil)
 	held, err := tr.Resources(FlavourEnvoy)
