@@ -26,9 +26,10 @@ const (
 // its objects (live and not yet swept), as returnIdleMemory reads them.
 type heapIdle func() (free, objects uint64)
 
-// returnIdleMemory hands the memory a burst of work left behind back to the system: each
-// time pending (the work queue's length) has been 0 for quiet, and idle says the heap
-// holds free memory worth returning (idleFloor and a quarter of its objects), it calls
+// returnIdleMemory hands the memory a burst of work left behind back to the system: the
+// first time pending (the work queue's length) has been 0 for quiet (the start's backlog
+// done), and after that each time it has and idle says the heap holds free memory worth
+// returning (idleFloor and a quarter of its objects), it calls
 // free (debug.FreeOSMemory: a collection, then every free page returned), at most once
 // per every. A cold start of the whole fleet, or the xDS responses that follow it, peak
 // far above what a steady fleet holds, and Go otherwise returns the difference over
@@ -51,8 +52,8 @@ func returnIdleMemory(ctx context.Context, log *zap.Logger, quiet, every time.Du
 			if now.Sub(since) < quiet || (!last.IsZero() && now.Sub(last) < every) {
 				continue
 			}
-			if f, objects := idle(); f < idleFloor || f < objects/4 {
-				continue
+			if f, objects := idle(); !last.IsZero() && (f < idleFloor || f < objects/4) {
+				continue // the first quiet moment (the start's backlog done) always frees
 			}
 			free()
 			last = time.Now()
