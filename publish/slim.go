@@ -191,7 +191,10 @@ func (s *cachedService) Labels() map[string]string {
 // GetObjectMeta returns the Service's metadata, built for this call: it makes a
 // cachedService a metav1.ObjectMetaAccessor, which is how meta.Accessor (the informer's
 // keys and resource versions, the event handlers' labels) reads it.
-func (s *cachedService) GetObjectMeta() metav1.Object {
+func (s *cachedService) GetObjectMeta() metav1.Object { return s.objectMeta() }
+
+// objectMeta is the Service's metadata, built for this call.
+func (s *cachedService) objectMeta() *metav1.ObjectMeta {
 	m := &metav1.ObjectMeta{Name: s.name, Namespace: s.namespace, UID: s.uid, ResourceVersion: s.resourceVersion,
 		DeletionTimestamp: s.deletionTimestamp, Finalizers: s.finalizers, Labels: s.Labels()}
 	if len(s.owners) > 0 {
@@ -208,7 +211,7 @@ func (s *cachedService) GetObjectMeta() metav1.Object {
 // service returns the Service s holds: its metadata (GetObjectMeta) and the type,
 // external name and ports.
 func (s *cachedService) service() *corev1.Service {
-	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}, ObjectMeta: *s.GetObjectMeta().(*metav1.ObjectMeta),
+	svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}, ObjectMeta: *s.objectMeta(),
 		Spec: corev1.ServiceSpec{Type: s.serviceType, ExternalName: s.externalName}}
 	if len(s.ports) > 0 {
 		svc.Spec.Ports = make([]corev1.ServicePort, len(s.ports))
