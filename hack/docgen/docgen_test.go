@@ -72,7 +72,7 @@ func TestPagesAreMarked(t *testing.T) {
 func TestFlagsPageHasEveryFlag(t *testing.T) {
 	page, err := renderFlags(repoRoot)
 	require.NoError(t, err)
-	kube := kubeFlagNames()
+	kube := cli.KubeFlagNames()
 	for _, c := range commands(cli.NewRootCommand("publisher", nil, nil)) {
 		own, _ := splitFlags(c.Flags(), kube)
 		for _, f := range own {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/util/homedir"
 
 	"github.com/trafficmap/publisher/cmd/publisher/cli"
@@ -27,7 +26,7 @@ func renderFlags(string) ([]byte, error) {
 		}
 	}
 	root := cli.NewRootCommand("publisher", io.Discard, io.Discard)
-	kube := kubeFlagNames()
+	kube := cli.KubeFlagNames()
 	d := newDoc("Command-line flags", "Every flag of every `publisher` command, from the commands' flag sets "+
 		"(package cmd/publisher/cli).")
 	d.para("The operator commands also take kubectl's connection flags; they are listed once, at the end.",
@@ -46,7 +45,7 @@ func renderFlags(string) ([]byte, error) {
 	}
 	if k := kubeCommandFlags(cmds, kube); len(k) > 0 {
 		d.WriteString("\n## kubectl connection flags\n")
-		d.para("From k8s.io/cli-runtime, as kubectl has them; every operator command above that names them takes them.")
+		d.para("As kubectl has them (bound with client-go's clientcmd); every operator command above that names them takes them.")
 		d.table([]string{"Flag", "Type", "Default", "Description"}, flagRows(k))
 	}
 	return d.Bytes(), nil
@@ -68,15 +67,6 @@ func commands(root *cobra.Command) []*cobra.Command {
 	walk(root)
 	slices.SortFunc(out, func(a, b *cobra.Command) int { return strings.Compare(a.CommandPath(), b.CommandPath()) })
 	return out
-}
-
-// kubeFlagNames are the names of kubectl's connection flags (k8s.io/cli-runtime).
-func kubeFlagNames() map[string]bool {
-	fs := pflag.NewFlagSet("kube", pflag.ContinueOnError)
-	genericclioptions.NewConfigFlags(true).AddFlags(fs)
-	names := map[string]bool{}
-	fs.VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
-	return names
 }
 
 // splitFlags returns the visible flags of fs that are not kubectl connection flags, sorted

@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -97,7 +96,7 @@ out (the patch was applied; the publisher has not published it yet), 6 refused b
 last-serving guard (nothing was changed).`
 
 type actionFlags struct {
-	kube                *genericclioptions.ConfigFlags
+	kube                *kubeFlags
 	workloadCluster, id string
 	reason              string
 	yes                 bool
@@ -140,16 +139,6 @@ func (w *waitFlag) Set(v string) error {
 
 // Type implements pflag.Value.
 func (w *waitFlag) Type() string { return "duration" }
-
-// newKubeFlags returns kubectl's connection flags (k8s.io/cli-runtime): --kubeconfig,
-// --context, --cluster, --user, -n/--namespace, --as, --as-group, --as-uid,
-// --request-timeout, --server and the TLS and token flags; not --cache-dir, as no
-// discovery is done.
-func newKubeFlags() *genericclioptions.ConfigFlags {
-	f := genericclioptions.NewConfigFlags(false)
-	f.CacheDir = nil
-	return f
-}
 
 // newActionCommand returns 'publisher drain' or 'publisher undrain'. Every error exits 1,
 // except a rejected guarded patch (3) and a --wait that timed out (4).
@@ -475,7 +464,7 @@ func confirm(ctx context.Context, stderr io.Writer, prompt string) error {
 // actionClients resolves the kubeconfig selection and builds the dynamic client a drain,
 // undrain or taint writes with; ctx is bounded by actionTimeout until cancel. A client that
 // cannot be built is drain.ErrContext.
-func actionClients(ctx context.Context, k *genericclioptions.ConfigFlags) (kube, dynamic.Interface, context.Context, context.CancelFunc, error) {
+func actionClients(ctx context.Context, k *kubeFlags) (kube, dynamic.Interface, context.Context, context.CancelFunc, error) {
 	kc, err := loadKube(k)
 	if err != nil {
 		return kube{}, nil, ctx, func() {}, err
@@ -497,9 +486,9 @@ type kube struct {
 
 // loadKube resolves the kubeconfig, the context and the namespace (-n, else the context's,
 // else default) from kubectl's flags without contacting the API server.
-func loadKube(k *genericclioptions.ConfigFlags) (kube, error) {
-	cc := k.ToRawKubeConfigLoader()
-	namespace := *k.Namespace
+func loadKube(k *kubeFlags) (kube, error) {
+	cc := k.loader()
+	namespace := k.namespace()
 	if namespace == "" {
 		ns, _, err := cc.Namespace()
 		if err != nil {
@@ -514,7 +503,7 @@ func loadKube(k *genericclioptions.ConfigFlags) (kube, error) {
 	if err != nil {
 		return kube{}, drain.ErrContext
 	}
-	name := *k.Context
+	name := k.context()
 	if name == "" {
 		name = raw.CurrentContext
 	}
@@ -531,7 +520,7 @@ func loadKube(k *genericclioptions.ConfigFlags) (kube, error) {
 // completeTrafficMaps completes SERVICE with the TrafficMaps of the namespace the flags
 // select (each TrafficMap is named as its InferenceService); nothing when they cannot be
 // listed.
-func completeTrafficMaps(k *genericclioptions.ConfigFlags) cobra.CompletionFunc {
+func completeTrafficMaps(k *kubeFlags) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp

@@ -42,7 +42,7 @@ func newReleaseCommand(stdout io.Writer) *cobra.Command {
 			if len(args) > 0 {
 				return exit(exitFailure, fmt.Errorf("unexpected arguments %q; release-finalizers takes no service", args))
 			}
-			rc, err := kf.ToRESTConfig()
+			rc, err := kf.loader().ClientConfig()
 			if err != nil {
 				return exit(exitFailure, fmt.Errorf("load kubeconfig: %w", err))
 			}
@@ -52,7 +52,7 @@ func newReleaseCommand(stdout io.Writer) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), releaseTimeout)
 			defer cancel()
-			released, err := publish.ReleaseFinalizers(ctx, maps, *kf.Namespace, publish.DefaultFieldManager)
+			released, err := publish.ReleaseFinalizers(ctx, maps, kf.namespace(), publish.DefaultFieldManager)
 			for _, key := range released {
 				fmt.Fprintf(stdout, "trafficmap %s released\n", key)
 			}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
@@ -46,7 +45,7 @@ Exit codes: 0 shown (with --check: and published), 1 error, 5 (--check) shown, a
 published differs from what the inputs say; stderr says how.`
 
 type statusFlags struct {
-	kube             *genericclioptions.ConfigFlags
+	kube             *kubeFlags
 	all              bool
 	workloadCluster  string
 	gateway, section string
@@ -103,7 +102,7 @@ func runStatus(ctx context.Context, f statusFlags, positional []string, stdout i
 		return errors.New("--workload-cluster lists services; do not name one")
 	case f.all && f.workloadCluster == "":
 		return errors.New("-A needs --workload-cluster")
-	case f.all && *f.kube.Namespace != "":
+	case f.all && f.kube.namespace() != "":
 		return errors.New("-A and -n exclude each other")
 	case f.workloadCluster != "" && f.check:
 		return errors.New("--check checks one service's status; it does not apply to --workload-cluster")

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
@@ -52,7 +51,7 @@ changed since it was read, 4 --wait timed out (the patch was applied), 6 refused
 last-serving guard (nothing was changed).`
 
 type taintFlags struct {
-	kube           *genericclioptions.ConfigFlags
+	kube           *kubeFlags
 	source         string
 	yes            bool
 	allowNoTraffic bool
@@ -555,7 +554,7 @@ func describeWeights(w map[string]int32) string {
 
 // completeClusters completes CLUSTER with the names of the InferenceClusters and
 // WorkloadClusters the flags' API serves; nothing when they cannot be listed.
-func completeClusters(k *genericclioptions.ConfigFlags) cobra.CompletionFunc {
+func completeClusters(k *kubeFlags) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
