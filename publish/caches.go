@@ -14,14 +14,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	kubeinformers "k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
-	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
+	gwinformersv1 "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions/apis/v1"
 
-	omeinformers "github.com/trafficmap/publisher/api/client/informers/externalversions"
+	ominformers "github.com/trafficmap/publisher/api/client/informers/externalversions/api/v1beta1"
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/model"
@@ -96,14 +96,13 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 	// period at 10,000 maps). Their changes arrive as watch events.
 	resync := cfg.ResyncPeriod
 	managed := labels.SelectorFromSet(labels.Set{httproute.LabelManagedBy: httproute.ManagedByValue}).String()
+	onlyManaged := func(o *metav1.ListOptions) { o.LabelSelector = managed }
 	for _, ns := range cs.scopes {
-		maps := omeinformers.NewSharedInformerFactoryWithOptions(c.maps, resync, omeinformers.WithNamespace(ns)).
-			Ome().V1beta1().TrafficMaps().Informer()
-		_ = maps.AddIndexers(cache.Indexers{ // cannot fail before the informer runs
+		maps := ominformers.NewFilteredTrafficMapInformer(c.maps, ns, resync, cache.Indexers{
 			indexByService:   indexTrafficMapByService,
 			indexByRouteName: indexTrafficMapByRoute,
 			indexByHostname:  cs.owners.indexTrafficMapByHostname,
-		})
+		}, nil)
 		isvcs := metadatainformer.NewFilteredMetadataInformer(c.meta, v1beta1.InferenceServicesResource, ns, 0,
 			cache.Indexers{indexByHostname: indexInferenceServiceByHostname}, nil).Informer()
 		_ = maps.SetTransform(cacheTransforms.trafficMap) // cannot fail before the informer runs
@@ -111,21 +110,16 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 		cs.maps = append(cs.maps, maps)
 		cs.isvcs = append(cs.isvcs, isvcs)
 		if !cfg.sinkOn(SinkHTTPRoute) {
-			records := kubeinformers.NewSharedInformerFactoryWithOptions(c.kube, 0, kubeinformers.WithNamespace(ns),
-				kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })).
-				Core().V1().ConfigMaps().Informer()
+			records := coreinformers.NewFilteredConfigMapInformer(c.kube, ns, 0, cache.Indexers{}, onlyManaged)
 			_ = records.SetTransform(dropManagedFields) // cannot fail before the informer runs
 			cs.records = append(cs.records, records)
 			continue
 		}
-		routes := gwinformers.NewSharedInformerFactoryWithOptions(c.gateway, 0, gwinformers.WithNamespace(ns)).
-			Gateway().V1().HTTPRoutes().Informer()
-		_ = routes.AddIndexers(cache.Indexers{indexByHostname: indexForeignRouteByHostname}) // cannot fail before it runs
-		services := kubeinformers.NewSharedInformerFactoryWithOptions(c.kube, 0, kubeinformers.WithNamespace(ns),
-			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })).
-			Core().V1().Services().Informer()
-		_ = services.AddIndexers(cache.Indexers{indexBySource: indexServiceBySource}) // cannot fail before it runs
-		_ = routes.SetTransform(cacheTransforms.route)                                // cannot fail before the informer runs
+		routes := gwinformersv1.NewFilteredHTTPRouteInformer(c.gateway, ns, 0,
+			cache.Indexers{indexByHostname: indexForeignRouteByHostname}, nil)
+		services := coreinformers.NewFilteredServiceInformer(c.kube, ns, 0,
+			cache.Indexers{indexBySource: indexServiceBySource}, onlyManaged)
+		_ = routes.SetTransform(cacheTransforms.route) // cannot fail before the informer runs
 		_ = services.SetTransform(cacheTransforms.service)
 		cs.routes = append(cs.routes, routes)
 		cs.services = append(cs.services, services)
