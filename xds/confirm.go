@@ -9,6 +9,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/trafficmap/publisher/model"
+	"github.com/trafficmap/publisher/weights"
 )
 
 // waitingPrefix begins every Confirmation message that waits for clients to connect or ACK;
@@ -31,10 +32,22 @@ func (s Service) Digest() string {
 
 // Sealed returns s with its digest (and its ListenerNames) computed once, for a service that is read many times
 // (every rebuild digests every served service several times). Its fields must not change
-// afterwards; build a new Service instead.
+// afterwards; build a new Service instead (Sealed returns a sealed service as it is).
+//
+// A sealed service keeps of its Result only what the resources read (its Result is cleared):
+// each entry's cluster, endpoint host, port, scheme and effective weight, and, when no
+// weight is positive, the fixed response body.
 func (s Service) Sealed() Service {
+	if s.digest != "" { // its Result is gone: sealed once
+		return s
+	}
 	s.digest = s.computeDigest()
 	s.listeners = listenerNames(s)
+	s.backends = backendsOf(s.Result)
+	if !s.routable() {
+		s.noRoute = noRouteReason(s.Result)
+	}
+	s.Result = weights.Result{}
 	return s
 }
 
@@ -347,9 +360,9 @@ type Served struct {
 // configuration shaped by opts and its clusters.
 func ServedBy(opts EnvoyOptions, s Service) map[Flavour]Served {
 	digest := s.Digest()
-	clusters := make([]string, 0, len(s.Result.Entries))
-	for _, e := range s.Result.Entries {
-		clusters = append(clusters, ClusterName(s.Namespace, s.Name, e.Cluster))
+	clusters := make([]string, 0, len(s.entries()))
+	for _, e := range s.entries() {
+		clusters = append(clusters, ClusterName(s.Namespace, s.Name, e.cluster))
 	}
 	grpc := Served{Digest: digest, Names: map[string][]string{}}
 	if listeners := ListenerNames(s); len(listeners) > 0 {

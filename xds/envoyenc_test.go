@@ -18,6 +18,12 @@ import (
 // in drained drained.
 func encService(t *testing.T, ns, name string, clusters []string, drained ...string) Service {
 	t.Helper()
+	return encUnsealed(t, ns, name, clusters, drained...).Sealed()
+}
+
+// encUnsealed is encService before Sealed, for a test to change.
+func encUnsealed(t *testing.T, ns, name string, clusters []string, drained ...string) Service {
+	t.Helper()
 	var in weights.Input
 	for i, c := range clusters {
 		in.Entries = append(in.Entries, weights.Entry{Cluster: c, Endpoint: fmt.Sprintf("https://%s.%s.example.com", name, c), Weight: int64(i + 1)})
@@ -27,7 +33,7 @@ func encService(t *testing.T, ns, name string, clusters []string, drained ...str
 	}
 	res, err := weights.Compute(in)
 	require.NoError(t, err)
-	return Service{Namespace: ns, Name: name, Service: name, Hostnames: []string{name + "." + ns + ".example.com"}, Result: res}.Sealed()
+	return Service{Namespace: ns, Name: name, Service: name, Hostnames: []string{name + "." + ns + ".example.com"}, Result: res}
 }
 
 // encFleet is n services ns/svc-00, ns/svc-01, ... (encService) on clusters.
@@ -164,10 +170,10 @@ func TestEnvoyHeldEncodedIsValidated(t *testing.T) {
 	ctx := context.Background()
 	workers := []string{"worker-a", "worker-b"}
 	chat := encService(t, "prod", "chat", workers)
-	other := encService(t, "prod", "other", workers)
+	other := encUnsealed(t, "prod", "other", workers)
 	other.Hostnames = chat.Hostnames
 	other = other.Sealed()
-	badHost := encService(t, "prod", "bad", workers)
+	badHost := encUnsealed(t, "prod", "bad", workers)
 	badHost.Hostnames = []string{"bad\nhost"}
 	badHost = badHost.Sealed()
 	for name, services := range map[string][]Service{"a shared domain": {chat, other}, "an invalid hostname": {chat, badHost}} {

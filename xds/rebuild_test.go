@@ -203,6 +203,6 @@ func TestNewMapsCoalesce(t *testing.T) {
 	assert.NotEmpty(t, ListenerNames(s.served["prod/held"]), "and the waiting names")
 	s.mu.Unlock()
 	s.mu.Lock()
-	assert.True(t, s.served["prod/chat"].Result.Entries[0].Effective == 0, "the drain is served")
+	assert.True(t, s.served["prod/chat"].entries()[0].effective == 0, "the drain is served")
 	s.mu.Unlock()
 }

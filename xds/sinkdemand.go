@@ -175,8 +175,8 @@ func demands(names map[string]struct{}, svc Service) bool {
 			return true
 		}
 	}
-	for _, e := range svc.Result.Entries {
-		if _, ok := names[ClusterName(svc.Namespace, svc.Name, e.Cluster)]; ok {
+	for _, e := range svc.entries() {
+		if _, ok := names[ClusterName(svc.Namespace, svc.Name, e.cluster)]; ok {
 			return true
 		}
 	}

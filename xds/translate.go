@@ -36,10 +36,58 @@ type Service struct {
 	// Withheld are names of the service that another service holds: neither served as a
 	// listener nor as a domain for this one (its "<service>.<namespace>" name may be one).
 	Withheld []string
-	Result   weights.Result
+	// Result holds the weights to serve. Sealed keeps only what the resources read of it
+	// (backends, noRoute) and clears it.
+	Result weights.Result
 
-	digest    string   // set by Sealed
-	listeners []string // set by Sealed; shared, never modified
+	digest    string    // set by Sealed
+	listeners []string  // set by Sealed; shared, never modified
+	backends  []backend // set by Sealed; shared, never modified
+	noRoute   string    // set by Sealed: the fixed response body when no backend has a positive weight
+}
+
+// backend is what the resources read of one entry of a service's weights: a sealed service
+// keeps these (48 bytes an entry) instead of its weights.Result (128 bytes an entry, and
+// its drain IDs and taints): 80,000 entries at 10,000 maps.
+type backend struct {
+	cluster   string // the workload cluster
+	host      string // the endpoint's host
+	port      int32  // the endpoint's port
+	effective int32  // the effective weight
+	https     bool   // the endpoint's scheme is https
+}
+
+// entries returns what the resources read of s's weights, sorted by cluster.
+func (s Service) entries() []backend {
+	if s.digest != "" {
+		return s.backends
+	}
+	return backendsOf(s.Result)
+}
+
+// noRouteBody is the fixed response body when no entry has a positive weight.
+func (s Service) noRouteBody() string {
+	if s.digest != "" {
+		return s.noRoute
+	}
+	return noRouteReason(s.Result)
+}
+
+// routable reports whether an entry has a positive weight.
+func (s Service) routable() bool {
+	return slices.ContainsFunc(s.entries(), func(b backend) bool { return b.effective > 0 })
+}
+
+func backendsOf(res weights.Result) []backend {
+	if len(res.Entries) == 0 {
+		return nil
+	}
+	out := make([]backend, len(res.Entries))
+	for i, e := range res.Entries {
+		out[i] = backend{cluster: e.Cluster, host: e.Endpoint.Host, port: e.Endpoint.Port, effective: e.Effective,
+			https: e.Endpoint.Scheme == "https"}
+	}
+	return out
 }
 
 func (s Service) key() string { return s.Namespace + "/" + s.Name }
@@ -118,7 +166,7 @@ func translateEnvoyService(s Service) (envoyPart, error) {
 		Domains: slices.Compact(domains),
 		Routes:  []*routev3.Route{route(s, true)},
 	}}
-	for _, e := range s.Result.Entries {
+	for _, e := range s.entries() {
 		c, err := dnsCluster(s, e, true)
 		if err != nil {
 			return envoyPart{}, err
@@ -215,7 +263,7 @@ func translateGRPCService(s Service) (Resources, error) {
 		})
 	}
 	res.Routes = []*routev3.RouteConfiguration{rc}
-	for _, e := range s.Result.Entries {
+	for _, e := range s.entries() {
 		c, err := dnsCluster(s, e, false)
 		if err != nil {
 			return Resources{}, err
@@ -264,23 +312,23 @@ func route(s Service, hostRewrite bool) *routev3.Route {
 		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 	}
 	var clusters []*routev3.WeightedCluster_ClusterWeight
-	for _, e := range s.Result.Entries {
-		if e.Effective <= 0 {
+	for _, e := range s.entries() {
+		if e.effective <= 0 {
 			continue
 		}
 		cw := &routev3.WeightedCluster_ClusterWeight{
-			Name:   ClusterName(s.Namespace, s.Name, e.Cluster),
-			Weight: wrapperspb.UInt32(uint32(e.Effective)),
+			Name:   ClusterName(s.Namespace, s.Name, e.cluster),
+			Weight: wrapperspb.UInt32(uint32(e.effective)),
 		}
 		if hostRewrite {
-			cw.HostRewriteSpecifier = &routev3.WeightedCluster_ClusterWeight_HostRewriteLiteral{HostRewriteLiteral: e.Endpoint.Host}
+			cw.HostRewriteSpecifier = &routev3.WeightedCluster_ClusterWeight_HostRewriteLiteral{HostRewriteLiteral: e.host}
 		}
 		clusters = append(clusters, cw)
 	}
 	if len(clusters) == 0 {
 		r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{
 			Status: NoRouteStatus,
-			Body:   &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: noRouteReason(s.Result)}},
+			Body:   &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: s.noRouteBody()}},
 		}}
 		return r
 	}
@@ -305,8 +353,8 @@ func noRouteReason(res weights.Result) string {
 // dnsCluster is the cluster of one entry of s, pointing at its endpoint host: of type
 // LOGICAL_DNS for gRPC, of Envoy's DNS cluster type with upstream TLS for https endpoints
 // when envoy is set.
-func dnsCluster(s Service, e weights.EffectiveEntry, envoy bool) (*clusterv3.Cluster, error) {
-	name := ClusterName(s.Namespace, s.Name, e.Cluster)
+func dnsCluster(s Service, e backend, envoy bool) (*clusterv3.Cluster, error) {
+	name := ClusterName(s.Namespace, s.Name, e.cluster)
 	c := &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_LOGICAL_DNS},
@@ -317,7 +365,7 @@ func dnsCluster(s Service, e weights.EffectiveEntry, envoy bool) (*clusterv3.Clu
 			Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
 				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
 					Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-						Address: e.Endpoint.Host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(e.Endpoint.Port)},
+						Address: e.host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(e.port)},
 					}}},
 				}},
 			}}}},
@@ -329,8 +377,8 @@ func dnsCluster(s Service, e weights.EffectiveEntry, envoy bool) (*clusterv3.Clu
 			return nil, fmt.Errorf("cluster %s: %w", name, err)
 		}
 		c.ClusterDiscoveryType = dns
-		if e.Endpoint.Scheme == "https" {
-			ts, err := upstreamTLS(e.Endpoint.Host)
+		if e.https {
+			ts, err := upstreamTLS(e.host)
 			if err != nil {
 				return nil, fmt.Errorf("cluster %s: %w", name, err)
 			}

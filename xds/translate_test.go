@@ -393,3 +393,29 @@ func BenchmarkDrainToSnapshot(b *testing.B) {
 		i++
 	}
 }
+
+// A sealed service keeps only what the resources read of its weights: it translates to the
+// same resources and has the same digest as the service it was sealed from, and its Result
+// is cleared.
+func TestSealedServiceTranslatesTheSame(t *testing.T) {
+	for name, services := range goldenCases(t) {
+		services = withHostnames(services)
+		sealed := make([]xds.Service, len(services))
+		for i, s := range services {
+			sealed[i] = s.Sealed()
+			assert.Equal(t, s.Digest(), sealed[i].Digest(), name)
+			assert.Empty(t, sealed[i].Result.Entries, name)
+			assert.Equal(t, sealed[i], sealed[i].Sealed(), "sealing twice changes nothing")
+		}
+		for flavour, translate := range map[string]func([]xds.Service) (xds.Resources, error){
+			"envoy": func(s []xds.Service) (xds.Resources, error) { return xds.TranslateEnvoy(xds.DefaultEnvoyOptions, s) },
+			"grpc":  xds.TranslateGRPC,
+		} {
+			want, err := translate(services)
+			require.NoError(t, err)
+			got, err := translate(sealed)
+			require.NoError(t, err)
+			assert.Equal(t, render(t, want), render(t, got), name+"/"+flavour)
+		}
+	}
+}

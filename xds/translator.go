@@ -51,8 +51,8 @@ func NewTranslator(opts EnvoyOptions) *Translator {
 // fixed response body.
 func contentKey(s Service) string {
 	k := s.Digest()
-	if s.Result.TotalEffective() <= 0 {
-		k += "\x00" + noRouteReason(s.Result)
+	if !s.routable() {
+		k += "\x00" + s.noRouteBody()
 	}
 	return k
 }

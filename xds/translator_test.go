@@ -128,8 +128,8 @@ func TestTranslatorFleetMatchesFreshTranslation(t *testing.T) {
 	assert.Nil(t, envoy1.Routes, "and its route configuration")
 
 	chatVhost, chatRoute := xds.HeldVirtualHosts(envoy1)[0], grpc1.Routes[0]
-	drained := service(t, "prod", "chat", drainA, seedEntries()...).Sealed()
-	envoy2, grpc2 := check([]xds.Service{drained})
+	drainedSvc := service(t, "prod", "chat", drainA, seedEntries()...)
+	envoy2, grpc2 := check([]xds.Service{drainedSvc.Sealed()})
 	assert.Same(t, chatVhost, xds.HeldVirtualHosts(envoy1)[0], "the previous lists are not modified")
 	assert.Same(t, chatRoute, grpc1.Routes[0], "the previous lists are not modified")
 	assert.Same(t, grpc1.Clusters[0], grpc2.Clusters[0], "a drain keeps chat's clusters: the same messages")
@@ -143,10 +143,10 @@ func TestTranslatorFleetMatchesFreshTranslation(t *testing.T) {
 	assert.NotSame(t, grpc1.Routes[0], grpc2.Routes[0], "chat's gRPC route is new")
 
 	// Names change: a new hostname, a service leaving the Envoy flavour, one removed, one added.
-	renamed := drained
+	renamed := drainedSvc // a sealed service is not changed: a new one is built
 	renamed.Hostnames = []string{"chat.example.com", "chat.example.org"}
 	check([]xds.Service{renamed.Sealed()})
-	noHosts := embed
+	noHosts := service(t, "prod", "embed", nil, seedEntries()...)
 	noHosts.Hostnames = nil
 	check([]xds.Service{noHosts.Sealed()})
 	check(nil, "prod/search")
