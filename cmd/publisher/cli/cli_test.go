@@ -107,14 +107,7 @@ func TestSecurityFlagsToConfig(t *testing.T) {
 // Leader-election durations client-go refuses stop `run` at start-up with exit code 2,
 // before anything contacts the API server or listens.
 func TestRunRefusesLeaderElectionClientGoRefuses(t *testing.T) {
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-`), 0o600))
+	kubeconfig := writeKubeconfig(t, "")
 	var stdout, stderr bytes.Buffer
 	code := runMain(context.Background(), []string{"run", "--gateway", "prod/global", "--kubeconfig", kubeconfig, "--http-address", "",
 		"--leader-elect", "--leader-election-namespace", "ops", "--leader-election-renew-deadline", "2s", "--leader-election-retry-period", "2s"},
@@ -167,14 +160,7 @@ func TestKubectlPluginNames(t *testing.T) {
 
 // The operator commands take kubectl's connection flags, and an unknown flag is named.
 func TestOperatorCommandsTakeKubectlFlags(t *testing.T) {
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u, namespace: prod}}]
-current-context: x
-`), 0o600))
+	kubeconfig := writeKubeconfig(t, "prod")
 	var stdout, stderr bytes.Buffer
 	// Every flag is accepted; the request then fails to connect (exit 1), after the flags.
 	code := runMain(context.Background(), []string{"status", "chat", "--kubeconfig", kubeconfig, "--context", "x", "-n", "prod",
@@ -229,4 +215,23 @@ func TestKrewManifest(t *testing.T) {
 		assert.Equal(t, programName, p.Bin)
 		assert.Len(t, p.Sha256, 64)
 	}
+}
+
+// writeKubeconfig writes a kubeconfig whose context x (current) points at an address
+// nothing listens on, with namespace (none when ""), and returns its path.
+func writeKubeconfig(t *testing.T, namespace string) string {
+	t.Helper()
+	selection := "{cluster: c, user: u}"
+	if namespace != "" {
+		selection = "{cluster: c, user: u, namespace: " + namespace + "}"
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: `+selection+`}]
+current-context: x
+`), 0o600))
+	return kubeconfig
 }

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -31,14 +29,7 @@ func TestKubeFlagsAreKubectls(t *testing.T) {
 
 // Every flag reaches the client configuration as kubectl's does.
 func TestKubeFlagsReachTheClientConfig(t *testing.T) {
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u, namespace: dev}}]
-current-context: x
-`), 0o600))
+	kubeconfig := writeKubeconfig(t, "dev")
 	args := []string{"--kubeconfig", kubeconfig, "--as", "alice", "--as-uid", "u1", "--as-group", "ops",
 		"--as-user-extra", "scope=a", "--as-user-extra", "scope=b", "--as-user-extra", "malformed",
 		"--request-timeout", "3s", "-s", "https://other:6443", "--tls-server-name", "api.internal",
