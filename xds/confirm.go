@@ -360,8 +360,9 @@ type Served struct {
 // configuration shaped by opts and its clusters.
 func ServedBy(opts EnvoyOptions, s Service) map[Flavour]Served {
 	digest := s.Digest()
-	clusters := make([]string, 0, len(s.entries()))
-	for _, e := range s.entries() {
+	entries := s.entries()
+	clusters := make([]string, 0, len(entries))
+	for _, e := range entries {
 		clusters = append(clusters, ClusterName(s.Namespace, s.Name, e.cluster))
 	}
 	grpc := Served{Digest: digest, Names: map[string][]string{}}
