@@ -27,7 +27,7 @@ func (p *trimProbe) run(ctx context.Context, t *testing.T, quiet, every time.Dur
 		returnIdleMemory(ctx, zaptest.NewLogger(t), quiet, every,
 			func() int { p.polls.Add(1); return int(p.pending.Load()) },
 			func() (uint64, uint64) { return uint64(p.free.Load()), uint64(p.objects.Load()) },
-			func() { p.mu.Lock(); p.freed = append(p.freed, time.Now()); p.mu.Unlock(); p.free.Store(0) })
+			func() { p.free.Store(0); p.mu.Lock(); p.freed = append(p.freed, time.Now()); p.mu.Unlock() }) // free is 0 before the free is seen
 	}()
 	return done
 }
