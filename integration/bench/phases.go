@@ -108,12 +108,21 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 		go cl.run(cctx, b.pub.xdsAddr)
 	}
 	cpuProfile := make(chan error, 1)
-	go func() { cpuProfile <- b.profileWhenUp(ctx, "profile?seconds=30", "cpu-cold.pprof") }()
-	// The API server's own CPU over the same 30 s: what the cold start costs it.
 	go func() {
-		if err := apiServerProfile(ctx, b.c.kube, 30*time.Second, filepath.Join(b.o.workDir, "apiserver-cpu-cold.pprof")); err != nil {
-			logf("P2: no API server profile: %v", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(b.o.coldProfileAfter):
 		}
+		// The API server's and the bench's own CPU over the same 30 s: what the cold start costs them.
+		go func() {
+			if err := apiServerProfile(ctx, b.c.kube, 30*time.Second, filepath.Join(b.o.workDir, "apiserver-cpu-cold.pprof")); err != nil {
+				logf("P2: no API server profile: %v", err)
+			}
+		}()
+		if _, err := selfProfile(filepath.Join(b.o.workDir, "bench-cpu-cold.pprof"), 30*time.Second); err != nil {
+			logf("P2: no bench profile: %v", err)
+		}
+		cpuProfile <- b.profileWhenUp(ctx, "profile?seconds=30", "cpu-cold.pprof")
 	}()
 
 	timeout := time.Duration(b.o.maps)*100*time.Millisecond + 2*time.Minute
