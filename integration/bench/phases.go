@@ -157,10 +157,34 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 	b.report.add("P2 every write the publisher made, by the API server's count (Services, routes, TrafficMap finalizers and status: claim journal and Published) / Events",
 		fmt.Sprintf("%d (%.2f per map) / %d", mapWrites, float64(mapWrites)/float64(b.o.maps), events),
 		fmt.Sprintf("%d (%d per map: the protocol's minimum)", minWrites, floorWritesPerMap), mapWrites == minWrites)
+	b.report.add("P2 what the xDS clients received during the cold start, per client of each kind (mean): bytes / responses", b.received(), "", true)
 	if err := <-cpuProfile; err != nil {
 		logf("cold start cpu profile: %v", err)
 	}
 	return b.clientErr()
+}
+
+// received is what each kind of xDS client received so far, per client (mean), e.g.
+// "Envoy SotW 1.2 GB / 900; gRPC SotW 30 kB / 40".
+func (b *bench) received() string {
+	type sum struct{ bytes, responses, clients int64 }
+	by := map[string]*sum{}
+	for _, cl := range b.xds {
+		s := by[cl.label()]
+		if s == nil {
+			s = &sum{}
+			by[cl.label()] = s
+		}
+		s.bytes += cl.bytes.Load()
+		s.responses += cl.responses.Load()
+		s.clients++
+	}
+	var parts []string
+	for _, l := range slices.Sorted(maps.Keys(by)) {
+		s := by[l]
+		parts = append(parts, fmt.Sprintf("%s %.1f MB / %d", l, float64(s.bytes)/float64(s.clients)/1e6, s.responses/s.clients))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // profileWhenUp waits for the publisher's HTTP server and saves a profile.
