@@ -206,21 +206,3 @@ func TestNewMapsCoalesce(t *testing.T) {
 	assert.True(t, s.served["prod/chat"].entries()[0].effective == 0, "the drain is served")
 	s.mu.Unlock()
 }
-
-// The new maps' window grows with the fleet, 1 s up to 2,000 maps served, then 0.5 ms a
-// map, at most 5 s.
-func TestCoalesceNewGrowsWithTheFleet(t *testing.T) {
-	for _, tc := range []struct {
-		served int
-		want   time.Duration
-	}{
-		{0, time.Second},
-		{1000, time.Second},
-		{2000, time.Second},
-		{4000, 2 * time.Second},
-		{10000, 5 * time.Second},
-		{100000, 5 * time.Second},
-	} {
-		assert.Equal(t, tc.want, coalesceNew(tc.served), "%d maps served", tc.served)
-	}
-}

@@ -107,14 +107,14 @@ func (r *rebuilder) rebuild(ctx context.Context) (err error) {
 	changed, removed, tell := r.diff(sc, prevServed, prevInvalid, next, nextInvalid)
 	wait := r.newOnlyWait(changed, removed, tell, sc.build, sc.full, prevServed)
 	if wait > 0 {
-		// Only maps no client could reach yet (a cold start journals them one reconcile at a
-		// time): they go out with the ones after them, in one snapshot, within coalesceNew (1 to
-		// 5 s, by the fleet's size) of the last; a change to reachable content never waits. A
-		// change of what the gRPC streams subscribe to is served now, alone: serving the new maps
-		// with it on every subscription change (a cold start's gRPC clients subscribe as their
-		// maps appear) sent every Envoy the fleet's route configuration every few tens of
-		// milliseconds, and a map judged while an Envoy had not yet answered one went back to
-		// Published False.
+		// Only maps no client could reach yet (a cold start journals them one reconcile at
+		// a time): they go out with the ones after them, in one snapshot, within
+		// coalesceNew of the last; a change to reachable content never waits. A change of
+		// what the gRPC streams subscribe to is served now, alone: serving the new maps
+		// with it on every subscription change (a cold start's gRPC clients subscribe as
+		// their maps appear) sent every Envoy the fleet's route configuration every few
+		// tens of milliseconds, and a map judged while an Envoy had not yet answered one
+		// went back to Published False.
 		r.s.wants.mark(slices.Collect(maps.Keys(sc.keys))...)
 		r.queue.AddAfter(snapshotKey, wait)
 		sc.keys, next, nextInvalid = map[string]bool{}, map[string]Service{}, map[string]error{}
@@ -352,30 +352,18 @@ func (r *rebuilder) exclusive(keys map[string]bool, full bool, prevServed, next 
 }
 
 // coalesceNew is how long after the last snapshot a rebuild whose only changes are maps
-// no client could reach yet waits for more of them (see newOnlyWait), with served maps
-// served: coalescePerMap each, at least minCoalesceNew and at most maxCoalesceNew. Every
-// snapshot sends each state-of-the-world client the whole of its wildcard types (every
-// served map's clusters and listeners, and the Envoy flavour's one route configuration
-// with every virtual host), so a storm of new maps at one snapshot a second cost each such
-// client, and the publisher that encodes for it, a share proportional to the fleet: at
-// 10,000 maps, 0.85 snapshots a second made the bench's xDS clients and the publisher's
-// sends 0.4 of the 2 cores the API server needed for the writes. The window keeps that
-// share at about 2,000 maps' resources a second per client, whatever the fleet.
-func coalesceNew(served int) time.Duration {
-	return min(max(time.Duration(served)*coalescePerMap, minCoalesceNew), maxCoalesceNew)
-}
-
-const (
-	minCoalesceNew = time.Second
-	maxCoalesceNew = 5 * time.Second
-	coalescePerMap = 500 * time.Microsecond
-)
+// no client could reach yet waits for more of them (see newOnlyWait). Longer windows were
+// measured at 10,000 maps (BENCHMARKS.md, "What bounds the rest", P2): each snapshot sends
+// the state-of-the-world Envoys every cluster, so 5 s cut the cold start from 2.08x to 1.57x
+// the write floor, but left 98 MiB of the heap's spans partly empty after it (51 at 1 s),
+// and resident memory over its target.
+const coalesceNew = time.Second
 
 // newOnlyWait is how long the rebuild should wait before serving changed: zero unless every
 // change is a map no client could reach before (not served, or served with every name
 // withheld: a new map whose claim journal has just landed) and nothing else changed (no
 // removal, no flavour to build, no full rebuild, no other map to tell of), and the last
-// snapshot is younger than the window for the maps served (prev). No client routes by such a map yet, and its
+// snapshot is younger than coalesceNew. No client routes by such a map yet, and its
 // Published condition waits for its content anyway; serving them together turns a cold
 // start's one snapshot per few maps into one per coalesceNew.
 func (r *rebuilder) newOnlyWait(changed []Service, removed, tell []string, build []Flavour, full bool, prev map[string]Service) time.Duration {
@@ -387,7 +375,7 @@ func (r *rebuilder) newOnlyWait(changed []Service, removed, tell []string, build
 			return 0 // reachable: a change to it is served at once
 		}
 	}
-	return max(0, coalesceNew(len(prev))-time.Since(r.lastServed))
+	return max(0, coalesceNew-time.Since(r.lastServed))
 }
 
 // processNext rebuilds the snapshot for one queued request, then waits as the pacer says;
