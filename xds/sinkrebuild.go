@@ -355,8 +355,8 @@ func (r *rebuilder) exclusive(keys map[string]bool, full bool, prevServed, next 
 // no client could reach yet waits for more of them (see newOnlyWait). Longer windows were
 // measured at 10,000 maps (BENCHMARKS.md, "What bounds the rest", P2): each snapshot sends
 // the state-of-the-world Envoys every cluster, so 5 s cut the cold start from 2.08x to 1.57x
-// the write floor, but left 98 MiB of the heap's spans partly empty after it (51 at 1 s),
-// and resident memory over its target.
+// the write floor, but left 98 MiB of heap in use beyond the live objects after it (51 at
+// 1 s), and resident memory over its target.
 const coalesceNew = time.Second
 
 // newOnlyWait is how long the rebuild should wait before serving changed: zero unless every
