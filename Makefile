@@ -70,13 +70,12 @@ unit:
 	$(GO) test $$($(GO) list ./... | grep -v '/integration') && \
 	$(GO) -C hack/image test ./...
 
-## fuzz: each fuzz target of ./weights for FUZZTIME
+## fuzz: every fuzz target of the module (hack/fuzz.sh: the xDS request path, the drain,
+## taint and toleration parsers, the claim journal, the replica report decoder, ...), one
+## after the other, each for FUZZTIME; FUZZ_PACKAGES and FUZZ_MATCH narrow it, e.g.
+## make fuzz FUZZ_PACKAGES=./xds FUZZTIME=10m. Their seed corpora run in make test.
 fuzz:
-	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseDrains$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./weights -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./weights -run '^$$' -fuzz '^FuzzTolerates$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseTaints$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseTolerations$$' -fuzztime $(FUZZTIME)
+	FUZZTIME="$(FUZZTIME)" GO="$(GO)" bash hack/fuzz.sh
 
 ## generate: deepcopy functions, CRDs and the api/client clientset, listers, informers and apply configurations from api/v1beta1
 generate:

@@ -25,6 +25,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -183,8 +184,10 @@ func compress(raw []byte) (string, error) {
 	return base64.StdEncoding.EncodeToString(buf.Bytes()), nil
 }
 
-// cut returns s cut to at most n bytes at a rune boundary, ending in "…" when cut.
+// cut returns s, its invalid UTF-8 replaced by U+FFFD (as JSON encodes it), cut to at most
+// n bytes at a rune boundary, ending in "…" when cut.
 func cut(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
 	}
@@ -197,8 +200,12 @@ func cut(s string, n int) string {
 func sanitize(r Report) Report {
 	out := r
 	out.Maps = make([]Map, 0, len(r.Maps))
-	out.Truncated = slices.Clone(r.Truncated)
+	out.Truncated = make([]string, 0, len(r.Truncated))
+	for _, ns := range r.Truncated {
+		out.Truncated = append(out.Truncated, cut(ns, MaxField))
+	}
 	for _, m := range r.Maps {
+		m.Key = strings.ToValidUTF8(m.Key, "\uFFFD")
 		if len(m.Key) > MaxKey {
 			out.Truncated = append(out.Truncated, cut(namespace(m.Key), MaxField))
 			continue
@@ -439,7 +446,15 @@ func jsonSize(m Map) int {
 // leader's memory).
 const maxDecoded = 8 << 20
 
-// Decode parses an annotation value written by Encode; its maps are sorted by key.
+// ErrNegativeCount marks a decoded report with a negative client count: no replica writes
+// one, and a map counted with one could look ACKed.
+var ErrNegativeCount = errors.New("negative client count")
+
+// Decode parses an annotation value written by Encode. What it returns is bounded as Encode
+// bounds it, whatever the value holds: strings cut to MaxField and MaxMessage, at most
+// MaxWaiting streams per map, at most MaxTruncated namespaces, maps with a key over MaxKey
+// left out (their namespace named in Truncated), and maps sorted by key. A report with a
+// negative count, or whose JSON does not parse or exceeds 8 MiB decompressed, is an error.
 func Decode(value string) (Report, error) {
 	var r Report
 	raw, err := base64.StdEncoding.DecodeString(value)
@@ -460,8 +475,15 @@ func Decode(value string) (Report, error) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return r, fmt.Errorf("parse report: %w", err)
 	}
-	slices.SortStableFunc(r.Maps, func(a, b Map) int { return strings.Compare(a.Key, b.Key) })
-	return r, nil
+	for _, m := range r.Maps {
+		if m.Relevant < 0 || m.Acked < 0 {
+			return Report{}, fmt.Errorf("parse report: map %q: %w", cut(m.Key, MaxField), ErrNegativeCount)
+		}
+	}
+	if r.Clients < 0 {
+		return Report{}, fmt.Errorf("parse report: %w", ErrNegativeCount)
+	}
+	return sanitize(r), nil
 }
 
 // LeaseName is the name of the report Lease of the replica identity taking part in the
