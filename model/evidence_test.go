@@ -133,10 +133,14 @@ func TestClaimRecordCodec(t *testing.T) {
 	assert.Equal(t, t0.Add(time.Millisecond), at)
 
 	for name, mutate := range map[string]func(map[string]string){
-		"no map":        func(a map[string]string) { delete(a, AnnotationClaimMap) },
-		"no uid":        func(a map[string]string) { delete(a, AnnotationClaimUID) },
-		"unsorted":      func(a map[string]string) { a[AnnotationClaimGrants] = "b.com=2026-12-03T10:00:00.000Z,a.com=2026-12-03T10:00:00.000Z" },
-		"duplicate":     func(a map[string]string) { a[AnnotationClaimGrants] = "a.com=2026-12-03T10:00:00.000Z,a.com=2026-12-03T10:00:00.000Z" },
+		"no map": func(a map[string]string) { delete(a, AnnotationClaimMap) },
+		"no uid": func(a map[string]string) { delete(a, AnnotationClaimUID) },
+		"unsorted": func(a map[string]string) {
+			a[AnnotationClaimGrants] = "b.com=2026-12-03T10:00:00.000Z,a.com=2026-12-03T10:00:00.000Z"
+		},
+		"duplicate": func(a map[string]string) {
+			a[AnnotationClaimGrants] = "a.com=2026-12-03T10:00:00.000Z,a.com=2026-12-03T10:00:00.000Z"
+		},
 		"bad time":      func(a map[string]string) { a[AnnotationClaimGrants] = "a.com=yesterday" },
 		"not normal":    func(a map[string]string) { a[AnnotationClaimGrants] = "A.com=2026-12-03T10:00:00.000Z" },
 		"map with more": func(a map[string]string) { a[AnnotationClaimMap] = "a/b/c" },
