@@ -179,7 +179,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		sinks:   p.sinks,
 		status:  newStatusWriter(clientStatusAPI{maps: c.maps, manager: cfg.FieldManager}, p.recorder, p.metrics),
 		metrics: p.metrics,
-		claims:  newClaimTable(), publisher: cfg.publisherName(), digest: cfg.optionsDigest(),
+		claims:  newScopedClaimTable(p.caches.scoped), publisher: cfg.publisherName(), digest: cfg.optionsDigest(),
 		takeOverFrom: cfg.TakeOverFrom, known: cfg.KnownPublishers, holders: newHolderLog(), ignored: newHolderLog(),
 		grants: p.caches.claimRecords, claimPolicy: cfg.claimPolicy(),
 		teardowns: newTeardownClock(cfg.TeardownTimeout),
