@@ -118,6 +118,13 @@ func (s *claimRecords) remember(name string, rec *model.ClaimRecord, rv string) 
 	s.written[name] = ownRecord{rec: rec, rv: rv}
 }
 
+// forgetWrites drops what this process remembers of its own writes (when it stops leading).
+func (s *claimRecords) forgetWrites() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.written)
+}
+
 // write stores rec (server-side apply as the publisher's field manager); a record with no
 // grants is deleted instead.
 func (s *claimRecords) write(ctx context.Context, rec model.ClaimRecord) error {
@@ -264,6 +271,7 @@ func (p *Publisher) leadClaims(lctx context.Context) bool {
 			}
 			select {
 			case <-lctx.Done():
+				s.forgetWrites() // the next leader writes: only the informer tells what it wrote
 				return
 			case <-t.C:
 			}

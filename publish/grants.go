@@ -102,3 +102,24 @@ func (r *reconciler) reportIgnored(tm *v1beta1.TrafficMap, ignored []model.Ignor
 		r.status.recorder.Event(tm, corev1.EventTypeWarning, string(model.ReasonClaimJournalIgnored), msg)
 	}
 }
+
+// dropIgnored rewrites tm's journal, when it is this publisher's, without the entries that
+// do not count (ev.Ignored), and returns the map as stored: OME's tools read the journal,
+// and must not read a forged claim there. It replaces the journal with a merge patch, as
+// server-side apply cannot remove entries another field manager (the tenant's) wrote. A name
+// dropped that the map still claims is granted again as a fresh claim (claim).
+func (r *reconciler) dropIgnored(ctx context.Context, tm *v1beta1.TrafficMap, ev model.Evidence, log *zap.Logger) (*v1beta1.TrafficMap, bool, error) {
+	if j := tm.Status.Publisher; len(ev.Ignored) == 0 || j == nil || j.PublisherName != r.publisher {
+		return tm, false, nil
+	}
+	j, err := model.JournalOf(tm, r.publisher, r.digest, ev.Journaled)
+	if err != nil {
+		return tm, false, err
+	}
+	updated, err := r.status.replaceJournal(ctx, tm, j)
+	if err != nil {
+		return tm, false, err
+	}
+	log.Info("claim journal rewritten without the entries that grant no name", zap.Strings("journal", j.ClaimedTargets))
+	return updated, true, nil
+}

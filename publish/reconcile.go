@@ -150,6 +150,13 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		return 0, err
 	}
 	r.reportIgnored(tm, g.Evidence.Ignored, log)
+	if cleaned, wrote, err := r.dropIgnored(ctx, tm, g.Evidence, log); err != nil || wrote {
+		if err != nil {
+			return 0, err
+		}
+		tm, g.Inputs.TrafficMap = cleaned, cleaned
+		g.Evidence = r.inputs.evidence(cleaned)
+	}
 	pl, err := r.plan(g)
 	if errors.As(err, &ue) {
 		return r.status.fail(ctx, tm, ue, log)
