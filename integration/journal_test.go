@@ -155,7 +155,6 @@ func TestForgedPublisherNameAtStart(t *testing.T) {
 	_, err := call(byHost)
 	require.NoError(t, err, "the shared name is served at start")
 	assert.Equal(t, map[string]int{}, without(spread(t, byHost, 100), "prod-a", "prod-b"), "the shared name reaches prod's backends only")
-	assert.Equal(t, []string{prod.ns + "/chat"}, envoyVirtualHosts(t, pub, sharedHost), "one virtual host has the shared name: prod's")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		found := slices.ContainsFunc(evil.events(), func(e corev1.Event) bool {
 			return e.Type == corev1.EventTypeWarning && e.Reason == "PublisherChanged" && strings.Contains(e.Message, "is not a known publisher")
@@ -164,4 +163,7 @@ func TestForgedPublisherNameAtStart(t *testing.T) {
 	}, waitTimeout, tick)
 	prod.waitPublished()
 	assertProdServes(t, prod, route)
+	// The Envoy flavour agrees (an Envoy's fetch counts as a client of prod's map until it
+	// leaves, so it comes last).
+	assert.Equal(t, []string{prod.ns + "/chat"}, envoyVirtualHosts(t, pub, sharedHost), "one virtual host has the shared name: prod's")
 }
