@@ -245,10 +245,11 @@ func (c *caches) unpublished(now time.Time) (int, time.Duration) {
 	return n, oldest
 }
 
-// ramping counts the cached TrafficMaps whose Published condition says Ramping.
-func (c *caches) ramping() int {
+// ramping counts the TrafficMaps the informers maps cache whose Published condition says
+// Ramping.
+func ramping(maps []cache.SharedIndexInformer) int {
 	n := 0
-	for _, inf := range c.maps {
+	for _, inf := range maps {
 		for _, obj := range inf.GetStore().List() {
 			if tm, ok := obj.(*v1beta1.TrafficMap); ok && model.Ramping(tm) {
 				n++

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -229,20 +228,6 @@ func (s *claimRecords) gc(ctx context.Context, inScope func(namespace string) bo
 	return nil
 }
 
-// recordMapKey is the map a record object is about, from its annotations (false when they
-// are no valid record).
-func recordMapKey(obj any) (types.NamespacedName, bool) {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return types.NamespacedName{}, false
-	}
-	rec, err := model.DecodeClaimRecord(m.Annotations)
-	if err != nil {
-		return types.NamespacedName{}, false
-	}
-	return model.Key(rec.Namespace, rec.Name), true
-}
-
 // leadClaims runs when this replica starts leading, before its first reconcile: the upgrade
 // import (retried with backoff until it succeeds or the term ends: false), then the
 // collection of records whose map is gone, now and every resync period of the term.
@@ -250,7 +235,7 @@ func (p *Publisher) leadClaims(lctx context.Context) bool {
 	log := p.log.Named("claims")
 	s, c := p.caches.claimRecords, p.caches
 	for wait := time.Second; ; wait = min(2*wait, maxImportRetry) {
-		err := s.importJournals(lctx, c.allMaps(), c.policy, c.scoped, log)
+		err := s.importJournals(lctx, allMaps(c.maps), c.policy, c.scoped, log)
 		if err == nil {
 			break
 		}
@@ -283,10 +268,10 @@ func (p *Publisher) leadClaims(lctx context.Context) bool {
 // maxImportRetry caps the wait between two attempts of the upgrade import.
 const maxImportRetry = 30 * time.Second
 
-// allMaps lists every cached TrafficMap.
-func (c *caches) allMaps() []*v1beta1.TrafficMap {
+// allMaps lists every TrafficMap the informers maps cache.
+func allMaps(maps []cache.SharedIndexInformer) []*v1beta1.TrafficMap {
 	var out []*v1beta1.TrafficMap
-	for _, inf := range c.maps {
+	for _, inf := range maps {
 		for _, o := range inf.GetStore().List() {
 			if tm, ok := o.(*v1beta1.TrafficMap); ok {
 				out = append(out, tm)

@@ -15,10 +15,19 @@ import (
 // The pipeline's side of the claim records (claims.go): what it records before a journal
 // write, prunes after one, and how it reads the journal of a map it does not hold.
 
+// claimKeeper is the reconciler's claim-record and journal-evidence steps (the methods
+// below), apart from the pipeline's own.
+type claimKeeper struct{ *reconciler }
+
+// publishers are the publisher names the reconciler knows.
+func (k claimKeeper) publishers() model.Publishers {
+	return model.Publishers{Self: k.publisher, TakeOverFrom: k.takeOverFrom, Known: k.known}
+}
+
 // recordGrants records the grants of self (the names its journal holds that count, at their
 // grant times) and of granted (now), before they are journaled. A map's own gRPC name needs
 // no record.
-func (r *reconciler) recordGrants(ctx context.Context, tm *v1beta1.TrafficMap, self model.Claim, granted []string) error {
+func (r claimKeeper) recordGrants(ctx context.Context, tm *v1beta1.TrafficMap, self model.Claim, granted []string) error {
 	if r.grants == nil {
 		return nil
 	}
@@ -47,7 +56,7 @@ func (r *reconciler) recordGrants(ctx context.Context, tm *v1beta1.TrafficMap, s
 
 // pruneRecord drops from tm's claim record the names its journal (as written) no longer
 // holds; the record goes when it grants nothing.
-func (r *reconciler) pruneRecord(ctx context.Context, tm *v1beta1.TrafficMap) error {
+func (r claimKeeper) pruneRecord(ctx context.Context, tm *v1beta1.TrafficMap) error {
 	if r.grants == nil || tm == nil {
 		return nil
 	}
@@ -68,7 +77,7 @@ func (r *reconciler) pruneRecord(ctx context.Context, tm *v1beta1.TrafficMap) er
 // another known publisher's journal counts under the claim policy, each name ranking after
 // every grant this publisher recorded (model.ForeignEvidence); an unknown publisher's
 // journal counts for nothing (model.UnknownEvidence).
-func (r *reconciler) heldEvidence(tm *v1beta1.TrafficMap, own model.Evidence, policy model.ClaimPolicy) model.Evidence {
+func (r claimKeeper) heldEvidence(tm *v1beta1.TrafficMap, own model.Evidence, policy model.ClaimPolicy) model.Evidence {
 	h := model.HolderOf(tm, r.publishers())
 	switch {
 	case h.Unknown:
@@ -82,7 +91,7 @@ func (r *reconciler) heldEvidence(tm *v1beta1.TrafficMap, own model.Evidence, po
 // reportIgnored reports the entries of tm's journal that do not count (once per change of
 // them): a log line, the metric by reason, and a Warning Event naming each entry, the field
 // and the rule.
-func (r *reconciler) reportIgnored(tm *v1beta1.TrafficMap, ignored []model.Ignored, log *zap.Logger) {
+func (r claimKeeper) reportIgnored(tm *v1beta1.TrafficMap, ignored []model.Ignored, log *zap.Logger) {
 	var b strings.Builder
 	for _, ig := range ignored {
 		b.WriteString(ig.Target + "\x00" + string(ig.Reason) + "\x00")
@@ -108,7 +117,7 @@ func (r *reconciler) reportIgnored(tm *v1beta1.TrafficMap, ignored []model.Ignor
 // and must not read a forged claim there. It replaces the journal with a merge patch, as
 // server-side apply cannot remove entries another field manager (the tenant's) wrote. A name
 // dropped that the map still claims is granted again as a fresh claim (claim).
-func (r *reconciler) dropIgnored(ctx context.Context, tm *v1beta1.TrafficMap, ev model.Evidence, log *zap.Logger) (*v1beta1.TrafficMap, bool, error) {
+func (r claimKeeper) dropIgnored(ctx context.Context, tm *v1beta1.TrafficMap, ev model.Evidence, log *zap.Logger) (*v1beta1.TrafficMap, bool, error) {
 	if j := tm.Status.Publisher; len(ev.Ignored) == 0 || j == nil || j.PublisherName != r.publisher {
 		return tm, false, nil
 	}
@@ -123,3 +132,6 @@ func (r *reconciler) dropIgnored(ctx context.Context, tm *v1beta1.TrafficMap, ev
 	log.Info("claim journal rewritten without the entries that grant no name", zap.Strings("journal", j.ClaimedTargets))
 	return updated, true, nil
 }
+
+// keeper is r's claimKeeper.
+func keeper(r *reconciler) claimKeeper { return claimKeeper{r} }

@@ -69,7 +69,7 @@ func (r *reconciler) held(ctx context.Context, key cache.ObjectName, tm *v1beta1
 	holder, label, message := h.Publisher, h.Publisher, model.HeldMessage(tm, h.Publisher, r.publisher)
 	if h.Unknown {
 		label, message = "unknown", model.UnknownHolderMessage(tm, h.Publisher, r.publisher)
-		r.reportIgnored(tm, model.UnknownEvidence(tm).Ignored, log)
+		keeper(r).reportIgnored(tm, model.UnknownEvidence(tm).Ignored, log)
 	}
 	changed := r.holders.changed(types.NamespacedName(key), holder)
 	if changed {

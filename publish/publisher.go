@@ -157,7 +157,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		}
 	}
 	p.metrics = newMetrics(p.cfg.Registerer)
-	watchGauges(p.cfg.Registerer, p.elector.leading.Load, func() int { return mapCount(p.caches.maps) }, func() (int, time.Duration) { return p.caches.unpublished(time.Now()) }, p.caches.ramping,
+	watchGauges(p.cfg.Registerer, p.elector.leading.Load, func() int { return mapCount(p.caches.maps) }, func() (int, time.Duration) { return p.caches.unpublished(time.Now()) }, func() int { return ramping(p.caches.maps) },
 		func() map[model.FallbackReason]int { return countFallbacks(p.caches.maps) })
 
 	if cfg.sinkOn(SinkHTTPRoute) {
@@ -179,9 +179,8 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		sinks:   p.sinks,
 		status:  newStatusWriter(clientStatusAPI{maps: c.maps, manager: cfg.FieldManager}, p.recorder, p.metrics),
 		metrics: p.metrics,
-		claims:  newScopedClaimTable(p.caches.scoped), publisher: cfg.publisherName(), digest: cfg.optionsDigest(),
-		takeOverFrom: cfg.TakeOverFrom, known: cfg.KnownPublishers, holders: newHolderLog(), ignored: newHolderLog(),
-		grants: p.caches.claimRecords, claimPolicy: cfg.claimPolicy(),
+		claims:  newScopedClaimTable(p.caches.scoped), publisher: cfg.publisherName(), digest: cfg.optionsDigest(), takeOverFrom: cfg.TakeOverFrom,
+		known: cfg.KnownPublishers, holders: newHolderLog(), ignored: newHolderLog(), grants: p.caches.claimRecords, claimPolicy: cfg.claimPolicy(),
 		teardowns: newTeardownClock(cfg.TeardownTimeout),
 		lagging:   func() bool { return len(p.health.failing(time.Now())) > 0 },
 	}

@@ -101,11 +101,6 @@ type reconciler struct {
 	lagging func() bool
 }
 
-// publishers are the publisher names this publisher knows.
-func (r *reconciler) publishers() model.Publishers {
-	return model.Publishers{Self: r.publisher, TakeOverFrom: r.takeOverFrom, Known: r.known}
-}
-
 // plan is the pipeline's plan floor: the map's plan from its model.Gathered inputs.
 func (r *reconciler) plan(g model.Gathered) (*model.Planned, error) {
 	if r.planner != nil {
@@ -130,14 +125,14 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		return 0, err
 	}
 	if tm.DeletionTimestamp != nil { // held by the finalizer
-		if model.TornDownByOther(tm, r.publishers()) {
+		if model.TornDownByOther(tm, keeper(r).publishers()) {
 			// serve the map's xDS at weight 0, as the holder does; write and remove nothing
 			zero, err := r.zeroPlan(tm)
 			return 0, serveZeros(zero, err, r.sinks, servingOf(r.sinks))
 		}
 		return r.teardown(ctx, key, tm, log)
 	}
-	if h := model.HolderOf(tm, r.publishers()); h.Held() {
+	if h := model.HolderOf(tm, keeper(r).publishers()); h.Held() {
 		return r.held(ctx, key, tm, h, log) // holders.go
 	}
 	r.holders.changed(types.NamespacedName(key), "")
@@ -149,8 +144,8 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	if err != nil {
 		return 0, err
 	}
-	r.reportIgnored(tm, g.Evidence.Ignored, log)
-	if cleaned, wrote, err := r.dropIgnored(ctx, tm, g.Evidence, log); err != nil || wrote {
+	keeper(r).reportIgnored(tm, g.Evidence.Ignored, log)
+	if cleaned, wrote, err := keeper(r).dropIgnored(ctx, tm, g.Evidence, log); err != nil || wrote {
 		if err != nil {
 			return 0, err
 		}
@@ -188,7 +183,7 @@ func (r *reconciler) load(ctx context.Context, key cache.ObjectName) (_ *v1beta1
 	if err != nil {
 		return nil, false, err
 	}
-	if tm == nil || tm.DeletionTimestamp != nil && !model.Finalizing(tm, r.publisher) && !model.TornDownByOther(tm, r.publishers()) {
+	if tm == nil || tm.DeletionTimestamp != nil && !model.Finalizing(tm, r.publisher) && !model.TornDownByOther(tm, keeper(r).publishers()) {
 		return nil, true, nil
 	}
 	if !r.status.behind(tm) {
@@ -201,7 +196,7 @@ func (r *reconciler) load(ctx context.Context, key cache.ObjectName) (_ *v1beta1
 	if err != nil {
 		return nil, false, fmt.Errorf("read trafficmap %s newer than the cache: %w", key, err)
 	}
-	if live.DeletionTimestamp != nil && !model.Finalizing(live, r.publisher) && !model.TornDownByOther(live, r.publishers()) {
+	if live.DeletionTimestamp != nil && !model.Finalizing(live, r.publisher) && !model.TornDownByOther(live, keeper(r).publishers()) {
 		return nil, true, nil
 	}
 	return live, false, nil
@@ -237,7 +232,7 @@ func (r *reconciler) sinkFloor(ctx context.Context, key cache.ObjectName, tm *v1
 		}
 		res.tm = tm
 	}
-	if len(pl.Claimable) > 0 || model.HolderOf(tm, r.publishers()).Replaces() {
+	if len(pl.Claimable) > 0 || model.HolderOf(tm, keeper(r).publishers()).Replaces() {
 		if res.tm, res.pl, res.tableHeld, err = r.claim(ctx, tm, g, pl, log); err != nil {
 			return res, err
 		}
@@ -374,7 +369,7 @@ func (r *reconciler) decideAndWrite(ctx context.Context, key cache.ObjectName, r
 	}
 	if err == nil {
 		// the journal first, then the record: a name leaves the record once no journal holds it
-		if err = r.pruneRecord(ctx, written); err != nil {
+		if err = keeper(r).pruneRecord(ctx, written); err != nil {
 			return 0, err
 		}
 	}
@@ -490,14 +485,14 @@ func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g model.
 		granted, more, holders = r.claims.reserve(key, pl.Claimable)
 		added = append(added, more...)
 	}
-	if from := model.HolderOf(tm, r.publishers()); len(granted) > 0 || from.Replaces() {
+	if from := model.HolderOf(tm, keeper(r).publishers()); len(granted) > 0 || from.Replaces() {
 		j, err := model.JournalOf(tm, r.publisher, r.digest, append(slices.Clone(pl.Self.Journaled), granted...))
 		if err != nil {
 			r.claims.release(key, added)
 			return tm, pl, false, err
 		}
 		// the record first: a journal entry counts only once the record grants it
-		if err := r.recordGrants(ctx, tm, pl.Self, granted); err != nil {
+		if err := keeper(r).recordGrants(ctx, tm, pl.Self, granted); err != nil {
 			r.claims.release(key, added)
 			return tm, pl, false, err
 		}
@@ -617,7 +612,7 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
-	if model.Finalizing(tm, r.publisher) || model.TornDownByOther(tm, r.publishers()) {
+	if model.Finalizing(tm, r.publisher) || model.TornDownByOther(tm, keeper(r).publishers()) {
 		zero, err := r.zeroPlan(tm)
 		return serveZeros(zero, err, r.sinks, serving)
 	}
@@ -645,7 +640,7 @@ func (r *reconciler) serveMap(tm *v1beta1.TrafficMap, serving []model.Serving) e
 	if err != nil {
 		return err
 	}
-	g.Evidence = r.heldEvidence(tm, g.Evidence, g.Policy)
+	g.Evidence = keeper(r).heldEvidence(tm, g.Evidence, g.Policy)
 	pl, err := r.plan(g)
 	if errors.As(err, &ue) {
 		return nil

@@ -237,13 +237,13 @@ func (r *reconciler) zeroPlan(tm *v1beta1.TrafficMap) (*model.Plan, error) {
 	g, err := r.inputs.gather(tm)
 	var pl *model.Planned
 	if err == nil {
-		g.Evidence = r.heldEvidence(tm, g.Evidence, g.Policy) // the map as its holder plans it (holders.go)
+		g.Evidence = keeper(r).heldEvidence(tm, g.Evidence, g.Policy) // the map as its holder plans it (holders.go)
 		pl, err = r.plan(g)
 	}
 	var ue *model.UserError
 	switch {
 	case errors.As(err, &ue): // made from the map alone, when its entries allow
-		zero, ferr := model.FallbackTeardownPlan(tm, r.heldEvidence(tm, r.inputs.evidence(tm), r.claimPolicy).Journaled)
+		zero, ferr := model.FallbackTeardownPlan(tm, keeper(r).heldEvidence(tm, r.inputs.evidence(tm), r.claimPolicy).Journaled)
 		if ferr != nil {
 			return nil, &model.UserError{Reason: ue.Reason, Message: ue.Message + "; " + ferr.Error()}
 		}
