@@ -174,3 +174,52 @@ func TestForgedPublisherNameAtStart(t *testing.T) {
 	// leaves, so it comes last).
 	assert.Equal(t, []string{prod.ns + "/chat"}, envoyVirtualHosts(t, pub, sharedHost), "one virtual host has the shared name: prod's")
 }
+
+// The upgrade import (issue 43): a fleet journaled by a version without claim records.
+// prod/chat's journal holds chat.example.com; evil/chat's, younger and forged before the
+// upgrade, holds prod's gRPC name (outside the claim policy) and chat.example.com (the older
+// map's). The first leader imports the journals once, before its first reconcile, under the
+// claim policy and the old rule: prod keeps its name, recorded as granted at its
+// creationTimestamp; none of evil's forged entries is imported; the marker is written.
+func TestUpgradeImportsJournalsOnce(t *testing.T) {
+	prod := newFixture(t)
+	prod.setAnnotation(service, v1beta1.AnnotationGlobalHost, sharedHost, false)
+	prodMap := prod.createMap(seedEntries())
+	name := "upgrade-" + prod.ns // a publisher name no record exists for yet
+	writeJournal(t, prod, &v1beta1.TrafficMapPublisherStatus{PublisherName: name,
+		ClaimedTargets: []string{"grpc:chat." + prod.ns, "hostname:" + sharedHost}})
+	evil := &fixture{t: t, ns: newNamespace(t), routing: standin.Routing{Client: tmc}}
+	evil.isvcUID = evil.createISVC(service, map[string]string{v1beta1.AnnotationGlobalHost: sharedHost})
+	require.Eventually(t, func() bool { return time.Now().After(prodMap.CreationTimestamp.Add(time.Second)) }, waitTimeout, tick)
+	evil.createMap(seedEntries())
+	writeJournal(t, evil, &v1beta1.TrafficMapPublisherStatus{PublisherName: name,
+		ClaimedTargets: []string{"grpc:chat." + evil.ns, "grpc:chat." + prod.ns, "hostname:" + sharedHost}})
+
+	prod.startPublisher(func(c *publish.Config) {
+		c.PublisherName, c.ClaimNamespace, c.Namespaces = name, prod.ns, []string{prod.ns, evil.ns}
+		c.Sinks, c.XDSAddress = []string{publish.SinkXDS}, "127.0.0.1:0"
+	})
+	held := prod.waitPublished()
+	assert.Contains(t, held.Status.Publisher.ClaimedTargets, "hostname:"+sharedHost)
+	evil.waitCondition(metav1.ConditionFalse, "HostnameConflict", "hostname "+sharedHost+" is held by trafficmap "+prod.ns+"/chat")
+
+	list, err := kube.CoreV1().ConfigMaps(prod.ns).List(ctxFor(t), metav1.ListOptions{LabelSelector: "publisher.trafficmap.dev/claim-record-for"})
+	require.NoError(t, err)
+	grants := map[string]string{}
+	marker := false
+	for _, cm := range list.Items {
+		if strings.HasSuffix(cm.Name, "-imported") {
+			marker = true
+			continue
+		}
+		grants[cm.Annotations["publisher.trafficmap.dev/map"]] = cm.Annotations["publisher.trafficmap.dev/grants"]
+	}
+	assert.True(t, marker, "the import marker is written")
+	assert.Equal(t, map[string]string{prod.ns + "/chat": sharedHost + "=" + prodMap.CreationTimestamp.UTC().Format("2006-01-02T15:04:05.000Z")}, grants,
+		"prod's name is imported, granted at its creationTimestamp; none of evil's entries is")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		j := evil.getMap().Status.Publisher
+		require.NotNil(c, j)
+		assert.Equal(c, []string{"grpc:chat." + evil.ns}, j.ClaimedTargets, "evil's journal keeps only its own gRPC name")
+	}, waitTimeout, tick)
+}
