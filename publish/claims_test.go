@@ -1,14 +1,20 @@
 package publish
 
 import (
+	"slices"
 	"testing"
 	"text/template"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
@@ -109,4 +115,60 @@ func TestClaimRecordOfAnEarlierMapGrantsNothing(t *testing.T) {
 
 	f.grant(t, tm, t0, "chat.example.com")
 	assert.Equal(t, []string{"chat.example.com", "chat.prod"}, f.p.caches.evidence(tm).Journaled)
+}
+
+// The grant order: the claim record is written before the journal names the granted name,
+// and both before any sink serves it; a name the journal drops leaves the record after the
+// journal; a deleted map's record goes after the sinks removed what they served.
+func TestClaimRecordOrder(t *testing.T) {
+	f := newFixture(t)
+	s := &journalSink{fakeSink: inPlace("route stored"), api: f.api}
+	f.rec.sinks = []model.Sink{s}
+	f.inputs.tm.Status.Publisher = nil // a new map: nothing journaled yet
+	f.api.tm = f.inputs.tm.DeepCopy()
+	scheme := k8sruntime.NewScheme()
+	require.NoError(t, metav1.AddMetaToScheme(scheme))
+	kube := kubefake.NewClientset()
+	f.rec.grants = newClaimRecords(metadatafake.NewSimpleMetadataClient(scheme), kube, "trafficmap-system", testPublisher, testPublisher)
+	var journalAtRecord [][]string
+	var sinkDeletedAtRecord []string
+	kube.PrependReactor("*", "configmaps", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		s.mu.Lock()
+		sinkDeletedAtRecord = slices.Clone(s.deleted)
+		s.mu.Unlock()
+		var targets []string
+		if j := f.api.tm.Status.Publisher; j != nil {
+			targets = slices.Clone(j.ClaimedTargets)
+		}
+		journalAtRecord = append(journalAtRecord, append([]string{a.GetVerb()}, targets...))
+		return false, nil, nil
+	})
+
+	_, err := f.run(t)
+	require.NoError(t, err)
+	require.Equal(t, [][]string{{"patch"}}, journalAtRecord, "the record is applied before the journal holds the name")
+	assert.Equal(t, []string{"grpc:chat.prod", "hostname:chat.example.com"}, s.journalAtApply[0], "journaled before the sink got the plan")
+	rec := f.rec.grants.get("prod", "chat")
+	require.NotNil(t, rec)
+	assert.Equal(t, []string{"chat.example.com"}, rec.Names())
+
+	// The hostname moves: the new name is recorded before it is journaled; the old one
+	// leaves the journal after the sink applied the plan, then the record.
+	f.inputs.global = "chat2.example.com"
+	journalAtRecord = nil
+	_, err = f.run(t)
+	require.NoError(t, err)
+	require.Len(t, journalAtRecord, 2)
+	assert.Equal(t, []string{"patch", "grpc:chat.prod", "hostname:chat.example.com"}, journalAtRecord[0], "chat2 recorded before it is journaled")
+	assert.Equal(t, []string{"patch", "grpc:chat.prod", "hostname:chat2.example.com"}, journalAtRecord[1], "chat leaves the record after the journal")
+	assert.Equal(t, []string{"chat2.example.com"}, f.rec.grants.get("prod", "chat").Names())
+
+	// Deleted: the record goes after the sinks' removal.
+	f.inputs.tm = nil
+	journalAtRecord = nil
+	require.NoError(t, f.rec.delete(t.Context(), f.key, zaptest.NewLogger(t)))
+	require.Len(t, journalAtRecord, 1)
+	assert.Equal(t, "delete", journalAtRecord[0][0])
+	assert.NotEmpty(t, sinkDeletedAtRecord, "the sink removed the map first")
+	assert.Nil(t, f.rec.grants.get("prod", "chat"))
 }
