@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rampSteps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_ramp_steps_total",
 			Help: "Ramp steps taken (the step before was in place on every sink), by direction: down (gradual drain) or up (gradual undrain)."}, []string{"direction"}),
 		holders: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_holder_changes_total",
-			Help: "Maps found held by another publisher (their claim journal names it, with claims or a last positive plan), counted once per change of holder, by the holder's publisherName."}, []string{"holder"}),
+			Help: "Maps found held by another publisher (their claim journal names it, with claims or a last positive plan), counted once per change of holder, by the holder's publisherName (\"unknown\" for a name that is not a known publisher: --known-publishers)."}, []string{"holder"}),
 		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_claim_journal_ignored_total",
 			Help: "Claim journal entries (status.publisher.claimedTargets) that grant no name, counted once per change of a map's ignored entries, by reason: Malformed, ForeignGRPCName, NotEntitled, NotGranted, Overlap or UnknownPublisher."}, []string{"reason"}),
 		since: map[cache.ObjectName]time.Time{},
