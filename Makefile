@@ -70,13 +70,14 @@ unit:
 	$(GO) test $$($(GO) list ./... | grep -v '/integration') && \
 	$(GO) -C hack/image test ./...
 
-## fuzz: each fuzz target of ./weights for FUZZTIME
+## fuzz: each fuzz target of ./weights and ./model for FUZZTIME
 fuzz:
 	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseDrains$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./weights -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./weights -run '^$$' -fuzz '^FuzzTolerates$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseTaints$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseTolerations$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./model -run '^$$' -fuzz '^FuzzJournal$$' -fuzztime $(FUZZTIME)
 
 ## generate: deepcopy functions, CRDs and the api/client clientset, listers, informers and apply configurations from api/v1beta1
 generate:
