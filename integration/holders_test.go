@@ -65,7 +65,7 @@ func TestTwoPublishersOneMap(t *testing.T) {
 	g := newFixture(t)
 	g.createMap(seedEntries())
 	writeJournal(t, g, &v1beta1.TrafficMapPublisherStatus{PublisherName: "ghost", ClaimedTargets: []string{"hostname:chat." + g.ns + ".example.com"}})
-	g.startPublisher()
+	g.startPublisher(func(c *publish.Config) { c.KnownPublishers = []string{"ghost"} })
 	told := g.waitCondition(metav1.ConditionFalse, string(model.ReasonPublisherChanged), `held by publisher "ghost"`, "--take-over-from ghost")
 	assert.False(t, told.Status.Published)
 	assert.Equal(t, "ghost", told.Status.Publisher.PublisherName, "the holder's journal is not touched")
@@ -173,7 +173,10 @@ func waitHolder(t *testing.T, f *fixture, publisher string) {
 // startNamed starts a publisher whose field manager and publisherName are name.
 func startNamed(t *testing.T, f *fixture, name string, mutate ...func(*publish.Config)) *runningPublisher {
 	t.Helper()
-	cfg := f.publisherConfig(append([]func(*publish.Config){func(c *publish.Config) { c.FieldManager = name }}, mutate...)...)
+	cfg := f.publisherConfig(append([]func(*publish.Config){func(c *publish.Config) {
+		c.FieldManager = name
+		c.KnownPublishers = []string{"pub-a", "pub-b"} // each knows the other (--known-publishers)
+	}}, mutate...)...)
 	return startPublisherWith(t, cfg, restCfg, zaptest.NewLogger(t).Named(name))
 }
 

@@ -142,6 +142,9 @@ func TestChartRBACEveryRuleIsNeeded(t *testing.T) {
 			if strings.HasSuffix(o.GetName(), "-leader-election") {
 				object = "-leader-election"
 			}
+			if strings.HasSuffix(o.GetName(), "-claims") {
+				object = "-claims"
+			}
 			rules = append(rules, struct {
 				kind, object string
 				index        int
@@ -149,7 +152,7 @@ func TestChartRBACEveryRuleIsNeeded(t *testing.T) {
 			}{o.GetKind(), object, i, strings.Join(res, ",")})
 		}
 	}
-	require.Len(t, rules, 9, "six namespaced rules, two for the cluster-scoped taint sources, one for the Lease")
+	require.Len(t, rules, 10, "six namespaced rules, two for the cluster-scoped taint sources, one for the Lease, one for the claim records")
 
 	for n, rule := range rules {
 		t.Run(rule.kind+"/"+rule.names, func(t *testing.T) {
@@ -286,7 +289,10 @@ func TestChartRBACXDSOnlyRecord(t *testing.T) {
 		f.createMap(seedEntries())
 		core, logs := observer.New(zapcore.ErrorLevel)
 		log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
-		cfg := f.publisherConfig(func(c *publish.Config) { c.Sinks, c.XDSAddress = []string{publish.SinkXDS}, "127.0.0.1:0" })
+		cfg := f.publisherConfig(func(c *publish.Config) {
+			c.Sinks, c.XDSAddress = []string{publish.SinkXDS}, "127.0.0.1:0"
+			c.ClaimNamespace = f.ns // the release namespace, where the chart grants the claim records
+		})
 		f.pub = startPublisherWith(t, cfg, asServiceAccount(f.ns, release+"-trafficmap-publisher"), log)
 		return f, logs
 	}

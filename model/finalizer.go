@@ -89,11 +89,11 @@ func TeardownPlan(pl Plan, others []Claim) Plan {
 
 // FallbackTeardownPlan is the zero plan of tm made from the map alone, for a map being
 // deleted whose plan cannot be made any more (its InferenceService is gone, or one of its
-// inputs fails): every entry of its spec at weight 0, the hostname its claim journal
-// (publisher's) holds as its hostname, and its gRPC name withheld unless the journal holds
+// inputs fails): every entry of its spec at weight 0, the hostname among journaled (the
+// names its claim journal holds that count: Evidence.Journaled) as its hostname, and its gRPC name withheld unless the journal holds
 // it, so no sink is handed a name the map does not own. Drains, taints and tolerations do
 // not matter at weight 0 and are left out. It fails when the spec's entries are invalid.
-func FallbackTeardownPlan(tm *v1beta1.TrafficMap, publisher string) (Plan, error) {
+func FallbackTeardownPlan(tm *v1beta1.TrafficMap, journaled []string) (Plan, error) {
 	res, err := weights.Compute(weights.Input{Entries: entries(tm)})
 	if err != nil {
 		return Plan{}, fmt.Errorf("trafficmap %s/%s spec.entries: %w", tm.Namespace, tm.Name, err)
@@ -101,7 +101,7 @@ func FallbackTeardownPlan(tm *v1beta1.TrafficMap, publisher string) (Plan, error
 	p := Zeroed(Plan{Namespace: tm.Namespace, Name: tm.Name, UID: string(tm.UID), Generation: tm.Generation,
 		Service: tm.Spec.Service, Result: res})
 	grpc := NormalizeHostname(GRPCName(tm.Namespace, tm.Spec.Service))
-	journaled := JournaledNames(tm, publisher)
+	journaled = UniqueNames(journaled)
 	for _, n := range journaled {
 		if n != grpc && len(p.Hostnames) == 0 {
 			p.GlobalHost, p.Hostnames = n, []string{n}

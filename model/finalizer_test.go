@@ -128,7 +128,7 @@ func TestFallbackTeardownPlan(t *testing.T) {
 			{Cluster: "worker-a", Endpoint: "https://a.example.com", Weight: 1},
 		}}}
 	tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: "p", ClaimedTargets: []string{"grpc:chat.prod", "hostname:chat.example.com"}}
-	p, err := FallbackTeardownPlan(tm, "p")
+	p, err := FallbackTeardownPlan(tm, JournaledNames(tm, "p"))
 	require.NoError(t, err)
 	assert.Equal(t, "chat.example.com", p.GlobalHost)
 	assert.Equal(t, []string{"chat.example.com"}, p.Hostnames)
@@ -140,12 +140,12 @@ func TestFallbackTeardownPlan(t *testing.T) {
 	assert.Equal(t, []any{"uid-1", int64(4), "chat"}, []any{p.UID, p.Generation, p.Service})
 
 	tm.Status.Publisher.PublisherName = "other"
-	p, err = FallbackTeardownPlan(tm, "p")
+	p, err = FallbackTeardownPlan(tm, JournaledNames(tm, "p"))
 	require.NoError(t, err)
 	assert.Empty(t, p.Hostnames, "another publisher's journal holds nothing for us")
 	assert.True(t, p.Withheld("chat.prod"), "an unjournaled gRPC name is not served")
 
 	tm.Spec.Entries = append(tm.Spec.Entries, tm.Spec.Entries[0])
-	_, err = FallbackTeardownPlan(tm, "p")
+	_, err = FallbackTeardownPlan(tm, JournaledNames(tm, "p"))
 	require.Error(t, err, "duplicate cluster: no plan")
 }

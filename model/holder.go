@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 )
@@ -30,10 +31,26 @@ const (
 )
 
 // Holding is a publisher's standing with one map: Hold, and Publisher, the publisherName the
-// journal names ("" for HoldOwn).
+// journal names ("" for HoldOwn). Unknown is set when that name is not a known publisher
+// (Publishers.Known): the journal is a forgery or a misconfiguration, and counts for no
+// one (UnknownEvidence).
 type Holding struct {
 	Hold      Hold
 	Publisher string
+	Unknown   bool
+}
+
+// Publishers are the publisher names a publisher knows: its own (Self, its
+// --publisher-name), TakeOverFrom (--take-over-from, "" for none) and Known
+// (--known-publishers); OME's "gatewayapi" is always known.
+type Publishers struct {
+	Self, TakeOverFrom string
+	Known              []string
+}
+
+// IsKnown reports whether name is a known publisher's.
+func (p Publishers) IsKnown(name string) bool {
+	return name == p.Self || name == OMEPublisherName || p.TakeOverFrom != "" && name == p.TakeOverFrom || slices.Contains(p.Known, name)
 }
 
 // Held reports whether another publisher holds the map (HoldOther).
@@ -43,19 +60,20 @@ func (h Holding) Held() bool { return h.Hold == HoldOther }
 // (HoldAdopt, HoldTakeOver).
 func (h Holding) Replaces() bool { return h.Hold == HoldAdopt || h.Hold == HoldTakeOver }
 
-// HolderOf is the holder rule: how publisher (its --publisher-name) stands with tm, given
-// takeOverFrom (its --take-over-from, "" for none). It is pure and reads only
-// status.publisher.
-func HolderOf(tm *v1beta1.TrafficMap, publisher, takeOverFrom string) Holding {
+// HolderOf is the holder rule: how p.Self stands with tm. It is pure and reads only
+// status.publisher. A journal naming a publisher that is not known (a tenant's forgery)
+// with claims or a last positive plan makes the map held (Unknown): this publisher writes
+// nothing external for it and its journal counts for no one.
+func HolderOf(tm *v1beta1.TrafficMap, p Publishers) Holding {
 	j := tm.Status.Publisher
-	if j == nil || j.PublisherName == "" || j.PublisherName == publisher {
+	if j == nil || j.PublisherName == "" || j.PublisherName == p.Self {
 		return Holding{Hold: HoldOwn}
 	}
 	switch {
-	case takeOverFrom != "" && j.PublisherName == takeOverFrom:
+	case p.TakeOverFrom != "" && j.PublisherName == p.TakeOverFrom:
 		return Holding{Hold: HoldTakeOver, Publisher: j.PublisherName}
 	case len(j.ClaimedTargets) > 0 || j.LastPositive != nil:
-		return Holding{Hold: HoldOther, Publisher: j.PublisherName}
+		return Holding{Hold: HoldOther, Publisher: j.PublisherName, Unknown: !p.IsKnown(j.PublisherName)}
 	}
 	return Holding{Hold: HoldAdopt, Publisher: j.PublisherName}
 }
@@ -81,20 +99,33 @@ func HeldStatus(tm *v1beta1.TrafficMap, holder, publisher string) Status {
 
 // HeldMessage says who holds tm and how publisher would take it over.
 func HeldMessage(tm *v1beta1.TrafficMap, holder, publisher string) string {
+	return heldMessage(tm, holder, publisher)
+}
+
+// UnknownHolderMessage says that tm's journal names a publisher that is not known, so it
+// counts for no one.
+func UnknownHolderMessage(tm *v1beta1.TrafficMap, holder, publisher string) string {
+	return fmt.Sprintf("trafficmap %s/%s status.publisher.publisherName %q is not a known publisher (this publisher's --publisher-name %q, --take-over-from, --known-publishers or %q): "+
+		"its claim journal grants no name to anyone and publisher %q writes nothing for the map; to move the map, run publisher %q with --take-over-from %s",
+		tm.Namespace, tm.Name, short(holder), publisher, OMEPublisherName, publisher, publisher, short(holder))
+}
+
+func heldMessage(tm *v1beta1.TrafficMap, holder, publisher string) string {
 	return fmt.Sprintf("trafficmap %s/%s is held by publisher %q (status.publisher names it with claims or a last positive plan); "+
 		"publisher %q writes nothing for it: to move the map, run publisher %q with --take-over-from %s",
 		tm.Namespace, tm.Name, holder, publisher, publisher, holder)
 }
 
 // TornDownByOther reports whether tm is a deleted map another publisher tears down: it is
-// being deleted, carries Finalizer, and its claim journal names another publisher. This
+// being deleted, carries Finalizer, and its claim journal names another known publisher
+// (p.IsKnown; a journal naming an unknown one is no holder's). This
 // publisher then removes nothing (the route and Services are that publisher's to remove in
 // its order) and serves the map's xDS at weight 0, as that publisher does, until the map is
 // gone.
-func TornDownByOther(tm *v1beta1.TrafficMap, publisher string) bool {
+func TornDownByOther(tm *v1beta1.TrafficMap, p Publishers) bool {
 	if tm == nil || tm.DeletionTimestamp == nil || !HasFinalizer(tm) {
 		return false
 	}
 	j := tm.Status.Publisher
-	return j != nil && j.PublisherName != "" && j.PublisherName != publisher
+	return j != nil && j.PublisherName != "" && j.PublisherName != p.Self && p.IsKnown(j.PublisherName)
 }

@@ -33,11 +33,13 @@ func TestHolderOf(t *testing.T) {
 			takeOver: "c", want: Holding{Hold: HoldOther, Publisher: OMEPublisherName}},
 		{name: "take over an empty journal", journal: &v1beta1.TrafficMapPublisherStatus{PublisherName: "b"}, takeOver: "b",
 			want: Holding{Hold: HoldTakeOver, Publisher: "b"}},
+		{name: "an unknown publisher with claims holds, unknown", journal: &v1beta1.TrafficMapPublisherStatus{PublisherName: "forged", ClaimedTargets: []string{"hostname:chat.example.com"}},
+			want: Holding{Hold: HoldOther, Publisher: "forged", Unknown: true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tm := &v1beta1.TrafficMap{Status: v1beta1.TrafficMapStatus{Publisher: tc.journal}}
-			got := HolderOf(tm, "ours", tc.takeOver)
+			got := HolderOf(tm, Publishers{Self: "ours", TakeOverFrom: tc.takeOver, Known: []string{"b"}})
 			assert.Equal(t, tc.want, got)
 			assert.Equal(t, tc.want.Hold == HoldOther, got.Held())
 			assert.Equal(t, tc.want.Hold == HoldAdopt || tc.want.Hold == HoldTakeOver, got.Replaces())

@@ -19,16 +19,20 @@ import (
 // "*.b.example.com", never "example.com"). Names compare case-insensitively, without a
 // trailing dot.
 //
-// Ownership goes by claim time, and the claim journal (status.publisher.claimedTargets,
-// journal.go) is the record of it: a map holds a name once the name is in its journal,
-// written before any sink serves it. Among the claims on overlapping names:
+// Ownership goes by claim time. A map holds a name once the name counts in its claim journal
+// (status.publisher.claimedTargets, journal.go): the publisher records the grant where
+// tenants cannot write (record.go) and journals it, both before any sink serves it; what
+// counts is what the journal and the record agree on, under the claim policy (evidence.go:
+// Claim.Journaled, with each name's grant time). Among the claims on overlapping names:
 //
 //  1. a name journaled by another map wins over a claim not journaled yet, whatever the
 //     maps' ages: a new annotation on an old map is a new claim and loses to a name
 //     already held;
 //  2. when both journaled overlapping names (a race between publishers, a restored
-//     object), the older map wins: the older metadata.creationTimestamp, ties broken by
-//     namespace/name (Gateway API's route precedence);
+//     object, an import), the earlier grant wins: the grant time the publisher recorded
+//     (a map's own gRPC name: its metadata.creationTimestamp), ties broken by the older
+//     map, then namespace/name (Gateway API's route precedence). Nothing a tenant writes
+//     sets a grant time, so a claim cannot be backdated;
 //  3. among claims journaled by no one, the older claimant is first to be granted (so a
 //     cold start over maps that never journaled decides deterministically), unless the
 //     older claimant's name already lost to a journaled one (it will never be granted, so
@@ -58,10 +62,31 @@ type Claim struct {
 	Created time.Time
 	// Names are the names it claims (the ones its policy allows).
 	Names []string
-	// Journaled are the names its claim journal holds: the ones it was granted, including
-	// names it no longer claims but whose journal entry is not dropped yet (a name leaves
-	// the journal only after the sinks stopped serving it). A route's claim has none.
+	// Journaled are the names its claim journal holds that count (Evidence): the ones it
+	// was granted, including names it no longer claims but whose journal entry is not
+	// dropped yet (a name leaves the journal only after the sinks stopped serving it). A
+	// route's claim has none.
 	Journaled []string
+	// Granted is each journaled name's grant time (Evidence.Granted); a name without one
+	// was granted at Created.
+	Granted map[string]time.Time
+}
+
+// grantedAt is when c was granted its journaled name n.
+func (c Claim) grantedAt(n string) time.Time {
+	if t, ok := c.Granted[n]; ok {
+		return t
+	}
+	return c.Created
+}
+
+// grantPrecedes reports whether a's grant of an precedes b's grant of bn: earlier, or as
+// early and a precedes b.
+func grantPrecedes(a Claim, an string, b Claim, bn string) bool {
+	if c := a.grantedAt(an).Compare(b.grantedAt(bn)); c != 0 {
+		return c < 0
+	}
+	return Precedes(a, b)
 }
 
 // Key is the claimant's key.
@@ -160,7 +185,7 @@ type Ownership struct {
 // ResolveHostnames decides which of self's names self owns, given claims: every other
 // claim that may hold or want a name overlapping one of self's (the others are ignored;
 // self may be among them, and is skipped). See the rules at the top of this file. Two
-// claims never both own overlapping names: between two journaled claims exactly one
+// claims never both own overlapping names: between two journaled grants exactly one
 // precedes the other, and an unjournaled name is never Owned.
 func ResolveHostnames(self Claim, claims []Claim) Ownership {
 	rivals := slices.DeleteFunc(slices.Clone(claims), func(c Claim) bool { return c.Kind == self.Kind && c.Key() == self.Key() })
@@ -172,7 +197,7 @@ func ResolveHostnames(self Claim, claims []Claim) Ownership {
 		var holder, wanter *Conflict
 		for _, r := range rivals {
 			if holder == nil {
-				if hn, ok := overlapping(n, r.Journaled); ok && (!mine || Precedes(r, self)) {
+				if hn, ok := heldOver(n, r, self, mine); ok {
 					holder = &Conflict{Hostname: n, Owner: ownerOf(r, hn)}
 				}
 			}
@@ -195,6 +220,19 @@ func ResolveHostnames(self Claim, claims []Claim) Ownership {
 	}
 	sortConflicts(out.Conflicts)
 	return out
+}
+
+// heldOver returns the first of r's journaled names overlapping self's name n that holds
+// n: any one when self did not journal n, else one granted before self's grant of n. (Every
+// overlapping name is compared, so that two journaled claims never both hold: if self
+// holds n over all of r's names, r's name overlapping n does not hold over self's n.)
+func heldOver(n string, r, self Claim, mine bool) (string, bool) {
+	for _, hn := range UniqueNames(r.Journaled) {
+		if HostnamesOverlap(n, hn) && (!mine || grantPrecedes(r, hn, self, n)) {
+			return hn, true
+		}
+	}
+	return "", false
 }
 
 // heldAgainst reports whether wanter's unjournaled name wn is already lost: another claim

@@ -49,10 +49,11 @@ type Gathered struct {
 	// Foreign are the claims of foreign routes on the same Gateway listener that overlap
 	// its names.
 	Claims, Foreign []Claim
-	// Publisher is the publisherName whose journals count; Policy decides which hostname
-	// the map's namespace may claim.
-	Publisher string
-	Policy    ClaimPolicy
+	// Evidence is what the map's own claim journal counts for (ReadJournal: the names the
+	// publisher's record grants it, under the policy); Policy decides which hostname the
+	// map's namespace may claim.
+	Evidence Evidence
+	Policy   ClaimPolicy
 }
 
 // Planned is the outcome of the plan step for one map.
@@ -87,7 +88,7 @@ func PlanMap(g Gathered) (*Planned, error) {
 	}}
 	host, err := g.Hostname, g.HostnameErr
 	self := Claim{Kind: KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time,
-		Names: []string{GRPCName(tm.Namespace, tm.Spec.Service)}, Journaled: JournaledNames(tm, g.Publisher)}
+		Names: []string{GRPCName(tm.Namespace, tm.Spec.Service)}, Journaled: g.Evidence.Journaled, Granted: g.Evidence.Granted}
 	if err == nil {
 		if refused := g.Policy.Check(tm.Namespace, host); refused != nil {
 			return nil, &UserError{ReasonHostnameNotEntitled, notEntitledMessage(tm, g, host, refused)}

@@ -77,6 +77,11 @@ const (
 	ReasonFinalized        Reason = "Finalized"
 )
 
+// ReasonClaimJournalIgnored is the reason of the Warning Event recorded when entries of a
+// map's claim journal do not count (Evidence.Ignored): they name no name the publisher
+// granted to the map, or one the claim policy refuses.
+const ReasonClaimJournalIgnored Reason = "ClaimJournalIgnored"
+
 // Reasons lists every reason of the Published condition, in the order above.
 func Reasons() []Reason {
 	return []Reason{ReasonPublished, ReasonPublishing, ReasonInvalidTrafficMap, ReasonInvalidDrainAnnotation,

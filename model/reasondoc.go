@@ -39,7 +39,7 @@ func Conditions() []Condition {
 // EventReasons lists the reasons of the Events the publisher records that are not
 // reasons of the Published condition, in the order they are declared.
 func EventReasons() []Reason {
-	return []Reason{ReasonRampStarted, ReasonRampFinished, ReasonTeardownTimedOut, ReasonFinalized}
+	return []Reason{ReasonRampStarted, ReasonRampFinished, ReasonTeardownTimedOut, ReasonFinalized, ReasonClaimJournalIgnored}
 }
 
 // Description says what a condition or Event with reason r means; "" for a string that is
@@ -84,6 +84,9 @@ var reasonDescriptions = map[Reason]string{
 	ReasonTeardownTimedOut: "Warning Event: a wait of a deleted map's ordered teardown ran out of " +
 		"--teardown-timeout; the teardown goes on.",
 	ReasonFinalized: "Normal Event: the teardown ended and the publisher removed its finalizer.",
+	ReasonClaimJournalIgnored: "Warning Event: entries of the map's claim journal (status.publisher.claimedTargets) " +
+		"do not count: the publisher's claim record does not grant them to the map, the claim policy refuses them, " +
+		"or the journal names an unknown publisher. They grant no name; the message names each entry and the rule.",
 }
 
 // Description says what a PublicationFallback condition with reason r means; "" for a

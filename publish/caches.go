@@ -73,10 +73,14 @@ type caches struct {
 	meta         metadata.Interface
 	fieldManager string
 
-	// publisher is the publisherName whose claim journals count (journal.go); policy says
-	// which namespace may claim which hostname (model.ClaimPolicy).
-	publisher string
-	policy    model.ClaimPolicy
+	// publisher is the publisherName whose claim journals count (journal.go), publishers
+	// the names it knows; policy says which namespace may claim which hostname
+	// (model.ClaimPolicy); claimRecords are its claim records (claims.go), which grant the
+	// journals' hostnames.
+	publisher    string
+	publishers   model.Publishers
+	policy       model.ClaimPolicy
+	claimRecords *claimRecords
 	// adoptOME: the map's route written by OME's publisher is the map's own
 	// (httproute.AdoptOME; Config.TakeOverFrom "gatewayapi").
 	adoptOME bool
@@ -84,9 +88,10 @@ type caches struct {
 
 func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 	cs := &caches{scopes: cfg.Namespaces, route: route, meta: c.meta, fieldManager: cfg.FieldManager,
-		publisher: cfg.publisherName(), policy: cfg.claimPolicy(), adoptOME: cfg.adoptsFromOME(),
-		scoped:  !cfg.sinkOn(SinkXDS) && route.Gateway.Namespace == "",
-		sources: &clusterSources{live: &liveTaints{dyn: c.dyn}, discover: make(chan struct{}, 1)}}
+		publisher: cfg.publisherName(), publishers: cfg.publishers(), policy: cfg.claimPolicy(), adoptOME: cfg.adoptsFromOME(),
+		claimRecords: newClaimRecords(c.meta, c.kube, cfg.ClaimNamespace, cfg.publisherName(), cfg.FieldManager),
+		scoped:       !cfg.sinkOn(SinkXDS) && route.Gateway.Namespace == "",
+		sources:      &clusterSources{live: &liveTaints{dyn: c.dyn}, discover: make(chan struct{}, 1)}}
 	cs.owners = claimView{cs}
 	if len(cs.scopes) == 0 {
 		cs.scopes = []string{corev1.NamespaceAll}
@@ -240,10 +245,11 @@ func (c *caches) unpublished(now time.Time) (int, time.Duration) {
 	return n, oldest
 }
 
-// ramping counts the cached TrafficMaps whose Published condition says Ramping.
-func (c *caches) ramping() int {
+// ramping counts the TrafficMaps the informers maps cache whose Published condition says
+// Ramping.
+func ramping(maps []cache.SharedIndexInformer) int {
 	n := 0
-	for _, inf := range c.maps {
+	for _, inf := range maps {
 		for _, obj := range inf.GetStore().List() {
 			if tm, ok := obj.(*v1beta1.TrafficMap); ok && model.Ramping(tm) {
 				n++

@@ -138,6 +138,14 @@ type Config struct {
 	// teardown goes on (logged, Warning Event TeardownTimedOut). Default
 	// DefaultTeardownTimeout.
 	TeardownTimeout time.Duration
+	// ClaimNamespace is where the publisher keeps its claim records (claims.go), a namespace
+	// where tenants cannot write ConfigMaps: the publisher's own (--claim-namespace, default
+	// $POD_NAMESPACE). Default LeaderElection.Namespace, else "default".
+	ClaimNamespace string
+	// KnownPublishers are the publisherNames of other publishers that may hold maps
+	// (--known-publishers), besides TakeOverFrom and OME's "gatewayapi": a claim journal
+	// naming any other publisher is a forgery or a mistake, and counts for no one.
+	KnownPublishers []string
 	// HostnameEntitlements is the optional entitlement policy (model.ClaimPolicy): each rule gives
 	// a domain to a list of namespaces. None: any namespace may claim any name that is not
 	// another namespace's gRPC-form name.
@@ -159,6 +167,11 @@ func (c Config) publisherName() string {
 		return c.FieldManager
 	}
 	return DefaultFieldManager
+}
+
+// publishers are the publisher names this publisher knows (model.Publishers).
+func (c Config) publishers() model.Publishers {
+	return model.Publishers{Self: c.publisherName(), TakeOverFrom: c.TakeOverFrom, Known: c.KnownPublishers}
 }
 
 // claimPolicy is the policy of who may claim which hostname.
@@ -232,6 +245,12 @@ func (c *Config) setDefaults() {
 	if c.LeaderElection.Enabled {
 		c.LeaderElection.setDefaults()
 	}
+	if c.ClaimNamespace == "" {
+		c.ClaimNamespace = c.LeaderElection.Namespace
+	}
+	if c.ClaimNamespace == "" {
+		c.ClaimNamespace = "default"
+	}
 }
 
 // Validate reports every problem with c, each naming the flag and the rule.
@@ -295,6 +314,11 @@ func (c Config) Validate() error {
 	if c.XDSMinClients < 0 {
 		errs = append(errs, fmt.Errorf("%w: --xds-min-clients %d: must not be negative", ErrInvalidConfig, c.XDSMinClients))
 	}
+	if c.ClaimNamespace != "" {
+		if msgs := validation.IsDNS1123Label(c.ClaimNamespace); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%w: --claim-namespace %q: %s", ErrInvalidConfig, c.ClaimNamespace, msgs[0]))
+		}
+	}
 	for _, ns := range c.Namespaces {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("%w: --namespace %q: %s", ErrInvalidConfig, ns, msgs[0]))
@@ -311,6 +335,11 @@ func (c Config) validateNames() []error {
 	}
 	if n := len(c.TakeOverFrom); n > 128 {
 		errs = append(errs, fmt.Errorf("%w: --take-over-from is %d bytes: at most 128 (status.publisher.publisherName)", ErrInvalidConfig, n))
+	}
+	for _, k := range c.KnownPublishers {
+		if k == "" || len(k) > 128 {
+			errs = append(errs, fmt.Errorf("%w: --known-publishers %q: each name is 1 to 128 bytes (status.publisher.publisherName)", ErrInvalidConfig, k))
+		}
 	}
 	if c.TakeOverFrom != "" && c.TakeOverFrom == c.publisherName() {
 		errs = append(errs, fmt.Errorf("%w: --take-over-from %q is this publisher's own name (--publisher-name): name the publisher to take maps over from", ErrInvalidConfig, c.TakeOverFrom))

@@ -62,13 +62,13 @@ func (c *caches) gather(tm *v1beta1.TrafficMap) (model.Gathered, error) {
 	}
 	self := c.mapClaim(tm, isvc)
 	return model.Gathered{
+		Evidence:     c.evidence(tm),
 		Source:       isvc,
 		GlobalHost:   strings.TrimSpace(isvc.Annotations[v1beta1.AnnotationGlobalHost]),
 		Inputs:       in,
 		RouteCreated: routeCreated(route),
 		Claims:       c.owners.claims(self),
 		Foreign:      c.owners.foreignClaims(tm.Namespace, self.Names, adoptedRoute(route, adopted)),
-		Publisher:    c.publisher,
 		Policy:       c.policy,
 	}, nil
 }

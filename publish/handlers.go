@@ -90,6 +90,9 @@ func (p *router) register(tolerations func(cache.SharedIndexInformer)) {
 	for _, inf := range p.caches.records {
 		p.handle(inf, p.onOwnedObject)
 	}
+	if p.caches.claimRecords != nil {
+		p.handle(p.caches.claimRecords.inf, p.onClaimRecord)
+	}
 }
 
 // enqueue queues the map. The worker that takes it runs the pipeline (the leader) or its

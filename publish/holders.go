@@ -56,25 +56,35 @@ func (l *holderLog) changed(key types.NamespacedName, holder string) bool {
 	return true
 }
 
-// held handles tm, which publisher holder holds: serve its plan to the serving sinks as a
-// replica that does not lead would, report the holder change once, and write the Published
-// condition only while the holder is silent.
-func (r *reconciler) held(ctx context.Context, key cache.ObjectName, tm *v1beta1.TrafficMap, holder string, log *zap.Logger) (time.Duration, error) {
+// held handles tm, which another publisher holds (h): serve its plan to the serving sinks as
+// a replica that does not lead would, report the holder change once, and write the Published
+// condition only while the holder is silent. A holder that is not a known publisher
+// (h.Unknown: a forged or mistaken publisherName) is reported as such, its journal counts
+// for no one (serveMap serves none of its names), and the metric counts it as "unknown" (a
+// name a tenant chose is no metric label).
+func (r *reconciler) held(ctx context.Context, key cache.ObjectName, tm *v1beta1.TrafficMap, h model.Holding, log *zap.Logger) (time.Duration, error) {
 	if err := r.serveMap(tm, servingOf(r.sinks)); err != nil {
 		return 0, err
 	}
+	holder, label, message := h.Publisher, h.Publisher, model.HeldMessage(tm, h.Publisher, r.publisher)
+	if h.Unknown {
+		label, message = "unknown", model.UnknownHolderMessage(tm, h.Publisher, r.publisher)
+		keeper(r).reportIgnored(tm, model.UnknownEvidence(tm).Ignored, log)
+	}
 	changed := r.holders.changed(types.NamespacedName(key), holder)
 	if changed {
-		log.Info("trafficmap is held by another publisher; writing nothing for it", zap.String("holder", holder))
-		r.metrics.heldBy(holder)
+		log.Info("trafficmap is held by another publisher; writing nothing for it", zap.String("holder", holder), zap.Bool("known", !h.Unknown))
+		r.metrics.heldBy(label)
 	}
 	if model.HolderSilent(tm) {
 		// The status writer records the Warning Event when the reason changes.
-		_, hold, err := r.status.write(ctx, tm, model.HeldStatus(tm, holder, r.publisher), log)
+		st := model.HeldStatus(tm, holder, r.publisher)
+		st.Condition.Message = message
+		_, hold, err := r.status.write(ctx, tm, st, log)
 		return hold, err
 	}
 	if changed && r.status.recorder != nil {
-		r.status.recorder.Event(tm, corev1.EventTypeWarning, string(model.ReasonPublisherChanged), model.HeldMessage(tm, holder, r.publisher))
+		r.status.recorder.Event(tm, corev1.EventTypeWarning, string(model.ReasonPublisherChanged), message)
 	}
 	return 0, nil
 }

@@ -29,6 +29,7 @@ func TestReconcileHeldMap(t *testing.T) {
 		f := newFixture(t, route)
 		f.rec.sinks = []model.Sink{route, xds}
 		f.rec.holders = newHolderLog()
+		f.rec.known = []string{"other"} // --known-publishers other
 		f.api.tm.Status.Publisher = holderJournal()
 		f.api.tm.Status.Conditions = conds
 		f.inputs.tm = f.api.tm.DeepCopy()
@@ -59,6 +60,23 @@ func TestReconcileHeldMap(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, applies, f.api.applies, "written once")
 		assert.Empty(t, f.event(), "reported once")
+	})
+
+	// D2: a journal naming a publisher that is not known (a tenant's forgery) makes the
+	// map held, but its names count for no one: xds serves none of them.
+	t.Run("unknown holder: its journal counts for nothing", func(t *testing.T) {
+		f, route, xds := setup(t, nil)
+		f.rec.known = nil
+		_, err := f.run(t)
+		require.NoError(t, err)
+		assert.Empty(t, route.given, "no sink is applied")
+		require.Len(t, xds.served["prod/chat"], 1)
+		assert.Empty(t, xds.served["prod/chat"][0].Hostnames, "none of the forged journal's names is served")
+		assert.True(t, xds.served["prod/chat"][0].Withheld("chat.prod"))
+		c := f.published()
+		require.NotNil(t, c)
+		assert.Equal(t, string(model.ReasonPublisherChanged), c.Reason)
+		assert.Contains(t, c.Message, `status.publisher.publisherName "other" is not a known publisher`)
 	})
 
 	t.Run("holder wrote the condition: left alone", func(t *testing.T) {

@@ -19,15 +19,35 @@ import (
 // sees the journals in the informer cache, which may not yet show a grant another worker
 // just made; reserve consults this table under its lock before a grant, so two workers
 // never grant overlapping names to two maps. All its state is guarded by mu.
+//
+// When names are contested per namespace (scoped: a Gateway per namespace and no xDS sink,
+// caches.scoped), the table is per namespace: a name granted in one namespace holds nothing
+// in another.
 type claimTable struct {
+	scoped bool
 	mu     sync.Mutex
-	holder map[string]types.NamespacedName   // granted name -> map key
-	index  map[string][]string               // hostIndexKeys of a granted name -> granted names
+	holder map[string]types.NamespacedName   // scope + granted name -> map key
+	index  map[string][]string               // scope + hostIndexKeys of a granted name -> granted names
 	byKey  map[types.NamespacedName][]string // map key -> its granted names
 }
 
 func newClaimTable() *claimTable {
 	return &claimTable{holder: map[string]types.NamespacedName{}, index: map[string][]string{}, byKey: map[types.NamespacedName][]string{}}
+}
+
+// newScopedClaimTable is a claim table per namespace when scoped.
+func newScopedClaimTable(scoped bool) *claimTable {
+	t := newClaimTable()
+	t.scoped = scoped
+	return t
+}
+
+// scope is the part of the table key's grants live in: its namespace when scoped, else all.
+func (t *claimTable) scope(key types.NamespacedName) string {
+	if t.scoped {
+		return key.Namespace + "\x00"
+	}
+	return ""
 }
 
 // tableHolder is the map that holds a name in the claim table.
@@ -42,6 +62,7 @@ type tableHolder struct {
 func (t *claimTable) reserve(key types.NamespacedName, names []string) (granted, added []string, held map[string]tableHolder) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	sc := t.scope(key)
 	for _, n := range model.UniqueNames(names) {
 		if h, ok := t.overlapping(key, n); ok {
 			if held == nil {
@@ -51,14 +72,14 @@ func (t *claimTable) reserve(key types.NamespacedName, names []string) (granted,
 			continue
 		}
 		granted = append(granted, n)
-		if t.holder[n] == key {
+		if t.holder[sc+n] == key {
 			continue
 		}
 		added = append(added, n)
-		t.holder[n] = key
+		t.holder[sc+n] = key
 		t.byKey[key] = append(t.byKey[key], n)
 		for _, k := range hostIndexKeys(n) {
-			t.index[k] = append(t.index[k], n)
+			t.index[sc+k] = append(t.index[sc+k], n)
 		}
 	}
 	return granted, added, held
@@ -66,9 +87,10 @@ func (t *claimTable) reserve(key types.NamespacedName, names []string) (granted,
 
 // overlapping returns a name another map than key holds that overlaps n.
 func (t *claimTable) overlapping(key types.NamespacedName, n string) (tableHolder, bool) {
+	sc := t.scope(key)
 	for _, k := range hostLookupKeys(n) {
-		for _, m := range t.index[k] {
-			if h := t.holder[m]; h != key && model.HostnamesOverlap(n, m) {
+		for _, m := range t.index[sc+k] {
+			if h := t.holder[sc+m]; h != key && model.HostnamesOverlap(n, m) {
 				return tableHolder{Key: h, Name: m}, true
 			}
 		}
@@ -81,15 +103,16 @@ func (t *claimTable) overlapping(key types.NamespacedName, n string) (tableHolde
 func (t *claimTable) release(key types.NamespacedName, names []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	sc := t.scope(key)
 	for _, n := range model.UniqueNames(names) {
-		if t.holder[n] != key {
+		if t.holder[sc+n] != key {
 			continue
 		}
-		delete(t.holder, n)
+		delete(t.holder, sc+n)
 		for _, k := range hostIndexKeys(n) {
-			t.index[k] = slices.DeleteFunc(t.index[k], func(m string) bool { return m == n })
-			if len(t.index[k]) == 0 {
-				delete(t.index, k)
+			t.index[sc+k] = slices.DeleteFunc(t.index[sc+k], func(m string) bool { return m == n })
+			if len(t.index[sc+k]) == 0 {
+				delete(t.index, sc+k)
 			}
 		}
 		t.byKey[key] = slices.DeleteFunc(t.byKey[key], func(m string) bool { return m == n })

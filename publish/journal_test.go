@@ -8,7 +8,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/model"
@@ -262,4 +265,31 @@ func TestReconcileLastPositive(t *testing.T) {
 	_, err = f.run(t)
 	require.NoError(t, err)
 	assert.Equal(t, lp, f.api.tm.Status.Publisher.LastPositive)
+}
+
+// D6: with names contested per namespace (--gateway NAME without a namespace, no xDS sink),
+// the claim table is per namespace: staging/chat is granted chat.example.com while prod/chat
+// holds it. With one Gateway for every namespace it stays one table.
+func TestClaimTablePerNamespaceWhenScoped(t *testing.T) {
+	for _, tc := range []struct {
+		gateway types.NamespacedName
+		scoped  bool
+	}{{types.NamespacedName{Name: "global"}, true}, {types.NamespacedName{Namespace: "infra", Name: "global"}, false}} {
+		t.Run(tc.gateway.String(), func(t *testing.T) {
+			p, err := New(Config{Gateway: tc.gateway}, &rest.Config{Host: "https://127.0.0.1:1"}, zaptest.NewLogger(t))
+			require.NoError(t, err)
+			granted, _, _ := p.rec.claims.reserve(model.Key("prod", "chat"), []string{"chat.example.com"})
+			require.Equal(t, []string{"chat.example.com"}, granted)
+			granted, _, held := p.rec.claims.reserve(model.Key("staging", "chat"), []string{"chat.example.com", "*.example.com"})
+			if tc.scoped {
+				assert.Equal(t, []string{"*.example.com", "chat.example.com"}, granted, "another namespace's grant holds nothing here")
+				assert.Empty(t, held)
+				_, _, held = p.rec.claims.reserve(model.Key("staging", "other"), []string{"chat.example.com"})
+				assert.Equal(t, model.Key("staging", "chat"), held["chat.example.com"].Key, "within a namespace a name is granted once")
+				return
+			}
+			assert.Empty(t, granted)
+			assert.Equal(t, model.Key("prod", "chat"), held["chat.example.com"].Key)
+		})
+	}
 }

@@ -20,6 +20,7 @@ type metrics struct {
 	sinkLatency *prometheus.HistogramVec
 	rampSteps   *prometheus.CounterVec
 	holders     *prometheus.CounterVec
+	ignored     *prometheus.CounterVec
 
 	mu    sync.Mutex
 	since map[cache.ObjectName]time.Time // when a map's current inputs were first seen unpublished
@@ -46,13 +47,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rampSteps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_ramp_steps_total",
 			Help: "Ramp steps taken (the step before was in place on every sink), by direction: down (gradual drain) or up (gradual undrain)."}, []string{"direction"}),
 		holders: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_holder_changes_total",
-			Help: "Maps found held by another publisher (their claim journal names it, with claims or a last positive plan), counted once per change of holder, by the holder's publisherName."}, []string{"holder"}),
+			Help: "Maps found held by another publisher (their claim journal names it, with claims or a last positive plan), counted once per change of holder, by the holder's publisherName (\"unknown\" for a name that is not a known publisher: --known-publishers)."}, []string{"holder"}),
+		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_claim_journal_ignored_total",
+			Help: "Claim journal entries (status.publisher.claimedTargets) that grant no name, counted once per change of a map's ignored entries, by reason: Malformed, ForeignGRPCName, NotEntitled, NotGranted, Overlap or UnknownPublisher."}, []string{"reason"}),
 		since: map[cache.ObjectName]time.Time{},
 		sinks: map[cache.ObjectName]map[string]bool{},
 	}
-	reg.MustRegister(m.reconciles, m.conditions, m.routeWrites, m.latency, m.sinkLatency, m.rampSteps, m.holders)
+	reg.MustRegister(m.reconciles, m.conditions, m.routeWrites, m.latency, m.sinkLatency, m.rampSteps, m.holders, m.ignored)
 	for _, d := range []weights.RampDirection{weights.RampDown, weights.RampUp} {
 		m.rampSteps.WithLabelValues(string(d)) // exported at 0 before the first ramp
+	}
+	for _, r := range model.IgnoreReasons {
+		m.ignored.WithLabelValues(string(r))
 	}
 	return m
 }
@@ -104,6 +110,13 @@ func (m *metrics) reconciled(err error) {
 func (m *metrics) rampStep(direction string) {
 	if m != nil {
 		m.rampSteps.WithLabelValues(direction).Inc()
+	}
+}
+
+// journalIgnored counts a claim journal entry ignored for reason.
+func (m *metrics) journalIgnored(reason model.IgnoreReason) {
+	if m != nil {
+		m.ignored.WithLabelValues(string(reason)).Inc()
 	}
 }
 

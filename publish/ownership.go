@@ -71,15 +71,27 @@ func globalHost(isvc *metav1.PartialObjectMetadata) string {
 
 // mapClaim is tm's claim with isvc (nil when missing) supplying the annotation: its
 // hostname when one can be derived and the policy lets its namespace claim it, its gRPC
-// name, and the names its journal holds.
+// name, and the names its journal holds that count (evidence).
 func (c *caches) mapClaim(tm *v1beta1.TrafficMap, isvc *metav1.PartialObjectMetadata) model.Claim {
 	names := []string{model.GRPCName(tm.Namespace, tm.Spec.Service)}
 	src := httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service, GlobalHost: globalHost(isvc)}
 	if host, err := c.route.Hostname(src); err == nil && c.policy.Check(tm.Namespace, host) == nil {
 		names = append(names, host)
 	}
+	ev := c.evidence(tm)
 	return model.Claim{Kind: model.KindTrafficMap, Namespace: tm.Namespace, Name: tm.Name, Created: tm.CreationTimestamp.Time, Names: names,
-		Journaled: model.JournaledNames(tm, c.publisher)}
+		Journaled: ev.Journaled, Granted: ev.Granted}
+}
+
+// evidence is what tm's claim journal counts for with this publisher: the names of its
+// journal (this publisher's) that the claim record grants to the map, under the claim
+// policy (model.ReadJournal); before the upgrade import, the journal under the policy alone
+// (model.LegacyEvidence). Another publisher's journal counts for nothing here.
+func (c *caches) evidence(tm *v1beta1.TrafficMap) model.Evidence {
+	if !c.claimRecords.importDone() {
+		return model.LegacyEvidence(tm, c.publisher, c.policy)
+	}
+	return model.ReadJournal(tm, c.publisher, c.claimRecords.get(tm.Namespace, tm.Name), c.policy)
 }
 
 // byIndex lists the objects of every informer in infs whose index holds one of keys.

@@ -32,7 +32,7 @@ func newOwnershipFixture(t *testing.T) *ownershipFixture {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	require.NoError(t, metav1.AddMetaToScheme(scheme))
-	cfg := Config{Sinks: []string{SinkHTTPRoute, SinkXDS}, FieldManager: testPublisher}
+	cfg := Config{Sinks: []string{SinkHTTPRoute, SinkXDS}, FieldManager: testPublisher, ClaimNamespace: "trafficmap-system"}
 	route := httproute.Config{Gateway: types.NamespacedName{Namespace: "infra", Name: "global"},
 		HostTemplate: template.Must(template.New("h").Parse("{{.Service}}.{{.Namespace}}.example.com"))}
 	c := clients{kube: kubefake.NewClientset(), gateway: gwfake.NewClientset(), maps: omefake.NewClientset(), meta: metadatafake.NewSimpleMetadataClient(scheme)}

@@ -157,7 +157,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		}
 	}
 	p.metrics = newMetrics(p.cfg.Registerer)
-	watchGauges(p.cfg.Registerer, p.elector.leading.Load, func() int { return mapCount(p.caches.maps) }, func() (int, time.Duration) { return p.caches.unpublished(time.Now()) }, p.caches.ramping,
+	watchGauges(p.cfg.Registerer, p.elector.leading.Load, func() int { return mapCount(p.caches.maps) }, func() (int, time.Duration) { return p.caches.unpublished(time.Now()) }, func() int { return ramping(p.caches.maps) },
 		func() map[model.FallbackReason]int { return countFallbacks(p.caches.maps) })
 
 	if cfg.sinkOn(SinkHTTPRoute) {
@@ -179,8 +179,8 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		sinks:   p.sinks,
 		status:  newStatusWriter(clientStatusAPI{maps: c.maps, manager: cfg.FieldManager}, p.recorder, p.metrics),
 		metrics: p.metrics,
-		claims:  newClaimTable(), publisher: cfg.publisherName(), digest: cfg.optionsDigest(),
-		takeOverFrom: cfg.TakeOverFrom, holders: newHolderLog(),
+		claims:  newScopedClaimTable(p.caches.scoped), publisher: cfg.publisherName(), digest: cfg.optionsDigest(), takeOverFrom: cfg.TakeOverFrom,
+		known: cfg.KnownPublishers, holders: newHolderLog(), ignored: newHolderLog(), grants: p.caches.claimRecords, claimPolicy: cfg.claimPolicy(),
 		teardowns: newTeardownClock(cfg.TeardownTimeout),
 		lagging:   func() bool { return len(p.health.failing(time.Now())) > 0 },
 	}
@@ -350,6 +350,9 @@ func (p *Publisher) Run(ctx context.Context) error {
 				l.Leading() // clients of the previous leader may be reconnecting here
 			}
 		}
+		if !p.leadClaims(lctx) { // the upgrade import comes before the leader's first reconcile
+			return
+		}
 		p.work.leadTerm(lctx, p.router.enqueueAll) // the previous leader may have left work undone
 	})
 	cancel()
@@ -369,7 +372,7 @@ func startInformers(ctx context.Context, p *Publisher, goWith func(func())) ([]c
 	}{
 		{"trafficmaps.ome.io", p.caches.maps}, {"inferenceservices.ome.io", p.caches.isvcs},
 		{"httproutes.gateway.networking.k8s.io", p.caches.routes}, {"services", p.caches.services},
-		{"configmaps", p.caches.records},
+		{"configmaps", p.caches.records}, {"configmaps", []cache.SharedIndexInformer{p.caches.claimRecords.inf}},
 	} {
 		for _, inf := range group.infs {
 			_ = inf.SetWatchErrorHandlerWithContext(p.health.handler(group.resource)) // cannot fail before it runs

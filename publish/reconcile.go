@@ -56,6 +56,8 @@ type mapInputs interface {
 	// sources on the API server, read after the call began: "" when they agree, else the
 	// first difference (taintsources.go).
 	staleClusters(ctx context.Context, tm *v1beta1.TrafficMap, used []model.ClusterTaints) (string, error)
+	// evidence is what tm's claim journal counts for with this publisher (caches.evidence).
+	evidence(tm *v1beta1.TrafficMap) model.Evidence
 	// writeRamps stores value as the InferenceService's weights.RampAnnotation ("" removes
 	// it), guarded by its resourceVersion (a conflict error when it moved on).
 	writeRamps(ctx context.Context, namespace, name, resourceVersion, value string) error
@@ -77,9 +79,17 @@ type reconciler struct {
 	claims            *claimTable
 	publisher, digest string
 	// takeOverFrom is Config.TakeOverFrom: the publisher whose maps this one takes over;
-	// holders reports each map's holder change once (holders.go).
+	// known are Config.KnownPublishers; holders reports each map's holder change once
+	// (holders.go), ignored each map's ignored journal entries once.
 	takeOverFrom string
+	known        []string
 	holders      *holderLog
+	ignored      *holderLog
+	// grants are the claim records (claims.go), written before a name is journaled; nil
+	// writes none (unit tests whose inputs trust the journal).
+	grants *claimRecords
+	// claimPolicy is Config's claim policy (model.ClaimPolicy).
+	claimPolicy model.ClaimPolicy
 	// planner plans a map from its model.Gathered inputs; nil is planMap with hosts (tests count
 	// its calls).
 	planner func(g model.Gathered) (*model.Planned, error)
@@ -115,15 +125,15 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		return 0, err
 	}
 	if tm.DeletionTimestamp != nil { // held by the finalizer
-		if model.TornDownByOther(tm, r.publisher) {
+		if model.TornDownByOther(tm, keeper(r).publishers()) {
 			// serve the map's xDS at weight 0, as the holder does; write and remove nothing
 			zero, err := r.zeroPlan(tm)
 			return 0, serveZeros(zero, err, r.sinks, servingOf(r.sinks))
 		}
 		return r.teardown(ctx, key, tm, log)
 	}
-	if h := model.HolderOf(tm, r.publisher, r.takeOverFrom); h.Held() {
-		return r.held(ctx, key, tm, h.Publisher, log) // holders.go
+	if h := model.HolderOf(tm, keeper(r).publishers()); h.Held() {
+		return r.held(ctx, key, tm, h, log) // holders.go
 	}
 	r.holders.changed(types.NamespacedName(key), "")
 	g, err := r.inputs.gather(tm)
@@ -133,6 +143,14 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 	}
 	if err != nil {
 		return 0, err
+	}
+	keeper(r).reportIgnored(tm, g.Evidence.Ignored, log)
+	if cleaned, wrote, err := keeper(r).dropIgnored(ctx, tm, g.Evidence, log); err != nil || wrote {
+		if err != nil {
+			return 0, err
+		}
+		tm, g.Inputs.TrafficMap = cleaned, cleaned
+		g.Evidence = r.inputs.evidence(cleaned)
 	}
 	pl, err := r.plan(g)
 	if errors.As(err, &ue) {
@@ -165,7 +183,7 @@ func (r *reconciler) load(ctx context.Context, key cache.ObjectName) (_ *v1beta1
 	if err != nil {
 		return nil, false, err
 	}
-	if tm == nil || tm.DeletionTimestamp != nil && !model.Finalizing(tm, r.publisher) && !model.TornDownByOther(tm, r.publisher) {
+	if tm == nil || tm.DeletionTimestamp != nil && !model.Finalizing(tm, r.publisher) && !model.TornDownByOther(tm, keeper(r).publishers()) {
 		return nil, true, nil
 	}
 	if !r.status.behind(tm) {
@@ -178,7 +196,7 @@ func (r *reconciler) load(ctx context.Context, key cache.ObjectName) (_ *v1beta1
 	if err != nil {
 		return nil, false, fmt.Errorf("read trafficmap %s newer than the cache: %w", key, err)
 	}
-	if live.DeletionTimestamp != nil && !model.Finalizing(live, r.publisher) && !model.TornDownByOther(live, r.publisher) {
+	if live.DeletionTimestamp != nil && !model.Finalizing(live, r.publisher) && !model.TornDownByOther(live, keeper(r).publishers()) {
 		return nil, true, nil
 	}
 	return live, false, nil
@@ -214,7 +232,7 @@ func (r *reconciler) sinkFloor(ctx context.Context, key cache.ObjectName, tm *v1
 		}
 		res.tm = tm
 	}
-	if len(pl.Claimable) > 0 || model.HolderOf(tm, r.publisher, r.takeOverFrom).Replaces() {
+	if len(pl.Claimable) > 0 || model.HolderOf(tm, keeper(r).publishers()).Replaces() {
 		if res.tm, res.pl, res.tableHeld, err = r.claim(ctx, tm, g, pl, log); err != nil {
 			return res, err
 		}
@@ -312,9 +330,10 @@ func (r *reconciler) decideAndWrite(ctx context.Context, key cache.ObjectName, r
 	// more, so they leave its journal now (and other maps may be granted them).
 	// A sink that refused the plan (a contested hostname, a retained last positive route)
 	// may still serve the old names: then they stay.
-	dropped, keep := journaledNotClaimed(tm, r.publisher, pl.Self), keptNames(tm, r.publisher, pl.Self)
+	// Entries that do not count (model.Evidence.Ignored) are dropped too: they grant nothing.
+	dropped, keep := journaledNotClaimed(pl.Self), keptNames(pl.Self)
 	if slices.ContainsFunc(confs, func(c model.Confirmation) bool { return c.State == model.Refused }) || len(pl.Plan.Conflicts) > 0 {
-		dropped, keep = nil, model.JournaledNames(tm, r.publisher)
+		dropped, keep = nil, model.UniqueNames(pl.Self.Journaled)
 	}
 	var err error
 	if want.Journal, err = model.JournalOf(tm, r.publisher, r.digest, keep); err != nil {
@@ -347,6 +366,12 @@ func (r *reconciler) decideAndWrite(ctx context.Context, key cache.ObjectName, r
 	if err == nil && hold == 0 && len(dropped) > 0 && !slices.Equal(model.JournaledNames(written, r.publisher), model.JournaledNames(tm, r.publisher)) {
 		r.claims.release(types.NamespacedName(key), dropped)
 		log.Info("claim journal dropped names no longer claimed", zap.Strings("names", dropped))
+	}
+	if err == nil {
+		// the journal first, then the record: a name leaves the record once no journal holds it
+		if err = keeper(r).pruneRecord(ctx, written); err != nil {
+			return 0, err
+		}
 	}
 	if err != nil || len(pl.Computed.Ramps) == 0 {
 		return hold, err
@@ -460,9 +485,14 @@ func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g model.
 		granted, more, holders = r.claims.reserve(key, pl.Claimable)
 		added = append(added, more...)
 	}
-	if from := model.HolderOf(tm, r.publisher, r.takeOverFrom); len(granted) > 0 || from.Replaces() {
-		j, err := model.JournalOf(tm, r.publisher, r.digest, append(model.JournaledNames(tm, r.publisher), granted...))
+	if from := model.HolderOf(tm, keeper(r).publishers()); len(granted) > 0 || from.Replaces() {
+		j, err := model.JournalOf(tm, r.publisher, r.digest, append(slices.Clone(pl.Self.Journaled), granted...))
 		if err != nil {
+			r.claims.release(key, added)
+			return tm, pl, false, err
+		}
+		// the record first: a journal entry counts only once the record grants it
+		if err := keeper(r).recordGrants(ctx, tm, pl.Self, granted); err != nil {
 			r.claims.release(key, added)
 			return tm, pl, false, err
 		}
@@ -481,6 +511,7 @@ func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g model.
 		log.Info("claimed names", zap.Strings("names", granted), zap.Strings("journal", j.ClaimedTargets))
 		tm = updated
 		g.Inputs.TrafficMap = tm
+		g.Evidence = r.inputs.evidence(tm) // the record and the journal both hold the grants now
 		if pl, err = r.plan(g); err != nil {
 			return tm, pl, false, err
 		}
@@ -493,17 +524,18 @@ func (r *reconciler) claim(ctx context.Context, tm *v1beta1.TrafficMap, g model.
 	return tm, pl, len(holders) > 0, nil
 }
 
-// keptNames are the names tm's journal keeps after a plan for self was applied: the
-// journaled ones self still claims.
-func keptNames(tm *v1beta1.TrafficMap, publisher string, self model.Claim) []string {
+// keptNames are the names the map's journal keeps after a plan for self was applied: the
+// journaled ones (that count) self still claims.
+func keptNames(self model.Claim) []string {
 	claimed := model.UniqueNames(self.Names)
-	return slices.DeleteFunc(model.JournaledNames(tm, publisher), func(n string) bool { return !slices.Contains(claimed, n) })
+	return slices.DeleteFunc(model.UniqueNames(self.Journaled), func(n string) bool { return !slices.Contains(claimed, n) })
 }
 
-// journaledNotClaimed are the names tm's journal holds that self no longer claims.
-func journaledNotClaimed(tm *v1beta1.TrafficMap, publisher string, self model.Claim) []string {
+// journaledNotClaimed are the names the map's journal holds (that count) that self no
+// longer claims.
+func journaledNotClaimed(self model.Claim) []string {
 	claimed := model.UniqueNames(self.Names)
-	return slices.DeleteFunc(model.JournaledNames(tm, publisher), func(n string) bool { return slices.Contains(claimed, n) })
+	return slices.DeleteFunc(model.UniqueNames(self.Journaled), func(n string) bool { return slices.Contains(claimed, n) })
 }
 
 // finalWord names what a ramp's last step is: the drain's weights (down) or the undrain's.
@@ -554,7 +586,13 @@ func (r *reconciler) delete(ctx context.Context, key cache.ObjectName, log *zap.
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if r.grants != nil { // after the sinks removed what they served: the claim record goes last
+		return r.grants.remove(ctx, key.Namespace, key.Name)
+	}
+	return nil
 }
 
 // serve runs the pipeline's first floors for key on a replica that does not lead: gather,
@@ -574,7 +612,7 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
-	if model.Finalizing(tm, r.publisher) || model.TornDownByOther(tm, r.publisher) {
+	if model.Finalizing(tm, r.publisher) || model.TornDownByOther(tm, keeper(r).publishers()) {
 		zero, err := r.zeroPlan(tm)
 		return serveZeros(zero, err, r.sinks, serving)
 	}
@@ -588,9 +626,11 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 }
 
 // serveMap is serve for a map tm that exists, handing its plan to serving. The plan is made
-// as the map's journal has it: with another publisher's journal (a map it holds, or one
-// handed over that the leader has not taken yet), the names that publisher journaled are
-// the map's, so every replica serves what the holder computes (holders.go).
+// as the map's holder has it (heldEvidence): with another known publisher's journal (a map
+// it holds, or one handed over that the leader has not taken yet), the names that publisher
+// journaled are the map's unless this publisher granted them to another map, so every
+// replica serves what the holder computes (holders.go); a journal naming an unknown
+// publisher counts for nothing.
 func (r *reconciler) serveMap(tm *v1beta1.TrafficMap, serving []model.Serving) error {
 	var ue *model.UserError
 	g, err := r.inputs.gather(tm)
@@ -600,9 +640,7 @@ func (r *reconciler) serveMap(tm *v1beta1.TrafficMap, serving []model.Serving) e
 	if err != nil {
 		return err
 	}
-	if j := tm.Status.Publisher; j != nil && j.PublisherName != "" {
-		g.Publisher = j.PublisherName
-	}
+	g.Evidence = keeper(r).heldEvidence(tm, g.Evidence, g.Policy)
 	pl, err := r.plan(g)
 	if errors.As(err, &ue) {
 		return nil

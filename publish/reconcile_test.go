@@ -270,7 +270,13 @@ func (f *fakeInputs) gather(tm *v1beta1.TrafficMap) (model.Gathered, error) {
 		global = "chat.example.com"
 	}
 	return model.Gathered{Source: isvc, GlobalHost: global, Inputs: model.Inputs{TrafficMap: tm, SourceAnnotations: f.annotations}, Claims: f.claims,
-		Publisher: testPublisher, Policy: f.policy}, nil
+		Evidence: f.evidence(tm), Policy: f.policy}, nil
+}
+
+// evidence trusts the journal under the policy (model.LegacyEvidence): these tests keep no
+// claim records (claims_test.go tests them over the caches).
+func (f *fakeInputs) evidence(tm *v1beta1.TrafficMap) model.Evidence {
+	return model.LegacyEvidence(tm, testPublisher, f.policy)
 }
 
 // testPublisher is the publisherName of the unit tests' claim journals.

@@ -147,7 +147,7 @@ func TestSlimTransformsKeepWhatTheReadersRead(t *testing.T) {
 				assert.Equal(t, model.InFallback(s), model.InFallback(l))
 				assert.Equal(t, model.HasFinalizer(s), model.HasFinalizer(l))
 				assert.Equal(t, model.JournaledNames(s, testPublisher), model.JournaledNames(l, testPublisher))
-				assert.Equal(t, model.HolderOf(s, testPublisher, ""), model.HolderOf(l, testPublisher, ""))
+				assert.Equal(t, model.HolderOf(s, model.Publishers{Self: testPublisher}), model.HolderOf(l, model.Publishers{Self: testPublisher}))
 				drain := map[string]string{weights.DrainAnnotation: `{"d2":{"cluster":"worker-1","reason":"r"}}`}
 				cs, errS := model.Compute(model.Inputs{TrafficMap: s, SourceAnnotations: drain})
 				cl, errL := model.Compute(model.Inputs{TrafficMap: l, SourceAnnotations: drain})

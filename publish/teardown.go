@@ -234,20 +234,16 @@ func (t tearing) waited(step teardownStep, confs []model.Confirmation, left time
 // InferenceService is gone, an input fails) it is made from the map alone
 // (model.FallbackTeardownPlan); a *model.UserError says why not even that can be made.
 func (r *reconciler) zeroPlan(tm *v1beta1.TrafficMap) (*model.Plan, error) {
-	publisher := r.publisher
-	if j := tm.Status.Publisher; j != nil && j.PublisherName != "" {
-		publisher = j.PublisherName // the map as its journal's publisher plans it (holders.go)
-	}
 	g, err := r.inputs.gather(tm)
 	var pl *model.Planned
 	if err == nil {
-		g.Publisher = publisher
+		g.Evidence = keeper(r).heldEvidence(tm, g.Evidence, g.Policy) // the map as its holder plans it (holders.go)
 		pl, err = r.plan(g)
 	}
 	var ue *model.UserError
 	switch {
 	case errors.As(err, &ue): // made from the map alone, when its entries allow
-		zero, ferr := model.FallbackTeardownPlan(tm, publisher)
+		zero, ferr := model.FallbackTeardownPlan(tm, keeper(r).heldEvidence(tm, r.inputs.evidence(tm), r.claimPolicy).Journaled)
 		if ferr != nil {
 			return nil, &model.UserError{Reason: ue.Reason, Message: ue.Message + "; " + ferr.Error()}
 		}

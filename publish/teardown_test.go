@@ -168,6 +168,7 @@ func TestDeletedMapTornDownByOther(t *testing.T) {
 	xds := &servingSink{fakeSink: &fakeSink{name: "xds"}}
 	f := newFixture(t)
 	f.rec.sinks = []model.Sink{route, xds}
+	f.rec.known = []string{"ome"} // a known publisher (--known-publishers)
 	f.api.tm.Finalizers = []string{model.Finalizer}
 	f.api.tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: "ome", ClaimedTargets: []string{"hostname:chat.example.com"}}
 	f.inputs.tm = f.api.tm.DeepCopy()

@@ -157,6 +157,8 @@ type runFlags struct {
 	debugAddress                       string
 	leaderElect                        bool
 	leaseNamespace                     string
+	claimNamespace                     string
+	knownPublishers                    []string
 	leaseName                          string
 	leaseIdentity                      string
 	leaseDuration                      time.Duration
@@ -209,6 +211,8 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ (on --debug-address when set, else --http-address)")
 	fs.StringVar(&f.publisherName, "publisher-name", "", "status.publisher.publisherName of the claim journals this publisher writes and honours (default: its field manager, "+publish.DefaultFieldManager+")")
+	fs.StringVar(&f.claimNamespace, "claim-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the claim records (ConfigMaps recording which hostnames were granted to which TrafficMap): the publisher's own, where tenants cannot write (default $POD_NAMESPACE, else the Lease's namespace, else default)")
+	fs.StringSliceVar(&f.knownPublishers, "known-publishers", nil, "comma-separated publisherNames of other publishers that may hold TrafficMaps (besides --take-over-from and gatewayapi); a claim journal naming any other publisher is ignored and reported")
 	fs.StringVar(&f.takeOverFrom, "take-over-from", "", "publisherName of another publisher whose maps this one takes over: a map whose claim journal names it is handed over and published (gatewayapi: OME's built-in publisher, whose route is adopted in place)")
 	fs.DurationVar(&f.teardownTimeout, "teardown-timeout", publish.DefaultTeardownTimeout, "a deleted TrafficMap is held by the finalizer "+model.Finalizer+" while its published state goes in order; each wait (weights 0 confirmed by the gateway and the xDS clients, then the xDS removal ACKed) lasts at most this long, then the teardown goes on")
 	fs.Float64Var(&f.memoryLimitRatio, "memory-limit-ratio", 0.9, "set Go's soft memory limit to this fraction of the container's memory limit (cgroup), so the heap is collected harder before the container is killed; 0 turns it off; GOMEMLIMIT in the environment wins")
@@ -275,6 +279,8 @@ func (f runFlags) config() publish.Config {
 		EnablePprof:          f.pprof,
 		PublisherName:        f.publisherName,
 		TakeOverFrom:         f.takeOverFrom,
+		ClaimNamespace:       f.claimNamespace,
+		KnownPublishers:      f.knownPublishers,
 		TeardownTimeout:      f.teardownTimeout,
 		LeaderElection: publish.LeaderElection{
 			Enabled: f.leaderElect, Namespace: f.leaseNamespace, Name: f.leaseName, Identity: f.leaseIdentity,
