@@ -227,5 +227,16 @@ func describeClient(identity, nodeID string) string {
 	return fmt.Sprintf("%s (node %s)", untrusted.Quote(identity, untrusted.MaxID), node)
 }
 
+// streamLabel names one stream of cl within untrusted.MaxID bytes (a replica report's
+// field): its certificate identity, else its node id, escaped and shortened, then its
+// stream ("sotw-3").
+func streamLabel(cl ClientState) string {
+	who := cl.NodeID
+	if cl.Access.Identity != "" {
+		who = cl.Access.Identity
+	}
+	return untrusted.Quote(who, untrusted.MaxID-len(cl.Stream)-1) + "/" + cl.Stream
+}
+
 // nodeField is a log field value for a node's id: escaped and shortened.
 func nodeField(n *corev3.Node) string { return untrusted.Quote(n.GetId(), untrusted.MaxID) }
