@@ -105,10 +105,12 @@ func (f *fuzzBytes) byte() byte {
 	return c
 }
 
-// str is a string of up to max bytes of the input, its length read first.
+// str is a string of up to max bytes of the input, its length read first, made valid
+// UTF-8: a proto3 string field is UTF-8, and grpc-go's client refuses to send one that is
+// not (the server's decoding refuses such a message before any handler sees it).
 func (f *fuzzBytes) str(max int) string {
 	n := min(int(f.byte())%(max+1), len(f.b))
-	s := string(f.b[:n])
+	s := strings.ToValidUTF8(string(f.b[:n]), "\uFFFD")
 	f.b = f.b[n:]
 	return s
 }
