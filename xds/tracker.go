@@ -315,15 +315,15 @@ func (t *Tracker) Callbacks() serverv3.Callbacks {
 		// it; a refused one ends its stream with the refusal's status.
 		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
 			if r := checkSotW(req, t.limits); r != nil {
-				return t.refuse(r)
+				return r.counted(t.refused)
 			}
-			return t.refuse(t.request(trackedRequest{key: streamKey{id: id}, node: req.GetNode(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(),
+			return t.request(trackedRequest{key: streamKey{id: id}, node: req.GetNode(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(),
 				version: req.GetVersionInfo(), message: req.GetErrorDetail().GetMessage(), nack: req.GetErrorDetail() != nil,
 				subscribe: func(s *stream, typeURL string) *refusal {
 					s.req = req
 					s.subscribeSotW(typeURL, req.GetResourceNames())
 					return nil
-				}}))
+				}}).counted(t.refused)
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, req *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
 			t.response(streamKey{id: id}, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
@@ -332,9 +332,9 @@ func (t *Tracker) Callbacks() serverv3.Callbacks {
 		// tracker remembers the node from the stream's first request and the type from open.
 		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
 			if r := checkDelta(req, t.limits); r != nil {
-				return t.refuse(r)
+				return r.counted(t.refused)
 			}
-			return t.refuse(t.request(trackedRequest{key: streamKey{delta: true, id: id}, node: req.GetNode(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(),
+			return t.request(trackedRequest{key: streamKey{delta: true, id: id}, node: req.GetNode(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(),
 				message: req.GetErrorDetail().GetMessage(), nack: req.GetErrorDetail() != nil,
 				subscribe: func(s *stream, typeURL string) *refusal {
 					if r := s.subscribeDelta(typeURL, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), t.limits.MaxNames); r != nil {
@@ -344,7 +344,7 @@ func (t *Tracker) Callbacks() serverv3.Callbacks {
 						s.declare(servingCache(t.served, s, typeURL), typeURL, req.GetInitialResourceVersions())
 					}
 					return nil
-				}}))
+				}}).counted(t.refused)
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
 			names := make([]string, 0, len(resp.GetResources())+len(resp.GetRemovedResources()))
@@ -1094,17 +1094,6 @@ func identify(t *Tracker, s *stream, node *corev3.Node) (first bool) {
 	}
 	t.flavours[s.flavour] = true
 	return true
-}
-
-// refuse counts r (when not nil) and returns it as the error that ends its stream.
-func (t *Tracker) refuse(r *refusal) error {
-	if r == nil {
-		return nil
-	}
-	if t.refused != nil {
-		t.refused(r.reason)
-	}
-	return r
 }
 
 // record applies r to its stream under the Tracker's mu (released however it returns):

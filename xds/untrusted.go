@@ -131,6 +131,18 @@ type refusal struct {
 
 func (r *refusal) Error() string { return r.err.Error() }
 
+// counted counts r with count (when both are set) and returns it as the error that ends its
+// stream: nil when r is nil.
+func (r *refusal) counted(count func(reason string)) error {
+	if r == nil {
+		return nil
+	}
+	if count != nil {
+		count(r.reason)
+	}
+	return r
+}
+
 // GRPCStatus makes the refusal the stream's status.
 func (r *refusal) GRPCStatus() *status.Status { return status.Convert(r.err) }
 
