@@ -70,13 +70,16 @@ unit:
 	$(GO) test $$($(GO) list ./... | grep -v '/integration') && \
 	$(GO) -C hack/image test ./...
 
-## fuzz: each fuzz target of ./weights for FUZZTIME
+## fuzz: each fuzz target (./weights, the xDS request path, client-text quoting) for FUZZTIME
 fuzz:
 	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseDrains$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./weights -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./weights -run '^$$' -fuzz '^FuzzTolerates$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseTaints$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./weights -run '^$$' -fuzz '^FuzzParseTolerations$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./xds -run '^$$' -fuzz '^FuzzSotWRequests$$' -fuzztime $(FUZZTIME) -parallel 1
+	$(GO) test ./xds -run '^$$' -fuzz '^FuzzDeltaRequests$$' -fuzztime $(FUZZTIME) -parallel 1
+	$(GO) test ./model/untrusted -run '^$$' -fuzz '^FuzzQuote$$' -fuzztime $(FUZZTIME)
 
 ## generate: deepcopy functions, CRDs and the api/client clientset, listers, informers and apply configurations from api/v1beta1
 generate:
