@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,12 +51,22 @@ var (
 	fuzzOnce sync.Once
 	fuzzSrv  *fuzzServer
 	fuzzErr  error
+	// fuzzLargest is the most names any stream's subscription of a type held.
+	fuzzLargest atomic.Int64
 )
 
 func startFuzzServer() (*fuzzServer, error) {
 	fuzzOnce.Do(func() {
 		reg := prometheus.NewRegistry()
-		s := NewServer(ServerConfig{Log: zap.NewNop(), Registerer: reg, Limits: Limits{MaxNames: fuzzMaxNames}})
+		var s *Server
+		s = NewServer(ServerConfig{Log: zap.NewNop(), Registerer: reg, Limits: Limits{MaxNames: fuzzMaxNames},
+			OnClientChange: func() { // after every change: no subscription beyond the limit
+				for _, c := range s.Tracker().Clients() {
+					for _, sub := range c.Subscribed {
+						fuzzLargest.Store(max(fuzzLargest.Load(), int64(len(sub.Names))))
+					}
+				}
+			}})
 		res, err := weights.Compute(weights.Input{Entries: []weights.Entry{
 			{Cluster: "worker-a", Endpoint: "https://chat.worker-a.example.com", Weight: 3},
 			{Cluster: "worker-b", Endpoint: "https://chat.worker-b.example.com", Weight: 1},
@@ -236,6 +247,9 @@ func checkFuzzStream(t *testing.T, fs *fuzzServer, st fuzzStream) {
 	if n := testutil.ToFloat64(fs.s.metrics.panics); n != 0 {
 		t.Fatalf("a handler panicked (%v recovered panics); the stream ended with %v", n, st.err)
 	}
+	if n := fuzzLargest.Load(); n > fuzzMaxNames {
+		t.Fatalf("a subscription held %d names, the limit is %d", n, fuzzMaxNames)
+	}
 	switch code := status.Code(st.err); {
 	case st.err == nil || errors.Is(st.err, io.EOF):
 	case code == codes.InvalidArgument || code == codes.ResourceExhausted:
@@ -334,13 +348,18 @@ func runDelta(t *testing.T, fs *fuzzServer, reqs []*discoveryv3.DeltaDiscoveryRe
 
 // fuzzSeeds are inputs for both targets: the D7 crasher (node "evil", one request of type
 // "type.googleapis.com/evil" with version "v1" and no nonce), an Envoy's first requests,
-// a gRPC client's, a NACK, and too many names.
+// a gRPC client's, a NACK, a name too long, and too many names.
 var fuzzSeeds = [][]byte{
 	{0, 4, 'e', 'v', 'i', 'l', 0, 5, 1, 0, 0, 1},
 	{0, 7, 'e', 'n', 'v', 'o', 'y', '-', '1', 1, 2, 0, 0, 1, 0, 1, 0, 0, 0, 1, 1, 4, 1, 4, 1},
 	{1, 8, 'g', 'r', 'p', 'c', '-', 'o', 'n', 'e', 2, 0, 0, 0, 1, 1, 0, 1, 1, 0, 1, 2, 1, 0, 1, 2, 1},
 	{0, 1, 'n', 0, 2, 1, 1, 1, 0, 3, 0, 4, 'b', 'a', 'd', '!'},
 	{0, 1, 'n', 0, 2, 0, 0, 11, 0, 1, 2, 3, 4, 6, 1, 'x', 6, 1, 'y', 6, 1, 'z', 5, 6, 1, 'w'},
+	// Ten served-looking and made-up names at once (beyond the limit of 8).
+	{0, 1, 'n', 0, 2, 0, 0, 10, 1, 2, 3, 4, 6, 1, 'a', 6, 1, 'b', 6, 1, 'c', 6, 1, 'd', 6, 1, 'e', 6, 1, 'f'},
+	// Delta: two requests of six names each (the second beyond the limit).
+	{0, 1, 'n', 1, 2, 0, 6, 6, 1, 'a', 6, 1, 'b', 6, 1, 'c', 6, 1, 'd', 6, 1, 'e', 6, 1, 'f', 0, 0,
+		2, 0, 6, 6, 1, 'g', 6, 1, 'h', 6, 1, 'i', 6, 1, 'j', 6, 1, 'k', 6, 1, 'l', 0, 0, 1},
 }
 
 // FuzzSotWRequests fuzzes a sequence of state-of-the-world requests on one ADS stream.
