@@ -182,3 +182,44 @@ func BenchmarkDeltaRequestAtSubscription(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLockWaitDuringSubscribe measures what one stream's subscription changes cost
+// every other user of the tracker's lock: the time of a Demand call (it takes the lock)
+// while another goroutine sends delta requests that each subscribe or unsubscribe one name
+// on a stream subscribed to n names.
+func BenchmarkLockWaitDuringSubscribe(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("names=%d", n), func(b *testing.B) {
+			s := xds.NewServer(xds.ServerConfig{Limits: xds.Limits{MaxNames: 2 * n}})
+			tr := s.Tracker()
+			cb := tr.Callbacks()
+			require.NoError(b, cb.OnDeltaStreamOpen(context.Background(), 1, resource.AnyType))
+			require.NoError(b, cb.OnStreamDeltaRequest(1, &discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "a"}, TypeUrl: resource.ClusterType,
+				ResourceNamesSubscribe: nameList("c", n)}))
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"extra"}}
+					if i%2 == 1 {
+						req = &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesUnsubscribe: []string{"extra"}}
+					}
+					_ = cb.OnStreamDeltaRequest(1, req)
+				}
+			}()
+			b.ResetTimer()
+			for b.Loop() {
+				tr.Demand(xds.FlavourGRPC)
+			}
+			b.StopTimer()
+			close(stop)
+			<-done
+		})
+	}
+}

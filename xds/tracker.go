@@ -334,10 +334,12 @@ func (t *Tracker) Callbacks() serverv3.Callbacks {
 			if r := checkDelta(req, t.limits); r != nil {
 				return r.counted(t.refused)
 			}
-			return t.request(trackedRequest{key: streamKey{delta: true, id: id}, node: req.GetNode(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(),
-				message: req.GetErrorDetail().GetMessage(), nack: req.GetErrorDetail() != nil,
+			key := streamKey{delta: true, id: id}
+			pre := prepareDelta(t, key, req)
+			return t.request(trackedRequest{key: key, node: req.GetNode(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(),
+				message: req.GetErrorDetail().GetMessage(), nack: req.GetErrorDetail() != nil, added: nonNil(req.GetResourceNamesSubscribe()),
 				subscribe: func(s *stream, typeURL string) *refusal {
-					if r := s.subscribeDelta(typeURL, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), t.limits.MaxNames); r != nil {
+					if r := s.subscribeDelta(typeURL, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), t.limits.MaxNames, pre); r != nil {
 						return r
 					}
 					if len(req.GetInitialResourceVersions()) > 0 && req.GetResponseNonce() == "" {
@@ -355,6 +357,15 @@ func (t *Tracker) Callbacks() serverv3.Callbacks {
 			t.deltaResponse(streamKey{delta: true, id: id}, resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo(), names)
 		},
 	}
+}
+
+// nonNil is names, an empty list when nil (a delta request that subscribes to nothing
+// adds nothing).
+func nonNil(names []string) []string {
+	if names == nil {
+		return []string{}
+	}
+	return names
 }
 
 func peerOf(ctx context.Context) string {
@@ -630,25 +641,31 @@ func (s *stream) subscribeSotW(typeURL string, names []string) {
 	s.setSub(typeURL, sub)
 }
 
-// subscribeDelta applies a delta request's subscribe and unsubscribe lists, or refuses a
-// subscription of more than maxNames names (changing nothing). A request that changes
-// nothing (an ACK, a repeated name) copies nothing: its cost is its own lists'.
-func (s *stream) subscribeDelta(typeURL string, subscribe, unsubscribe []string, maxNames int) *refusal {
-	old, seen := s.subs[typeURL]
+// deltaNext is a delta request's subscription of one type: what it makes of the stream's
+// subscription sub (seen: the stream has one) and named flag. set: the request sets next
+// (false: it changes nothing); named: it makes the stream name resources of the type. A
+// subscription of more than maxNames names is refused. Pure: it reads only its arguments,
+// so it may run outside the Tracker's lock (see prepareDelta).
+type deltaNext struct {
+	next       Subscription
+	set, named bool
+	refused    *refusal
+}
+
+func nextDelta(old Subscription, seen, named bool, subscribe, unsubscribe []string, maxNames int) deltaNext {
 	switch {
-	case len(subscribe) == 0 && !s.named[typeURL]:
+	case len(subscribe) == 0 && !named:
 		if !seen {
 			old = Subscription{Wildcard: true}
 		}
 		if len(unsubscribe) == 0 {
-			s.setSub(typeURL, old)
-			return nil
+			return deltaNext{next: old, set: true}
 		}
-	case !s.named[typeURL]:
-		s.named[typeURL] = true
+	case !named:
+		named = true
 		old.Wildcard = false // the legacy wildcard ends when the stream names resources
 	case seen && !deltaChanges(old, subscribe, unsubscribe):
-		return nil
+		return deltaNext{}
 	}
 	sub := Subscription{Wildcard: old.Wildcard, Names: maps.Clone(old.Names)}
 	if sub.Names == nil {
@@ -668,10 +685,59 @@ func (s *stream) subscribeDelta(typeURL string, subscribe, unsubscribe []string,
 		}
 		delete(sub.Names, n)
 	}
-	if len(sub.Names) > maxNames {
-		return subscriptionTooLarge(typeURL, len(sub.Names), maxNames)
+	return deltaNext{next: sub, set: true, named: named}
+}
+
+// preparedDelta is a delta request's subscription computed outside the Tracker's lock from
+// the stream's subscription at generation gen (see prepareDelta).
+type preparedDelta struct {
+	ok      bool
+	typeURL string
+	gen     uint64
+	deltaNext
+}
+
+// prepareDelta computes a delta request's subscription outside the Tracker's lock, so that
+// copying a large subscription does not hold up every other stream: the lock is taken only
+// to find the stream. The stream's subscriptions (subs, named, subGen) are written only by
+// its own goroutine, the one that runs its request callbacks and so this, under the lock:
+// reading them here without it is safe, and they are what subscribeDelta will see unless
+// subGen moved.
+func prepareDelta(t *Tracker, key streamKey, req *discoveryv3.DeltaDiscoveryRequest) preparedDelta {
+	t.mu.Lock()
+	s := t.streams[key]
+	t.mu.Unlock()
+	if s == nil {
+		return preparedDelta{}
 	}
-	s.setSub(typeURL, sub)
+	typeURL := req.GetTypeUrl()
+	if typeURL == "" {
+		typeURL = s.typeURL
+	}
+	old, seen := s.subs[typeURL]
+	next := nextDelta(old, seen, s.named[typeURL], req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), t.limits.MaxNames)
+	return preparedDelta{ok: true, typeURL: typeURL, gen: s.subGen, deltaNext: next}
+}
+
+// subscribeDelta applies a delta request's subscribe and unsubscribe lists (as prepared,
+// unless the subscription changed since), or refuses a subscription of more than maxNames
+// names (changing nothing). A request that changes nothing (an ACK, a repeated name)
+// copies nothing: its cost is its own lists'. Called with the Tracker's mu held.
+func (s *stream) subscribeDelta(typeURL string, subscribe, unsubscribe []string, maxNames int, pre preparedDelta) *refusal {
+	next := pre.deltaNext
+	if !pre.ok || pre.typeURL != typeURL || pre.gen != s.subGen {
+		old, seen := s.subs[typeURL]
+		next = nextDelta(old, seen, s.named[typeURL], subscribe, unsubscribe, maxNames)
+	}
+	if next.set && len(next.next.Names) > maxNames {
+		return subscriptionTooLarge(typeURL, len(next.next.Names), maxNames)
+	}
+	if next.named {
+		s.named[typeURL] = true
+	}
+	if next.set {
+		s.setSub(typeURL, next.next)
+	}
 	return nil
 }
 
@@ -701,7 +767,7 @@ func deltaChanges(sub Subscription, subscribe, unsubscribe []string) bool {
 //
 // A refused subscription (see Limits) changes nothing of it, and ends the stream. A request
 // that sets no subscription (a delta ACK) costs nothing per name subscribed.
-func (s *stream) resubscribe(typeURL, nonce string, subscribe func(*stream, string) *refusal) (subscribed, judged bool, refused *refusal) {
+func (s *stream) resubscribe(typeURL, nonce string, subscribe func(*stream, string) *refusal, candidates []string) (subscribed, judged bool, refused *refusal) {
 	if !s.delta && s.sent[typeURL] != "" && nonce != s.sent[typeURL] {
 		return false, false, nil
 	}
@@ -711,9 +777,10 @@ func (s *stream) resubscribe(typeURL, nonce string, subscribe func(*stream, stri
 		return false, false, refused
 	}
 	after := s.subs[typeURL]
-	subscribed = !had || (s.subGen != gen && (before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names)))
+	subscribed = !had || (s.subGen != gen && (before.Wildcard != after.Wildcard || len(before.Names) != len(after.Names) ||
+		!maps.Equal(before.Names, after.Names)))
 	if had && subscribed {
-		s.subscribed(typeURL, before, after)
+		s.subscribed(typeURL, before, after, candidates)
 	}
 	return subscribed, beforeAcked != s.acked[typeURL] || beforeStale != len(s.stale[typeURL]), nil
 }
@@ -736,7 +803,10 @@ type freshMark struct {
 // that only drops names leaves the names still fresh waiting for the response they waited
 // for (a request that drops names and ACKs the response carrying the added ones settles
 // them; moving the mark to that response would wait for one that never comes).
-func (s *stream) subscribed(typeURL string, before, after Subscription) {
+//
+// candidates, when not nil, are the only names the change may have added (a delta
+// request's subscribe list): then only they are looked at, not every name of after.
+func (s *stream) subscribed(typeURL string, before, after Subscription, candidates []string) {
 	fresh := map[string]struct{}{}
 	for n := range s.fresh[typeURL] {
 		if _, ok := after.Names[n]; ok && !after.Wildcard {
@@ -745,9 +815,19 @@ func (s *stream) subscribed(typeURL string, before, after Subscription) {
 	}
 	added := false
 	if !before.Wildcard && !after.Wildcard {
-		for n := range after.Names {
-			if _, ok := before.Names[n]; !ok {
+		isNew := func(n string) {
+			_, was := before.Names[n]
+			if _, is := after.Names[n]; is && !was {
 				fresh[n], added = struct{}{}, true
+			}
+		}
+		if candidates != nil {
+			for _, n := range candidates {
+				isNew(n)
+			}
+		} else {
+			for n := range after.Names {
+				isNew(n)
 			}
 		}
 	}
@@ -1061,6 +1141,9 @@ type trackedRequest struct {
 	typeURL, nonce, version, message string
 	nack                             bool
 	subscribe                        func(s *stream, typeURL string) *refusal
+	// added, when not nil, are the only names the request may add to the subscription
+	// (a delta request's subscribe list; nil: any, a state-of-the-world request's).
+	added []string
 }
 
 // request records a request of a stream (see Tracker), or refuses it (see checkStreamType,
@@ -1117,7 +1200,7 @@ func record(t *Tracker, r trackedRequest) (typeURL string, changed, answered boo
 		typeURL = s.typeURL
 	}
 	if r.subscribe != nil && typeURL != "" {
-		subscribed, judged, refused := s.resubscribe(typeURL, nonce, r.subscribe)
+		subscribed, judged, refused := s.resubscribe(typeURL, nonce, r.subscribe, r.added)
 		if refused != nil {
 			return "", false, false, refused // the stream ends: nothing of it counts
 		}
