@@ -643,16 +643,15 @@ func (s *stream) subscribeSotW(typeURL string, names []string) {
 
 // deltaNext is a delta request's subscription of one type: what it makes of the stream's
 // subscription sub (seen: the stream has one) and named flag. set: the request sets next
-// (false: it changes nothing); named: it makes the stream name resources of the type. A
-// subscription of more than maxNames names is refused. Pure: it reads only its arguments,
-// so it may run outside the Tracker's lock (see prepareDelta).
+// (false: it changes nothing); named: it makes the stream name resources of the type
+// (subscribeDelta refuses a next beyond --xds-max-names). Pure: it reads only its
+// arguments, so it may run outside the Tracker's lock (see prepareDelta).
 type deltaNext struct {
 	next       Subscription
 	set, named bool
-	refused    *refusal
 }
 
-func nextDelta(old Subscription, seen, named bool, subscribe, unsubscribe []string, maxNames int) deltaNext {
+func nextDelta(old Subscription, seen, named bool, subscribe, unsubscribe []string) deltaNext {
 	switch {
 	case len(subscribe) == 0 && !named:
 		if !seen {
@@ -715,7 +714,7 @@ func prepareDelta(t *Tracker, key streamKey, req *discoveryv3.DeltaDiscoveryRequ
 		typeURL = s.typeURL
 	}
 	old, seen := s.subs[typeURL]
-	next := nextDelta(old, seen, s.named[typeURL], req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), t.limits.MaxNames)
+	next := nextDelta(old, seen, s.named[typeURL], req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 	return preparedDelta{ok: true, typeURL: typeURL, gen: s.subGen, deltaNext: next}
 }
 
@@ -727,7 +726,7 @@ func (s *stream) subscribeDelta(typeURL string, subscribe, unsubscribe []string,
 	next := pre.deltaNext
 	if !pre.ok || pre.typeURL != typeURL || pre.gen != s.subGen {
 		old, seen := s.subs[typeURL]
-		next = nextDelta(old, seen, s.named[typeURL], subscribe, unsubscribe, maxNames)
+		next = nextDelta(old, seen, s.named[typeURL], subscribe, unsubscribe)
 	}
 	if next.set && len(next.next.Names) > maxNames {
 		return subscriptionTooLarge(typeURL, len(next.next.Names), maxNames)
