@@ -509,3 +509,16 @@ func TestCertManagerMode(t *testing.T) {
 		}
 	}
 }
+
+// The xDS limits are passed only when set; unset, the publisher's defaults apply.
+func TestXDSLimits(t *testing.T) {
+	out, err := runHelm(t, "template", "tm", "publisher", "--set", "publisher.gateway=g", "--set", "xds.limits.maxNames=500",
+		"--set", "xds.limits.maxStreamsPerConnection=8", "--set", "xds.limits.maxConnectionsPerClient=64")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "- --xds-max-names=500\n")
+	assert.Contains(t, out, "- --xds-max-streams-per-connection=8\n")
+	assert.Contains(t, out, "- --xds-max-connections-per-client=64\n")
+	out, err = runHelm(t, "template", "tm", "publisher", "--set", "publisher.gateway=g")
+	require.NoError(t, err, out)
+	assert.NotContains(t, out, "--xds-max-")
+}

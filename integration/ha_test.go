@@ -152,7 +152,7 @@ func TestHAEveryReplicasClientsCount(t *testing.T) {
 	frozen.freeze()
 	w := f.watchPublished()
 	f.drain(seedDrain)
-	f.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "replica c: 1/2 relevant clients ACKed, waiting for frozen-c/sotw-")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), `replica c: 1/2 relevant clients ACKed, waiting for "frozen-c"/sotw-`)
 	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, clientB, 20), "b's client has the drain")
 	assert.Equal(t, map[string]int{"worker-b": 20}, spread(t, clientC, 20), "c's real client has the drain")
 	for _, tr := range w.transitions() {
@@ -178,7 +178,7 @@ func TestHAEveryReplicasClientsCount(t *testing.T) {
 	// c dies (SIGKILL) while its frozen client holds the undrain back.
 	frozen.freeze()
 	f.setAnnotation(service, "ome.io/traffic-drain", "", true)
-	f.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "replica c: ", "waiting for frozen-c/sotw-")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), "replica c: ", `waiting for "frozen-c"/sotw-`)
 	killed := time.Now()
 	require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
 	_, _ = c.cmd.Process.Wait()

@@ -97,7 +97,7 @@ func TestOpsStatusShowsXDSClients(t *testing.T) {
 	assert.Empty(t, c.Nacked)
 
 	envoyClient(t, pub, "envoy-nacks", resource.ClusterType, "cluster rejected by test")
-	f.waitCondition(metav1.ConditionFalse, string(model.ReasonXDSRejected), "xds client envoy-nacks rejected version")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonXDSRejected), `xds client node "envoy-nacks" rejected version`)
 	st = statusWith(t, op, f.ns, "--publisher-url", url)
 	assert.Equal(t, "XDSRejected", st.Published.Reason)
 	assert.NotNil(t, st.Published.LastTransitionTime)

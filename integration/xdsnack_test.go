@@ -98,7 +98,7 @@ func TestXDSSotWNackSetsPublishedFalse(t *testing.T) {
 		ResponseNonce: first.GetNonce(), ErrorDetail: &rpcstatus.Status{Message: "cluster " + f.ns + "/chat/worker-a: tls context unsupported"}}))
 
 	f.waitCondition(metav1.ConditionFalse, string(model.ReasonXDSRejected),
-		"xds client envoy-sotw rejected version "+first.GetVersionInfo()+" (Cluster): cluster "+f.ns+"/chat/worker-a: tls context unsupported")
+		`xds client node "envoy-sotw" rejected version `+first.GetVersionInfo()+` (Cluster): "cluster `+f.ns+`/chat/worker-a: tls context unsupported"`)
 	debug := get(t, pub, "/debug/xds")
 	assert.Contains(t, debug, `"nodeID": "envoy-sotw"`)
 	assert.Contains(t, debug, "tls context unsupported")
@@ -143,7 +143,7 @@ func TestXDSDeltaNackSetsPublishedFalse(t *testing.T) {
 	require.True(t, ok)
 	require.NoError(t, stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.RouteType,
 		ResponseNonce: first.GetNonce(), ErrorDetail: &rpcstatus.Status{Message: "virtual host rejected"}}))
-	f.waitCondition(metav1.ConditionFalse, string(model.ReasonXDSRejected), "xds client envoy-delta rejected version", "(RouteConfiguration): virtual host rejected")
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonXDSRejected), `xds client node "envoy-delta" rejected version`, `(RouteConfiguration): "virtual host rejected`)
 	_, again := xdstest.Next(in, 500*time.Millisecond)
 	assert.False(t, again, "the rejected version is not sent again")
 }

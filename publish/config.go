@@ -3,6 +3,7 @@ package publish
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"text/template"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/trafficmap/publisher/model"
+	"github.com/trafficmap/publisher/xds"
 )
 
 // NoPositivePolicy says what to publish when no entry has a positive effective weight.
@@ -42,6 +44,14 @@ const DefaultXDSReconnectGrace = 20 * time.Second
 // publisher's server permits) and timeout 20s (gRPC's default), and an Envoy whose xds
 // cluster sets connection_keepalive within the same sum.
 const DefaultXDSPeerGrace = 30 * time.Second
+
+// The CLI's --xds-max-names, --xds-max-streams-per-connection and
+// --xds-max-connections-per-client: xds.Limits' defaults (see there for why).
+const (
+	DefaultXDSMaxNames                = xds.DefaultMaxNames
+	DefaultXDSMaxStreamsPerConnection = xds.DefaultMaxStreamsPerConnection
+	DefaultXDSMaxConnectionsPerClient = xds.DefaultMaxConnectionsPerClient
+)
 
 // Config is the publisher's configuration. The zero value of an optional field selects its
 // documented default; Validate reports what is wrong with the rest.
@@ -97,6 +107,10 @@ type Config struct {
 	RequireXDSAck bool
 	// XDSMinClients makes Published wait until at least this many xDS clients are connected.
 	XDSMinClients int
+	// XDSMaxNames, XDSMaxStreamsPerConnection and XDSMaxConnectionsPerClient bound what one
+	// xDS client may make the server hold (xds.Limits); 0: the default (xds.DefaultMaxNames,
+	// xds.DefaultMaxStreamsPerConnection, xds.DefaultMaxConnectionsPerClient).
+	XDSMaxNames, XDSMaxStreamsPerConnection, XDSMaxConnectionsPerClient int
 	// XDSReconnectGrace is how long after the xDS server starts, and after this replica
 	// becomes leader, a map whose content was not published before (see
 	// model.Standing.PublishedBefore) stays Published False, so clients of the previous publisher
@@ -317,6 +331,15 @@ func (c Config) Validate() error {
 	if c.ClaimNamespace != "" {
 		if msgs := validation.IsDNS1123Label(c.ClaimNamespace); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("%w: --claim-namespace %q: %s", ErrInvalidConfig, c.ClaimNamespace, msgs[0]))
+		}
+	}
+	for _, l := range []struct {
+		flag string
+		v    int
+	}{{"--xds-max-names", c.XDSMaxNames}, {"--xds-max-streams-per-connection", c.XDSMaxStreamsPerConnection},
+		{"--xds-max-connections-per-client", c.XDSMaxConnectionsPerClient}} {
+		if l.v < 0 || l.v > math.MaxInt32 {
+			errs = append(errs, fmt.Errorf("%w: %s %d: must be positive (0: the default)", ErrInvalidConfig, l.flag, l.v))
 		}
 	}
 	for _, ns := range c.Namespaces {

@@ -219,6 +219,8 @@ func addXDSSink(p *Publisher) error {
 		RequireAck: cfg.RequireXDSAck, MinClients: cfg.XDSMinClients, Registerer: p.cfg.Registerer,
 		ReconnectGrace: cfg.XDSReconnectGrace,
 		Peers:          peers,
+		Limits: xds.Limits{MaxNames: cfg.XDSMaxNames, MaxStreamsPerConnection: uint32(cfg.XDSMaxStreamsPerConnection), // validated: 0..MaxInt32
+			MaxConnectionsPerClient: cfg.XDSMaxConnectionsPerClient},
 	}, log.Named("xds"))
 	if errors.Is(err, xds.ErrInvalidSinkConfig) {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)

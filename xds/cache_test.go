@@ -225,10 +225,11 @@ func TestTrackerForwardsLateResponses(t *testing.T) {
 	key := streamKey{id: 1}
 	node := &corev3.Node{Id: "grpc-1", UserAgentName: "gRPC Go"}
 	tr.open(key, "", Access{}, "")
-	tr.request(key, node, resource.RouteType, "", "", "", false, func(s *stream, typ string) { s.subscribeSotW(typ, []string{"prod/chat"}) })
+	sub := func(s *stream, typ string) *refusal { s.subscribeSotW(typ, []string{"prod/chat"}); return nil }
+	require.Nil(t, tr.request(trackedRequest{key: key, node: node, typeURL: resource.RouteType, subscribe: sub}))
 	tr.advance(FlavourGRPC, resource.RouteType, "v1", "v2", map[string]struct{}{"prod/search": {}})
 	tr.response(key, resource.RouteType, "n1", "v1") // sent at v1, recorded after the update
-	tr.request(key, node, resource.RouteType, "n1", "v1", "", false, func(s *stream, typ string) { s.subscribeSotW(typ, []string{"prod/chat"}) })
+	require.Nil(t, tr.request(trackedRequest{key: key, node: node, typeURL: resource.RouteType, nonce: "n1", version: "v1", subscribe: sub}))
 	require.Len(t, tr.Clients(), 1)
 	assert.Equal(t, "v2", tr.Clients()[0].Acked[resource.RouteType], "v2 differs from v1 only in prod/search")
 

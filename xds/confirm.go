@@ -9,6 +9,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/trafficmap/publisher/model"
+	"github.com/trafficmap/publisher/model/untrusted"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -442,10 +443,22 @@ type Confirmation struct {
 	Message string
 }
 
-// ClientNack is one client's rejection.
+// ClientNack is one client's rejection. NodeID and Nack.Message are the client's own
+// words: show them only through Describe.
 type ClientNack struct {
 	NodeID, TypeURL string
+	// Identity is the client's certificate identity, "" without mutual TLS.
+	Identity string
 	Nack
+}
+
+// Describe says who rejected what, for a condition, an Event or a log: the client by its
+// certificate identity when it has one (its node id second), and every client-chosen part
+// escaped and shortened (package untrusted: at most MaxID bytes for an id, MaxMessage for
+// the NACK's text). The version is the server's own (the one it sent).
+func (n ClientNack) Describe() string {
+	return fmt.Sprintf("xds client %s rejected version %s (%s): %s", describeClient(n.Identity, n.NodeID),
+		n.Version, typeLabel(n.TypeURL), untrusted.Quote(n.Message, untrusted.MaxMessage))
 }
 
 // Verdict is what Confirm decided about one client for one service.
@@ -493,7 +506,7 @@ func Judge(cl ClientState, h *History, key string, served map[Flavour]Served) Ve
 		// in the version it was held at then or any later one (see ClientState.Unacked).
 		hd := cl.held(typ, sv.Names[typ])
 		if hd.rejected && v.Nack == nil && h.Carries(cl.Flavour, typ, hd.nack.Version, key, sv.Digest) {
-			v.Nack = &ClientNack{NodeID: cl.NodeID, TypeURL: typ, Nack: hd.nack}
+			v.Nack = &ClientNack{NodeID: cl.NodeID, TypeURL: typ, Identity: cl.Access.Identity, Nack: hd.nack}
 		}
 		if !h.holds(cl.Flavour, typ, cl.Acked[typ], hd, key, sv.Digest) {
 			v.Acked = false
@@ -532,7 +545,7 @@ func Confirm(clients []ClientState, h *History, key string, served map[Flavour]S
 	versions = slices.Compact(versions)
 	switch {
 	case c.Nack != nil:
-		c.Message = fmt.Sprintf("xds client %s rejected version %s (%s): %s", c.Nack.NodeID, c.Nack.Version, typeLabel(c.Nack.TypeURL), c.Nack.Message)
+		c.Message = c.Nack.Describe()
 	case c.Connected < minClients:
 		c.Message = fmt.Sprintf(waitingPrefix+"%d connected, --xds-min-clients is %d", c.Connected, minClients)
 	case c.Connected == 0:

@@ -2,12 +2,14 @@ package xds_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/trafficmap/publisher/model/untrusted"
 	"github.com/trafficmap/publisher/xds"
 )
 
@@ -71,7 +73,24 @@ func TestConfirm(t *testing.T) {
 	nacking.Nacked[resource.RouteType] = xds.Nack{Version: "v2", Message: "has no valid cluster"}
 	got := xds.Confirm([]xds.ClientState{nacking}, h, drained.Key(), want, 0)
 	assert.False(t, got.Done)
-	assert.Equal(t, "xds client n rejected version v2 (RouteConfiguration): has no valid cluster", got.Message)
+	assert.Equal(t, `xds client node "n" rejected version v2 (RouteConfiguration): "has no valid cluster"`, got.Message)
+
+	// D11: what the client chose (its node id, its NACK text) reaches the map's condition
+	// (and so its Event and logs) escaped and shortened; a client with a certificate
+	// identity is named by it, its node id second.
+	hostile := client(strings.Repeat("evil\n\"Published: True\"\n", 2048), "sotw-2", "v1", wildcard)
+	hostile.Nacked[resource.RouteType] = xds.Nack{Version: "v2", Message: "bad\nStatus: True\n" + strings.Repeat("x", 900)}
+	got = xds.Confirm([]xds.ClientState{hostile}, h, drained.Key(), want, 0)
+	assert.NotContains(t, got.Message, "\n", "no raw newline")
+	assert.NotContains(t, got.Message, `"Published: True"`, "no raw quote")
+	assert.True(t, strings.HasPrefix(got.Message, `xds client node "evil\n\"Published: True\"\nevil`), got.Message)
+	assert.Contains(t, got.Message, `: "bad\nStatus: True\nxxx`)
+	assert.LessOrEqual(t, len(got.Message), len(`xds client node  rejected version v2 (RouteConfiguration): `)+untrusted.MaxID+untrusted.MaxMessage)
+
+	hostile.Access = xds.Access{Identity: "spiffe://cluster.local/ns/team-a/sa/gateway"}
+	got = xds.Confirm([]xds.ClientState{hostile}, h, drained.Key(), want, 0)
+	assert.True(t, strings.HasPrefix(got.Message, `xds client "spiffe://cluster.local/ns/team-a/sa/gateway" (node "evil\n`), got.Message)
+	assert.NotContains(t, got.Message, "\n")
 }
 
 // A map's confirmation counts exactly the streams whose subscriptions include its

@@ -25,6 +25,7 @@ type harness struct {
 	server  *xds.Server
 	entries []weights.Entry
 	client  testgrpc.TestServiceClient
+	addr    string // where the server listens
 }
 
 func newHarness(t *testing.T) *harness {
@@ -32,6 +33,7 @@ func newHarness(t *testing.T) *harness {
 	h := &harness{t: t, server: xds.NewServer(xds.ServerConfig{Log: zaptest.NewLogger(t)})}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	h.addr = lis.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.server.Serve(ctx, lis) }()

@@ -3,7 +3,6 @@ package xds
 import (
 	"encoding/json"
 	"net/http"
-	"path"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,7 +15,11 @@ import (
 type metrics struct {
 	acks, nacks *prometheus.CounterVec
 	invalid     prometheus.Counter
-	server      *Server
+	// refused counts requests and streams refused, by reason (a fixed set:
+	// refusedReasons); panics counts stream handlers that panicked (recovered).
+	refused *prometheus.CounterVec
+	panics  prometheus.Counter
+	server  *Server
 }
 
 var (
@@ -37,9 +40,16 @@ func newMetrics(s *Server, reg prometheus.Registerer) *metrics {
 			Help: "xDS responses clients NACKed, by resource type."}, []string{"type"}),
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{Name: "trafficmap_publisher_xds_invalid_snapshots_total",
 			Help: "Resource sets refused by validation; the last good snapshot kept being served."}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_xds_refused_requests_total",
+			Help: "xDS requests and streams refused, their stream ended with a status naming the field and rule, by reason: unknown_type, wrong_type, too_many_names, field_too_long, too_many_connections."}, []string{"reason"}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{Name: "trafficmap_publisher_xds_handler_panics_total",
+			Help: "xDS stream (or unary) handlers that panicked: the panic was recovered and logged, that stream ended with status Internal, the server went on."}),
+	}
+	for _, r := range refusedReasons {
+		m.refused.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.acks, m.nacks, m.invalid, m)
+		reg.MustRegister(m.acks, m.nacks, m.invalid, m.refused, m.panics, m)
 	}
 	return m
 }
@@ -90,8 +100,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// typeLabel shortens a type URL to its message name, e.g. "Cluster".
-func typeLabel(typeURL string) string { return path.Ext(typeURL)[1:] }
+// refuse counts a refusal for reason (one of refusedReasons).
+func (m *metrics) refuse(reason string) { m.refused.WithLabelValues(reason).Inc() }
 
 func (m *metrics) observe(typeURL string, nack bool) {
 	if m == nil || typeURL == "" {

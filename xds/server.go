@@ -25,6 +25,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/trafficmap/publisher/model/untrusted"
 )
 
 // Server serves translated resources over xDS (ADS and per-type services, state of the
@@ -62,6 +64,9 @@ type ServerConfig struct {
 	OnClientChange func()
 	// Registerer, when set, receives the server's metrics.
 	Registerer prometheus.Registerer
+	// Limits bound what one client may make the server hold and do (zero fields: the
+	// defaults).
+	Limits Limits
 }
 
 // NewServer returns a server; call Serve to accept connections.
@@ -72,22 +77,30 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	s := &Server{log: log, tls: cfg.TLS, versioners: map[Flavour]*versioner{FlavourEnvoy: {}, FlavourGRPC: {}},
 		validators: map[Flavour]*validator{FlavourEnvoy: {}, FlavourGRPC: {}}}
+	limits := cfg.Limits.withDefaults()
 	s.tracker = NewTracker(cfg.OnClientChange)
 	s.metrics = newMetrics(s, cfg.Registerer)
-	s.tracker.observe = s.metrics.observe
+	s.tracker.observe, s.tracker.refused, s.tracker.limits = s.metrics.observe, s.metrics.refuse, limits
 	s.cache = newNackGuard(s.tracker, log)
 	s.tracker.served = func(node *corev3.Node, typeURL string) *typeCache {
 		return s.cache.cache(NodeHash{}.ID(node), typeURL)
 	}
+	// Interceptors, outermost first: a panic ends its stream, not the process; a fenced
+	// server refuses; TLS authenticates (and gives the stream its Access); a client's
+	// connections are bounded.
 	opts := []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.ChainStreamInterceptor(s.fence.intercept),
+		grpc.MaxConcurrentStreams(limits.MaxStreamsPerConnection),
+		grpc.ChainUnaryInterceptor(s.recoverUnary),
+		grpc.ChainStreamInterceptor(s.recoverStream, s.fence.intercept),
 		grpc.ForceServerCodecV2(newCodec()),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, cfg.TLS.serverOptions(log)...)
 	}
+	conns := &connLimiter{max: limits.MaxConnectionsPerClient, refused: s.metrics.refuse}
+	opts = append(opts, grpc.ChainStreamInterceptor(conns.intercept))
 	s.grpc = grpc.NewServer(opts...)
 	// Ordered ADS: a state-of-the-world ADS stream is sent responses in the order the
 	// snapshots are set (delta streams always are), which make-before-break relies on.
@@ -416,8 +429,8 @@ func (g *nackGuard) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, 
 		w := &parkedWatch{hash: hash, rejected: rejected, req: req, sub: sub, value: value}
 		if sent && g.park(w) {
 			g.log.Info("client rejected the current version; not resending it until the content changes",
-				zap.String("node", req.GetNode().GetId()), zap.String("type", req.GetTypeUrl()),
-				zap.String("version", rejected), zap.String("error", boundMessage(req.GetErrorDetail().GetMessage())))
+				zap.String("node", nodeField(req.GetNode())), zap.String("type", typeLabel(req.GetTypeUrl())),
+				zap.String("version", rejected), zap.String("error", untrusted.Quote(req.GetErrorDetail().GetMessage(), untrusted.MaxMessage)))
 			return func() { g.drop(w) }, nil
 		}
 	}

@@ -54,6 +54,9 @@ type SinkConfig struct {
 	// without leader election. With RequireAck, a plan is InPlace only when the relevant
 	// clients of every live replica ACKed its content too (replicas.Judge).
 	Peers func() []replicas.Report
+	// Limits bound what one client may make the server hold and do (zero fields: the
+	// defaults).
+	Limits Limits
 }
 
 // ErrInvalidSinkConfig marks a configuration the sink cannot start with.
@@ -178,7 +181,7 @@ func NewSink(cfg SinkConfig, log *zap.Logger) (*Sink, error) {
 	s.grace = &reconnectGrace{d: cfg.ReconnectGrace, now: cfg.Now, news: s.news}
 	s.loop = newRebuilder(s)
 	s.watch = newClientWatch(s)
-	s.server = NewServer(ServerConfig{Log: log, TLS: tlsCfg, OnClientChange: s.watch.signal, Registerer: cfg.Registerer})
+	s.server = NewServer(ServerConfig{Log: log, TLS: tlsCfg, OnClientChange: s.watch.signal, Registerer: cfg.Registerer, Limits: cfg.Limits})
 	s.history.Follow(s.server.Tracker()) // a stalled client's version stays judged
 	return s, nil
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/trafficmap/publisher/model/replicas"
+	"github.com/trafficmap/publisher/model/untrusted"
 )
 
 // Replica is the xDS sink's side of the replicas' exchange (package lease): the report the
@@ -50,10 +51,11 @@ func (r *Replica) Report(keys []string) replicas.Report {
 			case v.Acked:
 				m.Acked++
 			case len(m.Waiting) < replicas.MaxWaiting:
-				m.Waiting = append(m.Waiting, cl.ID())
+				m.Waiting = append(m.Waiting, streamLabel(cl))
 			}
 			if v.Nack != nil && m.Nack == nil {
-				m.Nack = &replicas.Nack{Client: cl.ID(), Version: v.Nack.Version, Type: v.Nack.TypeURL, Message: v.Nack.Message}
+				m.Nack = &replicas.Nack{Client: streamLabel(cl), Version: v.Nack.Version, Type: v.Nack.TypeURL,
+					Message: untrusted.Quote(v.Nack.Message, untrusted.MaxMessage)}
 			}
 		}
 		rep.Maps = append(rep.Maps, m)

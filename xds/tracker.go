@@ -200,8 +200,12 @@ type Tracker struct {
 	streams  map[streamKey]*stream
 	onChange func()
 	observe  func(typeURL string, nack bool) // metrics hook; nil means none
-	members  uint64                          // see Membership
-	demand   map[Flavour]uint64              // see Demand
+	// limits bound what a stream's requests may name (see Limits); refused, when set,
+	// counts a refused request by reason (metrics hook).
+	limits  Limits
+	refused func(reason string)
+	members uint64             // see Membership
+	demand  map[Flavour]uint64 // see Demand
 	// served returns the cache serving a node's flavour a type; nil means none is known
 	// (the delta reconnect rule then never applies).
 	served func(node *corev3.Node, typeURL string) *typeCache
@@ -240,6 +244,7 @@ type stream struct {
 	nacked  map[string]Nack         // replaced, never modified, on every change
 	subs    map[string]Subscription // replaced, never modified, on every change
 	named   map[string]bool         // types the stream has named resources of (legacy wildcard over)
+	subGen  uint64                  // counts setSub calls (resubscribe compares only after one)
 	// fresh is ClientState.Fresh (replaced, never modified, on every change); freshAt, per
 	// type URL, when its names or a switch to a wildcard were last subscribed to (see
 	// stream.subscribed).
@@ -290,7 +295,7 @@ const maxOutstanding = 128
 // NewTracker returns a Tracker that calls onChange (if not nil) after every ACK, NACK,
 // connect and disconnect, outside its lock.
 func NewTracker(onChange func()) *Tracker {
-	return &Tracker{streams: map[streamKey]*stream{}, onChange: onChange, demand: map[Flavour]uint64{}}
+	return &Tracker{streams: map[streamKey]*stream{}, onChange: onChange, demand: map[Flavour]uint64{}, limits: Limits{}.withDefaults()}
 }
 
 // Callbacks returns the server callbacks that feed the tracker, for SotW and delta.
@@ -306,13 +311,19 @@ func (t *Tracker) Callbacks() serverv3.Callbacks {
 		},
 		StreamClosedFunc:      func(id int64, _ *corev3.Node) { t.close(streamKey{id: id}) },
 		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) { t.close(streamKey{delta: true, id: id}) },
+		// Every request is checked (see checkSotW, checkDelta) before anything is made of
+		// it; a refused one ends its stream with the refusal's status.
 		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
-			t.request(streamKey{id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetVersionInfo(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil,
-				func(s *stream, typeURL string) {
+			if r := checkSotW(req, t.limits); r != nil {
+				return r.counted(t.refused)
+			}
+			return t.request(trackedRequest{key: streamKey{id: id}, node: req.GetNode(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(),
+				version: req.GetVersionInfo(), message: req.GetErrorDetail().GetMessage(), nack: req.GetErrorDetail() != nil,
+				subscribe: func(s *stream, typeURL string) *refusal {
 					s.req = req
 					s.subscribeSotW(typeURL, req.GetResourceNames())
-				})
-			return nil
+					return nil
+				}}).counted(t.refused)
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, req *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
 			t.response(streamKey{id: id}, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
@@ -320,14 +331,22 @@ func (t *Tracker) Callbacks() serverv3.Callbacks {
 		// The delta request callback runs before the server fills in node and type URL: the
 		// tracker remembers the node from the stream's first request and the type from open.
 		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
-			t.request(streamKey{delta: true, id: id}, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), "", req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil,
-				func(s *stream, typeURL string) {
-					s.subscribeDelta(typeURL, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
+			if r := checkDelta(req, t.limits); r != nil {
+				return r.counted(t.refused)
+			}
+			key := streamKey{delta: true, id: id}
+			pre := prepareDelta(t, key, req)
+			return t.request(trackedRequest{key: key, node: req.GetNode(), typeURL: req.GetTypeUrl(), nonce: req.GetResponseNonce(),
+				message: req.GetErrorDetail().GetMessage(), nack: req.GetErrorDetail() != nil, added: nonNil(req.GetResourceNamesSubscribe()),
+				subscribe: func(s *stream, typeURL string) *refusal {
+					if r := s.subscribeDelta(typeURL, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), t.limits.MaxNames, pre); r != nil {
+						return r
+					}
 					if len(req.GetInitialResourceVersions()) > 0 && req.GetResponseNonce() == "" {
 						s.declare(servingCache(t.served, s, typeURL), typeURL, req.GetInitialResourceVersions())
 					}
-				})
-			return nil
+					return nil
+				}}).counted(t.refused)
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
 			names := make([]string, 0, len(resp.GetResources())+len(resp.GetRemovedResources()))
@@ -338,6 +357,15 @@ func (t *Tracker) Callbacks() serverv3.Callbacks {
 			t.deltaResponse(streamKey{delta: true, id: id}, resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo(), names)
 		},
 	}
+}
+
+// nonNil is names, an empty list when nil (a delta request that subscribes to nothing
+// adds nothing).
+func nonNil(names []string) []string {
+	if names == nil {
+		return []string{}
+	}
+	return names
 }
 
 func peerOf(ctx context.Context) string {
@@ -613,20 +641,30 @@ func (s *stream) subscribeSotW(typeURL string, names []string) {
 	s.setSub(typeURL, sub)
 }
 
-// subscribeDelta applies a delta request's subscribe and unsubscribe lists.
-func (s *stream) subscribeDelta(typeURL string, subscribe, unsubscribe []string) {
-	old, seen := s.subs[typeURL]
-	if len(subscribe) == 0 && !s.named[typeURL] {
+// deltaNext is a delta request's subscription of one type: what it makes of the stream's
+// subscription sub (seen: the stream has one) and named flag. set: the request sets next
+// (false: it changes nothing); named: it makes the stream name resources of the type
+// (subscribeDelta refuses a next beyond --xds-max-names). Pure: it reads only its
+// arguments, so it may run outside the Tracker's lock (see prepareDelta).
+type deltaNext struct {
+	next       Subscription
+	set, named bool
+}
+
+func nextDelta(old Subscription, seen, named bool, subscribe, unsubscribe []string) deltaNext {
+	switch {
+	case len(subscribe) == 0 && !named:
 		if !seen {
 			old = Subscription{Wildcard: true}
 		}
 		if len(unsubscribe) == 0 {
-			s.setSub(typeURL, old)
-			return
+			return deltaNext{next: old, set: true}
 		}
-	} else if !s.named[typeURL] {
-		s.named[typeURL] = true
+	case !named:
+		named = true
 		old.Wildcard = false // the legacy wildcard ends when the stream names resources
+	case seen && !deltaChanges(old, subscribe, unsubscribe):
+		return deltaNext{}
 	}
 	sub := Subscription{Wildcard: old.Wildcard, Names: maps.Clone(old.Names)}
 	if sub.Names == nil {
@@ -646,7 +684,76 @@ func (s *stream) subscribeDelta(typeURL string, subscribe, unsubscribe []string)
 		}
 		delete(sub.Names, n)
 	}
-	s.setSub(typeURL, sub)
+	return deltaNext{next: sub, set: true, named: named}
+}
+
+// preparedDelta is a delta request's subscription computed outside the Tracker's lock from
+// the stream's subscription at generation gen (see prepareDelta).
+type preparedDelta struct {
+	ok      bool
+	typeURL string
+	gen     uint64
+	deltaNext
+}
+
+// prepareDelta computes a delta request's subscription outside the Tracker's lock, so that
+// copying a large subscription does not hold up every other stream: the lock is taken only
+// to find the stream. The stream's subscriptions (subs, named, subGen) are written only by
+// its own goroutine, the one that runs its request callbacks and so this, under the lock:
+// reading them here without it is safe, and they are what subscribeDelta will see unless
+// subGen moved.
+func prepareDelta(t *Tracker, key streamKey, req *discoveryv3.DeltaDiscoveryRequest) preparedDelta {
+	t.mu.Lock()
+	s := t.streams[key]
+	t.mu.Unlock()
+	if s == nil {
+		return preparedDelta{}
+	}
+	typeURL := req.GetTypeUrl()
+	if typeURL == "" {
+		typeURL = s.typeURL
+	}
+	old, seen := s.subs[typeURL]
+	next := nextDelta(old, seen, s.named[typeURL], req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
+	return preparedDelta{ok: true, typeURL: typeURL, gen: s.subGen, deltaNext: next}
+}
+
+// subscribeDelta applies a delta request's subscribe and unsubscribe lists (as prepared,
+// unless the subscription changed since), or refuses a subscription of more than maxNames
+// names (changing nothing). A request that changes nothing (an ACK, a repeated name)
+// copies nothing: its cost is its own lists'. Called with the Tracker's mu held.
+func (s *stream) subscribeDelta(typeURL string, subscribe, unsubscribe []string, maxNames int, pre preparedDelta) *refusal {
+	next := pre.deltaNext
+	if !pre.ok || pre.typeURL != typeURL || pre.gen != s.subGen {
+		old, seen := s.subs[typeURL]
+		next = nextDelta(old, seen, s.named[typeURL], subscribe, unsubscribe)
+	}
+	if next.set && len(next.next.Names) > maxNames {
+		return subscriptionTooLarge(typeURL, len(next.next.Names), maxNames)
+	}
+	if next.named {
+		s.named[typeURL] = true
+	}
+	if next.set {
+		s.setSub(typeURL, next.next)
+	}
+	return nil
+}
+
+// deltaChanges reports whether subscribing to subscribe and unsubscribing from unsubscribe
+// may change sub (false: it surely does not), in the time of the two lists.
+func deltaChanges(sub Subscription, subscribe, unsubscribe []string) bool {
+	for _, n := range subscribe {
+		if _, ok := sub.Names[n]; !ok && (n != "*" || !sub.Wildcard) {
+			return true
+		}
+	}
+	for _, n := range unsubscribe {
+		if _, ok := sub.Names[n]; ok || (n == "*" && sub.Wildcard) {
+			return true
+		}
+	}
+	return false
 }
 
 // resubscribe applies a request's subscription of typeURL (subscribe) sent with nonce:
@@ -656,19 +763,25 @@ func (s *stream) subscribeDelta(typeURL string, subscribe, unsubscribe []string)
 // the type (the client had not seen that response yet): its names change nothing it
 // sends, so they change nothing the stream is judged by either; the client repeats them
 // with its answer to the response.
-func (s *stream) resubscribe(typeURL, nonce string, subscribe func(*stream, string)) (subscribed, judged bool) {
+//
+// A refused subscription (see Limits) changes nothing of it, and ends the stream. A request
+// that sets no subscription (a delta ACK) costs nothing per name subscribed.
+func (s *stream) resubscribe(typeURL, nonce string, subscribe func(*stream, string) *refusal, candidates []string) (subscribed, judged bool, refused *refusal) {
 	if !s.delta && s.sent[typeURL] != "" && nonce != s.sent[typeURL] {
-		return false, false
+		return false, false, nil
 	}
 	before, had := s.subs[typeURL]
-	beforeAcked, beforeStale := s.acked[typeURL], len(s.stale[typeURL])
-	subscribe(s, typeURL)
-	after := s.subs[typeURL]
-	subscribed = !had || before.Wildcard != after.Wildcard || !maps.Equal(before.Names, after.Names)
-	if had && subscribed {
-		s.subscribed(typeURL, before, after)
+	beforeAcked, beforeStale, gen := s.acked[typeURL], len(s.stale[typeURL]), s.subGen
+	if refused := subscribe(s, typeURL); refused != nil {
+		return false, false, refused
 	}
-	return subscribed, beforeAcked != s.acked[typeURL] || beforeStale != len(s.stale[typeURL])
+	after := s.subs[typeURL]
+	subscribed = !had || (s.subGen != gen && (before.Wildcard != after.Wildcard || len(before.Names) != len(after.Names) ||
+		!maps.Equal(before.Names, after.Names)))
+	if had && subscribed {
+		s.subscribed(typeURL, before, after, candidates)
+	}
+	return subscribed, beforeAcked != s.acked[typeURL] || beforeStale != len(s.stale[typeURL]), nil
 }
 
 // freshMark is when a stream last subscribed to new resources of a type: the nonce last
@@ -689,7 +802,10 @@ type freshMark struct {
 // that only drops names leaves the names still fresh waiting for the response they waited
 // for (a request that drops names and ACKs the response carrying the added ones settles
 // them; moving the mark to that response would wait for one that never comes).
-func (s *stream) subscribed(typeURL string, before, after Subscription) {
+//
+// candidates, when not nil, are the only names the change may have added (a delta
+// request's subscribe list): then only they are looked at, not every name of after.
+func (s *stream) subscribed(typeURL string, before, after Subscription, candidates []string) {
 	fresh := map[string]struct{}{}
 	for n := range s.fresh[typeURL] {
 		if _, ok := after.Names[n]; ok && !after.Wildcard {
@@ -698,9 +814,19 @@ func (s *stream) subscribed(typeURL string, before, after Subscription) {
 	}
 	added := false
 	if !before.Wildcard && !after.Wildcard {
-		for n := range after.Names {
-			if _, ok := before.Names[n]; !ok {
+		isNew := func(n string) {
+			_, was := before.Names[n]
+			if _, is := after.Names[n]; is && !was {
 				fresh[n], added = struct{}{}, true
+			}
+		}
+		if candidates != nil {
+			for _, n := range candidates {
+				isNew(n)
+			}
+		} else {
+			for n := range after.Names {
+				isNew(n)
 			}
 		}
 	}
@@ -788,6 +914,7 @@ func (s *stream) setSub(typeURL string, sub Subscription) {
 	subs := maps.Clone(s.subs)
 	subs[typeURL] = sub
 	s.subs = subs
+	s.subGen++
 }
 
 // servingCache is the cache serving s's flavour typeURL as served tells, nil when served
@@ -1005,38 +1132,83 @@ func (s Subscription) includesAnyOf(names map[string]struct{}) bool {
 	return false
 }
 
-func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, version, message string, nack bool, subscribe func(*stream, string)) {
-	t.mu.Lock()
-	s := t.streams[key]
-	if s == nil {
-		t.mu.Unlock()
-		return
+// trackedRequest is one request as the tracker reads it; subscribe applies its
+// subscription of a type to the stream (with the Tracker's mu held), or refuses it.
+type trackedRequest struct {
+	key                              streamKey
+	node                             *corev3.Node
+	typeURL, nonce, version, message string
+	nack                             bool
+	subscribe                        func(s *stream, typeURL string) *refusal
+	// added, when not nil, are the only names the request may add to the subscription
+	// (a delta request's subscribe list; nil: any, a state-of-the-world request's).
+	added []string
+}
+
+// request records a request of a stream (see Tracker), or refuses it (see checkStreamType,
+// Limits) before anything of it is recorded.
+func (t *Tracker) request(r trackedRequest) *refusal {
+	typeURL, changed, answered, refused := record(t, r)
+	if refused != nil {
+		return refused
 	}
-	changed, answered := false, false
-	if s.node == nil && node != nil {
-		s.node, s.flavour = node, FlavourOf(node)
-		t.members++
-		t.demand[s.flavour]++
-		t.clients = nil
-		if !t.flavours[s.flavour] {
-			if t.flavours == nil {
-				t.flavours = map[Flavour]bool{}
-			}
-			t.flavours[s.flavour] = true
-			changed = true
-		}
+	if answered && t.observe != nil {
+		t.observe(typeURL, r.nack)
+	}
+	if changed {
+		t.changed()
+	}
+	return nil
+}
+
+// identify records the node a stream identified itself as, and reports whether it is the
+// first stream of its flavour. Called with the Tracker's mu held.
+func identify(t *Tracker, s *stream, node *corev3.Node) (first bool) {
+	s.node, s.flavour = node, FlavourOf(node)
+	t.members++
+	t.demand[s.flavour]++
+	t.clients = nil
+	if t.flavours[s.flavour] {
+		return false
+	}
+	if t.flavours == nil {
+		t.flavours = map[Flavour]bool{}
+	}
+	t.flavours[s.flavour] = true
+	return true
+}
+
+// record applies r to its stream under the Tracker's mu (released however it returns):
+// typeURL is the type it answered, changed and answered whether it changed what Clients
+// says and answered a response.
+func record(t *Tracker, r trackedRequest) (typeURL string, changed, answered bool, refused *refusal) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.streams[r.key]
+	if s == nil {
+		return "", false, false, nil
+	}
+	if refused := checkStreamType(r.typeURL, s.typeURL); refused != nil {
+		return "", false, false, refused
+	}
+	typeURL, nonce, version, nack := r.typeURL, r.nonce, r.version, r.nack
+	if s.node == nil && r.node != nil {
+		changed = identify(t, s, r.node)
 	}
 	if typeURL == "" {
 		typeURL = s.typeURL
 	}
-	if subscribe != nil && typeURL != "" {
-		subscribed, judged := s.resubscribe(typeURL, nonce, subscribe)
+	if r.subscribe != nil && typeURL != "" {
+		subscribed, judged, refused := s.resubscribe(typeURL, nonce, r.subscribe, r.added)
+		if refused != nil {
+			return "", false, false, refused // the stream ends: nothing of it counts
+		}
 		if subscribed && s.node != nil {
 			t.demand[s.flavour]++
 		}
 		changed = changed || subscribed || judged
 	}
-	message = boundMessage(message)
+	message := boundMessage(r.message)
 	switch {
 	case nonce == "" && version != "" && !nack:
 		// A stream's first request carries the version the client last accepted (for
@@ -1069,13 +1241,7 @@ func (t *Tracker) request(key streamKey, node *corev3.Node, typeURL, nonce, vers
 	if changed {
 		t.clients = nil
 	}
-	t.mu.Unlock()
-	if answered && t.observe != nil {
-		t.observe(typeURL, nack)
-	}
-	if changed {
-		t.changed()
-	}
+	return typeURL, changed, answered, nil
 }
 
 func (t *Tracker) changed() {

@@ -32,6 +32,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/trafficmap/publisher/model/untrusted"
 )
 
 // Annotation holds a report on its Lease: the JSON of Report, gzip-compressed and
@@ -52,9 +54,9 @@ const (
 	// MaxWaiting bounds the stream names listed per map.
 	MaxWaiting = 8
 	// MaxField bounds a stream name, a NACK's client, version and type, and a digest.
-	MaxField = 128
+	MaxField = untrusted.MaxID
 	// MaxMessage bounds a NACK message.
-	MaxMessage = 512
+	MaxMessage = untrusted.MaxMessage
 	// MaxKey bounds a map key (a namespace is at most 63 bytes, a name 253); a map whose
 	// key is longer is left out (and so held, see Judge).
 	MaxKey = 320
@@ -186,14 +188,7 @@ func compress(raw []byte) (string, error) {
 
 // cut returns s, its invalid UTF-8 replaced by U+FFFD (as JSON encodes it), cut to at most
 // n bytes at a rune boundary, ending in "…" when cut.
-func cut(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= n {
-		return s
-	}
-	const ellipsis = "…"
-	return strings.ToValidUTF8(s[:n-len(ellipsis)], "") + ellipsis
-}
+func cut(s string, n int) string { return untrusted.Cut(strings.ToValidUTF8(s, "\uFFFD"), n) }
 
 // sanitize returns a copy of r with its maps sorted by key, its strings within their
 // bounds, and a map whose key exceeds MaxKey left out (its namespace named in Truncated).

@@ -117,6 +117,17 @@ args:
   - --rewrite-hostname={{ .Values.publisher.rewriteHostname }}
   - --xds-address={{ .Values.xds.bindAddress }}:{{ .Values.xds.port }}
   - --xds-listener-address={{ .Values.xds.listenerAddress }}
+  {{- with .Values.xds.limits }}
+  {{- with .maxNames }}
+  - --xds-max-names={{ . }}
+  {{- end }}
+  {{- with .maxStreamsPerConnection }}
+  - --xds-max-streams-per-connection={{ . }}
+  {{- end }}
+  {{- with .maxConnectionsPerClient }}
+  - --xds-max-connections-per-client={{ . }}
+  {{- end }}
+  {{- end }}
   {{- if include "trafficmap-publisher.xdsTLSSecret" . }}
   - --xds-tls-cert=/etc/publisher/xds-tls/tls.crt
   - --xds-tls-key=/etc/publisher/xds-tls/tls.key

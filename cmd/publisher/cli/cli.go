@@ -151,6 +151,8 @@ type runFlags struct {
 	xdsClientNamespaces                []string
 	requireXDSAck                      bool
 	xdsMinClients                      int
+	xdsMaxNames, xdsMaxStreamsPerConn  int
+	xdsMaxConnsPerClient               int
 	xdsReconnectGrace                  time.Duration
 	xdsPeerGrace                       time.Duration
 	httpAddress                        string
@@ -198,6 +200,9 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.xdsClientNamespaces, "xds-client-namespaces", nil, "IDENTITY=NAMESPACE[,NAMESPACE...] (repeatable; needs --xds-client-ca): xDS clients whose certificate has a URI SAN, DNS SAN or common name matching IDENTITY see, and count for, only the maps of these namespaces; '*' matches any run of characters; a client matching no rule is refused. None: every authenticated client sees every namespace")
 	fs.BoolVar(&f.requireXDSAck, "require-xds-ack", true, "Published waits until every relevant xDS client (one subscribed to the map's resources) has ACKed a version with the map's current weights")
 	fs.IntVar(&f.xdsMinClients, "xds-min-clients", 0, "Published waits until at least this many xDS clients are connected")
+	fs.IntVar(&f.xdsMaxNames, "xds-max-names", publish.DefaultXDSMaxNames, "most resource names one xDS stream may subscribe to per resource type (a state-of-the-world request's names, a delta stream's subscription); a request beyond it ends its stream with RESOURCE_EXHAUSTED naming the field")
+	fs.IntVar(&f.xdsMaxStreamsPerConn, "xds-max-streams-per-connection", publish.DefaultXDSMaxStreamsPerConnection, "most concurrent xDS streams on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): a client queues further streams until one ends")
+	fs.IntVar(&f.xdsMaxConnsPerClient, "xds-max-connections-per-client", publish.DefaultXDSMaxConnectionsPerClient, "most connections with open xDS streams per client: its certificate identity with --xds-client-ca, else its IP address; a stream on a further connection is refused with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&f.xdsPeerGrace, "xds-peer-grace", publish.DefaultXDSPeerGrace, "with leader election, how long the leader still counts a replica whose report expired while it had xDS clients (a frozen replica cannot close their connections; they keep what it served until their keepalive gives up): set it above your clients' keepalive time plus timeout; 0 stops counting at expiry")
 	fs.DurationVar(&f.xdsReconnectGrace, "xds-reconnect-grace", publish.DefaultXDSReconnectGrace, "after the xDS server starts and after becoming leader, a map whose weights were not published before waits this long (and for every relevant client's ACK) before Published is True, so clients still reconnecting with gRPC's backoff count; 0 turns it off")
 	fs.StringVar(&f.httpAddress, "http-address", ":8080", "address serving /metrics, /healthz, /readyz (and /debug/xds, /debug/replicas without --debug-address); empty turns it off")
@@ -255,33 +260,36 @@ func completeValues(cmd *cobra.Command, name string, values ...string) {
 // config turns the flags into the publisher's configuration.
 func (f runFlags) config() publish.Config {
 	cfg := publish.Config{
-		GatewaySection:       f.section,
-		HostTemplate:         f.hostTemplate,
-		RewriteHostname:      f.rewriteHostname,
-		RequireRouteAccepted: f.requireRouteAccepted,
-		NoPositivePolicy:     publish.NoPositivePolicy(f.noPositivePolicy),
-		Workers:              f.workers,
-		ResyncPeriod:         f.resync,
-		QPS:                  float32(f.qps),
-		Burst:                f.burst,
-		XDSAddress:           f.xdsAddress,
-		XDSListenerAddress:   f.xdsListenerAddress,
-		XDSTLSCert:           f.xdsTLSCert,
-		XDSTLSKey:            f.xdsTLSKey,
-		XDSClientCA:          f.xdsClientCA,
-		XDSClientNamespaces:  f.xdsClientNamespaces,
-		RequireXDSAck:        f.requireXDSAck,
-		XDSMinClients:        f.xdsMinClients,
-		XDSReconnectGrace:    f.xdsReconnectGrace,
-		XDSPeerGrace:         f.xdsPeerGrace,
-		HTTPAddress:          f.httpAddress,
-		DebugAddress:         f.debugAddress,
-		EnablePprof:          f.pprof,
-		PublisherName:        f.publisherName,
-		TakeOverFrom:         f.takeOverFrom,
-		ClaimNamespace:       f.claimNamespace,
-		KnownPublishers:      f.knownPublishers,
-		TeardownTimeout:      f.teardownTimeout,
+		GatewaySection:             f.section,
+		HostTemplate:               f.hostTemplate,
+		RewriteHostname:            f.rewriteHostname,
+		RequireRouteAccepted:       f.requireRouteAccepted,
+		NoPositivePolicy:           publish.NoPositivePolicy(f.noPositivePolicy),
+		Workers:                    f.workers,
+		ResyncPeriod:               f.resync,
+		QPS:                        float32(f.qps),
+		Burst:                      f.burst,
+		XDSAddress:                 f.xdsAddress,
+		XDSListenerAddress:         f.xdsListenerAddress,
+		XDSTLSCert:                 f.xdsTLSCert,
+		XDSTLSKey:                  f.xdsTLSKey,
+		XDSClientCA:                f.xdsClientCA,
+		XDSClientNamespaces:        f.xdsClientNamespaces,
+		RequireXDSAck:              f.requireXDSAck,
+		XDSMinClients:              f.xdsMinClients,
+		XDSMaxNames:                f.xdsMaxNames,
+		XDSMaxStreamsPerConnection: f.xdsMaxStreamsPerConn,
+		XDSMaxConnectionsPerClient: f.xdsMaxConnsPerClient,
+		XDSReconnectGrace:          f.xdsReconnectGrace,
+		XDSPeerGrace:               f.xdsPeerGrace,
+		HTTPAddress:                f.httpAddress,
+		DebugAddress:               f.debugAddress,
+		EnablePprof:                f.pprof,
+		PublisherName:              f.publisherName,
+		TakeOverFrom:               f.takeOverFrom,
+		ClaimNamespace:             f.claimNamespace,
+		KnownPublishers:            f.knownPublishers,
+		TeardownTimeout:            f.teardownTimeout,
 		LeaderElection: publish.LeaderElection{
 			Enabled: f.leaderElect, Namespace: f.leaseNamespace, Name: f.leaseName, Identity: f.leaseIdentity,
 			LeaseDuration: f.leaseDuration, RenewDeadline: f.renewDeadline, RetryPeriod: f.retryPeriod,
