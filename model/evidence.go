@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model/untrusted"
 )
 
 // Reading a claim journal. The journal (status.publisher.claimedTargets) is written by the
@@ -160,23 +161,26 @@ func readJournal(tm *v1beta1.TrafficMap, publisher string, policy ClaimPolicy, g
 	return ev
 }
 
-// short is s cut to 80 bytes, for messages (an entry is client-chosen text).
-func short(s string) string {
-	if len(s) <= 80 {
-		return s
-	}
-	return s[:77] + "..."
-}
+// short is s (an entry, a publisher name: text a tenant chose) cut to 80 bytes at a UTF-8
+// boundary, for messages, which quote it.
+func short(s string) string { return untrusted.Cut(s, 80) }
+
+// maxIgnoredListed bounds the entries IgnoredMessage lists (a journal holds up to 128).
+const maxIgnoredListed = 8
 
 // IgnoredMessage says which of tm's journal entries were ignored and why, naming the object
-// and the field; "" when none were.
+// and the field; "" when none were. It lists at most 8 entries, each quoted, and counts
+// the others.
 func IgnoredMessage(tm *v1beta1.TrafficMap, ignored []Ignored) string {
 	if len(ignored) == 0 {
 		return ""
 	}
-	parts := make([]string, 0, len(ignored))
-	for _, ig := range ignored {
-		parts = append(parts, fmt.Sprintf("%q (%s: %s)", ig.Target, ig.Reason, ig.Rule))
+	parts := make([]string, 0, min(len(ignored), maxIgnoredListed)+1)
+	for _, ig := range ignored[:min(len(ignored), maxIgnoredListed)] {
+		parts = append(parts, fmt.Sprintf("%s (%s: %s)", untrusted.Quote(ig.Target, untrusted.MaxID), ig.Reason, ig.Rule))
+	}
+	if more := len(ignored) - maxIgnoredListed; more > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", more))
 	}
 	return fmt.Sprintf("trafficmap %s/%s status.publisher.claimedTargets: entries ignored, they grant no name: %s",
 		tm.Namespace, tm.Name, strings.Join(parts, "; "))

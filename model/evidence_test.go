@@ -1,6 +1,7 @@
 package model
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/model/untrusted"
 )
 
 // journaledMap is map ns/name (service name) created age minutes after t0, whose journal,
@@ -171,4 +173,19 @@ func TestImportGrants(t *testing.T) {
 
 	recs, _ = ImportGrants([]*v1beta1.TrafficMap{prod, older}, "p", policy, true)
 	assert.Len(t, recs, 2, "scoped: names overlap only within a namespace")
+}
+
+func TestIgnoredMessageIsBoundedAndEscaped(t *testing.T) {
+	tm := &v1beta1.TrafficMap{}
+	tm.Namespace, tm.Name = "evil", "x"
+	var ignored []Ignored
+	for i := range 20 {
+		ignored = append(ignored, Ignored{Target: "hostname:a\n\"b" + strings.Repeat("x", 300) + string(rune('a'+i)), Reason: IgnoredNotGranted, Rule: "rule"})
+	}
+	msg := IgnoredMessage(tm, ignored)
+	assert.NotContains(t, msg, "\n", "a tenant's entry never reaches the message raw")
+	assert.Equal(t, 8, strings.Count(msg, "(NotGranted: rule)"), "at most 8 entries listed")
+	assert.Contains(t, msg, "and 12 more")
+	assert.Less(t, len(msg), 8*(untrusted.MaxID+40)+200)
+	assert.Empty(t, IgnoredMessage(tm, nil))
 }
