@@ -333,15 +333,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%w: --claim-namespace %q: %s", ErrInvalidConfig, c.ClaimNamespace, msgs[0]))
 		}
 	}
-	for _, l := range []struct {
-		flag string
-		v    int
-	}{{"--xds-max-names", c.XDSMaxNames}, {"--xds-max-streams-per-connection", c.XDSMaxStreamsPerConnection},
-		{"--xds-max-connections-per-client", c.XDSMaxConnectionsPerClient}} {
-		if l.v < 0 || l.v > math.MaxInt32 {
-			errs = append(errs, fmt.Errorf("%w: %s %d: must be positive (0: the default)", ErrInvalidConfig, l.flag, l.v))
-		}
-	}
+	errs = append(errs, c.validateXDSLimits()...)
 	for _, ns := range c.Namespaces {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("%w: --namespace %q: %s", ErrInvalidConfig, ns, msgs[0]))
@@ -379,4 +371,20 @@ func (c Config) hostTemplate() (*template.Template, error) {
 		return nil, fmt.Errorf("%w: --host-template: %w", ErrInvalidConfig, err)
 	}
 	return t, nil
+}
+
+// validateXDSLimits checks the xDS server's limits: each 0 (the default) or positive, and
+// within what HTTP/2 settings carry.
+func (c Config) validateXDSLimits() []error {
+	var errs []error
+	for _, l := range []struct {
+		flag string
+		v    int
+	}{{"--xds-max-names", c.XDSMaxNames}, {"--xds-max-streams-per-connection", c.XDSMaxStreamsPerConnection},
+		{"--xds-max-connections-per-client", c.XDSMaxConnectionsPerClient}} {
+		if l.v < 0 || l.v > math.MaxInt32 {
+			errs = append(errs, fmt.Errorf("%w: %s %d: must be positive (0: the default)", ErrInvalidConfig, l.flag, l.v))
+		}
+	}
+	return errs
 }
