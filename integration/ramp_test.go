@@ -39,6 +39,7 @@ func TestOpsRampedDrainAndUndrain(t *testing.T) {
 	config := func(addr string) publish.Config {
 		return f.publisherConfig(bothSinks, func(c *publish.Config) {
 			c.XDSMinClients = 1
+			c.ClaimNamespace = f.ns // the release namespace, where the chart grants the claim records (the chart sets $POD_NAMESPACE)
 			if addr != "" {
 				c.XDSAddress = addr
 			}
