@@ -1,8 +1,6 @@
 package xds
 
 import (
-	"context"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,9 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -36,16 +32,8 @@ func TestHandlerPanicEndsOnlyItsStream(t *testing.T) {
 		}
 		observe(typeURL, nack)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, lis) }()
-	t.Cleanup(func() { cancel(); assert.NoError(t, <-done) })
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
+	ctx := t.Context()
+	ads, _ := ServeLoopback(t, s)
 	ack := &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "a"}, TypeUrl: resource.ClusterType, VersionInfo: "v1"}
 
 	first, err := ads.StreamAggregatedResources(ctx)

@@ -3,7 +3,6 @@ package xds_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -13,9 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/trafficmap/publisher/xds"
@@ -71,19 +68,9 @@ func TestSubscriptionLimit(t *testing.T) {
 // not refused.
 func TestConnectionsPerClientLimit(t *testing.T) {
 	s := xds.NewServer(xds.ServerConfig{Log: zaptest.NewLogger(t), Limits: xds.Limits{MaxConnectionsPerClient: 1}})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, lis) }()
-	t.Cleanup(func() { cancel(); assert.NoError(t, <-done) })
-
-	dial := func() discoveryv3.AggregatedDiscoveryServiceClient {
-		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = conn.Close() })
-		return discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
-	}
+	ctx := t.Context()
+	_, addr := xds.ServeLoopback(t, s)
+	dial := func() discoveryv3.AggregatedDiscoveryServiceClient { return xds.DialADS(t, addr) }
 	open := func(ads discoveryv3.AggregatedDiscoveryServiceClient, id string) (discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient, context.CancelFunc) {
 		sctx, stop := context.WithCancel(ctx)
 		st, err := ads.StreamAggregatedResources(sctx)
@@ -100,7 +87,7 @@ func TestConnectionsPerClientLimit(t *testing.T) {
 
 	refused, stop3 := open(dial(), "c")
 	defer stop3()
-	_, err = refused.Recv()
+	_, err := refused.Recv()
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
 	assert.Contains(t, status.Convert(err).Message(), "client address 127.0.0.1 has 1 connections with open streams, at most 1 (--xds-max-connections-per-client)")
 
@@ -116,16 +103,8 @@ func TestConnectionsPerClientLimit(t *testing.T) {
 // client holds the others until one ends.
 func TestStreamsPerConnectionLimit(t *testing.T) {
 	s := xds.NewServer(xds.ServerConfig{Log: zaptest.NewLogger(t), Limits: xds.Limits{MaxStreamsPerConnection: 2}})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, lis) }()
-	t.Cleanup(func() { cancel(); assert.NoError(t, <-done) })
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
+	ctx := t.Context()
+	ads, _ := xds.ServeLoopback(t, s)
 
 	stops := make([]context.CancelFunc, 3)
 	opened := make(chan int, 3)
