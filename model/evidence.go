@@ -206,6 +206,20 @@ func ImportGrants(maps []*v1beta1.TrafficMap, publisher string, policy ClaimPoli
 	})
 	type kept struct{ ns, key, name string }
 	var held []kept
+	index := map[string][]int{} // HostIndexKeys of a held name -> its places in held
+	// firstHolder is the place in held of the first name kept that overlaps n (in ns when
+	// scoped), -1 for none: found through the index, not by comparing every name kept.
+	firstHolder := func(ns, n string) int {
+		first := -1
+		for _, k := range HostLookupKeys(n) {
+			for _, i := range index[k] {
+				if (first < 0 || i < first) && (!scoped || held[i].ns == ns) && HostnamesOverlap(held[i].name, n) {
+					first = i
+				}
+			}
+		}
+		return first
+	}
 	var records []ClaimRecord
 	ignored := map[string][]Ignored{}
 	for _, tm := range maps {
@@ -219,7 +233,7 @@ func ImportGrants(maps []*v1beta1.TrafficMap, publisher string, policy ClaimPoli
 		var grants []Grant
 		var mine []kept
 		for _, n := range ev.Journaled {
-			if i := slices.IndexFunc(held, func(k kept) bool { return (!scoped || k.ns == tm.Namespace) && HostnamesOverlap(k.name, n) }); i >= 0 {
+			if i := firstHolder(tm.Namespace, n); i >= 0 {
 				ignored[key] = append(ignored[key], Ignored{Target: short(n), Reason: IgnoredOverlap,
 					Rule: fmt.Sprintf("on import, the older trafficmap %s's journal holds the overlapping name %s", held[i].key, held[i].name)})
 				continue
@@ -229,7 +243,12 @@ func ImportGrants(maps []*v1beta1.TrafficMap, publisher string, policy ClaimPoli
 				grants = append(grants, Grant{Name: n, At: tm.CreationTimestamp.Time})
 			}
 		}
-		held = append(held, mine...)
+		for _, k := range mine {
+			for _, ik := range HostIndexKeys(k.name) {
+				index[ik] = append(index[ik], len(held))
+			}
+			held = append(held, k)
+		}
 		if len(grants) > 0 {
 			records = append(records, NewClaimRecord(tm.Namespace, tm.Name, tm.UID, grants))
 		}

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -173,6 +174,19 @@ func TestImportGrants(t *testing.T) {
 
 	recs, _ = ImportGrants([]*v1beta1.TrafficMap{prod, older}, "p", policy, true)
 	assert.Len(t, recs, 2, "scoped: names overlap only within a namespace")
+
+	// A wildcard journaled later over a name kept before, and the same name again, are
+	// overlaps; a name beside them is not.
+	first := journaledMap("a", "first", 0, "p", "hostname:api.corp.io")
+	later := journaledMap("b", "later", 3, "p", "hostname:*.corp.io", "hostname:API.corp.io.", "hostname:web.corp.net")
+	recs, ignored = ImportGrants([]*v1beta1.TrafficMap{later, first}, "p", policy, false)
+	require.Len(t, recs, 2)
+	assert.Equal(t, []Grant{{Name: "web.corp.net", At: later.CreationTimestamp.Time}}, recs[1].Grants)
+	require.Len(t, ignored["b/later"], 2)
+	for _, ig := range ignored["b/later"] {
+		assert.Equal(t, IgnoredOverlap, ig.Reason)
+		assert.Contains(t, ig.Rule, "a/first")
+	}
 }
 
 func TestIgnoredMessageIsBoundedAndEscaped(t *testing.T) {
@@ -188,4 +202,19 @@ func TestIgnoredMessageIsBoundedAndEscaped(t *testing.T) {
 	assert.Contains(t, msg, "and 12 more")
 	assert.Less(t, len(msg), 8*(untrusted.MaxID+40)+200)
 	assert.Empty(t, IgnoredMessage(tm, nil))
+}
+
+// BenchmarkImportGrants imports the journals of 10,000 maps, each with its gRPC name and a
+// hostname (the upgrade import runs before the leader's first reconcile).
+func BenchmarkImportGrants(b *testing.B) {
+	var fleet []*v1beta1.TrafficMap
+	for i := range 10000 {
+		fleet = append(fleet, journaledMap(fmt.Sprintf("ns-%d", i%100), fmt.Sprintf("m-%d", i), i, "p",
+			fmt.Sprintf("grpc:m-%d.ns-%d", i, i%100), fmt.Sprintf("hostname:svc-%d.example.com", i)))
+	}
+	for b.Loop() {
+		if recs, _ := ImportGrants(fleet, "p", ClaimPolicy{GRPCNames: true}, false); len(recs) != len(fleet) {
+			b.Fatalf("%d records for %d maps", len(recs), len(fleet))
+		}
+	}
 }

@@ -286,3 +286,42 @@ func UniqueNames(names []string) []string {
 
 // GRPCName is "<service>.<namespace>", the name gRPC clients dial a map's service by.
 func GRPCName(namespace, service string) string { return service + "." + namespace }
+
+// HostIndexKeys are the index keys a name is stored under: "=" and the name, and "<" and
+// every suffix after one of its dots (so "*.example.com" and "a.example.com" are both found
+// under "<example.com").
+func HostIndexKeys(name string) []string {
+	name = NormalizeHostname(name)
+	if name == "" {
+		return nil
+	}
+	keys := []string{"=" + name}
+	for i := 0; i < len(name); i++ {
+		if name[i] == '.' && i+1 < len(name) {
+			keys = append(keys, "<"+name[i+1:])
+		}
+	}
+	return keys
+}
+
+// HostLookupKeys are the index keys under which every name overlapping name is stored:
+// the name itself, every wildcard over one of its parent domains, and, for a wildcard, every
+// name below its domain.
+func HostLookupKeys(name string) []string {
+	name = NormalizeHostname(name)
+	if name == "" {
+		return nil
+	}
+	keys := []string{"=" + name}
+	rest := name
+	if strings.HasPrefix(name, "*.") {
+		rest = name[2:]
+		keys = append(keys, "<"+rest)
+	}
+	for i := 0; i < len(rest); i++ {
+		if rest[i] == '.' && i+1 < len(rest) {
+			keys = append(keys, "=*."+rest[i+1:])
+		}
+	}
+	return keys
+}

@@ -39,7 +39,7 @@ func TestHostnamesOverlap(t *testing.T) {
 	}
 }
 
-// The index keys find every overlapping name: hostLookupKeys(a) meets hostIndexKeys(b)
+// The index keys find every overlapping name: HostLookupKeys(a) meets HostIndexKeys(b)
 // whenever a and b overlap.
 // journaled is c with every name in its claim journal.
 func journaled(c Claim) Claim {

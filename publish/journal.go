@@ -78,7 +78,7 @@ func (t *claimTable) reserve(key types.NamespacedName, names []string) (granted,
 		added = append(added, n)
 		t.holder[sc+n] = key
 		t.byKey[key] = append(t.byKey[key], n)
-		for _, k := range hostIndexKeys(n) {
+		for _, k := range model.HostIndexKeys(n) {
 			t.index[sc+k] = append(t.index[sc+k], n)
 		}
 	}
@@ -88,7 +88,7 @@ func (t *claimTable) reserve(key types.NamespacedName, names []string) (granted,
 // overlapping returns a name another map than key holds that overlaps n.
 func (t *claimTable) overlapping(key types.NamespacedName, n string) (tableHolder, bool) {
 	sc := t.scope(key)
-	for _, k := range hostLookupKeys(n) {
+	for _, k := range model.HostLookupKeys(n) {
 		for _, m := range t.index[sc+k] {
 			if h := t.holder[sc+m]; h != key && model.HostnamesOverlap(n, m) {
 				return tableHolder{Key: h, Name: m}, true
@@ -109,7 +109,7 @@ func (t *claimTable) release(key types.NamespacedName, names []string) {
 			continue
 		}
 		delete(t.holder, sc+n)
-		for _, k := range hostIndexKeys(n) {
+		for _, k := range model.HostIndexKeys(n) {
 			t.index[sc+k] = slices.DeleteFunc(t.index[sc+k], func(m string) bool { return m == n })
 			if len(t.index[sc+k]) == 0 {
 				delete(t.index, sc+k)

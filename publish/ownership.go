@@ -31,12 +31,12 @@ func (c claimView) indexTrafficMapByHostname(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	keys := hostIndexKeys(model.GRPCName(tm.Namespace, tm.Spec.Service))
+	keys := model.HostIndexKeys(model.GRPCName(tm.Namespace, tm.Spec.Service))
 	if host, err := c.route.Hostname(httproute.Source{Namespace: tm.Namespace, Name: tm.Name, Service: tm.Spec.Service}); err == nil {
-		keys = append(keys, hostIndexKeys(host)...)
+		keys = append(keys, model.HostIndexKeys(host)...)
 	}
 	for _, n := range model.JournaledNames(tm, "") {
-		keys = append(keys, hostIndexKeys(n)...)
+		keys = append(keys, model.HostIndexKeys(n)...)
 	}
 	slices.Sort(keys)
 	return slices.Compact(keys), nil
@@ -47,7 +47,7 @@ func indexInferenceServiceByHostname(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	return hostIndexKeys(globalHost(m)), nil
+	return model.HostIndexKeys(globalHost(m)), nil
 }
 
 func indexForeignRouteByHostname(obj any) ([]string, error) {
@@ -57,7 +57,7 @@ func indexForeignRouteByHostname(obj any) ([]string, error) {
 	}
 	var keys []string
 	for _, h := range route.Spec.Hostnames {
-		keys = append(keys, hostIndexKeys(string(h))...)
+		keys = append(keys, model.HostIndexKeys(string(h))...)
 	}
 	return keys, nil
 }
@@ -111,7 +111,7 @@ func byIndex(infs []cache.SharedIndexInformer, index string, keys []string) []an
 // mapsNamed returns the cached maps that may claim a name overlapping name (candidates: the
 // caller checks their claims).
 func (c claimView) mapsNamed(name string) []*v1beta1.TrafficMap {
-	keys := hostLookupKeys(name)
+	keys := model.HostLookupKeys(name)
 	seen := map[types.NamespacedName]bool{}
 	var out []*v1beta1.TrafficMap
 	add := func(tm *v1beta1.TrafficMap) {
@@ -197,7 +197,7 @@ func (c claimView) foreignClaims(namespace string, names []string, adopted *type
 	seen := map[types.NamespacedName]bool{}
 	var out []model.Claim
 	for _, n := range model.UniqueNames(names) {
-		for _, o := range byIndex(c.routes, indexByHostname, hostLookupKeys(n)) {
+		for _, o := range byIndex(c.routes, indexByHostname, model.HostLookupKeys(n)) {
 			route, ok := o.(*gwapiv1.HTTPRoute)
 			if !ok || seen[model.KeyOf(route)] || adopted != nil && model.KeyOf(route) == *adopted || !c.route.Contends(route, namespace) {
 				continue
@@ -237,43 +237,4 @@ func (c claimView) contenders(names ...string) []cache.ObjectName {
 		}
 	}
 	return out
-}
-
-// hostIndexKeys are the index keys a name is stored under: "=" and the name, and "<" and
-// every suffix after one of its dots (so "*.example.com" and "a.example.com" are both found
-// under "<example.com").
-func hostIndexKeys(name string) []string {
-	name = model.NormalizeHostname(name)
-	if name == "" {
-		return nil
-	}
-	keys := []string{"=" + name}
-	for i := 0; i < len(name); i++ {
-		if name[i] == '.' && i+1 < len(name) {
-			keys = append(keys, "<"+name[i+1:])
-		}
-	}
-	return keys
-}
-
-// hostLookupKeys are the index keys under which every name overlapping name is stored:
-// the name itself, every wildcard over one of its parent domains, and, for a wildcard, every
-// name below its domain.
-func hostLookupKeys(name string) []string {
-	name = model.NormalizeHostname(name)
-	if name == "" {
-		return nil
-	}
-	keys := []string{"=" + name}
-	rest := name
-	if strings.HasPrefix(name, "*.") {
-		rest = name[2:]
-		keys = append(keys, "<"+rest)
-	}
-	for i := 0; i < len(rest); i++ {
-		if rest[i] == '.' && i+1 < len(rest) {
-			keys = append(keys, "=*."+rest[i+1:])
-		}
-	}
-	return keys
 }

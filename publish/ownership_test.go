@@ -309,11 +309,11 @@ func TestHostIndexKeysFindOverlaps(t *testing.T) {
 	for _, a := range names {
 		for _, b := range names {
 			index := map[string]bool{}
-			for _, k := range hostIndexKeys(b) {
+			for _, k := range model.HostIndexKeys(b) {
 				index[k] = true
 			}
 			found := false
-			for _, k := range hostLookupKeys(a) {
+			for _, k := range model.HostLookupKeys(a) {
 				found = found || index[k]
 			}
 			if model.HostnamesOverlap(a, b) {
