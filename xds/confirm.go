@@ -314,20 +314,55 @@ func (h *History) CarriesSince(f Flavour, typeURL, version, key, digest string) 
 	return true
 }
 
-// holds reports whether a stream that holds a service's resources of typeURL as hd says
-// holds them with the service key's digest: none fresh (not held at all), as in its ACKed
-// version (acked) and, for the resources sent again and not ACKed yet, as in the version
-// it held them at or any later one (CarriesSince).
-func (h *History) holds(f Flavour, typeURL, acked string, hd holding, key, digest string) bool {
-	if hd.none || (hd.acked && !h.Carries(f, typeURL, acked, key, digest)) {
+// holds reports whether the stream cl, which holds a service's resources (names) of
+// typeURL as hd says, holds them with the service key's digest: none fresh (not held at
+// all), as in its ACKed version or a later one that changed none of names (so a version
+// it rejected, or was never sent, since a change of other maps' resources leaves what it
+// holds of this one where it was) and, for the resources sent again and not ACKed yet, as
+// in the version it held them at or any later one (CarriesSince).
+func (h *History) holds(cl ClientState, typeURL string, names []string, hd holding, key, digest string) bool {
+	if hd.none || (hd.acked && !h.carriesUnchanged(cl, typeURL, names, key, digest)) {
 		return false
 	}
 	for _, v := range hd.since {
-		if !h.CarriesSince(f, typeURL, v, key, digest) {
+		if !h.CarriesSince(cl.Flavour, typeURL, v, key, digest) {
 			return false
 		}
 	}
 	return true
+}
+
+// carriesUnchanged reports whether a version that cl holds names of typeURL as in (its
+// ACKed version, or a later one that changed none of them: ClientState.unchanged) carried
+// the service key with digest. The later ones are looked at only when the ACKed one did
+// not carry it.
+func (h *History) carriesUnchanged(cl ClientState, typeURL string, names []string, key, digest string) bool {
+	acked := cl.Acked[typeURL]
+	if h.Carries(cl.Flavour, typeURL, acked, key, digest) {
+		return true
+	}
+	for _, v := range cl.unchanged(typeURL, acked, names)[1:] {
+		if h.Carries(cl.Flavour, typeURL, v, key, digest) {
+			return true
+		}
+	}
+	return false
+}
+
+// concerns reports whether the rejection hd names concerns the service's resources
+// (names) of typeURL. A delta stream's rejections are per resource (ClientState.held
+// names only the service's own). A state-of-the-world NACK is of a whole version of the
+// type: it concerns the service only when that version changed the service's resources
+// from those the stream holds (its ACKed version), so one map's rejected resource does
+// not hold the maps whose resources the rejected version left as they were.
+func (cl ClientState) concerns(typeURL string, names []string, hd holding) bool {
+	if !hd.rejected {
+		return false
+	}
+	if cl.Unacked != nil {
+		return true
+	}
+	return !slices.Contains(cl.unchanged(typeURL, cl.Acked[typeURL], names), hd.nack.Version)
 }
 
 // ServesCurrent reports whether the version of typeURL served to flavour now carries the
@@ -504,11 +539,12 @@ func Judge(cl ClientState, h *History, key string, served map[Flavour]Served) Ve
 		// A delta stream is judged per resource: only the service's own resources' ACKs
 		// and NACKs count, and a resource sent again and not ACKed yet counts as held as
 		// in the version it was held at then or any later one (see ClientState.Unacked).
-		hd := cl.held(typ, sv.Names[typ])
-		if hd.rejected && v.Nack == nil && h.Carries(cl.Flavour, typ, hd.nack.Version, key, sv.Digest) {
+		names := sv.Names[typ]
+		hd := cl.held(typ, names)
+		if v.Nack == nil && cl.concerns(typ, names, hd) && h.Carries(cl.Flavour, typ, hd.nack.Version, key, sv.Digest) {
 			v.Nack = &ClientNack{NodeID: cl.NodeID, TypeURL: typ, Identity: cl.Access.Identity, Nack: hd.nack}
 		}
-		if !h.holds(cl.Flavour, typ, cl.Acked[typ], hd, key, sv.Digest) {
+		if !h.holds(cl, typ, names, hd, key, sv.Digest) {
 			v.Acked = false
 		}
 	}

@@ -64,6 +64,30 @@ type ClientState struct {
 	// delta stream each until a response carries it (it is then Unacked, held as in no
 	// version). Shared with the tracker: read it, never modify it.
 	Fresh map[string]map[string]struct{}
+	// tracker is the Tracker the state is of (nil for a state made by hand): it tells
+	// which later versions left given resources as they were (see unchanged).
+	tracker *Tracker
+}
+
+// unchanged are version of typeURL and the versions served after it to c's flavour, in
+// order, that changed none of names: a client that holds names as in version holds them
+// as in each of these. Just version when the updates since are not known (c was made by
+// hand, or they are older than the tracker remembers).
+func (c ClientState) unchanged(typeURL, version string, names []string) []string {
+	if c.tracker == nil || version == "" {
+		return []string{version}
+	}
+	t := c.tracker
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.steps.chain(stepKey{c.Flavour, typeURL}, version, func(touched map[string]struct{}) bool {
+		for _, n := range names {
+			if _, ok := touched[n]; ok {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // ID names the client uniquely among the connected ones: its node id and stream.
@@ -1093,7 +1117,16 @@ func (l *stepLog) forward(s *stream, typeURL, version string) string {
 	if !ok || sub.Wildcard || version == "" {
 		return version
 	}
-	steps := l.byType[stepKey{s.flavour, typeURL}]
+	versions := l.chain(stepKey{s.flavour, typeURL}, version, sub.includesAnyOf)
+	return versions[len(versions)-1]
+}
+
+// chain is version and the versions of k it was followed by, in order, through the
+// updates none of whose touched names touches reports true for: they changed nothing
+// touches looks at. It ends at the first update that did, or at one not remembered.
+func (l *stepLog) chain(k stepKey, version string, touches func(map[string]struct{}) bool) []string {
+	out := []string{version}
+	steps := l.byType[k]
 	start := -1 // the first step after the latest one at version
 	for i := len(steps) - 1; i >= 0 && start < 0; i-- {
 		switch version {
@@ -1104,15 +1137,16 @@ func (l *stepLog) forward(s *stream, typeURL, version string) string {
 		}
 	}
 	if start < 0 {
-		return version
+		return out
 	}
 	for _, st := range steps[start:] {
-		if st.from != version || sub.includesAnyOf(st.touched) {
+		if st.from != version || touches(st.touched) {
 			break
 		}
 		version = st.to
+		out = append(out, version)
 	}
-	return version
+	return out
 }
 
 // includesAnyOf reports whether the subscription includes any of names.
@@ -1333,7 +1367,7 @@ func (t *Tracker) Clients() []ClientState {
 	for _, k := range keys {
 		s := t.streams[k]
 		cs := ClientState{NodeID: s.node.GetId(), Flavour: s.flavour, Stream: k.String(), Peer: s.peer, Access: s.access,
-			TypeURL: s.typeURL, Acked: s.acked, Nacked: s.nacked, Subscribed: s.subs, Fresh: s.fresh}
+			TypeURL: s.typeURL, Acked: s.acked, Nacked: s.nacked, Subscribed: s.subs, Fresh: s.fresh, tracker: t}
 		if k.delta {
 			cs.Unacked, cs.Stale = s.unacked, s.stale
 			if cs.Unacked == nil {
