@@ -178,7 +178,9 @@ func TestNackHoldsOnlyWhatItRejected(t *testing.T) {
 		},
 		// A gets a new hostname: a new listener the client rejects; B is drained.
 		"listener": {
-			a2:       func(t *testing.T) xds.Service { return twoEntries(t, "a", "a1.example.com", false, "a-new.example.com") },
+			a2: func(t *testing.T) xds.Service {
+				return twoEntries(t, "a", "a1.example.com", false, "a-new.example.com")
+			},
 			b1:       func(t *testing.T) xds.Service { return twoEntries(t, "b", "b1.example.com", false) },
 			b2:       func(t *testing.T) xds.Service { return twoEntries(t, "b", "b1.example.com", true) },
 			rejected: "a-new.example.com",
