@@ -517,21 +517,11 @@ type Verdict struct {
 // gRPC client that subscribed to a listener goes on to its route configuration and
 // clusters); a per-type stream only its own type.
 func Judge(cl ClientState, h *History, key string, served map[Flavour]Served) Verdict {
-	sv, ok := served[cl.Flavour]
-	if !ok || !cl.MaySee(key) {
+	if !relevant(cl, key, served) {
 		return Verdict{}
 	}
-	var v Verdict
-	for _, typ := range confirmTypes {
-		if cl.Subscribed[typ].IncludesAny(sv.Names[typ]) {
-			v.Relevant = true
-			break
-		}
-	}
-	if !v.Relevant {
-		return v
-	}
-	v.Acked = true
+	sv := served[cl.Flavour]
+	v := Verdict{Relevant: true, Acked: true}
 	for _, typ := range confirmTypes {
 		if len(sv.Names[typ]) == 0 || (cl.TypeURL != "" && cl.TypeURL != typ) {
 			continue
@@ -549,6 +539,21 @@ func Judge(cl ClientState, h *History, key string, served map[Flavour]Served) Ve
 		}
 	}
 	return v
+}
+
+// relevant reports whether cl must confirm the service key served as served (see Judge):
+// its flavour serves it, it may see it and it subscribes to one of its resources.
+func relevant(cl ClientState, key string, served map[Flavour]Served) bool {
+	sv, ok := served[cl.Flavour]
+	if !ok || !cl.MaySee(key) {
+		return false
+	}
+	for _, typ := range confirmTypes {
+		if cl.Subscribed[typ].IncludesAny(sv.Names[typ]) {
+			return true
+		}
+	}
+	return false
 }
 
 // Confirm checks the ACKs of the clients relevant to the service key (see Judge) for its

@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trafficmap/publisher/model"
+	"github.com/trafficmap/publisher/weights"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
 
@@ -123,4 +125,73 @@ func TestClientChangesAskForOneLook(t *testing.T) {
 		w.signal()
 	}
 	assert.Len(t, w.kicks, 1)
+}
+
+// namedPlan is the map prod/name over one cluster, with the hostname name.example.com.
+func namedPlan(t *testing.T, name string) *model.Plan {
+	t.Helper()
+	res, err := weights.Compute(weights.Input{Entries: []weights.Entry{{Cluster: "worker-a", Endpoint: "https://" + name + ".a.example.com", Weight: 1}}})
+	require.NoError(t, err)
+	return &model.Plan{Namespace: "prod", Name: name, Service: name, Hostnames: []string{name + ".example.com"}, Result: res}
+}
+
+// A client's connect or disconnect reconciles again only the maps it is relevant to (issue
+// 44, D9): a gRPC client of one map its map, not the fleet; a wildcard Envoy every map of
+// its flavour. A map waiting for --xds-min-clients is reconciled again when a client
+// connects (it may have enough now), and with --xds-min-clients a departure that leaves a
+// map too few clients reconciles it. On c14dc7a every connect and disconnect reconciled
+// every map. The watch's look is run by hand (the sink is not started) on the tracker's
+// callbacks, so what one look tells is exactly what it added.
+func TestClientConnectTellsOnlyItsMaps(t *testing.T) {
+	grpcNode := func(id string) *corev3.Node { return &corev3.Node{Id: id, UserAgentName: "gRPC Go"} }
+	newSink := func(t *testing.T, minClients int) (*Sink, serverv3.Callbacks, func() []string) {
+		s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true, MinClients: minClients}, zaptest.NewLogger(t))
+		require.NoError(t, err)
+		for _, name := range []string{"m0", "m1", "m2", "m3"} {
+			s.Serve(namedPlan(t, name))
+		}
+		look := func() []string {
+			s.watch.changed()
+			var keys []string
+			for _, k := range s.news.take() {
+				keys = append(keys, k.String())
+			}
+			return keys
+		}
+		return s, s.server.Tracker().Callbacks(), look
+	}
+	open := func(t *testing.T, cb serverv3.Callbacks, id int64, node *corev3.Node, names ...string) {
+		require.NoError(t, cb.OnStreamOpen(context.Background(), id, resource.AnyType))
+		require.NoError(t, cb.OnStreamRequest(id, &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ListenerType, ResourceNames: names}))
+	}
+
+	t.Run("by name", func(t *testing.T) {
+		_, cb, look := newSink(t, 0)
+		look()
+		open(t, cb, 1, grpcNode("grpc-1"), "m1.prod")
+		assert.Equal(t, []string{"prod/m1"}, look(), "a client of m1 connected")
+		cb.OnStreamClosed(1, nil)
+		assert.Equal(t, []string{"prod/m1"}, look(), "a client of m1 left")
+		open(t, cb, 2, grpcNode("grpc-2"), "nothing.prod")
+		assert.Empty(t, look(), "a client of no map")
+	})
+	t.Run("wildcard", func(t *testing.T) {
+		_, cb, look := newSink(t, 0)
+		look()
+		open(t, cb, 1, &corev3.Node{Id: "envoy-1", UserAgentName: "envoy"})
+		assert.Equal(t, []string{"prod/m0", "prod/m1", "prod/m2", "prod/m3"}, look(), "a wildcard Envoy may hold every map with hostnames")
+	})
+	t.Run("min clients", func(t *testing.T) {
+		s, cb, look := newSink(t, 2)
+		c, err := s.Apply(context.Background(), namedPlan(t, "m3"), model.Standing{})
+		require.NoError(t, err)
+		require.Equal(t, model.Pending, c.State, c.Message)
+		look()
+		open(t, cb, 1, grpcNode("grpc-1"), "m1.prod")
+		assert.Equal(t, []string{"prod/m1"}, look(), "m3 still waits for a second client")
+		open(t, cb, 2, grpcNode("grpc-2"), "m2.prod")
+		assert.Equal(t, []string{"prod/m2", "prod/m3"}, look(), "m3 has its two clients")
+		cb.OnStreamClosed(2, nil)
+		assert.Equal(t, []string{"prod/m0", "prod/m1", "prod/m2", "prod/m3"}, look(), "every map of the flavour has one client, fewer than 2")
+	})
 }
