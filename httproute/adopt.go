@@ -111,3 +111,25 @@ func (w *Writer) finishAdoption(ctx context.Context, src Source, res *SyncResult
 	res.Writes++
 	return nil
 }
+
+// deleteOMEServices deletes every backend Service OME's publisher wrote for src's map
+// (OMEOwned, read from the API server: the Service cache holds only the publisher's), each
+// at its UID, and returns how many it deleted.
+func (w *Writer) deleteOMEServices(ctx context.Context, src Source) (int, error) {
+	list, err := w.kube.CoreV1().Services(src.Namespace).List(ctx, metav1.ListOptions{LabelSelector: omeSelector(src)})
+	if err != nil {
+		return 0, fmt.Errorf("list services of ome's publisher for %s/%s: %w", src.Namespace, src.Name, err)
+	}
+	deleted := 0
+	for i := range list.Items {
+		svc := &list.Items[i]
+		if !OMEOwned(svc.Labels, src) {
+			continue
+		}
+		if err := w.deleteService(ctx, svc); err != nil {
+			return deleted, err
+		}
+		deleted++
+	}
+	return deleted, nil
+}

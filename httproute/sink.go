@@ -79,6 +79,14 @@ func ownedRoute(p *model.Plan, route *gwapiv1.HTTPRoute) *gwapiv1.HTTPRoute {
 	return route
 }
 
+// adopts reports whether live, the route stored at p's route name, is one OME's publisher
+// wrote for p's map that the writer adopts (AdoptionOf, AdoptOME): a map being deleted
+// then has it set to the plan's zeros in place, as its own route would be, before it is
+// removed.
+func (s *Sink) adopts(p *model.Plan, live *gwapiv1.HTTPRoute) bool {
+	return live != nil && AdoptionOf(live.Labels, source(p), s.writer.adoptOME) == AdoptOME
+}
+
 // build is the route and Services of p, or why p cannot be written as a route.
 func (s *Sink) build(p *model.Plan) (*Desired, error) {
 	return Build(s.cfg.Route, source(p), p.Result, Inputs{Generation: p.Generation, Drains: p.Drains,
@@ -158,8 +166,9 @@ func refusedMessage(p *model.Plan, err error) string {
 // writes over and reads the verdict from is at least as new as its own last write of it
 // (see expectations); so is each backend Service it compares and writes over, and a
 // Service it pruned is not seen again. A map being deleted (model.Standing.Finalizing) has
-// its stored route set to the plan's zeros whatever the no-positive policy, and none
-// created when it has none.
+// its stored route set to the plan's zeros whatever the no-positive policy (a route OME's
+// publisher wrote for it that the writer adopts included), and none created when it has
+// none.
 func (s *Sink) Apply(ctx context.Context, p *model.Plan, st model.Standing) (model.Confirmation, error) {
 	c := model.Confirmation{Sink: SinkName}
 	if host, ok := s.contested(p); ok {
@@ -176,7 +185,7 @@ func (s *Sink) Apply(ctx context.Context, p *model.Plan, st model.Standing) (mod
 		return c, err
 	}
 	route := ownedRoute(p, live)
-	if st.Finalizing && route == nil {
+	if st.Finalizing && route == nil && !s.adopts(p, live) {
 		c.State, c.Message = model.InPlace, "no route of trafficmap "+p.Key().String()+" is stored"
 		return c, nil
 	}

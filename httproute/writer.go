@@ -160,14 +160,18 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 	return res, nil
 }
 
-// Delete removes every object the publisher stored for src. It is idempotent: objects
-// already gone are not an error, and objects src does not own are never touched.
+// Delete removes every object the publisher stored for src. With adoption from OME on
+// (AdoptingFromOME) what OME's publisher wrote for src's map counts as stored for it too
+// (AdoptionOf, AdoptOME): its route and its backend Services go as well, so a map handed
+// over and deleted before its route was adopted leaves no route holding its hostname. It
+// is idempotent: objects already gone are not an error, and objects src does not own are
+// never touched.
 func (w *Writer) Delete(ctx context.Context, src Source, store Store) (deleted int, err error) {
 	route, err := store.Route(src.Namespace, RouteName(src.Name))
 	if err != nil {
 		return 0, fmt.Errorf("read httproute: %w", err)
 	}
-	if route != nil && Owned(route.Labels, src) {
+	if route != nil && AdoptionOf(route.Labels, src, w.adoptOME) != AdoptNone {
 		err := w.gateway.GatewayV1().HTTPRoutes(route.Namespace).Delete(ctx, route.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &route.UID}})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return deleted, fmt.Errorf("delete httproute %s/%s: %w", route.Namespace, route.Name, err)
@@ -183,6 +187,13 @@ func (w *Writer) Delete(ctx context.Context, src Source, store Store) (deleted i
 			return deleted, err
 		}
 		deleted++
+	}
+	if w.adoptOME {
+		n, err := w.deleteOMEServices(ctx, src)
+		deleted += n
+		if err != nil {
+			return deleted, err
+		}
 	}
 	return deleted, nil
 }

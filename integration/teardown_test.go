@@ -16,11 +16,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
+	"github.com/trafficmap/publisher/integration/standin"
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/xds/xdstest"
@@ -323,4 +325,41 @@ func TestFinalizerOnlyOnMapsWrittenFor(t *testing.T) {
 	assert.Equal(t, "trafficmap "+f.ns+"/"+service+" released\n1 trafficmap(s) released\n", got.stdout)
 	f.waitMapGone()
 	assert.NotNil(t, f.route(), "release-finalizers touches no route (the garbage collector takes it through its ownerReference)")
+}
+
+// Issue 44, D5, one holder rule: a map OME's publisher (`gatewayapi`) published and holds
+// with the shared finalizer, deleted before it was handed over, is torn down by this
+// publisher run with --take-over-from gatewayapi, as a live map would be taken over: OME's
+// route is set to weight 0 in place (adopted), then removed with every backend Service, and
+// the finalizer is released. Before, the teardown was left to `gatewayapi` (which no
+// longer writes the map), so the finalizer held the map forever and OME's route kept its
+// hostname.
+func TestTakenOverMapTornDown(t *testing.T) {
+	f := newFixture(t)
+	f.createMap(seedEntries())
+	host := service + "." + f.ns + ".example.com"
+	ome := standin.OMEPublisher{Kube: kube, Gateway: gw, Maps: tmc, GatewayNamespace: f.ns, GatewayName: gatewayName, Port: 443}
+	omeRoute, err := ome.Publish(ctxFor(t), f.ns, service, host)
+	require.NoError(t, err)
+	// OME's publisher holds the map it wrote for with the shared finalizer.
+	patch := []byte(`{"metadata":{"finalizers":["` + model.Finalizer + `"]}}`)
+	_, err = tmc.OmeV1beta1().TrafficMaps(f.ns).Patch(ctxFor(t), service, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: standin.OMEFieldManager})
+	require.NoError(t, err)
+	require.NoError(t, tmc.OmeV1beta1().TrafficMaps(f.ns).Delete(ctxFor(t), service, metav1.DeleteOptions{}))
+	f.requireHeld("OME's finalizer holds the deleted map")
+	routes := f.watchRoute()
+
+	f.startPublisher(func(c *publish.Config) { c.TakeOverFrom = model.OMEPublisherName })
+	f.waitMapGone()
+	f.waitGone()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		zero, deleted := zeroAcceptedBeforeDeleted(routes.versions())
+		assert.True(c, zero && deleted, "OME's route at weight 0, accepted, then removed: %v", routes.versions())
+		list, err := kube.CoreV1().Services(f.ns).List(context.Background(), metav1.ListOptions{LabelSelector: httproute.LabelOMEManagedBy})
+		require.NoError(c, err)
+		assert.Empty(c, list.Items, "OME's Services are removed")
+	}, waitTimeout, tick)
+	_, err = gw.GatewayV1().HTTPRoutes(f.ns).Get(ctxFor(t), omeRoute.Name, metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "no route keeps the hostname %s: %v", host, err)
 }

@@ -62,6 +62,13 @@ func grpcBootstrap(t *testing.T, server net.Addr, nodeID string) []byte {
 	return out
 }
 
+// allDrainedGRPCMessage is the status message a grpc-go client with node id nodeID gets for
+// an RPC to a map with no positive weight, as docs/concepts/xds.md ("Drained and empty
+// maps") names it.
+func allDrainedGRPCMessage(nodeID string) string {
+	return "[xDS node id: " + nodeID + "]: rpc error: code = Unavailable desc = matched route does not have a supported route action type"
+}
+
 func call(client testgrpc.TestServiceClient) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -133,11 +140,14 @@ func TestXDSProxylessGRPCClient(t *testing.T) {
 	requireFalseBeforeTrue(t, w, tm.Generation)
 	assert.Equal(t, map[string]int{"worker-b": 100}, spread(t, client, 100))
 
-	// Draining everything: the route is a fixed response, which gRPC fails with UNAVAILABLE.
+	// Draining everything: the route is a fixed response (direct_response), which grpc-go
+	// ACKs but cannot serve: every RPC fails with UNAVAILABLE and grpc-go's own text, as
+	// docs/concepts/xds.md names it (issue 44: not the response body's "no routable cluster").
 	f.drain(`{"all-a":{"cluster":"worker-a","reason":"dc move"},"all-b":{"cluster":"worker-b","reason":"dc move"}}`)
 	f.waitPublishedWith("every effective weight is 0")
 	_, err = call(client)
 	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	assert.Equal(t, allDrainedGRPCMessage("grpc-client-1"), status.Convert(err).Message())
 
 	f.drain(seedDrain)
 	f.waitPublishedWith("worker-a=0 (drained by maintenance-a), worker-b=30")

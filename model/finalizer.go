@@ -36,16 +36,18 @@ func NeedsFinalizer(tm *v1beta1.TrafficMap) bool {
 }
 
 // Finalizing reports whether tm is a deleted map this publisher tears down in order: it is
-// being deleted, carries Finalizer, and its claim journal is absent or publisher's. A
-// deleted map without Finalizer (never written for) is removed at once; one whose journal
-// names another publisher is that publisher's to tear down (its Finalizer is not ours to
-// remove).
-func Finalizing(tm *v1beta1.TrafficMap, publisher string) bool {
+// being deleted, carries Finalizer, and no other publisher holds it by the holder rule
+// (HolderOf(tm, p).Held() is false): its claim journal is absent or p.Self's, or names a
+// publisher whose map this one adopts (neither claims nor a last positive plan: a retired
+// publisher's) or takes over (--take-over-from). The one holder rule decides the live map
+// and its teardown alike, so a map handed over is never left with a finalizer no publisher
+// removes. A deleted map without Finalizer (never written for) is removed at once; one
+// another publisher holds is that publisher's to tear down (TornDownByOther).
+func Finalizing(tm *v1beta1.TrafficMap, p Publishers) bool {
 	if tm == nil || tm.DeletionTimestamp == nil || !HasFinalizer(tm) {
 		return false
 	}
-	j := tm.Status.Publisher
-	return j == nil || j.PublisherName == publisher
+	return !HolderOf(tm, p).Held()
 }
 
 // WithoutFinalizer is tm's finalizers without Finalizer, in their order (every other

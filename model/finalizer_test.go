@@ -13,15 +13,20 @@ import (
 
 func TestFinalizerDecisions(t *testing.T) {
 	now := metav1.Now()
+	lp := &v1beta1.TrafficMapPublisherLastPositive{TrafficMapGeneration: 1, ObservedISVCGeneration: 1}
 	ours := &v1beta1.TrafficMapPublisherStatus{PublisherName: "trafficmap-publisher"}
-	theirs := &v1beta1.TrafficMapPublisherStatus{PublisherName: "ome"}
+	claims := func(name string) *v1beta1.TrafficMapPublisherStatus {
+		return &v1beta1.TrafficMapPublisherStatus{PublisherName: name, ClaimedTargets: []string{"v1:httproute:prod/chat-global"}}
+	}
 	tests := []struct {
 		name       string
 		finalizers []string
 		deleting   bool
 		journal    *v1beta1.TrafficMapPublisherStatus
+		takeOver   string
 		needs      bool
-		finalizing bool
+		finalizing bool // this publisher tears the map down
+		byOther    bool // another publisher does
 	}{
 		{name: "new map: add before the first write", needs: true},
 		{name: "other finalizers only", finalizers: []string{"example.com/keep"}, needs: true},
@@ -29,7 +34,25 @@ func TestFinalizerDecisions(t *testing.T) {
 		{name: "deleting, never touched: no finalizer, removed at once", deleting: true},
 		{name: "deleting, ours, no journal", finalizers: []string{Finalizer}, deleting: true, finalizing: true},
 		{name: "deleting, ours, our journal", finalizers: []string{"example.com/keep", Finalizer}, deleting: true, journal: ours, finalizing: true},
-		{name: "deleting, another publisher's journal: its teardown", finalizers: []string{Finalizer}, deleting: true, journal: theirs},
+		{name: "deleting, a known publisher holds it with claims: its teardown", finalizers: []string{Finalizer}, deleting: true,
+			journal: claims("ome"), byOther: true},
+		{name: "deleting, a known publisher holds it with a last positive plan: its teardown", finalizers: []string{Finalizer}, deleting: true,
+			journal: &v1beta1.TrafficMapPublisherStatus{PublisherName: "ome", LastPositive: lp}, byOther: true},
+		{name: "deleting, OME's gatewayapi holds it: its teardown", finalizers: []string{Finalizer}, deleting: true,
+			journal: claims(OMEPublisherName), byOther: true},
+		{name: "deleting, journaled by gatewayapi, taken over (--take-over-from gatewayapi): ours", finalizers: []string{Finalizer}, deleting: true,
+			journal: claims(OMEPublisherName), takeOver: OMEPublisherName, finalizing: true},
+		{name: "deleting, taken over from another publisher: ours", finalizers: []string{Finalizer}, deleting: true,
+			journal: claims("ome"), takeOver: "ome", finalizing: true},
+		{name: "deleting, a retired known publisher with no claims: adopted, ours", finalizers: []string{Finalizer}, deleting: true,
+			journal: &v1beta1.TrafficMapPublisherStatus{PublisherName: "ome", ObservedOptionsDigest: "sha256:00"}, finalizing: true},
+		{name: "deleting, a retired unknown publisher with no claims: adopted, ours", finalizers: []string{Finalizer}, deleting: true,
+			journal: &v1beta1.TrafficMapPublisherStatus{PublisherName: "retired"}, finalizing: true},
+		{name: "deleting, an unknown publisher with claims: held, as for a live map", finalizers: []string{Finalizer}, deleting: true,
+			journal: claims("forged"), byOther: true},
+		{name: "deleting, taken over but without the finalizer: removed at once", deleting: true,
+			journal: claims(OMEPublisherName), takeOver: OMEPublisherName},
+		{name: "live, taken over: no teardown", finalizers: []string{Finalizer}, journal: claims(OMEPublisherName), takeOver: OMEPublisherName},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,11 +61,17 @@ func TestFinalizerDecisions(t *testing.T) {
 			if tc.deleting {
 				tm.DeletionTimestamp = &now
 			}
+			p := Publishers{Self: "trafficmap-publisher", TakeOverFrom: tc.takeOver, Known: []string{"ome"}}
 			assert.Equal(t, tc.needs, NeedsFinalizer(tm))
-			assert.Equal(t, tc.finalizing, Finalizing(tm, "trafficmap-publisher"))
+			assert.Equal(t, tc.finalizing, Finalizing(tm, p), "Finalizing")
+			assert.Equal(t, tc.byOther, TornDownByOther(tm, p), "TornDownByOther")
+			if tc.deleting && HasFinalizer(tm) {
+				assert.Equal(t, HolderOf(tm, p).Held(), TornDownByOther(tm, p), "one holder rule: the live map's and the teardown's")
+			}
 		})
 	}
-	assert.False(t, Finalizing(nil, "trafficmap-publisher"), "a map that is gone")
+	assert.False(t, Finalizing(nil, Publishers{Self: "trafficmap-publisher"}), "a map that is gone")
+	assert.False(t, TornDownByOther(nil, Publishers{Self: "trafficmap-publisher"}), "a map that is gone")
 }
 
 func TestWithoutFinalizer(t *testing.T) {

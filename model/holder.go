@@ -117,15 +117,16 @@ func heldMessage(tm *v1beta1.TrafficMap, holder, publisher string) string {
 }
 
 // TornDownByOther reports whether tm is a deleted map another publisher tears down: it is
-// being deleted, carries Finalizer, and its claim journal names another known publisher
-// (p.IsKnown; a journal naming an unknown one is no holder's). This
-// publisher then removes nothing (the route and Services are that publisher's to remove in
-// its order) and serves the map's xDS at weight 0, as that publisher does, until the map is
-// gone.
+// being deleted, carries Finalizer, and another publisher holds it by the holder rule
+// (HolderOf(tm, p).Held(): its journal has claims or a last positive plan and names neither
+// p.Self nor p.TakeOverFrom). This publisher then removes nothing (the route and Services are
+// that publisher's to remove in its order) and serves the map's xDS at weight 0, as that
+// publisher does, until the map is gone. A journal naming an unknown publisher with claims
+// is held too (HolderOf, Unknown), as for a live map: this publisher writes nothing for it.
+// Finalizing and TornDownByOther never both hold.
 func TornDownByOther(tm *v1beta1.TrafficMap, p Publishers) bool {
 	if tm == nil || tm.DeletionTimestamp == nil || !HasFinalizer(tm) {
 		return false
 	}
-	j := tm.Status.Publisher
-	return j != nil && j.PublisherName != "" && j.PublisherName != p.Self && p.IsKnown(j.PublisherName)
+	return HolderOf(tm, p).Held()
 }

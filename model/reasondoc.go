@@ -81,8 +81,8 @@ var reasonDescriptions = map[Reason]string{
 		"every weight goes to 0, then the route, Services and xDS resources are removed.",
 	ReasonRampStarted:  "Normal Event: a ramp took its first step.",
 	ReasonRampFinished: "Normal Event: a ramp ended: the weights are the final ones.",
-	ReasonTeardownTimedOut: "Warning Event: a wait of a deleted map's ordered teardown ran out of " +
-		"--teardown-timeout; the teardown goes on.",
+	ReasonTeardownTimedOut: "Warning Event: a step of a deleted map's ordered teardown ran out of " +
+		"--teardown-timeout (a wait for the sinks' confirmation, or tries that kept failing); the teardown goes on.",
 	ReasonFinalized: "Normal Event: the teardown ended and the publisher removed its finalizer.",
 	ReasonClaimJournalIgnored: "Warning Event: entries of the map's claim journal (status.publisher.claimedTargets) " +
 		"do not count: the publisher's claim record does not grant them to the map, the claim policy refuses them, " +

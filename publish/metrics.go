@@ -21,6 +21,7 @@ type metrics struct {
 	rampSteps   *prometheus.CounterVec
 	holders     *prometheus.CounterVec
 	ignored     *prometheus.CounterVec
+	teardowns   *prometheus.CounterVec
 
 	mu    sync.Mutex
 	since map[cache.ObjectName]time.Time // when a map's current inputs were first seen unpublished
@@ -50,12 +51,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Maps found held by another publisher (their claim journal names it, with claims or a last positive plan), counted once per change of holder, by the holder's publisherName (\"unknown\" for a name that is not a known publisher: --known-publishers)."}, []string{"holder"}),
 		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_claim_journal_ignored_total",
 			Help: "Claim journal entries (status.publisher.claimedTargets) that grant no name, counted once per change of a map's ignored entries, by reason: Malformed, ForeignGRPCName, NotEntitled, NotGranted, Overlap or UnknownPublisher."}, []string{"reason"}),
+		teardowns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trafficmap_publisher_teardown_timeouts_total",
+			Help: "Steps of a deleted map's teardown that ran out of --teardown-timeout and were passed, by step (zeros: weights 0; removal) and cause (unconfirmed: a sink did not confirm the step; failed: the step's tries failed for the whole timeout)."},
+			[]string{"step", "cause"}),
 		since: map[cache.ObjectName]time.Time{},
 		sinks: map[cache.ObjectName]map[string]bool{},
 	}
-	reg.MustRegister(m.reconciles, m.conditions, m.routeWrites, m.latency, m.sinkLatency, m.rampSteps, m.holders, m.ignored)
+	reg.MustRegister(m.reconciles, m.conditions, m.routeWrites, m.latency, m.sinkLatency, m.rampSteps, m.holders, m.ignored, m.teardowns)
 	for _, d := range []weights.RampDirection{weights.RampDown, weights.RampUp} {
 		m.rampSteps.WithLabelValues(string(d)) // exported at 0 before the first ramp
+	}
+	for _, step := range []string{"zeros", "removal"} {
+		for _, cause := range []string{causeUnconfirmed, causeFailed} {
+			m.teardowns.WithLabelValues(step, cause) // exported at 0 before the first
+		}
 	}
 	for _, r := range model.IgnoreReasons {
 		m.ignored.WithLabelValues(string(r))
@@ -121,6 +130,14 @@ func (m *metrics) journalIgnored(reason model.IgnoreReason) {
 }
 
 // heldBy counts a map found held by the publisher holder (once per change of holder).
+// teardownTimedOut counts a teardown step (label "zeros" or "removal") passed after
+// --teardown-timeout, by cause (causeUnconfirmed, causeFailed).
+func (m *metrics) teardownTimedOut(step, cause string) {
+	if m != nil {
+		m.teardowns.WithLabelValues(step, cause).Inc()
+	}
+}
+
 func (m *metrics) heldBy(holder string) {
 	if m != nil {
 		m.holders.WithLabelValues(holder).Inc()

@@ -183,7 +183,7 @@ func (r *reconciler) load(ctx context.Context, key cache.ObjectName) (_ *v1beta1
 	if err != nil {
 		return nil, false, err
 	}
-	if tm == nil || tm.DeletionTimestamp != nil && !model.Finalizing(tm, r.publisher) && !model.TornDownByOther(tm, keeper(r).publishers()) {
+	if tm == nil || tm.DeletionTimestamp != nil && !model.Finalizing(tm, keeper(r).publishers()) && !model.TornDownByOther(tm, keeper(r).publishers()) {
 		return nil, true, nil
 	}
 	if !r.status.behind(tm) {
@@ -196,7 +196,7 @@ func (r *reconciler) load(ctx context.Context, key cache.ObjectName) (_ *v1beta1
 	if err != nil {
 		return nil, false, fmt.Errorf("read trafficmap %s newer than the cache: %w", key, err)
 	}
-	if live.DeletionTimestamp != nil && !model.Finalizing(live, r.publisher) && !model.TornDownByOther(live, keeper(r).publishers()) {
+	if live.DeletionTimestamp != nil && !model.Finalizing(live, keeper(r).publishers()) && !model.TornDownByOther(live, keeper(r).publishers()) {
 		return nil, true, nil
 	}
 	return live, false, nil
@@ -612,7 +612,7 @@ func (r *reconciler) serve(key cache.ObjectName) error {
 	if err != nil {
 		return err
 	}
-	if model.Finalizing(tm, r.publisher) || model.TornDownByOther(tm, keeper(r).publishers()) {
+	if model.Finalizing(tm, keeper(r).publishers()) || model.TornDownByOther(tm, keeper(r).publishers()) {
 		zero, err := r.zeroPlan(tm)
 		return serveZeros(zero, err, r.sinks, serving)
 	}

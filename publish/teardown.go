@@ -56,42 +56,104 @@ func (s teardownStep) String() string {
 	return "removal"
 }
 
-// teardownClock times the waits of the maps being torn down: each step waits at most
-// timeout from when this process first saw the map at that step. It is the pipeline's only
-// memory of a teardown (after a restart a step may wait its whole timeout again). Safe for
-// concurrent use.
+// label is the step's metric label value.
+func (s teardownStep) label() string {
+	if s == stepZeros {
+		return "zeros"
+	}
+	return "removal"
+}
+
+// The causes of a teardown step that ran out of --teardown-timeout (metric label values).
+const (
+	causeUnconfirmed = "unconfirmed" // the sinks did not confirm the step in time
+	causeFailed      = "failed"      // the step's tries failed for the whole timeout
+)
+
+// teardownClock times the steps of the maps being torn down: each step waits at most
+// timeout from when this process first saw the map at that step, and fails (a sink's
+// Apply, Retire or Delete returns an error, retried with backoff) at most timeout from its
+// first failed try, so neither a sink that never confirms nor one that fails on every try
+// holds the finalizer forever. It is the pipeline's only memory of a teardown, kept per map
+// in this process's memory (never on the cached map): it survives the map's requeues and
+// retries, and is dropped when the teardown ends or the map is gone. After a restart (or a
+// new leader) each step may wait, or fail, its whole timeout again. Safe for concurrent
+// use.
 type teardownClock struct {
 	timeout time.Duration
 	now     func() time.Time
 
 	mu    sync.Mutex
-	since map[types.NamespacedName]*[2]time.Time // per map, when each step was first seen
+	times map[types.NamespacedName]*teardownTimes
+}
+
+// teardownTimes is when this process first saw a map at each step, and first saw a try of
+// each step fail (zero: not yet), and whether each step was passed after its timeout (it
+// is then neither tried nor reported again).
+type teardownTimes struct {
+	seen, failed [2]time.Time
+	passed       [2]bool
 }
 
 func newTeardownClock(timeout time.Duration) *teardownClock {
-	return &teardownClock{timeout: timeout, now: time.Now, since: map[types.NamespacedName]*[2]time.Time{}}
+	return &teardownClock{timeout: timeout, now: time.Now, times: map[types.NamespacedName]*teardownTimes{}}
 }
 
 // left is how long the map's step may still wait (0 or less: the wait is over).
 func (c *teardownClock) left(key types.NamespacedName, step teardownStep) time.Duration {
+	return c.mark(key, func(t *teardownTimes) *time.Time { return &t.seen[step] })
+}
+
+// failing records a failed try of the map's step and returns how long its tries may still
+// fail (0 or less: over), counted from the first failed try.
+func (c *teardownClock) failing(key types.NamespacedName, step teardownStep) time.Duration {
+	return c.mark(key, func(t *teardownTimes) *time.Time { return &t.failed[step] })
+}
+
+// pass records that the map's step was passed after its timeout; it reports whether the
+// step was already passed.
+func (c *teardownClock) pass(key types.NamespacedName, step teardownStep) (already bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.times[key]
+	if t == nil {
+		t = &teardownTimes{}
+		c.times[key] = t
+	}
+	already, t.passed[step] = t.passed[step], true
+	return already
+}
+
+// passed reports whether the map's step was passed after its timeout.
+func (c *teardownClock) passed(key types.NamespacedName, step teardownStep) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.times[key]
+	return t != nil && t.passed[step]
+}
+
+// mark sets the time field picks out of key's times to now when it is not set yet, and
+// returns what is left of the timeout from it.
+func (c *teardownClock) mark(key types.NamespacedName, field func(*teardownTimes) *time.Time) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	s := c.since[key]
-	if s == nil {
-		s = &[2]time.Time{}
-		c.since[key] = s
+	t := c.times[key]
+	if t == nil {
+		t = &teardownTimes{}
+		c.times[key] = t
 	}
-	if s[step].IsZero() {
-		s[step] = now
+	at := field(t)
+	if at.IsZero() {
+		*at = now
 	}
-	return c.timeout - now.Sub(s[step])
+	return c.timeout - now.Sub(*at)
 }
 
 // forget drops what the clock remembers of the map.
 func (c *teardownClock) forget(key types.NamespacedName) {
 	c.mu.Lock()
-	delete(c.since, key)
+	delete(c.times, key)
 	c.mu.Unlock()
 }
 
@@ -134,6 +196,9 @@ type tearing struct {
 // refuses it (then nothing is set to 0 and the removal follows).
 func (t tearing) zeros(ctx context.Context) (bool, time.Duration, error) {
 	r, tm, log := t.r, t.tm, t.log
+	if r.teardowns.passed(types.NamespacedName(t.key), stepZeros) {
+		return true, 0, nil
+	}
 	left := r.teardowns.left(types.NamespacedName(t.key), stepZeros)
 	zero, err := r.zeroPlan(tm)
 	var ue *model.UserError
@@ -165,7 +230,7 @@ func (t tearing) zeros(ctx context.Context) (bool, time.Duration, error) {
 		confs = append(confs, c)
 	}
 	if len(errs) > 0 {
-		return false, 0, errors.Join(errs...)
+		return t.failed(stepZeros, errors.Join(errs...))
 	}
 	return t.waited(stepZeros, confs, left)
 }
@@ -175,6 +240,9 @@ func (t tearing) zeros(ctx context.Context) (bool, time.Duration, error) {
 // or the timeout passed.
 func (t tearing) removal(ctx context.Context) (bool, time.Duration, error) {
 	r, key, log := t.r, t.key, t.log
+	if r.teardowns.passed(types.NamespacedName(key), stepRemoval) {
+		return true, 0, nil
+	}
 	left := r.teardowns.left(types.NamespacedName(key), stepRemoval)
 	confs := make([]model.Confirmation, 0, len(r.sinks))
 	var errs []error
@@ -203,9 +271,33 @@ func (t tearing) removal(ctx context.Context) (bool, time.Duration, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return false, 0, errors.Join(errs...)
+		return t.failed(stepRemoval, errors.Join(errs...))
 	}
 	return t.waited(stepRemoval, confs, left)
+}
+
+// failed judges a step whose try failed with err: the error, retried with backoff, until
+// --teardown-timeout passed since the step's first failed try; then the failure is logged,
+// recorded as a Warning Event and counted (teardownTimedOut, cause "failed"), and the
+// teardown goes on as after a wait that ran out: past the zeros to the removal, past the
+// removal to the finalizer's release. What a failing sink still holds then stays (a route
+// and its Services go with the map through their ownerReferences).
+func (t tearing) failed(step teardownStep, err error) (bool, time.Duration, error) {
+	r, tm, log := t.r, t.tm, t.log
+	key := types.NamespacedName(t.key)
+	if r.teardowns.failing(key, step) > 0 {
+		return false, 0, err
+	}
+	if r.teardowns.pass(key, step) {
+		return true, 0, nil
+	}
+	msg := fmt.Sprintf("%s failed on every try for --teardown-timeout %s (%v); going on", step, r.teardowns.timeout, err)
+	log.Warn("teardown step failed until the timeout; going on", zap.String("step", step.String()), zap.Error(err))
+	r.metrics.teardownTimedOut(step.label(), causeFailed)
+	if r.status.recorder != nil {
+		r.status.recorder.Event(tm, corev1.EventTypeWarning, string(model.ReasonTeardownTimedOut), msg)
+	}
+	return true, 0, nil
 }
 
 // waited judges a step from the sinks' confirmations (model.TeardownWait): over, or how
@@ -214,9 +306,10 @@ func (t tearing) removal(ctx context.Context) (bool, time.Duration, error) {
 func (t tearing) waited(step teardownStep, confs []model.Confirmation, left time.Duration) (bool, time.Duration, error) {
 	r, tm, log := t.r, t.tm, t.log
 	done, timedOut, waiting := model.TeardownWait(confs, left <= 0)
-	if timedOut {
+	if timedOut && !r.teardowns.pass(types.NamespacedName(t.key), step) {
 		msg := fmt.Sprintf("%s not confirmed within --teardown-timeout %s (%s sink: %s); going on", step, r.teardowns.timeout, waiting.Sink, waiting.Message)
 		log.Warn("teardown wait timed out", zap.String("step", step.String()), zap.String("sink", waiting.Sink), zap.String("message", waiting.Message))
+		r.metrics.teardownTimedOut(step.label(), causeUnconfirmed)
 		if r.status.recorder != nil {
 			r.status.recorder.Event(tm, corev1.EventTypeWarning, string(model.ReasonTeardownTimedOut), msg)
 		}

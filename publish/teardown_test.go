@@ -2,9 +2,14 @@ package publish
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,11 +20,12 @@ import (
 )
 
 // retiringSink is a fakeSink that takes part in the ordered teardown (model.Retiring): it
-// answers Retire with retired and records the calls.
+// answers Retire with retired (or retireErr) and records the calls.
 type retiringSink struct {
 	*fakeSink
-	retired model.Confirmation
-	retires int
+	retired   model.Confirmation
+	retireErr error
+	retires   int
 }
 
 func (s *retiringSink) Retire(context.Context, types.NamespacedName) (model.Confirmation, error) {
@@ -28,7 +34,7 @@ func (s *retiringSink) Retire(context.Context, types.NamespacedName) (model.Conf
 	s.retires++
 	c := s.retired
 	c.Sink = s.name
-	return c, nil
+	return c, s.retireErr
 }
 
 // deleting marks the stored and the cached map terminating, as the API server does on a
@@ -142,6 +148,65 @@ func TestTeardownWaitsAtMostTheTimeout(t *testing.T) {
 	assert.Equal(t, 1, route.retires, "after the timeout the teardown goes on")
 	assert.Contains(t, f.event(), "Warning TeardownTimedOut weights 0 not confirmed within --teardown-timeout 30s (httproute sink: waiting for gateway)")
 	assert.False(t, model.HasFinalizer(f.api.tm))
+}
+
+// Issue 44, D3: a sink whose every try fails (its zeros' Apply, then its Retire) holds the
+// finalizer at most --teardown-timeout per step, counted from the step's first failed try
+// and kept across the map's requeues: each step is retried with backoff until then, then
+// logged, recorded as a Warning Event, counted, and passed, and the finalizer is released.
+func TestTeardownFailingSinkHoldsAtMostTheTimeout(t *testing.T) {
+	route := &retiringSink{fakeSink: &fakeSink{name: "httproute", err: errors.New("admission webhook denied the request")},
+		retireErr: errors.New("admission webhook denied the delete")}
+	f := newFixture(t)
+	reg := prometheus.NewPedanticRegistry()
+	f.rec.metrics = newMetrics(reg)
+	f.rec.sinks = []model.Sink{route}
+	f.deleting()
+	f.clock = f.clock.Add(time.Minute) // the step's first try, not the deletion, starts the clock
+	for f.event() != "" {
+	}
+
+	_, err := f.run(t)
+	require.ErrorContains(t, err, "admission webhook denied the request", "a failed try is retried with backoff")
+	f.clock = f.clock.Add(DefaultTeardownTimeout - time.Second)
+	_, err = f.run(t)
+	require.Error(t, err, "still within the timeout of the first failed try")
+	assert.Zero(t, route.retires, "nothing is removed while the zeros may still be set")
+	assert.True(t, model.HasFinalizer(f.api.tm))
+
+	f.clock = f.clock.Add(time.Second)
+	_, err = f.run(t)
+	require.ErrorContains(t, err, "admission webhook denied the delete", "the zeros passed; the removal fails")
+	assert.Equal(t, 1, route.retires)
+	assert.True(t, model.HasFinalizer(f.api.tm), "the removal's own timeout runs from its first failed try")
+	f.clock = f.clock.Add(DefaultTeardownTimeout - time.Second)
+	_, err = f.run(t)
+	require.Error(t, err)
+	assert.True(t, model.HasFinalizer(f.api.tm))
+
+	f.clock = f.clock.Add(time.Second)
+	_, err = f.run(t)
+	require.NoError(t, err)
+	assert.False(t, model.HasFinalizer(f.api.tm), "a failing sink holds the finalizer at most the timeout per step")
+	var events []string
+	for e := f.event(); e != ""; e = f.event() {
+		events = append(events, e)
+	}
+	warnings := slices.DeleteFunc(slices.Clone(events), func(e string) bool { return !strings.HasPrefix(e, "Warning ") })
+	assert.Len(t, warnings, 2, "each step is reported once: %v", warnings)
+	assert.Contains(t, events, "Warning TeardownTimedOut weights 0 failed on every try for --teardown-timeout 30s "+
+		"(httproute sink: admission webhook denied the request); going on")
+	assert.Contains(t, events, "Warning TeardownTimedOut removal failed on every try for --teardown-timeout 30s "+
+		"(httproute sink: admission webhook denied the delete); going on")
+	want := `
+# HELP trafficmap_publisher_teardown_timeouts_total Steps of a deleted map's teardown that ran out of --teardown-timeout and were passed, by step (zeros: weights 0; removal) and cause (unconfirmed: a sink did not confirm the step; failed: the step's tries failed for the whole timeout).
+# TYPE trafficmap_publisher_teardown_timeouts_total counter
+trafficmap_publisher_teardown_timeouts_total{cause="failed",step="removal"} 1
+trafficmap_publisher_teardown_timeouts_total{cause="failed",step="zeros"} 1
+trafficmap_publisher_teardown_timeouts_total{cause="unconfirmed",step="removal"} 0
+trafficmap_publisher_teardown_timeouts_total{cause="unconfirmed",step="zeros"} 0
+`
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "trafficmap_publisher_teardown_timeouts_total"))
 }
 
 func TestDeletedMapsNotHeldAreRemovedAtOnce(t *testing.T) {
