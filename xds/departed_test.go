@@ -152,13 +152,13 @@ func TestDepartedCap(t *testing.T) {
 	now = now.Add(2 * time.Minute) // "old" is past its grace
 	d.add(state("a-1", teamA))
 	d.add(state("a-2", teamA))
-	list, over, at := d.snapshot()
+	list, over, _ := d.snapshot()
 	require.Len(t, list, 2)
 	assert.Equal(t, "a-1", list[0].NodeID, "the one past its grace went first")
 	assert.Empty(t, over)
 
 	d.add(state("a-3", teamA)) // every one remembered is within its grace
-	list, over, at = d.snapshot()
+	list, over, at := d.snapshot()
 	require.Len(t, list, 2)
 	assert.Equal(t, []string{"a-2", "a-3"}, []string{list[0].NodeID, list[1].NodeID})
 	for _, tc := range []struct {
