@@ -45,6 +45,10 @@ const DefaultXDSReconnectGrace = 20 * time.Second
 // cluster sets connection_keepalive within the same sum.
 const DefaultXDSPeerGrace = 30 * time.Second
 
+// DefaultXDSDepartedGrace is the CLI's --xds-departed-grace (xds.DefaultDepartedGrace, see
+// there for why).
+const DefaultXDSDepartedGrace = xds.DefaultDepartedGrace
+
 // The CLI's --xds-max-names, --xds-max-streams-per-connection and
 // --xds-max-connections-per-client: xds.Limits' defaults (see there for why).
 const (
@@ -122,6 +126,11 @@ type Config struct {
 	// frozen replica's clients keep what it served until their keepalive gives up). 0:
 	// none (the CLI default is DefaultXDSPeerGrace).
 	XDSPeerGrace time.Duration
+	// XDSDepartedGrace is how long an xDS client stream that went away (closed, keepalive,
+	// reset) still holds a map whose current content it had not ACKed Published False, as
+	// if connected (xds.Departed); past it the map may be Published, its message naming
+	// the departed client. 0: none (the CLI default is DefaultXDSDepartedGrace).
+	XDSDepartedGrace time.Duration
 	// Registerer, when set, receives the publisher's metrics (HTTPAddress serves its own
 	// registry otherwise).
 	Registerer prometheus.Registerer
@@ -318,6 +327,9 @@ func (c Config) Validate() error {
 	}
 	if c.XDSReconnectGrace < 0 {
 		errs = append(errs, fmt.Errorf("%w: --xds-reconnect-grace %s: must not be negative", ErrInvalidConfig, c.XDSReconnectGrace))
+	}
+	if c.XDSDepartedGrace < 0 {
+		errs = append(errs, fmt.Errorf("%w: --xds-departed-grace %s: must not be negative", ErrInvalidConfig, c.XDSDepartedGrace))
 	}
 	if c.XDSPeerGrace < 0 {
 		errs = append(errs, fmt.Errorf("%w: --xds-peer-grace %s: must not be negative", ErrInvalidConfig, c.XDSPeerGrace))

@@ -218,6 +218,7 @@ func addXDSSink(p *Publisher) error {
 		TLSCert: cfg.XDSTLSCert, TLSKey: cfg.XDSTLSKey, ClientCA: cfg.XDSClientCA, ClientNamespaces: cfg.XDSClientNamespaces,
 		RequireAck: cfg.RequireXDSAck, MinClients: cfg.XDSMinClients, Registerer: p.cfg.Registerer,
 		ReconnectGrace: cfg.XDSReconnectGrace,
+		DepartedGrace:  cfg.XDSDepartedGrace,
 		Peers:          peers,
 		Limits: xds.Limits{MaxNames: cfg.XDSMaxNames, MaxStreamsPerConnection: uint32(cfg.XDSMaxStreamsPerConnection), // validated: 0..MaxInt32
 			MaxConnectionsPerClient: cfg.XDSMaxConnectionsPerClient},

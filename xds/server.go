@@ -67,6 +67,9 @@ type ServerConfig struct {
 	// Limits bound what one client may make the server hold and do (zero fields: the
 	// defaults).
 	Limits Limits
+	// DepartedGrace is how long a stream that went away is counted as holding what it
+	// held (see Departed); 0: not at all.
+	DepartedGrace time.Duration
 }
 
 // NewServer returns a server; call Serve to accept connections.
@@ -79,7 +82,11 @@ func NewServer(cfg ServerConfig) *Server {
 		validators: map[Flavour]*validator{FlavourEnvoy: {}, FlavourGRPC: {}}}
 	limits := cfg.Limits.withDefaults()
 	s.tracker = NewTracker(cfg.OnClientChange)
+	s.tracker.departed = newDepartures(cfg.DepartedGrace, nil)
 	s.metrics = newMetrics(s, cfg.Registerer)
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(s.tracker.departed)
+	}
 	s.tracker.observe, s.tracker.refused, s.tracker.limits = s.metrics.observe, s.metrics.refuse, limits
 	s.cache = newNackGuard(s.tracker, log)
 	s.tracker.served = func(node *corev3.Node, typeURL string) *typeCache {
@@ -133,6 +140,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		// their last configuration and reconnect.
 		s.grpc.Stop()
 		<-errc
+		s.tracker.departed.stop()
 		return nil
 	case err := <-errc:
 		return fmt.Errorf("serve xds: %w", err)

@@ -57,6 +57,9 @@ type SinkConfig struct {
 	// Limits bound what one client may make the server hold and do (zero fields: the
 	// defaults).
 	Limits Limits
+	// DepartedGrace is how long a client stream that went away without confirming a map's
+	// current content holds the map Pending (see Departed); 0: not at all.
+	DepartedGrace time.Duration
 }
 
 // ErrInvalidSinkConfig marks a configuration the sink cannot start with.
@@ -181,8 +184,11 @@ func NewSink(cfg SinkConfig, log *zap.Logger) (*Sink, error) {
 	s.grace = &reconnectGrace{d: cfg.ReconnectGrace, now: cfg.Now, news: s.news}
 	s.loop = newRebuilder(s)
 	s.watch = newClientWatch(s)
-	s.server = NewServer(ServerConfig{Log: log, TLS: tlsCfg, OnClientChange: s.watch.signal, Registerer: cfg.Registerer, Limits: cfg.Limits})
-	s.history.Follow(s.server.Tracker()) // a stalled client's version stays judged
+	s.server = NewServer(ServerConfig{Log: log, TLS: tlsCfg, OnClientChange: s.watch.signal, Registerer: cfg.Registerer, Limits: cfg.Limits,
+		DepartedGrace: cfg.DepartedGrace})
+	s.server.tracker.departed.now = cfg.Now
+	s.server.tracker.departed.onEnd = func() { s.news.add(s.watch.waiting()...) } // the maps a grace held
+	s.history.Follow(s.server.Tracker())                                          // a stalled client's version stays judged
 	return s, nil
 }
 
@@ -381,6 +387,7 @@ func (s *Sink) Apply(_ context.Context, p *model.Plan, st model.Standing) (model
 				c.Acked, c.Total, c.Connected, s.cfg.MinClients)
 		}
 	}
+	holdDeparted(s, key, by, &c) // never waived: a departed client holds what it held
 	conf := model.Confirmation{Sink: SinkName, Message: c.Message,
 		Progress: &model.Progress{Confirmed: c.Acked, Total: c.Total, Required: s.cfg.MinClients}}
 	fleet := judgeFleet(s, key, svc.Digest(), st.Published, &conf)

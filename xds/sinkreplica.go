@@ -58,6 +58,7 @@ func (r *Replica) Report(keys []string) replicas.Report {
 					Message: untrusted.Quote(v.Nack.Message, untrusted.MaxMessage)}
 			}
 		}
+		reportDeparted(&m, judgeDepartedOf(s, key, by))
 		rep.Maps = append(rep.Maps, m)
 	}
 	return rep

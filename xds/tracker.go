@@ -239,6 +239,8 @@ type Tracker struct {
 	flavours map[Flavour]bool
 	// steps are the last updates per flavour and type (see advance).
 	steps stepLog
+	// departed remembers the identified streams that closed (see Departed); nil: none.
+	departed *departures
 }
 
 // streamKey names a stream: go-control-plane numbers state-of-the-world and delta streams
@@ -414,6 +416,7 @@ func (t *Tracker) close(key streamKey) {
 	if s := t.streams[key]; s != nil && s.node != nil {
 		t.members++
 		t.demand[s.flavour]++
+		t.departed.add(stateOf(t, key, s)) // it holds what it held
 	}
 	delete(t.streams, key)
 	t.mu.Unlock()
@@ -1199,6 +1202,7 @@ func (t *Tracker) request(r trackedRequest) *refusal {
 // first stream of its flavour. Called with the Tracker's mu held.
 func identify(t *Tracker, s *stream, node *corev3.Node) (first bool) {
 	s.node, s.flavour = node, FlavourOf(node)
+	t.departed.returned(ClientState{NodeID: node.GetId(), Access: s.access}) // it counts as any client again
 	t.members++
 	t.demand[s.flavour]++
 	t.clients = nil
@@ -1366,13 +1370,8 @@ func (t *Tracker) Clients() []ClientState {
 	out := make([]ClientState, 0, len(keys))
 	for _, k := range keys {
 		s := t.streams[k]
-		cs := ClientState{NodeID: s.node.GetId(), Flavour: s.flavour, Stream: k.String(), Peer: s.peer, Access: s.access,
-			TypeURL: s.typeURL, Acked: s.acked, Nacked: s.nacked, Subscribed: s.subs, Fresh: s.fresh, tracker: t}
+		cs := stateOf(t, k, s)
 		if k.delta {
-			cs.Unacked, cs.Stale = s.unacked, s.stale
-			if cs.Unacked == nil {
-				cs.Unacked = map[string]map[string]Unanswered{}
-			}
 			for typ := range s.unacked {
 				if s.shared == nil {
 					s.shared = map[string]bool{}
@@ -1384,4 +1383,19 @@ func (t *Tracker) Clients() []ClientState {
 	}
 	t.clients = out
 	return out
+}
+
+// stateOf is the ClientState of the identified stream s of key; a delta stream's Unacked
+// maps are shared with the stream from then on (the caller marks them). Called with the
+// Tracker's mu held.
+func stateOf(t *Tracker, k streamKey, s *stream) ClientState {
+	cs := ClientState{NodeID: s.node.GetId(), Flavour: s.flavour, Stream: k.String(), Peer: s.peer, Access: s.access,
+		TypeURL: s.typeURL, Acked: s.acked, Nacked: s.nacked, Subscribed: s.subs, Fresh: s.fresh, tracker: t}
+	if k.delta {
+		cs.Unacked, cs.Stale = s.unacked, s.stale
+		if cs.Unacked == nil {
+			cs.Unacked = map[string]map[string]Unanswered{}
+		}
+	}
+	return cs
 }

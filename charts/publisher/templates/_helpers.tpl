@@ -117,6 +117,9 @@ args:
   - --rewrite-hostname={{ .Values.publisher.rewriteHostname }}
   - --xds-address={{ .Values.xds.bindAddress }}:{{ .Values.xds.port }}
   - --xds-listener-address={{ .Values.xds.listenerAddress }}
+  {{- with .Values.xds.departedGrace }}
+  - --xds-departed-grace={{ . }}
+  {{- end }}
   {{- with .Values.xds.limits }}
   {{- with .maxNames }}
   - --xds-max-names={{ . }}

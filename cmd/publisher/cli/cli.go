@@ -155,6 +155,7 @@ type runFlags struct {
 	xdsMaxConnsPerClient               int
 	xdsReconnectGrace                  time.Duration
 	xdsPeerGrace                       time.Duration
+	xdsDepartedGrace                   time.Duration
 	httpAddress                        string
 	debugAddress                       string
 	leaderElect                        bool
@@ -204,6 +205,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.xdsMaxStreamsPerConn, "xds-max-streams-per-connection", publish.DefaultXDSMaxStreamsPerConnection, "most concurrent xDS streams on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): a client queues further streams until one ends")
 	fs.IntVar(&f.xdsMaxConnsPerClient, "xds-max-connections-per-client", publish.DefaultXDSMaxConnectionsPerClient, "most connections with open xDS streams per client: its certificate identity with --xds-client-ca, else its IP address; a stream on a further connection is refused with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&f.xdsPeerGrace, "xds-peer-grace", publish.DefaultXDSPeerGrace, "with leader election, how long the leader still counts a replica whose report expired while it had xDS clients (a frozen replica cannot close their connections; they keep what it served until their keepalive gives up): set it above your clients' keepalive time plus timeout; 0 stops counting at expiry")
+	fs.DurationVar(&f.xdsDepartedGrace, "xds-departed-grace", publish.DefaultXDSDepartedGrace, "how long an xDS client stream that went away (closed, keepalive timeout, reset) without ACKing a map's current weights still holds the map Published False, as it may still route by what it held; past it the map may go True, its message naming the departed client; set it above your clients' keepalive time plus timeout and reconnect backoff; 0 turns it off")
 	fs.DurationVar(&f.xdsReconnectGrace, "xds-reconnect-grace", publish.DefaultXDSReconnectGrace, "after the xDS server starts and after becoming leader, a map whose weights were not published before waits this long (and for every relevant client's ACK) before Published is True, so clients still reconnecting with gRPC's backoff count; 0 turns it off")
 	fs.StringVar(&f.httpAddress, "http-address", ":8080", "address serving /metrics, /healthz, /readyz (and /debug/xds, /debug/replicas without --debug-address); empty turns it off")
 	fs.StringVar(&f.debugAddress, "debug-address", "", "address serving /debug/xds, /debug/replicas and /debug/pprof/ instead of --http-address, e.g. 127.0.0.1:8081 so no Service exposes them")
@@ -282,6 +284,7 @@ func (f runFlags) config() publish.Config {
 		XDSMaxConnectionsPerClient: f.xdsMaxConnsPerClient,
 		XDSReconnectGrace:          f.xdsReconnectGrace,
 		XDSPeerGrace:               f.xdsPeerGrace,
+		XDSDepartedGrace:           f.xdsDepartedGrace,
 		HTTPAddress:                f.httpAddress,
 		DebugAddress:               f.debugAddress,
 		EnablePprof:                f.pprof,
