@@ -89,6 +89,28 @@ func TeardownPlan(pl Plan, others []Claim) Plan {
 	return z
 }
 
+// ReplacedNames is the plan p of a map this publisher replaces (HoldAdopt, HoldTakeOver:
+// its claim journal is another publisher's, so none of its names is journaled for this one)
+// with the names no one else holds (the Unjournaled conflicts) as its own, as the hand-over
+// would have granted them: a map handed over and deleted before it was claimed is torn down
+// with the names the other publisher's route carries, so that route is set to weight 0 in
+// place before it is removed. TeardownPlan then gives up every name another map claims.
+func ReplacedNames(p Plan) Plan {
+	grpc := NormalizeHostname(GRPCName(p.Namespace, p.Service))
+	hosts := slices.Clone(p.Hostnames)
+	var kept []Conflict
+	for _, c := range p.Conflicts {
+		switch {
+		case !c.Unjournaled:
+			kept = append(kept, c)
+		case c.Hostname != grpc && !slices.Contains(hosts, c.Hostname):
+			hosts = append(hosts, c.Hostname)
+		}
+	}
+	p.Hostnames, p.Conflicts = hosts, kept
+	return p
+}
+
 // FallbackTeardownPlan is the zero plan of tm made from the map alone, for a map being
 // deleted whose plan cannot be made any more (its InferenceService is gone, or one of its
 // inputs fails): every entry of its spec at weight 0, the hostname among journaled (the

@@ -178,3 +178,32 @@ func TestFallbackTeardownPlan(t *testing.T) {
 	_, err = FallbackTeardownPlan(tm, JournaledNames(tm, "p"))
 	require.Error(t, err, "duplicate cluster: no plan")
 }
+
+func TestReplacedNames(t *testing.T) {
+	grpc := NormalizeHostname(GRPCName("prod", "chat"))
+	other := Conflict{Hostname: "shared.example.com", Owner: Owner{Kind: KindTrafficMap, Namespace: "prod", Name: "other"}}
+	tests := []struct {
+		name      string
+		hostnames []string
+		conflicts []Conflict
+		wantHosts []string
+		wantConfl []Conflict
+	}{
+		{name: "unjournaled hostname becomes the map's", conflicts: []Conflict{{Hostname: "chat.example.com", Unjournaled: true}},
+			wantHosts: []string{"chat.example.com"}},
+		{name: "unjournaled gRPC name is served, not a hostname", conflicts: []Conflict{{Hostname: grpc, Unjournaled: true}}},
+		{name: "a name another map holds stays withheld", conflicts: []Conflict{other, {Hostname: "chat.example.com", Unjournaled: true}},
+			wantHosts: []string{"chat.example.com"}, wantConfl: []Conflict{other}},
+		{name: "owned names stay", hostnames: []string{"chat.example.com"}, conflicts: []Conflict{{Hostname: "chat.example.com", Unjournaled: true}},
+			wantHosts: []string{"chat.example.com"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Plan{Namespace: "prod", Name: "chat", Service: "chat", Hostnames: tc.hostnames, Conflicts: tc.conflicts}
+			got := ReplacedNames(p)
+			assert.Equal(t, tc.wantHosts, got.Hostnames)
+			assert.Equal(t, tc.wantConfl, got.Conflicts)
+			assert.Equal(t, tc.conflicts, p.Conflicts, "p is not modified")
+		})
+	}
+}

@@ -344,7 +344,11 @@ func (r *reconciler) zeroPlan(tm *v1beta1.TrafficMap) (*model.Plan, error) {
 	case err != nil:
 		return nil, err
 	}
-	zero := model.TeardownPlan(pl.Plan, g.Claims)
+	p := pl.Plan
+	if model.HolderOf(tm, keeper(r).publishers()).Replaces() {
+		p = model.ReplacedNames(p) // a map handed over before it was claimed: its route's names
+	}
+	zero := model.TeardownPlan(p, g.Claims)
 	return &zero, nil
 }
 
