@@ -53,10 +53,10 @@ type caches struct {
 	route httproute.Config
 	// scoped: names compete only within a namespace (a Gateway per namespace and no xDS
 	// sink); otherwise across every watched namespace.
-	scoped   bool
-	scopes   []string
-	maps     []cache.SharedIndexInformer
-	isvcs    []cache.SharedIndexInformer
+	scoped bool
+	scopes []string
+	maps   []cache.SharedIndexInformer
+	isvcs  []cache.SharedIndexInformer
 	// routes and services are every route and the owned Services, with the HTTPRoute sink;
 	// without it, only the routes and Services it wrote before (label-selected), which the
 	// httproute.RetiringSink removes (routes empty when HTTPRoutes are not served).
