@@ -18,9 +18,20 @@ import (
 	"github.com/trafficmap/publisher/model/statusapply"
 )
 
-// FieldManager is the field manager the Published flip is applied under: the publisher's
-// own (model.DefaultFieldManager), so that the publisher's next status write replaces it.
+// FieldManager is the field manager the Published flip is applied under for a map no
+// publisher's claim journal holds (or OME's): the default publisher's own
+// (model.DefaultFieldManager). A map whose journal names a publisher is flipped under that
+// publisher's manager (flipManager), so that its next status write replaces the flip.
 const FieldManager = model.DefaultFieldManager
+
+// flipManager is the field manager of the publisher whose claim journal holds tm
+// (model.FieldManagerFor its name), FieldManager without one or for OME's publisher.
+func flipManager(tm *v1beta1.TrafficMap) string {
+	if j := tm.Status.Publisher; j != nil && j.PublisherName != "" && j.PublisherName != model.OMEPublisherName {
+		return model.FieldManagerFor(j.PublisherName)
+	}
+	return FieldManager
+}
 
 // flipAttempts bounds the retries of a flip whose read went stale (the publisher wrote the
 // status in between).
@@ -63,7 +74,7 @@ func PublishingMessage(p *Plan) string {
 // MarkPublishing sets Published=False (reason model.ReasonPublishing, message
 // PublishingMessage, observedGeneration the map's generation) on the TrafficMap named as the
 // plan's target, whose spec.service must name it. It server-side applies the status under
-// FieldManager with force, exactly the fields the publisher owns: published false and the
+// the holder's field manager (flipManager) with force, exactly the fields the publisher owns: published false and the
 // one condition, with observedTrafficMapGeneration and gatewayRef as they are, at the read
 // resourceVersion (re-read and retried when the publisher wrote in between). The condition's
 // lastTransitionTime moves only when its status does (meta.SetStatusCondition's rule).
@@ -115,7 +126,7 @@ func (c MapClient) Mark(ctx context.Context, ns, name string, dry DryRun, now ti
 			return Flip{}, ErrNoTrafficMap
 		}
 		cond := publishingCondition(tm, message, now)
-		opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
+		opts := metav1.ApplyOptions{FieldManager: flipManager(tm), Force: true}
 		if dry == DryRunServer {
 			opts.DryRun = []string{metav1.DryRunAll}
 		}

@@ -51,3 +51,24 @@ func TestFlipConfiguration(t *testing.T) {
 	assert.True(t, Flip{Condition: cond}.Written())
 	assert.False(t, Flip{}.Written())
 }
+
+// The flip is applied under the field manager of the publisher whose claim journal holds the
+// map, so that publisher's next status write replaces it.
+func TestFlipManager(t *testing.T) {
+	for _, tc := range []struct {
+		name, holder, want string
+	}{
+		{"no journal", "", "trafficmap-publisher"},
+		{"default publisher", "trafficmap-publisher", "trafficmap-publisher"},
+		{"named publisher", "pub-a", "trafficmap-publisher/pub-a"},
+		{"ome's publisher", model.OMEPublisherName, "trafficmap-publisher"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tm := &v1beta1.TrafficMap{}
+			if tc.holder != "" {
+				tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: tc.holder}
+			}
+			assert.Equal(t, tc.want, flipManager(tm))
+		})
+	}
+}

@@ -39,8 +39,10 @@ type Writer struct {
 	gateway      gwclient.Interface
 	fieldManager string
 	// adoptOME: a route at a needed name that OME's publisher wrote for the map is adopted
-	// (AdoptionOf, AdoptOME) instead of refused.
+	// (AdoptionOf, AdoptOME) instead of refused; accepted says when the gateway serves the
+	// adopted route's stored generation (OME's Services may go then).
 	adoptOME bool
+	accepted func(*gwapiv1.HTTPRoute) bool
 }
 
 // NewWriter returns a Writer that applies with the given clients as fieldManager.
@@ -52,12 +54,14 @@ func NewWriter(kube kubernetes.Interface, gateway gwclient.Interface, fieldManag
 // map (AdoptOME): its route at the map's route name is updated in place into the
 // publisher's (the publisher's content and labels, OME's ownership labels removed; never
 // deleted and created again), and OME's backend Services for the map are deleted once the
-// stored route no longer refers to them. The publisher runs it only once a map was handed
-// over from OME's publisher (--take-over-from gatewayapi), which by OME's rules then no
-// longer writes the map.
-func (w *Writer) AdoptingFromOME() *Writer {
+// stored route no longer refers to them and accepted reports that the gateway accepted
+// that generation of it (a gateway still on an older one would point at Services that are
+// gone); until then the route keeps OME's labels, which mark the adoption as unfinished.
+// The publisher runs it only once a map was handed over from OME's publisher
+// (--take-over-from gatewayapi), which by OME's rules then no longer writes the map.
+func (w *Writer) AdoptingFromOME(accepted func(*gwapiv1.HTTPRoute) bool) *Writer {
 	c := *w
-	c.adoptOME = true
+	c.adoptOME, c.accepted = true, accepted
 	return &c
 }
 
@@ -134,17 +138,18 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 	}
 
 	res.Route = current
-	if current == nil || !Matches(desired.Route, current) || adoption == AdoptOME {
+	if current == nil || !Matches(desired.Route, current) || adoption == AdoptOME && !Owned(current.Labels, src) {
 		applied, err := w.applyRoute(ctx, src, desired.Route, current)
 		if err != nil {
 			return res, err
 		}
 		res.Route, res.Writes, res.RouteWritten = applied, res.Writes+1, true
 	}
-	if w.adoptOME && OMEOwned(res.Route.Labels, src) {
-		// The route is the publisher's now and refers to its Services only: OME's go,
-		// then OME's labels leave the route (they mark the adoption as unfinished until
-		// then, so a failed step is done again by the next Sync).
+	if w.adoptOME && OMEOwned(res.Route.Labels, src) && w.accepted(res.Route) {
+		// The route is the publisher's now, refers to its Services only, and the gateway
+		// accepted that generation: OME's go, then OME's labels leave the route (they mark
+		// the adoption as unfinished until then, so a step not done yet, or failed, is
+		// done by a later Sync: the gateway's status update reconciles the map).
 		if err := w.finishAdoption(ctx, src, &res); err != nil {
 			return res, err
 		}

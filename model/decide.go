@@ -118,6 +118,9 @@ func decidePublished(tm *v1beta1.TrafficMap, pl *Planned, confs []Confirmation) 
 			continue
 		case Pending:
 			reason, msg := ReasonPublishing, c.Message
+			if c.Reason != "" { // a sink's refinement, such as ReasonRetiringDisabledSink
+				reason = c.Reason
+			}
 			if ramps := pl.Computed.Progress; len(ramps) > 0 {
 				reason, msg = ReasonRamping, describeRamps(ramps, false)+"; "+c.Message
 			} else if Ramping(tm) {
@@ -138,7 +141,9 @@ func decidePublished(tm *v1beta1.TrafficMap, pl *Planned, confs []Confirmation) 
 
 	parts := make([]string, 0, len(confs)+3)
 	for _, c := range confs {
-		parts = append(parts, c.Message)
+		if c.Message != "" { // a sink with nothing to say (nothing left to retire)
+			parts = append(parts, c.Message)
+		}
 	}
 	res := pl.Plan.Result
 	parts = append(parts, "weights "+DescribeWeights(res))

@@ -61,6 +61,10 @@ const (
 	// while the published state goes in order: every weight 0, then the route, Services
 	// and xDS resources (OME's TrafficMapReasonPublicationFinalizing).
 	ReasonFinalizing Reason = "Finalizing"
+	// ReasonRetiringDisabledSink: a route the HTTPRoute sink wrote before it was turned off
+	// (--sinks without httproute) is still stored; it is set to the map's weights and,
+	// once the gateway accepted it, removed with its Services (httproute.RetiringSink).
+	ReasonRetiringDisabledSink Reason = "RetiringDisabledSink"
 )
 
 // Reasons of the Normal Events that mark a ramp's first step and its end (the Published
@@ -87,11 +91,13 @@ func Reasons() []Reason {
 	return []Reason{ReasonPublished, ReasonPublishing, ReasonInvalidTrafficMap, ReasonInvalidDrainAnnotation,
 		ReasonInvalidTaints, ReasonInvalidTolerations, ReasonInvalidRamp, ReasonRamping, ReasonSourceNotFound,
 		ReasonHostnameConflict, ReasonHostnameNotEntitled, ReasonRouteConflict, ReasonRouteRefused,
-		ReasonRouteNotAccepted, ReasonLastPositiveRetained, ReasonXDSRejected, ReasonXDSInvalid, ReasonPublisherChanged, ReasonFinalizing}
+		ReasonRouteNotAccepted, ReasonLastPositiveRetained, ReasonXDSRejected, ReasonXDSInvalid, ReasonPublisherChanged, ReasonFinalizing,
+		ReasonRetiringDisabledSink}
 }
 
 // Normal reports whether a condition with this reason is news of progress (a Normal
 // Event) rather than a problem (a Warning Event).
 func (r Reason) Normal() bool {
-	return r == ReasonPublished || r == ReasonPublishing || r == ReasonRamping || r == ReasonFinalizing
+	return r == ReasonPublished || r == ReasonPublishing || r == ReasonRamping || r == ReasonFinalizing ||
+		r == ReasonRetiringDisabledSink
 }

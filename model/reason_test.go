@@ -14,8 +14,8 @@ func TestReasons(t *testing.T) {
 		seen[r] = true
 		assert.NotEmpty(t, string(r))
 	}
-	assert.Len(t, seen, 19)
-	for r, normal := range map[Reason]bool{ReasonPublished: true, ReasonPublishing: true, ReasonRamping: true, ReasonFinalizing: true,
+	assert.Len(t, seen, 20)
+	for r, normal := range map[Reason]bool{ReasonPublished: true, ReasonPublishing: true, ReasonRamping: true, ReasonFinalizing: true, ReasonRetiringDisabledSink: true,
 		ReasonXDSRejected: false, ReasonHostnameConflict: false, ReasonInvalidTrafficMap: false} {
 		assert.Equal(t, normal, r.Normal(), r)
 	}

@@ -79,6 +79,9 @@ var reasonDescriptions = map[Reason]string{
 		"Event recorded when the holder changes.",
 	ReasonFinalizing: "The map is being deleted; the finalizer ome.io/trafficmap-publisher holds it while " +
 		"every weight goes to 0, then the route, Services and xDS resources are removed.",
+	ReasonRetiringDisabledSink: "A route the HTTPRoute sink wrote before it was turned off (--sinks without " +
+		"httproute) is still stored: it is set to the map's weights and, once the gateway accepted it, removed " +
+		"with its Services; the message names the route.",
 	ReasonRampStarted:  "Normal Event: a ramp took its first step.",
 	ReasonRampFinished: "Normal Event: a ramp ended: the weights are the final ones.",
 	ReasonTeardownTimedOut: "Warning Event: a step of a deleted map's ordered teardown ran out of " +

@@ -4,14 +4,15 @@ import (
 	"fmt"
 
 	"golang.org/x/time/rate"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
 )
 
 // checkAPIs fails fast, with a message naming what to install, when a resource the
-// publisher watches is not served.
+// publisher watches is not served. With the HTTPRoute sink off, the routes it wrote before
+// are watched only when HTTPRoutes are served (none can exist otherwise).
 func (p *Publisher) checkAPIs() error {
 	for _, want := range []struct {
 		groupVersion, resource, hint string
@@ -22,21 +23,16 @@ func (p *Publisher) checkAPIs() error {
 		{gwapiv1.GroupVersion.String(), "httproutes", "install the Gateway API standard CRDs, or run with --sinks xds",
 			p.cfg.sinkOn(SinkHTTPRoute)},
 	} {
-		if !want.needed {
-			continue
+		gv, _ := schema.ParseGroupVersion(want.groupVersion) // constants above: cannot fail
+		found, err := p.served(gv.WithResource(want.resource))
+		if err != nil {
+			return err
 		}
-		list, err := p.clients.kube.Discovery().ServerResourcesForGroupVersion(want.groupVersion)
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("discover %s: %w", want.groupVersion, err)
-		}
-		found := false
-		if list != nil {
-			for _, r := range list.APIResources {
-				found = found || r.Name == want.resource
-			}
-		}
-		if !found {
+		if !found && want.needed {
 			return fmt.Errorf("%w: the api server does not serve %s %s: %s", ErrInvalidConfig, want.groupVersion, want.resource, want.hint)
+		}
+		if !found && want.resource == "httproutes" {
+			p.caches.routes = nil // no route of the disabled HTTPRoute sink to retire
 		}
 	}
 	return nil

@@ -53,12 +53,15 @@ type caches struct {
 	route httproute.Config
 	// scoped: names compete only within a namespace (a Gateway per namespace and no xDS
 	// sink); otherwise across every watched namespace.
-	scoped   bool
-	scopes   []string
-	maps     []cache.SharedIndexInformer
-	isvcs    []cache.SharedIndexInformer
-	routes   []cache.SharedIndexInformer // empty when the HTTPRoute sink is off
-	services []cache.SharedIndexInformer // empty when the HTTPRoute sink is off
+	scoped bool
+	scopes []string
+	maps   []cache.SharedIndexInformer
+	isvcs  []cache.SharedIndexInformer
+	// routes and services are every route and the owned Services, with the HTTPRoute sink;
+	// without it, only the routes and Services it wrote before (label-selected), which the
+	// httproute.RetiringSink removes (routes empty when HTTPRoutes are not served).
+	routes   []cache.SharedIndexInformer
+	services []cache.SharedIndexInformer
 	// records are the owned record ConfigMaps (recorded.go); empty when the HTTPRoute sink
 	// is on, whose routes record the fallback state instead.
 	records []cache.SharedIndexInformer
@@ -114,14 +117,15 @@ func newCaches(c clients, cfg Config, route httproute.Config) *caches {
 		_ = isvcs.SetTransform(cacheTransforms.source)    // cannot fail before the informer runs
 		cs.maps = append(cs.maps, maps)
 		cs.isvcs = append(cs.isvcs, isvcs)
+		routesOf := func(*metav1.ListOptions) {} // every route: foreign ones contend for names
 		if !cfg.sinkOn(SinkHTTPRoute) {
 			records := coreinformers.NewFilteredConfigMapInformer(c.kube, ns, 0, cache.Indexers{}, onlyManaged)
 			_ = records.SetTransform(dropManagedFields) // cannot fail before the informer runs
 			cs.records = append(cs.records, records)
-			continue
+			routesOf = onlyManaged // only the disabled sink's, to retire (no foreign one contends)
 		}
 		routes := gwinformersv1.NewFilteredHTTPRouteInformer(c.gateway, ns, 0,
-			cache.Indexers{indexByHostname: indexForeignRouteByHostname}, nil)
+			cache.Indexers{indexByHostname: indexForeignRouteByHostname}, routesOf)
 		services := coreinformers.NewFilteredServiceInformer(c.kube, ns, 0,
 			cache.Indexers{indexBySource: indexServiceBySource}, onlyManaged)
 		_ = routes.SetTransform(cacheTransforms.route) // cannot fail before the informer runs

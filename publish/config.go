@@ -76,7 +76,9 @@ type Config struct {
 	RequireRouteAccepted bool
 	// NoPositivePolicy applies when every effective weight is zero; default ApplyCurrent.
 	NoPositivePolicy NoPositivePolicy
-	// FieldManager names the publisher's writes; default DefaultFieldManager.
+	// FieldManager names the publisher's writes; default model.FieldManagerFor the
+	// publisher's name: DefaultFieldManager for the default name, so that managedFields
+	// tell two publishers apart.
 	FieldManager string
 	// Workers is the number of concurrent reconciles; default 2.
 	Workers int
@@ -242,7 +244,7 @@ func (c *Config) setDefaults() {
 		c.NoPositivePolicy = ApplyCurrent
 	}
 	if c.FieldManager == "" {
-		c.FieldManager = DefaultFieldManager
+		c.FieldManager = model.FieldManagerFor(c.publisherName())
 	}
 	if c.Workers <= 0 {
 		c.Workers = 2

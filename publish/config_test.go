@@ -58,3 +58,27 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, 2, c.Workers)
 	assert.Positive(t, c.ResyncPeriod)
 }
+
+// Each publisher name has its own field manager (managedFields tell two publishers apart);
+// the default name keeps the manager earlier versions wrote with, and an explicit
+// FieldManager stays as given (it also names the publisher then).
+func TestFieldManagerFollowsPublisherName(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		cfg            Config
+		manager, named string
+	}{
+		{"default", Config{}, "trafficmap-publisher", "trafficmap-publisher"},
+		{"default name given", Config{PublisherName: DefaultFieldManager}, "trafficmap-publisher", "trafficmap-publisher"},
+		{"another name", Config{PublisherName: "pub-a"}, "trafficmap-publisher/pub-a", "pub-a"},
+		{"explicit manager", Config{FieldManager: "pub-b"}, "pub-b", "pub-b"},
+		{"both", Config{FieldManager: "m", PublisherName: "pub-c"}, "m", "pub-c"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cfg
+			c.setDefaults()
+			assert.Equal(t, tc.manager, c.FieldManager)
+			assert.Equal(t, tc.named, c.publisherName())
+		})
+	}
+}

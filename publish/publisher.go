@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
@@ -160,14 +161,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	watchGauges(p.cfg.Registerer, p.elector.leading.Load, func() int { return mapCount(p.caches.maps) }, func() (int, time.Duration) { return p.caches.unpublished(time.Now()) }, func() int { return ramping(p.caches.maps) },
 		func() map[model.FallbackReason]int { return countFallbacks(p.caches.maps) })
 
-	if cfg.sinkOn(SinkHTTPRoute) {
-		writer := httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager)
-		if cfg.adoptsFromOME() {
-			writer = writer.AdoptingFromOME()
-		}
-		p.sinks = append(p.sinks, httproute.NewSink(httproute.SinkConfig{Route: route, RequireAccepted: cfg.RequireRouteAccepted,
-			RetainLastPositive: cfg.NoPositivePolicy == RetainLastPositive}, writer, p.caches))
-	}
+	addRouteSinks(p, route)
 	if cfg.sinkOn(SinkXDS) {
 		if err := addXDSSink(p); err != nil {
 			return nil, err
@@ -190,6 +184,30 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 	p.work.rec, p.work.metrics, p.work.n = p.rec, p.metrics, cfg.Workers
 	p.router.register(p.handleTolerationEvents)
 	return p, nil
+}
+
+// addRouteSinks adds the HTTPRoute sink or, with it off, the sink that retires what it wrote
+// before (httproute.RetiringSink).
+func addRouteSinks(p *Publisher, route httproute.Config) {
+	cfg, c := p.cfg, p.clients
+	if cfg.sinkOn(SinkHTTPRoute) {
+		writer := httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager)
+		if cfg.adoptsFromOME() {
+			// OME's Services go once the gateway accepted the route without them (at once
+			// when acceptance is not required: nothing reports it then).
+			writer = writer.AdoptingFromOME(func(r *gwapiv1.HTTPRoute) bool {
+				return !cfg.RequireRouteAccepted || route.Acceptance(r).Verdict == httproute.Accepted
+			})
+		}
+		p.sinks = append(p.sinks, httproute.NewSink(httproute.SinkConfig{Route: route, RequireAccepted: cfg.RequireRouteAccepted,
+			RetainLastPositive: cfg.NoPositivePolicy == RetainLastPositive}, writer, p.caches))
+	}
+	if !cfg.sinkOn(SinkHTTPRoute) {
+		// What the HTTPRoute sink wrote before it was turned off goes in order (weights,
+		// then removal) before a map is Published without it.
+		p.sinks = append(p.sinks, httproute.NewRetiringSink(httproute.SinkConfig{Route: route, RequireAccepted: cfg.RequireRouteAccepted},
+			httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager), p.caches))
+	}
 }
 
 // wire builds the publisher's event handlers and workers around its caches and queue.

@@ -217,7 +217,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it gives up")
 	fs.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ (on --debug-address when set, else --http-address)")
-	fs.StringVar(&f.publisherName, "publisher-name", "", "status.publisher.publisherName of the claim journals this publisher writes and honours (default: its field manager, "+publish.DefaultFieldManager+")")
+	fs.StringVar(&f.publisherName, "publisher-name", "", "status.publisher.publisherName of the claim journals this publisher writes and honours (default "+publish.DefaultFieldManager+"); another name also names its field manager "+publish.DefaultFieldManager+"/NAME")
 	fs.StringVar(&f.claimNamespace, "claim-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the claim records (ConfigMaps recording which hostnames were granted to which TrafficMap): the publisher's own, where tenants cannot write (default $POD_NAMESPACE, else the Lease's namespace, else default)")
 	fs.StringSliceVar(&f.knownPublishers, "known-publishers", nil, "comma-separated publisherNames of other publishers that may hold TrafficMaps (besides --take-over-from and gatewayapi); a claim journal naming any other publisher is ignored and reported")
 	fs.StringVar(&f.takeOverFrom, "take-over-from", "", "publisherName of another publisher whose maps this one takes over: a map whose claim journal names it is handed over and published (gatewayapi: OME's built-in publisher, whose route is adopted in place)")
