@@ -90,7 +90,7 @@ func TestDeleteRemovesOMEObjectsWhenAdopting(t *testing.T) {
 			kube := kubefake.NewClientset(svc("tmb-a", "chat"), svc("tmb-b", "chat"), svc("tmb-other", "other"))
 			w := httproute.NewWriter(kube, gw, "trafficmap-publisher")
 			if adopting {
-				w = w.AdoptingFromOME()
+				w = w.AdoptingFromOME(func(*gwapiv1.HTTPRoute) bool { return true })
 			}
 			n, err := w.Delete(t.Context(), src, mapStore{route: route})
 			require.NoError(t, err)
