@@ -452,12 +452,14 @@ func confirm(ctx context.Context, stderr io.Writer, prompt string) error {
 	if !term.IsTerminal(fd) {
 		return drain.ErrNotConfirmed
 	}
-	fmt.Fprint(stderr, prompt)
+	// Raw mode before the prompt: an answer typed as soon as the prompt shows is then never
+	// echoed by the terminal as well as by drain.Confirm.
 	state, err := term.MakeRaw(fd)
 	if err != nil {
 		return drain.ErrNotConfirmed
 	}
 	defer func() { _ = term.Restore(fd, state) }()
+	fmt.Fprint(stderr, prompt)
 	return drain.Confirm(ctx, stdin, stderr)
 }
 
