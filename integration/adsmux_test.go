@@ -10,13 +10,18 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/stretchr/testify/require"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // adsMux is a STAND-IN for a shared edge in front of the publisher: an aggregating xDS
@@ -28,9 +33,9 @@ import (
 // resources it subscribed to, and answers upstream once every client has answered: a NACK
 // (with the first rejecting client's error) if any rejected, else an ACK.
 //
-// With corruptPrefix set, it turns every Cluster whose name starts with it into a STATIC
-// cluster, which grpc-go rejects ("unsupported cluster type"): the publisher never emits a
-// cluster a client refuses, so the stand-in makes one.
+// With a corruption set (corrupt), it turns every resource of its type whose name starts
+// with its prefix into one grpc-go rejects (see muxCorruptions): the publisher never emits
+// a resource a client refuses, so the stand-in makes one.
 type adsMux struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
 	lis      net.Listener
@@ -42,6 +47,7 @@ type adsMux struct {
 	node          *corev3.Node
 	downs         map[*muxDown]bool
 	types         map[string]*muxType
+	corruptType   string
 	corruptPrefix string
 }
 
@@ -80,11 +86,45 @@ func startADSMux(t *testing.T, target net.Addr) *adsMux {
 
 func (m *adsMux) addr() net.Addr { return m.lis.Addr() }
 
-// corrupt makes the stand-in turn the Clusters named with prefix into ones grpc-go rejects.
-func (m *adsMux) corrupt(prefix string) {
+// corrupt makes the stand-in turn the resources of typeURL named with prefix into ones
+// grpc-go rejects.
+func (m *adsMux) corrupt(typeURL, prefix string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.corruptPrefix = prefix
+	m.corruptType, m.corruptPrefix = typeURL, prefix
+}
+
+// muxCorruptions make a resource of each type one grpc-go (v1.85, internal/xds/xdsclient/
+// xdsresource) rejects: a Cluster turns STATIC ("unsupported cluster type"), a
+// RouteConfiguration's weighted clusters all weigh 0 ("has no valid cluster in
+// WeightedCluster action"), a Listener's HttpConnectionManager loses its rds ("no
+// RouteSpecifier").
+var muxCorruptions = map[string]func(proto.Message) error{
+	resource.ClusterType: func(msg proto.Message) error {
+		msg.(*clusterv3.Cluster).ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
+		return nil
+	},
+	resource.RouteType: func(msg proto.Message) error {
+		for _, vh := range msg.(*routev3.RouteConfiguration).GetVirtualHosts() {
+			for _, r := range vh.GetRoutes() {
+				for _, c := range r.GetRoute().GetWeightedClusters().GetClusters() {
+					c.Weight = wrapperspb.UInt32(0)
+				}
+			}
+		}
+		return nil
+	},
+	resource.ListenerType: func(msg proto.Message) error {
+		api := msg.(*listenerv3.Listener).GetApiListener()
+		var hcm hcmv3.HttpConnectionManager
+		if err := api.GetApiListener().UnmarshalTo(&hcm); err != nil {
+			return err
+		}
+		hcm.RouteSpecifier = nil
+		packed, err := anypb.New(&hcm)
+		api.ApiListener = packed
+		return err
+	},
 }
 
 // StreamAggregatedResources serves one client's stream.
@@ -204,33 +244,22 @@ func (m *adsMux) respond(resp *discoveryv3.DiscoveryResponse) {
 	_ = m.answer(typ, st)
 }
 
-// forward returns the resource's name and, for a Cluster named with the corrupt prefix,
-// replaces it by a STATIC cluster in place.
+// forward returns the resource's name and, for one named with the corrupt prefix of the
+// corrupt type, replaces it in place by one grpc-go rejects (muxCorruptions).
 func (m *adsMux) forward(r *anypb.Any, typ string) (string, bool) {
-	var name string
-	switch typ {
-	case resource.ClusterType:
-		var c clusterv3.Cluster
-		if r.UnmarshalTo(&c) != nil {
+	msg, err := r.UnmarshalNew()
+	if err != nil {
+		return "", false
+	}
+	named, ok := msg.(interface{ GetName() string })
+	if !ok {
+		return "", false
+	}
+	name := named.GetName()
+	if typ == m.corruptType && m.corruptPrefix != "" && strings.HasPrefix(name, m.corruptPrefix) {
+		if muxCorruptions[typ](msg) != nil || r.MarshalFrom(msg) != nil {
 			return "", false
 		}
-		name = c.GetName()
-		if m.corruptPrefix != "" && strings.HasPrefix(name, m.corruptPrefix) {
-			c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
-			if r.MarshalFrom(&c) != nil {
-				return "", false
-			}
-		}
-	default:
-		msg, err := r.UnmarshalNew()
-		if err != nil {
-			return "", false
-		}
-		named, ok := msg.(interface{ GetName() string })
-		if !ok {
-			return "", false
-		}
-		name = named.GetName()
 	}
 	return name, true
 }
