@@ -142,8 +142,7 @@ func departedGauge(t *testing.T, reg *prometheus.Registry, grace string) float64
 // naming the departed client, until --xds-departed-grace has passed, then goes True naming
 // it. want is what the False condition's message names while the grace holds it. Healed,
 // the client reconnects, ACKs and counts as any client.
-// namesPast: the True condition names the departed client too.
-func departedDrain(t *testing.T, f *fixture, pub *runningPublisher, reg *prometheus.Registry, grace time.Duration, want string, namesPast bool) {
+func departedDrain(t *testing.T, f *fixture, pub *runningPublisher, reg *prometheus.Registry, grace time.Duration, want string) {
 	t.Helper()
 	proxy := startCutProxy(t, pub.xdsAddr)
 	client := xdsClient(t, proxy.addr(), "grpc-departed", service+"."+f.ns)
@@ -165,10 +164,8 @@ func departedDrain(t *testing.T, f *fixture, pub *runningPublisher, reg *prometh
 	tm := f.waitPublishedWith("weights worker-a=0 (drained by maintenance-a), worker-b=1")
 	assert.GreaterOrEqual(t, time.Since(departed), grace, "not True within the grace")
 	msg := published(tm).Message
-	if namesPast {
-		assert.Contains(t, msg, "not counted, past --xds-departed-grace", "True names the departed client")
-		assert.Contains(t, msg, `node "grpc-departed"`)
-	}
+	assert.Contains(t, msg, "not counted, past --xds-departed-grace", "True names the departed client")
+	assert.Contains(t, msg, `node "grpc-departed"`)
 	requireFalseBeforeTrue(t, w, tm.Generation)
 	assert.Equal(t, 1.0, departedGauge(t, reg, "past"), "past the grace it is counted")
 
@@ -199,11 +196,12 @@ func TestXDSDepartedClientHoldsTheDrain(t *testing.T) {
 		c.Sinks, c.XDSAddress, c.RequireXDSAck, c.Registerer = []string{publish.SinkXDS}, "127.0.0.1:0", true, reg
 		c.XDSDepartedGrace = grace
 	})
-	departedDrain(t, f, pub, reg, grace, `departed xds client stream(s) that left without confirming these weights and may still route by older ones (--xds-departed-grace 4s): node "grpc-departed" stream sotw-`, true)
+	departedDrain(t, f, pub, reg, grace, `departed xds client stream(s) that left without confirming these weights and may still route by older ones (--xds-departed-grace 4s): node "grpc-departed" stream sotw-`)
 }
 
 // D12 on a follower of three replicas: the departed client of follower b holds the map False
-// on the leader too (b's report lists it as waiting) until b's grace ends.
+// on the leader too (b's report lists it as waiting) until b's grace ends; then the leader's
+// True names it (b's report lists it as departed past the grace).
 func TestHAXDSDepartedClientOnAFollowerHoldsTheDrain(t *testing.T) {
 	const grace = 4 * time.Second
 	f := newFixture(t)
@@ -215,5 +213,5 @@ func TestHAXDSDepartedClientOnAFollowerHoldsTheDrain(t *testing.T) {
 	regB := prometheus.NewRegistry()
 	b := startPublisherWith(t, f.publisherConfig(haReplica(f, "b", regB), withGrace), restCfg, zaptest.NewLogger(t).Named("b"))
 	startPublisherWith(t, f.publisherConfig(haReplica(f, "c", prometheus.NewRegistry()), withGrace), restCfg, zaptest.NewLogger(t).Named("c"))
-	departedDrain(t, f, b, regB, grace, `replica b: 0/1 relevant clients ACKed, waiting for departed "grpc-departed"/sotw-`, false)
+	departedDrain(t, f, b, regB, grace, `replica b: 0/1 relevant clients ACKed, waiting for departed "grpc-departed"/sotw-`)
 }

@@ -113,8 +113,13 @@ func holdDeparted(s *Sink, key string, by map[Flavour]Served, c *Confirmation) {
 }
 
 // reportDeparted adds to m (a replica report's map) the departed streams within their
-// grace that hold it, as relevant streams waiting, so the leader holds the map for them too.
+// grace that hold it, as relevant streams waiting, so the leader holds the map for them too,
+// and names those past their grace in m.Departed (not counted), so the leader's message
+// names them as this replica's own would.
 func reportDeparted(m *replicas.Map, v departedVerdict) {
+	for _, d := range v.Past[:min(len(v.Past), replicas.MaxWaiting)] {
+		m.Departed = append(m.Departed, "departed "+d.Describe())
+	}
 	for _, d := range v.Holding {
 		m.Relevant++
 		if len(m.Waiting) < replicas.MaxWaiting {

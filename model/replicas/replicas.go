@@ -119,8 +119,12 @@ type Map struct {
 	Waiting []string `json:"waiting,omitempty"`
 	// Nack is a relevant stream's rejection of the content, nil when none.
 	Nack *Nack `json:"nack,omitempty"`
-	// Trimmed says that Waiting and the NACK's client and message were left out to keep
-	// the report within MaxEncoded.
+	// Departed names up to MaxWaiting departed streams past --xds-departed-grace that left
+	// without confirming the content: they are not counted (no hold), only named, so the
+	// leader's message says who may still route by older weights.
+	Departed []string `json:"departed,omitempty"`
+	// Trimmed says that Waiting, Departed and the NACK's client and message were left out
+	// to keep the report within MaxEncoded.
 	Trimmed bool `json:"trimmed,omitempty"`
 }
 
@@ -139,7 +143,7 @@ type Nack struct {
 // are cut to their bounds (MaxField, MaxMessage) and Maps sorted by key first. When the
 // whole report does not fit, it keeps what fits of Maps, namespace by namespace in turn
 // (sorted namespaces, each one's maps in key order, maps no client waits on first): first
-// each namespace's maps without their detail (Waiting, the NACK's client and message:
+// each namespace's maps without their detail (Waiting, Departed, the NACK's client and message:
 // Trimmed), then their detail. The namespaces with anything left out are named in Truncated.
 // Leaving a map out never releases it (the leader holds a map absent from a report that is
 // not Published), and a namespace with fewer maps than its share keeps them all whatever
@@ -206,13 +210,8 @@ func sanitize(r Report) Report {
 			continue
 		}
 		m.Digest = cut(m.Digest, MaxField)
-		if len(m.Waiting) > 0 {
-			w := make([]string, 0, min(len(m.Waiting), MaxWaiting))
-			for _, id := range m.Waiting[:min(len(m.Waiting), MaxWaiting)] {
-				w = append(w, cut(id, MaxField))
-			}
-			m.Waiting = w
-		}
+		m.Waiting = boundNames(m.Waiting)
+		m.Departed = boundNames(m.Departed)
 		if m.Nack != nil {
 			m.Nack = &Nack{Client: cut(m.Nack.Client, MaxField), Version: cut(m.Nack.Version, MaxField),
 				Type: cut(m.Nack.Type, MaxField), Message: cut(m.Nack.Message, MaxMessage)}
@@ -221,6 +220,18 @@ func sanitize(r Report) Report {
 	}
 	slices.SortStableFunc(out.Maps, func(a, b Map) int { return strings.Compare(a.Key, b.Key) })
 	out.Truncated, out.Overflow = boundNamespaces(out.Truncated, out.Overflow)
+	return out
+}
+
+// boundNames is at most MaxWaiting of names, each cut to MaxField; nil when none.
+func boundNames(names []string) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	out := make([]string, 0, min(len(names), MaxWaiting))
+	for _, id := range names[:min(len(names), MaxWaiting)] {
+		out = append(out, cut(id, MaxField))
+	}
 	return out
 }
 
@@ -246,7 +257,7 @@ func namespace(key string) string {
 
 // trimmed is m without its detail.
 func trimmed(m Map) Map {
-	if len(m.Waiting) == 0 && m.Nack == nil {
+	if len(m.Waiting) == 0 && len(m.Departed) == 0 && m.Nack == nil {
 		return m
 	}
 	t := Map{Key: m.Key, Digest: m.Digest, Relevant: m.Relevant, Acked: m.Acked, Trimmed: true}
@@ -309,7 +320,7 @@ func fitOrder(r Report) []fitItem {
 			seqs[n] = append(seqs[n], fitItem{i: i})
 		}
 		for _, i := range idx {
-			if len(r.Maps[i].Waiting) > 0 || r.Maps[i].Nack != nil {
+			if len(r.Maps[i].Waiting) > 0 || len(r.Maps[i].Departed) > 0 || r.Maps[i].Nack != nil {
 				seqs[n] = append(seqs[n], fitItem{i: i, detail: true})
 			}
 		}
@@ -501,7 +512,8 @@ type Verdict struct {
 	// Nack is the first rejection, with Replica naming where; nil when none.
 	Nack    *Nack
 	Replica string
-	// Message says what is missing, replica by replica ("" when Done with nothing to say).
+	// Message says what is missing, replica by replica ("" when Done with nothing to say),
+	// and names the departed streams past their grace that the reports list (Map.Departed).
 	Message string
 }
 
@@ -520,9 +532,9 @@ const maxMessage = 4096
 // pure.
 func Judge(peers []Report, key, digest string, published bool) Verdict {
 	v := Verdict{Done: true}
-	var waits []string
+	var waits, departed []string
 	for _, p := range slices.SortedFunc(slices.Values(peers), func(a, b Report) int { return strings.Compare(a.Identity, b.Identity) }) {
-		if w := judgeOne(&v, p, key, digest, published); w != "" {
+		if w := judgeOne(&v, &departed, p, key, digest, published); w != "" {
 			v.Done = false
 			waits = append(waits, w+silence(p))
 		}
@@ -543,13 +555,18 @@ func Judge(peers []Report, key, digest string, published bool) Verdict {
 	case len(peers) > 0:
 		v.Message = fmt.Sprintf("%d other replicas: %d/%d relevant clients ACKed", len(peers), v.Acked, v.Total)
 	}
+	if len(departed) > 0 {
+		v.Message += fmt.Sprintf("; not counted, past --xds-departed-grace: departed xds client stream(s) of other replicas that left without confirming these weights and may still route by older ones: %s",
+			strings.Join(departed, "; "))
+	}
 	v.Message = cut(v.Message, maxMessage)
 	return v
 }
 
-// judgeOne adds what peer p says of the map key at digest to v's counts and NACK, and
-// returns why p holds it ("" when it does not).
-func judgeOne(v *Verdict, p Report, key, digest string, published bool) string {
+// judgeOne adds what peer p says of the map key at digest to v's counts and NACK, and to
+// departed the departed streams past their grace it names, and returns why p holds it ("" when
+// it does not).
+func judgeOne(v *Verdict, departed *[]string, p Report, key, digest string, published bool) string {
 	i, found := slices.BinarySearchFunc(p.Maps, key, func(m Map, k string) int { return strings.Compare(m.Key, k) })
 	if !found {
 		switch {
@@ -570,6 +587,9 @@ func judgeOne(v *Verdict, p Report, key, digest string, published bool) string {
 	}
 	v.Acked += m.Acked
 	v.Total += m.Relevant
+	if len(m.Departed) > 0 {
+		*departed = append(*departed, fmt.Sprintf("replica %s: %s", p.Identity, strings.Join(m.Departed, ", ")))
+	}
 	if m.Acked >= m.Relevant {
 		return ""
 	}

@@ -73,6 +73,9 @@ func TestEncodeBoundsClientChosenStrings(t *testing.T) {
 		for range 8 {
 			m.Waiting = append(m.Waiting, hexString(rng, 4<<10)+"/sotw-1")
 		}
+		for range 12 {
+			m.Departed = append(m.Departed, "departed "+hexString(rng, 4<<10))
+		}
 		r.Maps = append(r.Maps, m)
 	}
 	r.Maps = append(r.Maps, Map{Key: "bbb/chat", Digest: "ok", Relevant: 2, Acked: 2})
@@ -92,6 +95,10 @@ func TestEncodeBoundsClientChosenStrings(t *testing.T) {
 	for _, m := range back.Maps {
 		for _, w := range m.Waiting {
 			assert.LessOrEqual(t, len(w), 128)
+		}
+		assert.LessOrEqual(t, len(m.Departed), MaxWaiting)
+		for _, d := range m.Departed {
+			assert.LessOrEqual(t, len(d), 128)
 		}
 		if m.Nack != nil {
 			assert.LessOrEqual(t, len(m.Nack.Message), 512)
@@ -212,6 +219,13 @@ func TestJudge(t *testing.T) {
 			"1 other replicas: 2/2 relevant clients ACKed"},
 		{"a published map is absent from a silent report", []Report{silent(b())}, true, true, 0, 0,
 			"1 other replicas: 0/0 relevant clients ACKed"},
+		// Issue 44: a follower's departed client past the grace is named in the leader's True.
+		{"a peer names a departed client past its grace", []Report{b(Map{Key: key, Digest: digest, Relevant: 1, Acked: 1,
+			Departed: []string{`departed node "envoy-9" stream sotw-4 (departed 2026-12-06T07:00:00Z)`}})}, false, true, 1, 1,
+			`1 other replicas: 1/1 relevant clients ACKed; not counted, past --xds-departed-grace: departed xds client stream(s) of other replicas that left without confirming these weights and may still route by older ones: replica pub-b: departed node "envoy-9" stream sotw-4 (departed 2026-12-06T07:00:00Z)`},
+		{"a departed client of a peer serving older content is not named", []Report{b(Map{Key: key, Digest: "old", Relevant: 1, Acked: 1,
+			Departed: []string{"departed x"}})}, false, false, 0, 0,
+			"replica pub-b does not serve this content yet"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
