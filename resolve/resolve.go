@@ -48,13 +48,15 @@ func (e *Error) Unwrap() error { return e.Err }
 type Cache struct {
 	cfg     Config
 	changed func(owners []string)
-	wake    chan struct{} // capacity 1: the schedule changed (Track, a lookup finished)
+	wake    chan struct{} // capacity 1: a tracked host is due before wakeAt
+	notify  chan struct{} // capacity 1: pending has hosts
 	after   func(time.Duration) <-chan time.Time
 
-	mu      sync.Mutex // guards hosts, owned, pending and every *entry
+	mu      sync.Mutex // guards hosts, owned, pending, wakeAt and every *entry
 	hosts   map[string]*entry
 	owned   map[string][]string // owner -> the hosts it tracks, sorted
 	pending map[string]struct{} // hosts whose change Run has not reported yet
+	wakeAt  time.Time           // when Run wakes next; zero: it rescans anyway
 }
 
 // entry is one host's state; c.mu guards it.
@@ -84,6 +86,7 @@ func New(cfg Config, changed func(owners []string)) *Cache {
 		cfg:     cfg,
 		changed: changed,
 		wake:    make(chan struct{}, 1),
+		notify:  make(chan struct{}, 1),
 		after:   time.After,
 		hosts:   map[string]*entry{},
 		owned:   map[string][]string{},
@@ -118,20 +121,19 @@ func (c *Cache) Resolve(ctx context.Context, host string) ([]netip.Addr, error) 
 		defer c.mu.Unlock()
 		return e.result(key)
 	}
-	done, start := e.call, e.call == nil
-	if start {
+	done := e.call
+	if done == nil {
+		// The lookup is shared, so one caller's ctx does not cancel it; Timeout
+		// bounds it.
 		done = make(chan struct{})
 		e.call = done
+		go c.lookup(context.WithoutCancel(ctx), key, e)
 	}
 	c.mu.Unlock()
-	if start {
-		c.lookup(context.WithoutCancel(ctx), key, e)
-	} else {
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("resolve %s: %w", key, ctx.Err())
-		}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("resolve %s: %w", key, ctx.Err())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -142,6 +144,9 @@ func (c *Cache) Resolve(ctx context.Context, host string) ([]netip.Addr, error) 
 func (c *Cache) entryLocked(key string) (*entry, error) {
 	if e := c.hosts[key]; e != nil {
 		return e, nil
+	}
+	if len(c.hosts) >= MaxHosts {
+		c.evictStaleLocked(c.cfg.Now())
 	}
 	if len(c.hosts) >= MaxHosts {
 		return nil, fmt.Errorf("resolve %s: %w: %d hosts known", key, ErrTooManyHosts, MaxHosts)
@@ -180,13 +185,12 @@ func (c *Cache) lookup(parent context.Context, key string, e *entry) {
 	close(e.call)
 	e.call = nil
 	c.mu.Unlock()
-	c.signal()
 }
 
 // recordLocked records a lookup's result in e; c.mu is held.
 func (c *Cache) recordLocked(key string, e *entry, addrs []netip.Addr, ttl time.Duration, err error) {
 	now := c.cfg.Now()
-	wasFailing, old := e.err != nil, e.addrs
+	wasFailing, old, first := e.err != nil, e.addrs, !e.tried
 	if err != nil {
 		e.fails++
 		since := now
@@ -203,16 +207,29 @@ func (c *Cache) recordLocked(key string, e *entry, addrs []netip.Addr, ttl time.
 		e.fails, e.err, e.addrs = 0, nil, addrs
 		e.next = now.Add(refreshAfter(c.cfg, ttl))
 	}
-	if e.tried && (wasFailing != (e.err != nil) || !slices.Equal(old, e.addrs)) && c.hosts[key] == e {
-		c.pending[key] = struct{}{}
-	}
 	e.tried = true
+	if c.hosts[key] != e || len(e.owners) == 0 {
+		return // forgotten, or Run does not refresh it
+	}
+	c.scheduleLocked(e.next)
+	if !first && (wasFailing != (e.err != nil) || !slices.Equal(old, e.addrs)) {
+		c.pending[key] = struct{}{}
+		signal(c.notify)
+	}
 }
 
-// signal wakes Run without blocking.
-func (c *Cache) signal() {
+// scheduleLocked wakes Run when a tracked host is due at next, before Run
+// would wake anyway; c.mu is held.
+func (c *Cache) scheduleLocked(next time.Time) {
+	if c.wakeAt.IsZero() || next.Before(c.wakeAt) {
+		signal(c.wake)
+	}
+}
+
+// signal sends on a channel of capacity 1 without blocking.
+func signal(ch chan struct{}) {
 	select {
-	case c.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -248,6 +265,9 @@ func (c *Cache) Track(owner string, hosts []string) {
 			skipped++
 			continue
 		}
+		if len(e.owners) == 0 {
+			c.scheduleLocked(e.next) // newly tracked: Run refreshes it from now on
+		}
 		e.owners[owner] = struct{}{}
 		kept = append(kept, h)
 	}
@@ -260,7 +280,6 @@ func (c *Cache) Track(owner string, hosts []string) {
 	} else {
 		c.owned[owner] = slices.Clip(kept)
 	}
-	c.signal()
 }
 
 // untrackLocked removes owner from host and forgets host when no owner is left.
@@ -273,5 +292,15 @@ func (c *Cache) untrackLocked(owner, host string) {
 	if len(e.owners) == 0 {
 		delete(c.hosts, host)
 		delete(c.pending, host)
+	}
+}
+
+// evictStaleLocked forgets the untracked hosts that are stale at now and have
+// no lookup in flight; c.mu is held.
+func (c *Cache) evictStaleLocked(now time.Time) {
+	for key, e := range c.hosts {
+		if len(e.owners) == 0 && e.call == nil && (!e.tried || !now.Before(e.next)) {
+			delete(c.hosts, key)
+		}
 	}
 }

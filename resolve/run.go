@@ -27,12 +27,13 @@ func (c *Cache) Run(ctx context.Context) {
 	defer wg.Wait()
 	defer close(jobs)
 	var queue []string
+	var wait <-chan time.Time
+	rescan := true
 	for {
-		c.deliver()
-		var wait <-chan time.Time
-		if len(queue) == 0 {
+		if rescan && len(queue) == 0 {
 			var d time.Duration
 			queue, d = c.due(c.cfg.Now())
+			wait, rescan = nil, false
 			if len(queue) == 0 {
 				wait = c.after(d)
 			}
@@ -47,33 +48,42 @@ func (c *Cache) Run(ctx context.Context) {
 			return
 		case send <- head:
 			queue = queue[1:]
+			rescan = rescan || len(queue) == 0
+		case <-c.notify:
+			c.deliver()
 		case <-c.wake:
+			rescan = true
 		case <-wait:
+			rescan = true
 		}
 	}
 }
 
 // due marks and returns, sorted, the tracked hosts due at now with no lookup in
 // flight or queued, forgets untracked hosts that are stale, and returns how long
-// until the next host is due (MaxTTL when none is).
+// until the next tracked host is due (MaxTTL when none is), which it records in
+// c.wakeAt when nothing is due.
 func (c *Cache) due(now time.Time) ([]string, time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.evictStaleLocked(now)
 	var queue []string
 	wait := c.cfg.MaxTTL
 	for key, e := range c.hosts {
 		switch {
-		case e.call != nil || e.queued:
-		case len(e.owners) == 0 && (!e.tried || !now.Before(e.next)):
-			delete(c.hosts, key)
-		case len(e.owners) > 0 && !now.Before(e.next):
+		case e.call != nil || e.queued || len(e.owners) == 0:
+		case !now.Before(e.next):
 			e.queued = true
 			queue = append(queue, key)
-		case len(e.owners) > 0 || e.tried:
+		default:
 			wait = min(wait, e.next.Sub(now))
 		}
 	}
 	slices.Sort(queue)
+	c.wakeAt = time.Time{}
+	if len(queue) == 0 {
+		c.wakeAt = now.Add(wait)
+	}
 	return queue, wait
 }
 
