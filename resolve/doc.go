@@ -35,8 +35,11 @@
 //
 // A [Cache] is safe for concurrent use. One mutex guards all of its state; it is
 // never held during a lookup or a call of changed. Concurrent Resolve calls for
-// one host share one lookup. Run runs lookups on [Config.Workers] goroutines and
-// returns, with all of them finished, when its context ends.
+// one host share one lookup, which runs on its own goroutine, is not canceled by
+// any caller's context and ends within [Config.Timeout]. Run runs lookups on
+// [Config.Workers] goroutines, calls changed from its own goroutine, and returns,
+// with all of its lookups finished, when its context ends; a lookup cut short by
+// that is not recorded as a failure.
 //
 // # Lookups
 //

@@ -13,13 +13,13 @@ import (
 
 // Config configures a [Cache]. Zero fields take their defaults.
 type Config struct {
-	Interval       time.Duration // re-resolve period when the lookup gives no TTL (default 30s), clamped to MinTTL..MaxTTL
-	MinTTL, MaxTTL time.Duration // floor and ceiling applied to a TTL (defaults 5s and 5m)
-	Timeout        time.Duration // per lookup (default 5s)
-	Workers        int           // concurrent lookups in Run (default 8)
-	Lookup         LookupFunc    // nil: [DNSLookup]
-	Now            func() time.Time
-	Log            *zap.Logger // nil: no logging
+	Interval       time.Duration    // re-resolve period when the lookup gives no TTL (default 30s), clamped to MinTTL..MaxTTL
+	MinTTL, MaxTTL time.Duration    // floor and ceiling applied to a TTL (defaults 5s and 5m)
+	Timeout        time.Duration    // per lookup (default 5s)
+	Workers        int              // concurrent lookups in Run (default 8)
+	Lookup         LookupFunc       // nil: [DNSLookup]
+	Now            func() time.Time // nil: time.Now (tests inject a clock)
+	Log            *zap.Logger      // nil: no logging; logs when a host starts failing and when hosts are over MaxHosts
 }
 
 // LookupFunc resolves host (valid, lowercase, without the trailing dot); ttl 0
