@@ -84,7 +84,7 @@ func newKindFixture(t *testing.T) *kindFixture {
 		return true, obj, tracker.Update(httproute.EnvoyBackendGVR, obj, pa.GetNamespace())
 	})
 	f.w = httproute.NewWriter(f.kube, f.gw, "trafficmap-publisher").
-		WithBackendKinds(f.dyn, true, func(*gwapiv1.HTTPRoute) bool { return f.settled })
+		WithBackendKinds(f.dyn, func() bool { return true }, func(*gwapiv1.HTTPRoute) bool { return f.settled })
 	return f
 }
 

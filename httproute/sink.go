@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -98,13 +99,20 @@ func (s *Sink) adopts(p *model.Plan, live *gwapiv1.HTTPRoute) bool {
 
 // build is the route and backend objects of p, or why p cannot be written as a route.
 func (s *Sink) build(p *model.Plan) (*Desired, error) {
-	d, _, err := buildChosen(context.TODO(), s.cfg, p)
+	// Carries and Check have no context: a lookup the resolver has not finished yet is not
+	// waited for long (Apply, with the reconcile's context, waits for it).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	d, _, err := buildChosen(ctx, s.cfg, p)
 	return d, err
 }
 
 // buildChosen is the Sink's build with the backend choice it was built with.
 func buildChosen(ctx context.Context, cfg SinkConfig, p *model.Plan) (*Desired, backendChoice, error) {
 	c := chooseBackends(ctx, cfg, p)
+	if c.err != nil {
+		return nil, c, c.err
+	}
 	d, err := Build(cfg.Route, source(p), p.Result, Inputs{Generation: p.Generation, Drains: p.Drains,
 		Taints: p.Taints, Tolerations: p.Tolerations, Backends: c.backends})
 	return d, c, err
@@ -151,8 +159,8 @@ func (s *Sink) Carries(p *model.Plan) bool {
 		return true
 	}
 	desired, err := s.build(p)
-	if errors.Is(err, ErrUnresolved) {
-		return false // not written until its hostnames resolve
+	if errors.Is(err, ErrUnresolved) || errors.Is(err, ErrKindUnknown) {
+		return false // not written until its hostnames resolve (or its kind is known)
 	}
 	if err != nil {
 		return true // refused: nothing will be written
@@ -167,7 +175,7 @@ func (s *Sink) Check(p *model.Plan) *model.Confirmation {
 	if _, ok := s.contested(p); ok {
 		return nil
 	}
-	if _, err := s.build(p); err != nil && !errors.Is(err, ErrUnresolved) {
+	if _, err := s.build(p); err != nil && !errors.Is(err, ErrUnresolved) && !errors.Is(err, ErrKindUnknown) {
 		return &model.Confirmation{Sink: SinkName, State: model.Refused, Reason: model.ReasonRouteRefused, Message: refusedMessage(p, err)}
 	}
 	return nil
@@ -195,6 +203,10 @@ func (s *Sink) Apply(ctx context.Context, p *model.Plan, st model.Standing) (mod
 		return s.refuseContested(ctx, p, host)
 	}
 	desired, choice, err := buildChosen(ctx, s.cfg, p)
+	track(s.cfg, p.Key(), p, choice.backends.Kind)
+	if errors.Is(err, ErrKindUnknown) {
+		return c, err // transient: retried with backoff, the stored route stays
+	}
 	if errors.Is(err, ErrUnresolved) {
 		// Transient: the resolver retries and its change notice reconciles the map again.
 		c.State, c.Reason = model.Pending, model.ReasonBackendUnresolved
@@ -326,6 +338,7 @@ func (s *Sink) Delete(ctx context.Context, namespace, name string) (int, error) 
 		return n, err
 	}
 	s.known.forget(namespace, name)
+	track(s.cfg, src.Key(), nil, "")
 	return n, nil
 }
 

@@ -2,6 +2,7 @@ package httproute
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -16,6 +17,35 @@ import (
 // informer caches; it must not block.
 type ControllerNames func(gateway types.NamespacedName) (string, error)
 
+// ErrKindUnknown marks a plan whose backend kind auto cannot tell now (the GatewayClass read
+// failed): transient; the stored route stays and the reconcile is retried.
+var ErrKindUnknown = errors.New("backend kind unknown")
+
+// Tracker is implemented by a Resolver that keeps refreshing the hostnames an owner (a map's
+// namespace/name) uses (the resolve package's Cache): the Sink tells it the endpoint
+// hostnames of each map it builds as endpointslice, and none for any other map or a
+// deleted one.
+type Tracker interface {
+	Track(owner string, hosts []string)
+}
+
+// track tells cfg's Resolver, when it is a Tracker, the hostnames map p uses with kind.
+func track(cfg SinkConfig, key types.NamespacedName, p *model.Plan, kind BackendKind) {
+	t, ok := cfg.Resolver.(Tracker)
+	if !ok {
+		return
+	}
+	var hosts []string
+	if p != nil && kind == BackendEndpointSlice {
+		for _, e := range p.Result.Entries {
+			if _, err := netip.ParseAddr(e.Endpoint.Host); err != nil {
+				hosts = append(hosts, e.Endpoint.Host)
+			}
+		}
+	}
+	t.Track(key.String(), hosts)
+}
+
 // backendChoice is the backend kind and addresses of one plan, with what the map is told
 // about them.
 type backendChoice struct {
@@ -24,6 +54,9 @@ type backendChoice struct {
 	why string
 	// stale lists the hosts whose latest lookup failed (their last good addresses are used).
 	stale []string
+	// err: auto could not read the Gateway's GatewayClass (a transient error: the kind is
+	// not switched on it; the reconcile is retried).
+	err error
 }
 
 // chooseBackends returns the backend kind of p's route and, for endpointslice, the addresses of
@@ -39,7 +72,10 @@ func chooseBackends(ctx context.Context, cfg SinkConfig, p *model.Plan) backendC
 		gw := cfg.Route.gatewayName(p.Namespace)
 		controller := ""
 		if cfg.ControllerNames != nil {
-			controller, _ = cfg.ControllerNames(gw) // unknown: service-externalname, as today
+			var err error
+			if controller, err = cfg.ControllerNames(gw); err != nil {
+				c.err = fmt.Errorf("%w: read the gatewayclass of gateway %s for --backend-kind auto: %w", ErrKindUnknown, gw, err)
+			}
 		}
 		var known bool
 		kind, known = KindForController(controller)

@@ -32,9 +32,10 @@ type kindObjects struct {
 	kube         kubernetes.Interface
 	fieldManager string
 	dyn          dynamic.Interface // nil: Envoy Gateway Backends cannot be written or listed
-	// sweepBackends: the API server serves Envoy Gateway's Backend API, so a map may have
-	// Backends left from a kind it used before; they are looked for once the gateway settled.
-	sweepBackends bool
+	// sweepBackends reports that the API server serves Envoy Gateway's Backend API, so a
+	// map may have Backends left from a kind it used before; they are looked for once the
+	// gateway settled. nil: never.
+	sweepBackends func() bool
 	// settled reports whether the gateway serves the stored route at its generation: only
 	// then do the backend objects of a kind the route no longer uses go.
 	settled func(*gwapiv1.HTTPRoute) bool
@@ -44,11 +45,11 @@ type kindObjects struct {
 // the Envoy Gateway Backends of Desired, and moves a map between kinds without a gap: the
 // objects of a kind the route no longer uses are deleted only once settled reports that the
 // gateway accepted the route at the generation that uses the new kind (nil: at once).
-// sweepBackends says the Backend API is served: a settled map is then checked for Backends
+// sweepBackends says whether the Backend API is served: a settled map is then checked for Backends
 // left from a kind it used before (one List per such Sync), and Delete removes them.
-func (w *Writer) WithBackendKinds(dyn dynamic.Interface, sweepBackends bool, settled func(*gwapiv1.HTTPRoute) bool) *Writer {
+func (w *Writer) WithBackendKinds(dyn dynamic.Interface, sweepBackends func() bool, settled func(*gwapiv1.HTTPRoute) bool) *Writer {
 	c := *w
-	c.kinds = &kindObjects{kube: w.kube, fieldManager: w.fieldManager, dyn: dyn, sweepBackends: sweepBackends && dyn != nil, settled: settled}
+	c.kinds = &kindObjects{kube: w.kube, fieldManager: w.fieldManager, dyn: dyn, sweepBackends: sweepBackends, settled: settled}
 	return &c
 }
 
@@ -266,7 +267,7 @@ func (w *kindObjects) pruneKinds(ctx context.Context, src Source, desired *Desir
 			return writes, err
 		}
 	}
-	backendsLeft := previous == BackendEnvoyGateway || w.sweepBackends
+	backendsLeft := previous == BackendEnvoyGateway || w.dyn != nil && w.sweepBackends != nil && w.sweepBackends()
 	if desired.Kind == BackendEnvoyGateway || settled && backendsLeft {
 		n, err := w.syncEnvoyBackends(ctx, src, desired.Backends, true)
 		if writes += n; err != nil {
