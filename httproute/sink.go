@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -31,6 +32,15 @@ type SinkConfig struct {
 	// RetainLastPositive keeps the last positive weights on the route when every
 	// effective weight is 0.
 	RetainLastPositive bool
+	// BackendKind is --backend-kind ("" is service-externalname; BackendAuto asks
+	// ControllerNames).
+	BackendKind BackendKind
+	// ControllerNames gives the parent Gateway's GatewayClass controllerName for
+	// BackendAuto; nil: every Gateway is unknown (service-externalname).
+	ControllerNames ControllerNames
+	// Resolver gives the addresses of endpoint hostnames for BackendEndpointSlice; nil: no
+	// hostname resolves (IP endpoints still work).
+	Resolver Resolver
 }
 
 // Sink is the HTTPRoute sink (model.Sink): it realizes a plan as the route and backend
@@ -87,10 +97,25 @@ func (s *Sink) adopts(p *model.Plan, live *gwapiv1.HTTPRoute) bool {
 	return live != nil && AdoptionOf(live.Labels, source(p), s.writer.adoptOME) == AdoptOME
 }
 
-// build is the route and Services of p, or why p cannot be written as a route.
+// build is the route and backend objects of p, or why p cannot be written as a route.
 func (s *Sink) build(p *model.Plan) (*Desired, error) {
-	return Build(s.cfg.Route, source(p), p.Result, Inputs{Generation: p.Generation, Drains: p.Drains,
-		Taints: p.Taints, Tolerations: p.Tolerations})
+	// Carries and Check have no context: a lookup the resolver has not finished yet is not
+	// waited for long (Apply, with the reconcile's context, waits for it).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	d, _, err := buildChosen(ctx, s.cfg, p)
+	return d, err
+}
+
+// buildChosen is the Sink's build with the backend choice it was built with.
+func buildChosen(ctx context.Context, cfg SinkConfig, p *model.Plan) (*Desired, backendChoice, error) {
+	c := chooseBackends(ctx, cfg, p)
+	if c.err != nil {
+		return nil, c, c.err
+	}
+	d, err := Build(cfg.Route, source(p), p.Result, Inputs{Generation: p.Generation, Drains: p.Drains,
+		Taints: p.Taints, Tolerations: p.Tolerations, Backends: c.backends})
+	return d, c, err
 }
 
 // retains reports whether the policy keeps route's last positive weights for p.
@@ -134,6 +159,9 @@ func (s *Sink) Carries(p *model.Plan) bool {
 		return true
 	}
 	desired, err := s.build(p)
+	if errors.Is(err, ErrUnresolved) || errors.Is(err, ErrKindUnknown) {
+		return false // not written until its hostnames resolve (or its kind is known)
+	}
 	if err != nil {
 		return true // refused: nothing will be written
 	}
@@ -147,7 +175,7 @@ func (s *Sink) Check(p *model.Plan) *model.Confirmation {
 	if _, ok := s.contested(p); ok {
 		return nil
 	}
-	if _, err := s.build(p); err != nil {
+	if _, err := s.build(p); err != nil && !errors.Is(err, ErrUnresolved) && !errors.Is(err, ErrKindUnknown) {
 		return &model.Confirmation{Sink: SinkName, State: model.Refused, Reason: model.ReasonRouteRefused, Message: refusedMessage(p, err)}
 	}
 	return nil
@@ -174,7 +202,17 @@ func (s *Sink) Apply(ctx context.Context, p *model.Plan, st model.Standing) (mod
 	if host, ok := s.contested(p); ok {
 		return s.refuseContested(ctx, p, host)
 	}
-	desired, err := s.build(p)
+	desired, choice, err := buildChosen(ctx, s.cfg, p)
+	track(s.cfg, p.Key(), p, choice.backends.Kind)
+	if errors.Is(err, ErrKindUnknown) {
+		return c, err // transient: retried with backoff, the stored route stays
+	}
+	if errors.Is(err, ErrUnresolved) {
+		// Transient: the resolver retries and its change notice reconciles the map again.
+		c.State, c.Reason = model.Pending, model.ReasonBackendUnresolved
+		c.Message = fmt.Sprintf("httproute sink cannot publish trafficmap %s yet: %s; the route stays as it was (%s)", p.Key(), err, choice.why)
+		return c, nil
+	}
 	if err != nil {
 		c.State, c.Reason = model.Refused, model.ReasonRouteRefused
 		c.Message = refusedMessage(p, err)
@@ -210,10 +248,18 @@ func (s *Sink) Apply(ctx context.Context, p *model.Plan, st model.Standing) (mod
 		c.State, c.Reason, c.Message = model.Refused, model.ReasonRouteConflict, err.Error()
 		return c, nil
 	}
+	if errors.Is(err, ErrBackendAPIMissing) {
+		c.State, c.Reason = model.Refused, model.ReasonBackendAPIMissing
+		c.Message = fmt.Sprintf("httproute sink cannot publish trafficmap %s: %s; the route stays as it was", p.Key(), err)
+		return c, nil
+	}
 	if err != nil {
 		return c, fmt.Errorf("sync httproute: %w", err)
 	}
 	s.judge(&c, synced.Route)
+	if desired.Kind != BackendExternalName || s.cfg.BackendKind != "" {
+		c.Message += " (" + choice.note() + ")"
+	}
 	return c, nil
 }
 
@@ -292,6 +338,7 @@ func (s *Sink) Delete(ctx context.Context, namespace, name string) (int, error) 
 		return n, err
 	}
 	s.known.forget(namespace, name)
+	track(s.cfg, src.Key(), nil, "")
 	return n, nil
 }
 

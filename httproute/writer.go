@@ -43,11 +43,15 @@ type Writer struct {
 	// adopted route's stored generation (OME's Services may go then).
 	adoptOME bool
 	accepted func(*gwapiv1.HTTPRoute) bool
+	// kinds writes the backend kinds beyond Services: EndpointSlices always, Envoy Gateway
+	// Backends with WithBackendKinds.
+	kinds *kindObjects
 }
 
 // NewWriter returns a Writer that applies with the given clients as fieldManager.
 func NewWriter(kube kubernetes.Interface, gateway gwclient.Interface, fieldManager string) *Writer {
-	return &Writer{kube: kube, gateway: gateway, fieldManager: fieldManager}
+	return &Writer{kube: kube, gateway: gateway, fieldManager: fieldManager,
+		kinds: &kindObjects{kube: kube, fieldManager: fieldManager}}
 }
 
 // AdoptingFromOME returns a copy of w that adopts what OME's built-in publisher wrote for a
@@ -115,26 +119,12 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 		byName[s.Name] = s
 	}
 
-	// The backend Services are independent of one another: write them at once (a new map's
-	// eight cost one round trip, not eight), all before the route that refers to them.
-	applied := make([]*corev1.Service, len(desired.Services))
-	errs := make([]error, len(desired.Services))
-	var wg sync.WaitGroup
-	for i, want := range desired.Services {
-		wg.Go(func() { applied[i], errs[i] = w.syncService(ctx, src, want, byName[want.Name]) })
+	if err := w.syncServices(ctx, src, desired, byName, &res); err != nil {
+		return res, err
 	}
-	wg.Wait()
-	for i, want := range desired.Services {
-		if applied[i] != nil {
-			res.Services = append(res.Services, applied[i])
-			res.Writes++
-		}
-		delete(byName, want.Name)
-	}
-	for _, err := range errs {
-		if err != nil { // the first in desired order, so the error is deterministic
-			return res, err
-		}
+	n, err := w.kinds.syncKinds(ctx, src, desired)
+	if res.Writes += n; err != nil {
+		return res, err
 	}
 
 	res.Route = current
@@ -155,7 +145,14 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 		}
 	}
 
+	n, err = w.kinds.pruneKinds(ctx, src, desired, routeKind(current), owned, res.Route)
+	if res.Writes += n; err != nil {
+		return res, err
+	}
 	for _, stale := range sortedServices(byName) {
+		if w.kinds.staleServiceKept(stale, desired, res.Route) {
+			continue // a kind switch: the old kind's Service serves until the gateway settled
+		}
 		if err := w.deleteService(ctx, stale); err != nil {
 			return res, err
 		}
@@ -163,6 +160,33 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 		res.Writes++
 	}
 	return res, nil
+}
+
+// syncServices applies the desired Services that differ from their stored copies in byName
+// (removing each desired one from byName) and records the applies in res.
+func (w *Writer) syncServices(ctx context.Context, src Source, desired *Desired, byName map[string]*corev1.Service, res *SyncResult) error {
+	// The backend Services are independent of one another: write them at once (a new map's
+	// eight cost one round trip, not eight), all before the route that refers to them.
+	applied := make([]*corev1.Service, len(desired.Services))
+	errs := make([]error, len(desired.Services))
+	var wg sync.WaitGroup
+	for i, want := range desired.Services {
+		wg.Go(func() { applied[i], errs[i] = w.syncService(ctx, src, want, byName[want.Name]) })
+	}
+	wg.Wait()
+	for i, want := range desired.Services {
+		if applied[i] != nil {
+			res.Services = append(res.Services, applied[i])
+			res.Writes++
+		}
+		delete(byName, want.Name)
+	}
+	for _, err := range errs {
+		if err != nil { // the first in desired order, so the error is deterministic
+			return err
+		}
+	}
+	return nil
 }
 
 // Delete removes every object the publisher stored for src. With adoption from OME on
@@ -192,6 +216,10 @@ func (w *Writer) Delete(ctx context.Context, src Source, store Store) (deleted i
 			return deleted, err
 		}
 		deleted++
+	}
+	n, err := w.kinds.deleteKinds(ctx, src)
+	if deleted += n; err != nil {
+		return deleted, err
 	}
 	if w.adoptOME {
 		n, err := w.deleteOMEServices(ctx, src)

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/trafficmap/publisher/drain"
+	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 )
@@ -137,6 +138,9 @@ type runFlags struct {
 	gateway, section                   string
 	hostTemplate                       string
 	rewriteHostname                    bool
+	backendKind                        string
+	resolveInterval                    time.Duration
+	resolveMinTTL, resolveMaxTTL       time.Duration
 	requireRouteAccepted               bool
 	noPositivePolicy                   string
 	workers                            int
@@ -184,6 +188,10 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.section, "gateway-section", "", "listener name (parentRef sectionName) on the Gateway")
 	fs.StringVar(&f.hostTemplate, "host-template", "", "Go template for the route hostname when the InferenceService has no ome.io/global-host annotation, over {{.Namespace}} and {{.Service}}, e.g. '{{.Service}}.{{.Namespace}}.example.com'")
 	fs.BoolVar(&f.rewriteHostname, "rewrite-hostname", false, "add a per-backend URLRewrite filter that sets Host to the cluster endpoint's host")
+	fs.StringVar(&f.backendKind, "backend-kind", string(httproute.BackendAuto), "what each cluster's backendRef points at: auto (chosen by the Gateway's GatewayClass controllerName), service-externalname, endpointslice (a selector-less Service with EndpointSlices of the resolved endpoint addresses) or envoy-gateway-backend (Envoy Gateway's Backend)")
+	fs.DurationVar(&f.resolveInterval, "resolve-interval", 30*time.Second, "endpointslice backends: re-resolve an endpoint hostname this often when its lookup gives no TTL")
+	fs.DurationVar(&f.resolveMinTTL, "resolve-min-ttl", 5*time.Second, "endpointslice backends: the shortest re-resolve period (floor on a record's TTL)")
+	fs.DurationVar(&f.resolveMaxTTL, "resolve-max-ttl", 5*time.Minute, "endpointslice backends: the longest re-resolve period (ceiling on a record's TTL)")
 	fs.BoolVar(&f.requireRouteAccepted, "require-route-accepted", true, "Published waits for the Gateway to report Accepted and ResolvedRefs at the route's generation")
 	fs.StringVar(&f.noPositivePolicy, "no-positive-policy", string(publish.ApplyCurrent), "when every effective weight is 0: ApplyCurrent publishes the zeros, RetainLastPositive keeps the last positive weights")
 	fs.IntVar(&f.workers, "workers", 2, "concurrent reconciles")
@@ -265,6 +273,10 @@ func (f runFlags) config() publish.Config {
 		GatewaySection:             f.section,
 		HostTemplate:               f.hostTemplate,
 		RewriteHostname:            f.rewriteHostname,
+		BackendKind:                httproute.BackendKind(f.backendKind),
+		ResolveInterval:            f.resolveInterval,
+		ResolveMinTTL:              f.resolveMinTTL,
+		ResolveMaxTTL:              f.resolveMaxTTL,
 		RequireRouteAccepted:       f.requireRouteAccepted,
 		NoPositivePolicy:           publish.NoPositivePolicy(f.noPositivePolicy),
 		Workers:                    f.workers,
