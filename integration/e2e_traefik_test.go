@@ -164,7 +164,7 @@ func rampedDrain(t *testing.T, f *fixture, c *http.Client, addr string, clusters
 		Steps: 3, From: 1, Holds: []string{"r-1"},
 	}})
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		"ome.io/traffic-drain":  `{"r-1":{"cluster":"worker-a","reason":"e2e ramp"}}`,
+		"ome.io/traffic-drain": `{"r-1":{"cluster":"worker-a","reason":"e2e ramp"}}`,
 		weights.RampAnnotation: ramp,
 	}}})
 	require.NoError(t, err)
