@@ -129,10 +129,9 @@ func TestE2EPublishedReadsControllerStatus(t *testing.T) {
 	assert.Contains(t, a.Message, traefikController)
 	assert.Contains(t, e.Message, egController)
 
-	r, err := gw.GatewayV1().HTTPRoutes(ns).Get(ctxFor(t), "both", metav1.GetOptions{})
-	require.NoError(t, err)
-	r.Spec.Rules[0].BackendRefs = []gwapiv1.HTTPBackendRef{weightedRef("external", 1)}
-	_, err = gw.GatewayV1().HTTPRoutes(ns).Update(ctxFor(t), r, metav1.UpdateOptions{})
+	// A merge patch (the controllers write status all the time: no resourceVersion to race).
+	_, err = gw.GatewayV1().HTTPRoutes(ns).Patch(ctxFor(t), "both", types.MergePatchType,
+		[]byte(`{"spec":{"rules":[{"backendRefs":[{"name":"external","port":80,"weight":1}]}]}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
 	a, e = verdicts(httproute.Rejected)
 	t.Logf("rejected:\n  %s\n  %s", a.Message, e.Message)

@@ -385,6 +385,19 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// traefikThrottle is Traefik's providersThrottleDuration, set to its default explicitly:
+// after applying a new configuration, Traefik applies the next no sooner than this, while it
+// writes route status at once. The traffic checks wait this long (and a margin) after a
+// change is published before they sample the new shares; the invariant checks (nothing
+// after Published True reaches the old state) do not.
+const traefikThrottle = 2 * time.Second
+
+// afterThrottle waits until Traefik has applied any configuration it received by at.
+func afterThrottle(t *testing.T, at time.Time) {
+	t.Helper()
+	require.Eventually(t, func() bool { return time.Since(at) > traefikThrottle+500*time.Millisecond }, waitTimeout, tick)
+}
+
 // traefik is a Traefik process serving one namespace's Gateways on one entry point.
 type traefik struct {
 	proc *process
@@ -404,6 +417,7 @@ func startTraefik(t *testing.T, ns string) *traefik {
 		"--providers.kubernetesgateway=true",
 		"--providers.kubernetesgateway.namespaces="+ns,
 		"--providers.kubernetesgateway.statusaddress.ip=127.0.0.1",
+		"--providers.providersthrottleduration="+traefikThrottle.String(),
 		"--global.checknewversion=false",
 		"--global.sendanonymoususage=false",
 		"--log.level=INFO")

@@ -66,7 +66,7 @@ func TestE2ETraefikPublisher(t *testing.T) {
 	w = f.watchMap()
 	f.setAnnotation(service, "ome.io/traffic-drain", "", true)
 	at, _ := w.waitPublishedAt(t, "worker-a=1, worker-b=1, worker-c=2")
-	t.Logf("undrain published %s", at.Format(time.RFC3339Nano))
+	afterThrottle(t, at)
 	got = spreadHTTP(t, client, tr.addr, f.host(), n)
 	t.Logf("after the undrain, %d requests: %v", n, got)
 	requireShares(t, got, full, n)
@@ -76,6 +76,7 @@ func TestE2ETraefikPublisher(t *testing.T) {
 	// Everything drained: the documented answer is no traffic routed.
 	f.drain(`{"all-a":{"cluster":"worker-a","reason":"e2e"},"all-b":{"cluster":"worker-b","reason":"e2e"},"all-c":{"cluster":"worker-c","reason":"e2e"}}`)
 	f.waitPublishedWith("every effective weight is 0, so no traffic is routed")
+	afterThrottle(t, time.Now())
 	got = spreadHTTP(t, client, tr.addr, f.host(), 100)
 	e2eReport(t, fmt.Sprintf("- Traefik %s, every weight 0 (all drained), 100 requests: %v (Gateway API: all backendRefs at weight 0 -> HTTP 500)", traefikVersion, got))
 	for who := range got {
@@ -84,6 +85,7 @@ func TestE2ETraefikPublisher(t *testing.T) {
 
 	f.setAnnotation(service, "ome.io/traffic-drain", "", true)
 	f.waitPublishedWith("worker-a=1, worker-b=1, worker-c=2")
+	afterThrottle(t, time.Now())
 	requireShares(t, spreadHTTP(t, client, tr.addr, f.host(), n), full, n)
 }
 
@@ -97,17 +99,26 @@ func withBackendKind(kind httproute.BackendKind) func(*publish.Config) {
 // answered that is not in want (an HTTP error or an old cluster).
 func requireMovedBeforeTrue(t *testing.T, what string, l *load, trueAt time.Time, want map[string]int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return time.Since(trueAt) > 500*time.Millisecond }, waitTimeout, tick)
+	afterThrottle(t, trueAt)
 	answers := l.finish(t)
 	var after []served
+	var lastOld time.Time
 	for _, a := range answers {
 		if !a.sent.Before(trueAt) {
 			after = append(after, a)
+			if _, ok := want[a.who]; !ok {
+				lastOld = a.sent
+			}
 		}
 	}
 	require.NotEmpty(t, after, "%s: no request was sent after Published True", what)
 	got := tally(after)
-	t.Logf("%s: %d requests sent after Published True: %v", what, len(after), got)
+	lag := "none"
+	if !lastOld.IsZero() {
+		lag = lastOld.Sub(trueAt).Round(time.Millisecond).String()
+	}
+	e2eReport(t, fmt.Sprintf("- Traefik %s, %s: %d requests sent in the %s after Published True: %v; the last one that did not get the new route was sent %s after True",
+		traefikVersion, what, len(after), traefikThrottle+500*time.Millisecond, got, lag))
 	for who := range got {
 		_, ok := want[who]
 		assert.True(t, ok, "%s: after Published True a request got %q (all: %v): Published said True while traffic still went elsewhere", what, who, got)
@@ -127,7 +138,7 @@ func measureDrain(t *testing.T, f *fixture, c *http.Client, addr string, cluster
 	f.drain(`{"m-1":{"cluster":"worker-a","reason":"e2e"}}`)
 	written := time.Now()
 	trueAt, _ := w.waitPublishedAt(t, "worker-a=0 (drained by m-1)")
-	require.Eventually(t, func() bool { return time.Since(trueAt) > time.Second }, waitTimeout, tick)
+	afterThrottle(t, trueAt)
 	answers := l.finish(t)
 
 	var last time.Time
@@ -175,6 +186,7 @@ func rampedDrain(t *testing.T, f *fixture, c *http.Client, addr string, clusters
 	prev := 1.0
 	for k := range 3 {
 		f.waitCondition(metav1.ConditionFalse, string(model.ReasonRamping), fmt.Sprintf("ramping worker-a down: step %d of 3 in place", k))
+		afterThrottle(t, time.Now())
 		route := f.kindWeights(clusters...)
 		want := map[string]int{}
 		for cl, w := range route {
@@ -189,6 +201,7 @@ func rampedDrain(t *testing.T, f *fixture, c *http.Client, addr string, clusters
 		prev = share
 	}
 	f.waitPublishedWith("worker-a=0 (drained by r-1)")
+	afterThrottle(t, time.Now())
 	got := spreadHTTP(t, c, addr, f.host(), n)
 	assert.Zero(t, got["worker-a"], "ramp ended: %v", got)
 	f.setAnnotation(service, "ome.io/traffic-drain", "", true)
