@@ -216,10 +216,12 @@ volumeMounts:
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch, create, patch, delete]
-# the endpointslice backend kind (docs/reference/backends.md); listed on every map's delete
+{{- if ne .Values.publisher.backendKind "service-externalname" }}
+# the endpointslice backend kind (docs/reference/backends.md)
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
   verbs: [get, list, watch, create, update, patch, delete]
+{{- end }}
 {{- if eq .Values.publisher.backendKind "envoy-gateway-backend" }}
 - apiGroups: [gateway.envoyproxy.io]
   resources: [backends]
@@ -237,11 +239,13 @@ volumeMounts:
 
 {{/* The cluster-scoped RBAC rules (the optional fleet-drain taint sources). */}}
 {{- define "trafficmap-publisher.clusterRules" }}
+{{- if eq .Values.publisher.backendKind "auto" }}
 # --backend-kind auto reads the parent Gateway's GatewayClass controllerName (the Gateway
 # may be in a namespace the publisher does not watch)
 - apiGroups: [gateway.networking.k8s.io]
   resources: [gateways, gatewayclasses]
   verbs: [get, list, watch]
+{{- end }}
 - apiGroups: [modelplane.ai]
   resources: [inferenceclusters]
   verbs: [get, list, watch]
