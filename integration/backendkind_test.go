@@ -35,7 +35,7 @@ func (f *fixture) startKindPublisher(t *testing.T, kind httproute.BackendKind, s
 	t.Helper()
 	release := "kind-" + f.ns
 	apply(t, chartRBAC(t, release, f.ns, set...))
-	cfg := f.publisherConfig(func(c *publish.Config) { c.BackendKind = kind })
+	cfg := f.publisherConfig(func(c *publish.Config) { c.BackendKind, c.ClaimNamespace = kind, f.ns })
 	f.pub = startPublisherWith(t, cfg, asServiceAccount(f.ns, release+"-trafficmap-publisher"), zaptest.NewLogger(t))
 }
 
@@ -135,6 +135,6 @@ func TestBackendKindEnvoyGatewayBackend(t *testing.T) {
 // bound (its RBAC is in place).
 func (f *fixture) startKindPublisher2(t *testing.T, kind httproute.BackendKind) {
 	t.Helper()
-	cfg := f.publisherConfig(func(c *publish.Config) { c.BackendKind = kind })
+	cfg := f.publisherConfig(func(c *publish.Config) { c.BackendKind, c.ClaimNamespace = kind, f.ns })
 	f.pub = startPublisherWith(t, cfg, asServiceAccount(f.ns, "kind-"+f.ns+"-trafficmap-publisher"), zaptest.NewLogger(t))
 }
