@@ -3,7 +3,10 @@ package httproute_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -285,4 +288,13 @@ func TestKindForController(t *testing.T) {
 	}
 	_, err := httproute.ParseBackendKind("externalname")
 	assert.ErrorContains(t, err, `unknown backend kind "externalname"`)
+}
+
+// docs/reference/backends.md shows ControllerKinds: every row, with its kind.
+func TestBackendsDocTable(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "reference", "backends.md"))
+	require.NoError(t, err)
+	for _, row := range httproute.ControllerKinds {
+		assert.Contains(t, string(doc), fmt.Sprintf("| `%s` | %s | `%s` |", row.Controller, row.Implementation, row.Kind))
+	}
 }

@@ -98,7 +98,7 @@ func Reasons() []Reason {
 	return []Reason{ReasonPublished, ReasonPublishing, ReasonInvalidTrafficMap, ReasonInvalidDrainAnnotation,
 		ReasonInvalidTaints, ReasonInvalidTolerations, ReasonInvalidRamp, ReasonRamping, ReasonSourceNotFound,
 		ReasonHostnameConflict, ReasonHostnameNotEntitled, ReasonRouteConflict, ReasonRouteRefused,
-		ReasonRouteNotAccepted, ReasonLastPositiveRetained, ReasonXDSRejected, ReasonXDSInvalid, ReasonPublisherChanged, ReasonFinalizing,
+		ReasonRouteNotAccepted, ReasonBackendUnresolved, ReasonBackendAPIMissing, ReasonLastPositiveRetained, ReasonXDSRejected, ReasonXDSInvalid, ReasonPublisherChanged, ReasonFinalizing,
 		ReasonRetiringDisabledSink}
 }
 
