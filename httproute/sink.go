@@ -41,6 +41,10 @@ type SinkConfig struct {
 	// Resolver gives the addresses of endpoint hostnames for BackendEndpointSlice; nil: no
 	// hostname resolves (IP endpoints still work).
 	Resolver Resolver
+	// Settle is how long after the sink wrote a route an acceptance of it still waits, for a
+	// controller that writes route status before it serves the route (--route-settle);
+	// SettleAuto (any negative value) takes each controller's from ControllerSettles.
+	Settle time.Duration
 }
 
 // Sink is the HTTPRoute sink (model.Sink): it realizes a plan as the route and backend
@@ -56,12 +60,14 @@ type Sink struct {
 	cfg    SinkConfig
 	writer *Writer
 	known  *expectations
+	settle *settles
 }
 
 var (
 	_ model.Sink     = (*Sink)(nil)
 	_ model.Durable  = (*Sink)(nil)
 	_ model.Retiring = (*Sink)(nil)
+	_ model.Updater  = (*Sink)(nil)
 )
 
 // Durable implements model.Durable: the route outlives the publisher, so its Carries right
@@ -70,7 +76,7 @@ func (s *Sink) Durable() {}
 
 // NewSink returns the sink writing with writer and reading stored objects from store.
 func NewSink(cfg SinkConfig, writer *Writer, store Store) *Sink {
-	return &Sink{cfg: cfg, writer: writer, known: newExpectations(store, writer)}
+	return &Sink{cfg: cfg, writer: writer, known: newExpectations(store, writer), settle: newSettles()}
 }
 
 // Name implements model.Sink.
@@ -242,6 +248,7 @@ func (s *Sink) Apply(ctx context.Context, p *model.Plan, st model.Standing) (mod
 	c.Writes = synced.Writes
 	if synced.RouteWritten {
 		s.known.expectRoute(p.Namespace, p.Name, synced.Route)
+		s.settle.wrote(synced.Route)
 	}
 	s.known.expectServices(p.Namespace, p.Name, synced.Services, synced.Pruned)
 	if errors.Is(err, ErrConflict) {
@@ -256,7 +263,7 @@ func (s *Sink) Apply(ctx context.Context, p *model.Plan, st model.Standing) (mod
 	if err != nil {
 		return c, fmt.Errorf("sync httproute: %w", err)
 	}
-	s.judge(&c, synced.Route)
+	s.judge(&c, p.Key(), synced.Route)
 	if desired.Kind != BackendExternalName || s.cfg.BackendKind != "" {
 		c.Message += " (" + choice.note() + ")"
 	}
@@ -264,15 +271,17 @@ func (s *Sink) Apply(ctx context.Context, p *model.Plan, st model.Standing) (mod
 }
 
 // judge sets c from the stored route: in place once stored when acceptance is not
-// required, otherwise from the parent Gateway's verdict on the route's generation.
-func (s *Sink) judge(c *model.Confirmation, route *gwapiv1.HTTPRoute) {
+// required, otherwise from the parent Gateway's verdict on the route's generation, read from
+// the status entry of the Gateway's own controller (the GatewayClass's controllerName, when
+// known) and held for that controller's settle after the sink wrote the route (see settles).
+func (s *Sink) judge(c *model.Confirmation, key types.NamespacedName, route *gwapiv1.HTTPRoute) {
 	c.GatewayRef = gatewayRef(route)
 	if !s.cfg.RequireAccepted {
 		c.State = model.InPlace
 		c.Message = "route " + route.Namespace + "/" + route.Name + " stored (gateway acceptance not required)"
 		return
 	}
-	acc := s.cfg.Route.Acceptance(route)
+	acc := s.acceptance(route)
 	c.Message = acc.Message
 	switch acc.Verdict {
 	case Pending:
@@ -281,7 +290,35 @@ func (s *Sink) judge(c *model.Confirmation, route *gwapiv1.HTTPRoute) {
 		c.State, c.Reason = model.Rejected, model.ReasonRouteNotAccepted
 	default:
 		c.State = model.InPlace
+		d := settleFor(s.cfg, acc.Controller)
+		if left := s.settle.remaining(route, d); left > 0 {
+			s.settle.after(left, key)
+			c.State, c.Reason = model.Pending, model.ReasonPublishing
+			c.Message += fmt.Sprintf("; held %s more: controller %s writes route status before its proxy serves the route, so an acceptance counts %s after the write (--route-settle)",
+				left.Round(time.Millisecond), acc.Controller, d)
+		}
 	}
+}
+
+// acceptance is the parent Gateway's verdict on route, read from its own controller's
+// status entry when its GatewayClass is known (AcceptanceBy).
+func (s *Sink) acceptance(route *gwapiv1.HTTPRoute) Acceptance {
+	controller := ""
+	if s.cfg.ControllerNames != nil {
+		controller, _ = s.cfg.ControllerNames(s.cfg.Route.gatewayName(route.Namespace)) // unknown on an error: every entry counts
+	}
+	return s.cfg.Route.AcceptanceBy(route, controller)
+}
+
+// Serves reports whether the parent Gateway serves route: accepted by its controller and,
+// when the sink wrote it, past that controller's settle. It is what the old kind's objects
+// and OME's Services wait for before they are removed.
+func (s *Sink) Serves(route *gwapiv1.HTTPRoute) bool {
+	acc := s.acceptance(route)
+	if acc.Verdict != Accepted {
+		return false
+	}
+	return s.settle.remaining(route, settleFor(s.cfg, acc.Controller)) == 0
 }
 
 // refuseContested answers a plan whose hostname another claim holds: the map's route is
@@ -338,6 +375,7 @@ func (s *Sink) Delete(ctx context.Context, namespace, name string) (int, error) 
 		return n, err
 	}
 	s.known.forget(namespace, name)
+	s.settle.forget(namespace, RouteName(name))
 	track(s.cfg, src.Key(), nil, "")
 	return n, nil
 }

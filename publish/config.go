@@ -77,6 +77,11 @@ type Config struct {
 	// (httproute.BackendKinds); default httproute.BackendAuto, chosen by the parent
 	// Gateway's GatewayClass controllerName.
 	BackendKind httproute.BackendKind
+	// RouteSettle is how long after a route write the gateway's acceptance still waits, for
+	// controllers that write route status before their proxy serves the route
+	// (httproute.SinkConfig.Settle); negative (the default, httproute.SettleAuto): each
+	// controller's from httproute.ControllerSettles.
+	RouteSettle time.Duration
 	// ResolveInterval is how often an endpoint hostname of the endpointslice kind is
 	// re-resolved when its lookup gives no TTL (default 30s); a TTL is used within
 	// ResolveMinTTL (default 5s) and ResolveMaxTTL (default 5m).

@@ -198,22 +198,21 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 func addRouteSinks(p *Publisher, route httproute.Config) {
 	cfg, c := p.cfg, p.clients
 	if cfg.sinkOn(SinkHTTPRoute) {
+		var sink *httproute.Sink // set below; the writer asks it whether the gateway serves a route
+		serves := func(r *gwapiv1.HTTPRoute) bool { return !cfg.RequireRouteAccepted || sink.Serves(r) }
 		writer := httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager).WithBackendKinds(c.dyn, p.envoyBackends.Load,
-			func(r *gwapiv1.HTTPRoute) bool { // the old kind's objects go once the gateway serves the new ones
-				return !cfg.RequireRouteAccepted || route.Acceptance(r).Verdict == httproute.Accepted
-			})
+			serves) // the old kind's objects go once the gateway serves the new ones
 		p.classes = newGatewayClasses(c.gateway, p.router.enqueueAll)
 		p.resolver = newResolver(cfg, p)
 		if cfg.adoptsFromOME() {
 			// OME's Services go once the gateway accepted the route without them (at once
 			// when acceptance is not required: nothing reports it then).
-			writer = writer.AdoptingFromOME(func(r *gwapiv1.HTTPRoute) bool {
-				return !cfg.RequireRouteAccepted || route.Acceptance(r).Verdict == httproute.Accepted
-			})
+			writer = writer.AdoptingFromOME(serves)
 		}
-		p.sinks = append(p.sinks, httproute.NewSink(httproute.SinkConfig{Route: route, RequireAccepted: cfg.RequireRouteAccepted,
+		sink = httproute.NewSink(httproute.SinkConfig{Route: route, RequireAccepted: cfg.RequireRouteAccepted,
 			RetainLastPositive: cfg.NoPositivePolicy == RetainLastPositive, BackendKind: cfg.BackendKind,
-			ControllerNames: p.classes.controllerName, Resolver: p.resolver}, writer, p.caches))
+			ControllerNames: p.classes.controllerName, Resolver: p.resolver, Settle: cfg.RouteSettle}, writer, p.caches)
+		p.sinks = append(p.sinks, sink)
 	}
 	if !cfg.sinkOn(SinkHTTPRoute) {
 		// What the HTTPRoute sink wrote before it was turned off goes in order (weights,
