@@ -138,3 +138,34 @@ func (f *fixture) startKindPublisher2(t *testing.T, kind httproute.BackendKind) 
 	cfg := f.publisherConfig(func(c *publish.Config) { c.BackendKind, c.ClaimNamespace = kind, f.ns })
 	f.pub = startPublisherWith(t, cfg, asServiceAccount(f.ns, "kind-"+f.ns+"-trafficmap-publisher"), zaptest.NewLogger(t))
 }
+
+// Changing the kind from envoy-gateway-backend to endpointslice (a restart with another
+// --backend-kind): the map is published with the new kind's objects and, once the gateway
+// accepted the route with them, the old kind's Backends are gone.
+func TestBackendKindSwitch(t *testing.T) {
+	_, err := envtest.InstallCRDs(restCfg, envoyBackendCRD())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = envtest.UninstallCRDs(restCfg, envoyBackendCRD()) })
+	f := newFixture(t)
+	f.createMap(ipEntries())
+	f.startKindPublisher(t, httproute.BackendEnvoyGateway, "publisher.backendKind=envoy-gateway-backend")
+	f.waitPublished()
+	backends := dyn.Resource(httproute.EnvoyBackendGVR).Namespace(f.ns)
+	before, err := backends.List(ctxFor(t), metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, before.Items, 2)
+	f.pub.stop(t)
+
+	f.startKindPublisher2(t, httproute.BackendEndpointSlice)
+	f.waitPublishedWith("backends: endpointslice (--backend-kind)")
+	assert.Equal(t, "endpointslice", f.route().Annotations[httproute.AnnotationBackendKind])
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		left, err := backends.List(context.Background(), metav1.ListOptions{})
+		assert.NoError(c, err)
+		assert.Empty(c, left.Items, "the old kind's Backends go once the route with the new kind is accepted")
+		slicesLeft, err := kube.DiscoveryV1().EndpointSlices(f.ns).List(context.Background(), metav1.ListOptions{})
+		assert.NoError(c, err)
+		assert.Len(c, slicesLeft.Items, 2)
+		assert.Len(c, f.ownedServices(), 2)
+	}, waitTimeout, tick)
+}
