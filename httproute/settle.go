@@ -11,9 +11,6 @@ import (
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
-// SettleAuto is SinkConfig.Settle's default: each controller's settle from ControllerSettles.
-const SettleAuto time.Duration = -1
-
 // ControllerSettles is how long after the sink wrote a route a controller may still serve
 // the route's previous generation although its status already accepts the new one. Traefik
 // writes route status as soon as its provider reads the route, then applies the new
@@ -25,12 +22,16 @@ var ControllerSettles = map[string]time.Duration{
 	"traefik.io/gateway-controller": 3 * time.Second,
 }
 
-// settleFor is the settle of controller under cfg: cfg.Settle when set (>= 0), else the table's.
+// settleFor is the settle of controller under cfg: the table's when cfg.Settle is 0, none
+// when it is negative, cfg.Settle otherwise.
 func settleFor(cfg SinkConfig, controller string) time.Duration {
-	if cfg.Settle >= 0 {
-		return cfg.Settle
+	switch {
+	case cfg.Settle == 0:
+		return ControllerSettles[controller]
+	case cfg.Settle < 0:
+		return 0
 	}
-	return ControllerSettles[controller]
+	return cfg.Settle
 }
 
 // settles remembers when the sink wrote each map's route, by generation, so an acceptance
@@ -56,7 +57,8 @@ func newSettles() *settles {
 	return &settles{written: map[string]writeMark{}, ended: map[string]bool{}, ch: make(chan struct{}, 1), now: time.Now}
 }
 
-// wrote records that the sink wrote route (its stored generation) now.
+// wrote records that the sink wrote route (its stored generation) now, unless it already
+// wrote that generation.
 func (s *settles) wrote(route *gwapiv1.HTTPRoute) {
 	if route == nil {
 		return
@@ -64,6 +66,9 @@ func (s *settles) wrote(route *gwapiv1.HTTPRoute) {
 	key := route.Namespace + "/" + route.Name
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if mark, ok := s.written[key]; ok && mark.generation == route.Generation {
+		return // a write that changed nothing the gateway reads: the settle runs from the first
+	}
 	s.written[key] = writeMark{generation: route.Generation, at: s.now()}
 }
 

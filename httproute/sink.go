@@ -42,8 +42,8 @@ type SinkConfig struct {
 	// hostname resolves (IP endpoints still work).
 	Resolver Resolver
 	// Settle is how long after the sink wrote a route an acceptance of it still waits, for a
-	// controller that writes route status before it serves the route (--route-settle);
-	// SettleAuto (any negative value) takes each controller's from ControllerSettles.
+	// controller that writes route status before it serves the route (--route-settle): 0
+	// takes each controller's from ControllerSettles, a negative value holds none.
 	Settle time.Duration
 }
 

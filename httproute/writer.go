@@ -200,7 +200,8 @@ func (w *Writer) Delete(ctx context.Context, src Source, store Store) (deleted i
 	if err != nil {
 		return 0, fmt.Errorf("read httproute: %w", err)
 	}
-	if route != nil && AdoptionOf(route.Labels, src, w.adoptOME) != AdoptNone {
+	owned := route != nil && AdoptionOf(route.Labels, src, w.adoptOME) != AdoptNone
+	if owned {
 		err := w.gateway.GatewayV1().HTTPRoutes(route.Namespace).Delete(ctx, route.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &route.UID}})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return deleted, fmt.Errorf("delete httproute %s/%s: %w", route.Namespace, route.Name, err)
@@ -211,15 +212,21 @@ func (w *Writer) Delete(ctx context.Context, src Source, store Store) (deleted i
 	if err != nil {
 		return deleted, fmt.Errorf("read services: %w", err)
 	}
+	// EndpointSlices and Backends are listed from the API, not the store: only for a map
+	// whose route or Services the store holds (a namespace this publisher serves), so a map
+	// of another publisher's namespace never loses them (a delete cut short after the route
+	// and Services went leaves them to the TrafficMap's ownerReference).
+	if owned || len(services) > 0 {
+		n, err := w.kinds.deleteKinds(ctx, src)
+		if deleted += n; err != nil {
+			return deleted, err
+		}
+	}
 	for _, svc := range services {
 		if err := w.deleteService(ctx, svc); err != nil {
 			return deleted, err
 		}
 		deleted++
-	}
-	n, err := w.kinds.deleteKinds(ctx, src)
-	if deleted += n; err != nil {
-		return deleted, err
 	}
 	if w.adoptOME {
 		n, err := w.deleteOMEServices(ctx, src)

@@ -164,14 +164,15 @@ func measureDrain(t *testing.T, f *fixture, c *http.Client, addr string, cluster
 	}
 }
 
-// rampedDrain drains worker-a in 3 steps over 15 s (the drain and ramp annotations in one
+// rampedDrain drains worker-a in 3 steps over 30 s (10 s a step: room for the route settle,
+// Traefik's throttle and the sampling within one step; the drain and ramp annotations in one
 // patch, as `drain --ramp` writes them) and checks at each step in place that the traffic
 // matches the route's weights at that step and that worker-a's share falls strictly and
 // stays positive until the drain's 0.
 func rampedDrain(t *testing.T, f *fixture, c *http.Client, addr string, clusters []string) {
 	t.Helper()
 	ramp := weights.EncodeRamps([]weights.Ramp{{
-		Cluster: "worker-a", Direction: weights.RampDown, Start: time.Now(), Duration: 15 * time.Second,
+		Cluster: "worker-a", Direction: weights.RampDown, Start: time.Now(), Duration: 30 * time.Second,
 		Steps: 3, From: 1, Holds: []string{"r-1"},
 	}})
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{

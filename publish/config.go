@@ -79,8 +79,8 @@ type Config struct {
 	BackendKind httproute.BackendKind
 	// RouteSettle is how long after a route write the gateway's acceptance still waits, for
 	// controllers that write route status before their proxy serves the route
-	// (httproute.SinkConfig.Settle); negative (the default, httproute.SettleAuto): each
-	// controller's from httproute.ControllerSettles.
+	// (httproute.SinkConfig.Settle): 0 (the default) takes each controller's from
+	// httproute.ControllerSettles, a negative value holds none.
 	RouteSettle time.Duration
 	// ResolveInterval is how often an endpoint hostname of the endpointslice kind is
 	// re-resolved when its lookup gives no TTL (default 30s); a TTL is used within

@@ -116,6 +116,7 @@ args:
   - --teardown-timeout={{ .Values.publisher.teardownTimeout }}
   - --rewrite-hostname={{ .Values.publisher.rewriteHostname }}
   - --backend-kind={{ .Values.publisher.backendKind }}
+  - --route-settle={{ .Values.publisher.routeSettle }}
   - --resolve-interval={{ .Values.publisher.resolve.interval }}
   - --resolve-min-ttl={{ .Values.publisher.resolve.minTTL }}
   - --resolve-max-ttl={{ .Values.publisher.resolve.maxTTL }}

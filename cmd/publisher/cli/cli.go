@@ -139,6 +139,7 @@ type runFlags struct {
 	hostTemplate                       string
 	rewriteHostname                    bool
 	backendKind                        string
+	routeSettle                        settleFlag
 	resolveInterval                    time.Duration
 	resolveMinTTL, resolveMaxTTL       time.Duration
 	requireRouteAccepted               bool
@@ -189,6 +190,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.hostTemplate, "host-template", "", "Go template for the route hostname when the InferenceService has no ome.io/global-host annotation, over {{.Namespace}} and {{.Service}}, e.g. '{{.Service}}.{{.Namespace}}.example.com'")
 	fs.BoolVar(&f.rewriteHostname, "rewrite-hostname", false, "add a per-backend URLRewrite filter that sets Host to the cluster endpoint's host")
 	fs.StringVar(&f.backendKind, "backend-kind", string(httproute.BackendAuto), "what each cluster's backendRef points at: auto (chosen by the Gateway's GatewayClass controllerName), service-externalname, endpointslice (a selector-less Service with EndpointSlices of the resolved endpoint addresses) or envoy-gateway-backend (Envoy Gateway's Backend)")
+	fs.Var(&f.routeSettle, "route-settle", "how long after a route write the Gateway's acceptance still waits before Published counts it: auto (per controller: 3s for Traefik, which writes route status before its proxy serves the route; none for the others) or a duration (0s: none)")
 	fs.DurationVar(&f.resolveInterval, "resolve-interval", 30*time.Second, "endpointslice backends: re-resolve an endpoint hostname this often when its lookup gives no TTL")
 	fs.DurationVar(&f.resolveMinTTL, "resolve-min-ttl", 5*time.Second, "endpointslice backends: the shortest re-resolve period (floor on a record's TTL)")
 	fs.DurationVar(&f.resolveMaxTTL, "resolve-max-ttl", 5*time.Minute, "endpointslice backends: the longest re-resolve period (ceiling on a record's TTL)")
@@ -274,6 +276,7 @@ func (f runFlags) config() publish.Config {
 		HostTemplate:               f.hostTemplate,
 		RewriteHostname:            f.rewriteHostname,
 		BackendKind:                httproute.BackendKind(f.backendKind),
+		RouteSettle:                f.routeSettle.config(),
 		ResolveInterval:            f.resolveInterval,
 		ResolveMinTTL:              f.resolveMinTTL,
 		ResolveMaxTTL:              f.resolveMaxTTL,
@@ -409,4 +412,46 @@ func newLogger(format, level string, out io.Writer) (*zap.Logger, error) {
 		return nil, fmt.Errorf("--log-format %q: must be json or console", format)
 	}
 	return zap.New(zapcore.NewCore(encoder, zapcore.Lock(zapcore.AddSync(out)), lvl)).Named("publisher"), nil
+}
+
+// settleFlag is --route-settle: "auto" (the zero value) or a duration.
+type settleFlag struct {
+	set bool
+	d   time.Duration
+}
+
+// String implements pflag.Value.
+func (s *settleFlag) String() string {
+	if !s.set {
+		return "auto"
+	}
+	return s.d.String()
+}
+
+// Set implements pflag.Value.
+func (s *settleFlag) Set(v string) error {
+	if v == "auto" {
+		*s = settleFlag{}
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return fmt.Errorf("want auto or a duration of 0s or more, got %q", v)
+	}
+	*s = settleFlag{set: true, d: d}
+	return nil
+}
+
+// Type implements pflag.Value.
+func (s *settleFlag) Type() string { return "auto|duration" }
+
+// config is publish.Config.RouteSettle: 0 for auto, negative for none, else the duration.
+func (s settleFlag) config() time.Duration {
+	switch {
+	case !s.set:
+		return 0
+	case s.d == 0:
+		return -1
+	}
+	return s.d
 }
