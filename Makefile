@@ -5,7 +5,7 @@
 GO ?= go
 FUZZTIME ?= 30s
 
-.PHONY: test lint shape demo bench chaos unit fuzz generate docs build image controlplane kubectl install-plugin plugin-archives
+.PHONY: test e2e lint shape demo bench chaos unit fuzz generate docs build image controlplane kubectl install-plugin plugin-archives
 
 ## test: lint, go vet, then every test with the race detector, the integration tests on a real
 ## kube-apiserver and etcd, with a real kubectl (hack/kubectl.sh: the docs test runs the how-to
@@ -23,9 +23,24 @@ test: lint
 		KUBEBUILDER_ASSETS="$$assets" $(GO) -C "$$m" test -race -timeout 30m ./... -count=1 || exit 1; \
 	done
 
+## e2e: the end-to-end tests (integration/e2e_*_test.go, build tag e2e) on real gateways built
+## from their Go modules by hack/gateways.sh (Traefik v3.6.12 as controller and proxy, the
+## Envoy Gateway v1.9.1 controller; tens of minutes the first time, reused later), on the same
+## control plane: real requests through Traefik to backends in a network namespace, Envoy
+## Gateway's verdicts on each backend kind. Needs root (ip netns, unshare). E2E_REPORT=file
+## appends the measured figures to file.
+E2E_REPORT ?=
+e2e:
+	assets="$$(bash hack/controlplane.sh)" && \
+	kubectl="$$(bash hack/kubectl.sh)" && \
+	gateways="$$(bash hack/gateways.sh)" && \
+	PATH="$$(dirname "$$kubectl"):$$PATH" TRAFFICMAP_KUBECTL="$$kubectl" \
+	KUBEBUILDER_ASSETS="$$assets" TRAFFICMAP_GATEWAYS="$$gateways" E2E_REPORT="$(if $(E2E_REPORT),$(abspath $(E2E_REPORT)))" \
+	$(GO) test -tags e2e -race ./integration/ -run '^TestE2E' -count=1 -timeout 30m -v
+
 ## lint: staticcheck, pinned in the tools module hack/tools/go.mod and run with go tool (so a
 ## fresh clone needs nothing else), with zero findings on the main module (except the generated
-## clientset api/client) and on the separate modules (LINT_MODULES); then the shape check
+## clientset api/client), on integration with the e2e build tag and on the separate modules (LINT_MODULES); then the shape check
 ## (hack/shape: no type over 15 methods, no function over 80 lines; SHAPE_FLAGS=-warn only
 ## reports)
 STATICCHECK = $(GO) tool -modfile="$(CURDIR)/hack/tools/go.mod" staticcheck
@@ -33,6 +48,7 @@ LINT_MODULES = hack/image integration/tty
 SHAPE_FLAGS ?=
 lint:
 	$(STATICCHECK) $$($(GO) list ./... | grep -v '/api/client/') && \
+	$(STATICCHECK) -tags e2e ./integration/ && \
 	for m in $(LINT_MODULES); do \
 		(cd "$$m" && $(STATICCHECK) ./...) || exit 1; \
 	done

@@ -2,9 +2,11 @@ package httproute
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	discoveryv1ac "k8s.io/client-go/applyconfigurations/discovery/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwapplyv1 "sigs.k8s.io/gateway-api/applyconfiguration/apis/v1"
@@ -103,9 +105,10 @@ func ruleApply(rule gwapiv1.HTTPRouteRule) *gwapplyv1.HTTPRouteRuleApplyConfigur
 // serviceApply returns the apply configuration for a Service built by Build. A non-empty
 // uid makes the apply fail instead of touching another object at the same name.
 func serviceApply(svc *corev1.Service, uid types.UID) *corev1ac.ServiceApplyConfiguration {
-	spec := corev1ac.ServiceSpec().
-		WithType(svc.Spec.Type).
-		WithExternalName(svc.Spec.ExternalName)
+	spec := corev1ac.ServiceSpec().WithType(svc.Spec.Type)
+	if svc.Spec.ExternalName != "" {
+		spec.WithExternalName(svc.Spec.ExternalName)
+	}
 	for _, p := range svc.Spec.Ports {
 		spec.WithPorts(corev1ac.ServicePort().WithName(p.Name).WithProtocol(p.Protocol).WithPort(p.Port))
 	}
@@ -113,6 +116,39 @@ func serviceApply(svc *corev1.Service, uid types.UID) *corev1ac.ServiceApplyConf
 		WithLabels(svc.Labels).
 		WithOwnerReferences(ownerReferencesApply(svc.OwnerReferences)...).
 		WithSpec(spec)
+	if uid != "" {
+		ac.WithUID(uid)
+	}
+	return ac
+}
+
+// endpointSliceApply returns the apply configuration for an EndpointSlice built by Build.
+// A non-empty uid makes the apply fail instead of touching another object at the same name.
+func endpointSliceApply(slice *discoveryv1.EndpointSlice, uid types.UID) *discoveryv1ac.EndpointSliceApplyConfiguration {
+	ac := discoveryv1ac.EndpointSlice(slice.Name, slice.Namespace).
+		WithLabels(slice.Labels).
+		WithOwnerReferences(ownerReferencesApply(slice.OwnerReferences)...).
+		WithAddressType(slice.AddressType)
+	for _, e := range slice.Endpoints {
+		ep := discoveryv1ac.Endpoint().WithAddresses(e.Addresses...)
+		if e.Conditions.Ready != nil {
+			ep.WithConditions(discoveryv1ac.EndpointConditions().WithReady(*e.Conditions.Ready))
+		}
+		ac.WithEndpoints(ep)
+	}
+	for _, p := range slice.Ports {
+		port := discoveryv1ac.EndpointPort()
+		if p.Name != nil {
+			port.WithName(*p.Name)
+		}
+		if p.Protocol != nil {
+			port.WithProtocol(*p.Protocol)
+		}
+		if p.Port != nil {
+			port.WithPort(*p.Port)
+		}
+		ac.WithPorts(port)
+	}
 	if uid != "" {
 		ac.WithUID(uid)
 	}

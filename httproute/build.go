@@ -9,7 +9,9 @@ import (
 	"text/template"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -88,8 +90,17 @@ func (s Source) Key() types.NamespacedName {
 
 // Desired is everything the sink stores for one TrafficMap.
 type Desired struct {
-	Route    *gwapiv1.HTTPRoute
-	Services []*corev1.Service // sorted by cluster
+	Route *gwapiv1.HTTPRoute
+	// Kind is the backend kind the route's backendRefs point at.
+	Kind BackendKind
+	// Services are the backend Services (ExternalName or selector-less), sorted by cluster;
+	// none for BackendEnvoyGateway.
+	Services []*corev1.Service
+	// EndpointSlices are the selector-less Services' slices (BackendEndpointSlice), by
+	// cluster, then IPv4 before IPv6.
+	EndpointSlices []*discoveryv1.EndpointSlice
+	// Backends are Envoy Gateway Backends (BackendEnvoyGateway), sorted by cluster.
+	Backends []*unstructured.Unstructured
 }
 
 // Inputs is what the route records about how it was built.
@@ -104,6 +115,8 @@ type Inputs struct {
 	// Tolerations are the service tolerations the weights were computed with, recorded as
 	// AnnotationServiceTolerations; nil records nothing.
 	Tolerations []weights.Toleration
+	// Backends says which backend kind to build and with which resolved addresses.
+	Backends Backends
 }
 
 // hostData is what HostTemplate sees.
@@ -178,6 +191,11 @@ func Build(cfg Config, src Source, res weights.Result, in Inputs) (*Desired, err
 		},
 	}
 
+	if kind := in.Backends.kind(); kind != BackendExternalName {
+		// Absent means service-externalname, so routes built before kinds existed stay as
+		// they are (no rewrite of every route on upgrade).
+		route.Annotations[AnnotationBackendKind] = string(kind)
+	}
 	if in.Taints != nil {
 		route.Annotations[AnnotationClusterTaints] = weights.EncodeClusterTaints(in.Taints)
 	}
@@ -185,27 +203,16 @@ func Build(cfg Config, src Source, res weights.Result, in Inputs) (*Desired, err
 		route.Annotations[AnnotationServiceTolerations] = weights.EncodeTolerations(in.Tolerations)
 	}
 
-	services := make([]*corev1.Service, 0, len(res.Entries))
+	d := &Desired{Route: route, Services: make([]*corev1.Service, 0, len(res.Entries))}
 	for _, e := range res.Entries {
-		if net.ParseIP(e.Endpoint.Host) != nil {
-			return nil, fmt.Errorf("%w: trafficmap %s entry %q endpoint %q: an ExternalName backend needs a DNS name, not an IP address",
-				ErrInvalidBackend, src.Key(), e.Cluster, e.Endpoint.URL)
-		}
 		if errs := validation.IsValidLabelValue(e.Cluster); len(errs) > 0 {
 			return nil, fmt.Errorf("%w: trafficmap %s entry %q: cluster cannot be used as a label value: %s", ErrInvalidBackend, src.Key(), e.Cluster, errs[0])
 		}
-		svc := buildService(src, e)
-		services = append(services, svc)
-
-		ref := gwapiv1.HTTPBackendRef{BackendRef: gwapiv1.BackendRef{
-			BackendObjectReference: gwapiv1.BackendObjectReference{
-				Group: ptr(gwapiv1.Group("")),
-				Kind:  ptr(gwapiv1.Kind("Service")),
-				Name:  gwapiv1.ObjectName(svc.Name),
-				Port:  ptr(e.Endpoint.Port),
-			},
-			Weight: ptr(e.Effective),
-		}}
+		obj, err := d.addBackend(src, e, in.Backends)
+		if err != nil {
+			return nil, err
+		}
+		ref := gwapiv1.HTTPBackendRef{BackendRef: gwapiv1.BackendRef{BackendObjectReference: obj, Weight: ptr(e.Effective)}}
 		if cfg.RewriteHostname {
 			ref.Filters = []gwapiv1.HTTPRouteFilter{{
 				Type:       gwapiv1.HTTPRouteFilterURLRewrite,
@@ -214,7 +221,7 @@ func Build(cfg Config, src Source, res weights.Result, in Inputs) (*Desired, err
 		}
 		route.Spec.Rules[0].BackendRefs = append(route.Spec.Rules[0].BackendRefs, ref)
 	}
-	return &Desired{Route: route, Services: services}, nil
+	return d, nil
 }
 
 func buildService(src Source, e weights.EffectiveEntry) *corev1.Service {

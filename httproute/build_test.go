@@ -3,6 +3,7 @@ package httproute_test
 import (
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,6 +51,7 @@ func TestBuildGolden(t *testing.T) {
 		src    httproute.Source
 		res    weights.Result
 		drains []weights.Drain
+		kinds  httproute.Backends
 	}{
 		{name: "seed", cfg: prodConfig, src: prodSource, res: compute(t, nil, seed()...)},
 		{name: "seed-drained", cfg: prodConfig, src: prodSource, res: compute(t, drainA, seed()...), drains: drainA},
@@ -65,14 +67,27 @@ func TestBuildGolden(t *testing.T) {
 				weights.Entry{Cluster: "eu-west.prod", Endpoint: "http://checkout.eu.example.com", Weight: 7},
 				weights.Entry{Cluster: "us-east", Endpoint: "https://checkout.us.example.com:8443/", Weight: 3}),
 		},
+		{name: "kind-endpointslice", cfg: prodConfig, src: prodSource, drains: drainA, res: compute(t, drainA, append(seed(),
+			weights.Entry{Cluster: "worker-c", Endpoint: "http://198.18.0.7:8080", Weight: 2},
+			weights.Entry{Cluster: "worker-d", Endpoint: "http://[2001:db8::7]:8000", Weight: 1})...),
+			kinds: httproute.Backends{Kind: httproute.BackendEndpointSlice, Addresses: map[string][]netip.Addr{
+				"chat.worker-a.example.com": {netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")},
+				"chat.worker-b.example.com": {netip.MustParseAddr("198.18.1.1"), netip.MustParseAddr("2001:db8::1")},
+			}}},
+		{name: "kind-envoy-gateway-backend", cfg: prodConfig, src: prodSource, res: compute(t, nil, append(seed(),
+			weights.Entry{Cluster: "worker-c", Endpoint: "http://198.18.0.7:8080", Weight: 2})...),
+			kinds: httproute.Backends{Kind: httproute.BackendEnvoyGateway}},
 	}
 	seen := map[string]bool{}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			desired, err := httproute.Build(tc.cfg, tc.src, tc.res, httproute.Inputs{Generation: 4, Drains: tc.drains})
+			in := httproute.Inputs{Generation: 4, Drains: tc.drains, Backends: tc.kinds}
+			desired, err := httproute.Build(tc.cfg, tc.src, tc.res, in)
 			require.NoError(t, err)
 			var docs []string
-			for _, obj := range append([]any{desired.Route}, anySlice(desired.Services)...) {
+			objs := append([]any{desired.Route}, anySlice(desired.Services)...)
+			objs = append(append(objs, anySlice(desired.EndpointSlices)...), anySlice(desired.Backends)...)
+			for _, obj := range objs {
 				out, err := yaml.Marshal(obj)
 				require.NoError(t, err)
 				docs = append(docs, string(out))
@@ -87,7 +102,7 @@ func TestBuildGolden(t *testing.T) {
 			require.NoError(t, err, "missing golden file; run go test ./httproute/ -update")
 			assert.Equal(t, string(want), got)
 
-			again, err := httproute.Build(tc.cfg, tc.src, tc.res, httproute.Inputs{Generation: 4, Drains: tc.drains})
+			again, err := httproute.Build(tc.cfg, tc.src, tc.res, in)
 			require.NoError(t, err)
 			assert.Equal(t, desired, again, "Build is deterministic")
 		})
@@ -123,17 +138,21 @@ func TestBuildRefusals(t *testing.T) {
 		res     weights.Result
 		wantErr error
 		wantMsg string
+		kinds   httproute.Backends
 	}{
-		{"17 entries", prodConfig, prodSource, compute(t, nil, many...), httproute.ErrTooManyEntries, "trafficmap prod/chat has 17 entries (spec.entries)"},
-		{"ip endpoint", prodConfig, prodSource, compute(t, nil, weights.Entry{Cluster: "a", Endpoint: "http://10.0.0.1", Weight: 1}), httproute.ErrInvalidBackend, `entry "a" endpoint "http://10.0.0.1": an ExternalName backend needs a DNS name`},
-		{"no hostname", prodConfig, httproute.Source{Namespace: "prod", Name: "chat", Service: "chat"}, compute(t, nil), httproute.ErrNoHostname, "inferenceservice prod/chat has no ome.io/global-host annotation and no --host-template is set"},
-		{"ip hostname", prodConfig, httproute.Source{Namespace: "prod", Name: "chat", Service: "chat", GlobalHost: "192.0.2.1"}, compute(t, nil), httproute.ErrInvalidHostname, "an IP address is not allowed"},
-		{"bad hostname", prodConfig, httproute.Source{Namespace: "prod", Name: "chat", Service: "chat", GlobalHost: "Chat_Example"}, compute(t, nil), httproute.ErrInvalidHostname, `"Chat_Example"`},
-		{"name not a label value", prodConfig, httproute.Source{Namespace: "prod", Name: long, Service: long, GlobalHost: "a.example.com"}, compute(t, nil), httproute.ErrInvalidSource, "cannot be used as a label value"},
+		{"17 entries", prodConfig, prodSource, compute(t, nil, many...), httproute.ErrTooManyEntries, "trafficmap prod/chat has 17 entries (spec.entries)", httproute.Backends{}},
+		{"ip endpoint", prodConfig, prodSource, compute(t, nil, weights.Entry{Cluster: "a", Endpoint: "http://10.0.0.1", Weight: 1}), httproute.ErrInvalidBackend, `entry "a" endpoint "http://10.0.0.1": an ExternalName backend needs a DNS name`, httproute.Backends{}},
+		{"no hostname", prodConfig, httproute.Source{Namespace: "prod", Name: "chat", Service: "chat"}, compute(t, nil), httproute.ErrNoHostname, "inferenceservice prod/chat has no ome.io/global-host annotation and no --host-template is set", httproute.Backends{}},
+		{"ip hostname", prodConfig, httproute.Source{Namespace: "prod", Name: "chat", Service: "chat", GlobalHost: "192.0.2.1"}, compute(t, nil), httproute.ErrInvalidHostname, "an IP address is not allowed", httproute.Backends{}},
+		{"bad hostname", prodConfig, httproute.Source{Namespace: "prod", Name: "chat", Service: "chat", GlobalHost: "Chat_Example"}, compute(t, nil), httproute.ErrInvalidHostname, `"Chat_Example"`, httproute.Backends{}},
+		{"name not a label value", prodConfig, httproute.Source{Namespace: "prod", Name: long, Service: long, GlobalHost: "a.example.com"}, compute(t, nil), httproute.ErrInvalidSource, "cannot be used as a label value", httproute.Backends{}},
+		{"unresolved host", prodConfig, prodSource, compute(t, nil, seed()...), httproute.ErrUnresolved,
+			`trafficmap prod/chat entry "worker-a" endpoint host "chat.worker-a.example.com"`,
+			httproute.Backends{Kind: httproute.BackendEndpointSlice, Addresses: map[string][]netip.Addr{"chat.worker-b.example.com": {netip.MustParseAddr("198.18.0.1")}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := httproute.Build(tc.cfg, tc.src, tc.res, httproute.Inputs{})
+			_, err := httproute.Build(tc.cfg, tc.src, tc.res, httproute.Inputs{Backends: tc.kinds})
 			require.ErrorIs(t, err, tc.wantErr)
 			assert.Contains(t, err.Error(), tc.wantMsg)
 		})

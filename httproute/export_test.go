@@ -30,3 +30,6 @@ func ExpectedServices(s *Sink, namespace, name string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// EndpointSliceApply exports endpointSliceApply.
+var EndpointSliceApply = endpointSliceApply

@@ -20,6 +20,9 @@ const (
 	AnnotationDrains = "publisher.trafficmap.dev/drains"
 	// AnnotationTrafficMapGeneration records the TrafficMap generation the route was built from.
 	AnnotationTrafficMapGeneration = "publisher.trafficmap.dev/trafficmap-generation"
+	// AnnotationBackendKind records, on the route, the backend kind its backendRefs point at
+	// (BackendKind; never auto); absent means service-externalname.
+	AnnotationBackendKind = "publisher.trafficmap.dev/backend-kind"
 )
 
 const maxNameLength = 63
@@ -48,7 +51,21 @@ func RouteMapName(routeName string) (string, bool) {
 // readable ("<map>-<cluster>-<hash>") and the hash over the NUL-joined tuple keeps it
 // collision-free even where the readable part is truncated or ambiguous.
 func ServiceName(namespace, mapName, cluster string) string {
-	sum := sha256.Sum256([]byte(strings.Join([]string{"trafficmap-backend/v1", namespace, mapName, cluster}, "\x00")))
+	return hashedName("trafficmap-backend/v1", namespace, mapName, cluster)
+}
+
+// SelectorlessServiceName returns the name of the selector-less Service (BackendEndpointSlice)
+// for one cluster of one TrafficMap: like ServiceName, "<map>-<cluster>-<hash>", with a
+// hash over another tuple, so it never equals the ExternalName Service's name and a switch
+// of kind writes a new Service next to the old one instead of changing its type in place.
+func SelectorlessServiceName(namespace, mapName, cluster string) string {
+	return hashedName("trafficmap-backend-eps/v1", namespace, mapName, cluster)
+}
+
+// hashedName is "<map>-<cluster>-<hash>" bounded to 63 characters, the hash over the
+// NUL-joined version, namespace, map and cluster.
+func hashedName(version, namespace, mapName, cluster string) string {
+	sum := sha256.Sum256([]byte(strings.Join([]string{version, namespace, mapName, cluster}, "\x00")))
 	suffix := "-" + hex.EncodeToString(sum[:4])
 	readable := sanitize(mapName + "-" + cluster)
 	if room := maxNameLength - len(suffix); len(readable) > room {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -31,6 +32,19 @@ type SinkConfig struct {
 	// RetainLastPositive keeps the last positive weights on the route when every
 	// effective weight is 0.
 	RetainLastPositive bool
+	// BackendKind is --backend-kind ("" is service-externalname; BackendAuto asks
+	// ControllerNames).
+	BackendKind BackendKind
+	// ControllerNames gives the parent Gateway's GatewayClass controllerName for
+	// BackendAuto; nil: every Gateway is unknown (service-externalname).
+	ControllerNames ControllerNames
+	// Resolver gives the addresses of endpoint hostnames for BackendEndpointSlice; nil: no
+	// hostname resolves (IP endpoints still work).
+	Resolver Resolver
+	// Settle is how long after the sink wrote a route an acceptance of it still waits, for a
+	// controller that writes route status before it serves the route (--route-settle): 0
+	// takes each controller's from ControllerSettles, a negative value holds none.
+	Settle time.Duration
 }
 
 // Sink is the HTTPRoute sink (model.Sink): it realizes a plan as the route and backend
@@ -46,12 +60,14 @@ type Sink struct {
 	cfg    SinkConfig
 	writer *Writer
 	known  *expectations
+	settle *settles
 }
 
 var (
 	_ model.Sink     = (*Sink)(nil)
 	_ model.Durable  = (*Sink)(nil)
 	_ model.Retiring = (*Sink)(nil)
+	_ model.Updater  = (*Sink)(nil)
 )
 
 // Durable implements model.Durable: the route outlives the publisher, so its Carries right
@@ -60,7 +76,7 @@ func (s *Sink) Durable() {}
 
 // NewSink returns the sink writing with writer and reading stored objects from store.
 func NewSink(cfg SinkConfig, writer *Writer, store Store) *Sink {
-	return &Sink{cfg: cfg, writer: writer, known: newExpectations(store, writer)}
+	return &Sink{cfg: cfg, writer: writer, known: newExpectations(store, writer), settle: newSettles()}
 }
 
 // Name implements model.Sink.
@@ -87,10 +103,25 @@ func (s *Sink) adopts(p *model.Plan, live *gwapiv1.HTTPRoute) bool {
 	return live != nil && AdoptionOf(live.Labels, source(p), s.writer.adoptOME) == AdoptOME
 }
 
-// build is the route and Services of p, or why p cannot be written as a route.
+// build is the route and backend objects of p, or why p cannot be written as a route.
 func (s *Sink) build(p *model.Plan) (*Desired, error) {
-	return Build(s.cfg.Route, source(p), p.Result, Inputs{Generation: p.Generation, Drains: p.Drains,
-		Taints: p.Taints, Tolerations: p.Tolerations})
+	// Carries and Check have no context: a lookup the resolver has not finished yet is not
+	// waited for long (Apply, with the reconcile's context, waits for it).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	d, _, err := buildChosen(ctx, s.cfg, p)
+	return d, err
+}
+
+// buildChosen is the Sink's build with the backend choice it was built with.
+func buildChosen(ctx context.Context, cfg SinkConfig, p *model.Plan) (*Desired, backendChoice, error) {
+	c := chooseBackends(ctx, cfg, p)
+	if c.err != nil {
+		return nil, c, c.err
+	}
+	d, err := Build(cfg.Route, source(p), p.Result, Inputs{Generation: p.Generation, Drains: p.Drains,
+		Taints: p.Taints, Tolerations: p.Tolerations, Backends: c.backends})
+	return d, c, err
 }
 
 // retains reports whether the policy keeps route's last positive weights for p.
@@ -134,6 +165,9 @@ func (s *Sink) Carries(p *model.Plan) bool {
 		return true
 	}
 	desired, err := s.build(p)
+	if errors.Is(err, ErrUnresolved) || errors.Is(err, ErrKindUnknown) {
+		return false // not written until its hostnames resolve (or its kind is known)
+	}
 	if err != nil {
 		return true // refused: nothing will be written
 	}
@@ -147,7 +181,7 @@ func (s *Sink) Check(p *model.Plan) *model.Confirmation {
 	if _, ok := s.contested(p); ok {
 		return nil
 	}
-	if _, err := s.build(p); err != nil {
+	if _, err := s.build(p); err != nil && !errors.Is(err, ErrUnresolved) && !errors.Is(err, ErrKindUnknown) {
 		return &model.Confirmation{Sink: SinkName, State: model.Refused, Reason: model.ReasonRouteRefused, Message: refusedMessage(p, err)}
 	}
 	return nil
@@ -174,7 +208,17 @@ func (s *Sink) Apply(ctx context.Context, p *model.Plan, st model.Standing) (mod
 	if host, ok := s.contested(p); ok {
 		return s.refuseContested(ctx, p, host)
 	}
-	desired, err := s.build(p)
+	desired, choice, err := buildChosen(ctx, s.cfg, p)
+	track(s.cfg, p.Key(), p, choice.backends.Kind)
+	if errors.Is(err, ErrKindUnknown) {
+		return c, err // transient: retried with backoff, the stored route stays
+	}
+	if errors.Is(err, ErrUnresolved) {
+		// Transient: the resolver retries and its change notice reconciles the map again.
+		c.State, c.Reason = model.Pending, model.ReasonBackendUnresolved
+		c.Message = fmt.Sprintf("httproute sink cannot publish trafficmap %s yet: %s; the route stays as it was (%s)", p.Key(), err, choice.why)
+		return c, nil
+	}
 	if err != nil {
 		c.State, c.Reason = model.Refused, model.ReasonRouteRefused
 		c.Message = refusedMessage(p, err)
@@ -204,29 +248,40 @@ func (s *Sink) Apply(ctx context.Context, p *model.Plan, st model.Standing) (mod
 	c.Writes = synced.Writes
 	if synced.RouteWritten {
 		s.known.expectRoute(p.Namespace, p.Name, synced.Route)
+		s.settle.wrote(synced.Route)
 	}
 	s.known.expectServices(p.Namespace, p.Name, synced.Services, synced.Pruned)
 	if errors.Is(err, ErrConflict) {
 		c.State, c.Reason, c.Message = model.Refused, model.ReasonRouteConflict, err.Error()
 		return c, nil
 	}
+	if errors.Is(err, ErrBackendAPIMissing) {
+		c.State, c.Reason = model.Refused, model.ReasonBackendAPIMissing
+		c.Message = fmt.Sprintf("httproute sink cannot publish trafficmap %s: %s; the route stays as it was", p.Key(), err)
+		return c, nil
+	}
 	if err != nil {
 		return c, fmt.Errorf("sync httproute: %w", err)
 	}
-	s.judge(&c, synced.Route)
+	s.judge(&c, p.Key(), synced.Route)
+	if desired.Kind != BackendExternalName || s.cfg.BackendKind != "" {
+		c.Message += " (" + choice.note() + ")"
+	}
 	return c, nil
 }
 
 // judge sets c from the stored route: in place once stored when acceptance is not
-// required, otherwise from the parent Gateway's verdict on the route's generation.
-func (s *Sink) judge(c *model.Confirmation, route *gwapiv1.HTTPRoute) {
+// required, otherwise from the parent Gateway's verdict on the route's generation, read from
+// the status entry of the Gateway's own controller (the GatewayClass's controllerName, when
+// known) and held for that controller's settle after the sink wrote the route (see settles).
+func (s *Sink) judge(c *model.Confirmation, key types.NamespacedName, route *gwapiv1.HTTPRoute) {
 	c.GatewayRef = gatewayRef(route)
 	if !s.cfg.RequireAccepted {
 		c.State = model.InPlace
 		c.Message = "route " + route.Namespace + "/" + route.Name + " stored (gateway acceptance not required)"
 		return
 	}
-	acc := s.cfg.Route.Acceptance(route)
+	acc := s.acceptance(route)
 	c.Message = acc.Message
 	switch acc.Verdict {
 	case Pending:
@@ -235,7 +290,35 @@ func (s *Sink) judge(c *model.Confirmation, route *gwapiv1.HTTPRoute) {
 		c.State, c.Reason = model.Rejected, model.ReasonRouteNotAccepted
 	default:
 		c.State = model.InPlace
+		d := settleFor(s.cfg, acc.Controller)
+		if left := s.settle.remaining(route, d); left > 0 {
+			s.settle.after(left, key)
+			c.State, c.Reason = model.Pending, model.ReasonPublishing
+			c.Message += fmt.Sprintf("; held %s more: controller %s writes route status before its proxy serves the route, so an acceptance counts %s after the write (--route-settle)",
+				left.Round(time.Millisecond), acc.Controller, d)
+		}
 	}
+}
+
+// acceptance is the parent Gateway's verdict on route, read from its own controller's
+// status entry when its GatewayClass is known (AcceptanceBy).
+func (s *Sink) acceptance(route *gwapiv1.HTTPRoute) Acceptance {
+	controller := ""
+	if s.cfg.ControllerNames != nil {
+		controller, _ = s.cfg.ControllerNames(s.cfg.Route.gatewayName(route.Namespace)) // unknown on an error: every entry counts
+	}
+	return s.cfg.Route.AcceptanceBy(route, controller)
+}
+
+// Serves reports whether the parent Gateway serves route: accepted by its controller and,
+// when the sink wrote it, past that controller's settle. It is what the old kind's objects
+// and OME's Services wait for before they are removed.
+func (s *Sink) Serves(route *gwapiv1.HTTPRoute) bool {
+	acc := s.acceptance(route)
+	if acc.Verdict != Accepted {
+		return false
+	}
+	return s.settle.remaining(route, settleFor(s.cfg, acc.Controller)) == 0
 }
 
 // refuseContested answers a plan whose hostname another claim holds: the map's route is
@@ -292,6 +375,8 @@ func (s *Sink) Delete(ctx context.Context, namespace, name string) (int, error) 
 		return n, err
 	}
 	s.known.forget(namespace, name)
+	s.settle.forget(namespace, RouteName(name))
+	track(s.cfg, src.Key(), nil, "")
 	return n, nil
 }
 

@@ -57,3 +57,44 @@ func TestAcceptance(t *testing.T) {
 		})
 	}
 }
+
+// Issue 45, seen with Traefik in make e2e: Traefik writes a status entry under its own
+// controllerName for every parent of a route it serves, Envoy Gateway's Gateway included.
+// Read by the parent's own controller, another controller's entry is not its verdict; with
+// the controller unknown, every entry for the parent must accept.
+func TestAcceptanceByTheParentsController(t *testing.T) {
+	cfg := httproute.Config{Gateway: types.NamespacedName{Name: "global"}}
+	T, F := metav1.ConditionTrue, metav1.ConditionFalse
+	by := func(controller string, s metav1.ConditionStatus) gwapiv1.RouteParentStatus {
+		p := parent("", "global", cond("Accepted", T, 3), cond("ResolvedRefs", s, 3))
+		p.ControllerName = gwapiv1.GatewayController(controller)
+		return p
+	}
+	traefikOK, egRefuses := by("traefik.io/gateway-controller", T), by("gateway.envoyproxy.io/gatewayclass-controller", F)
+	egPending := parent("", "global")
+	egPending.ControllerName = "gateway.envoyproxy.io/gatewayclass-controller"
+	tests := []struct {
+		name       string
+		parents    []gwapiv1.RouteParentStatus
+		controller string
+		want       httproute.Verdict
+	}{
+		{"the parent's controller refuses, another accepts", []gwapiv1.RouteParentStatus{traefikOK, egRefuses}, "gateway.envoyproxy.io/gatewayclass-controller", httproute.Rejected},
+		{"only another controller has spoken", []gwapiv1.RouteParentStatus{traefikOK, egPending}, "gateway.envoyproxy.io/gatewayclass-controller", httproute.Pending},
+		{"only another controller's entry", []gwapiv1.RouteParentStatus{traefikOK}, "gateway.envoyproxy.io/gatewayclass-controller", httproute.Pending},
+		{"the parent's controller accepts", []gwapiv1.RouteParentStatus{traefikOK, egRefuses}, "traefik.io/gateway-controller", httproute.Accepted},
+		{"unknown controller: one refuses", []gwapiv1.RouteParentStatus{traefikOK, egRefuses}, "", httproute.Rejected},
+		{"unknown controller: one has not spoken", []gwapiv1.RouteParentStatus{traefikOK, egPending}, "", httproute.Pending},
+		{"unknown controller: all accept", []gwapiv1.RouteParentStatus{traefikOK}, "", httproute.Accepted},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			route := &gwapiv1.HTTPRoute{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "chat-global", Generation: 3},
+				Status:     gwapiv1.HTTPRouteStatus{RouteStatus: gwapiv1.RouteStatus{Parents: tc.parents}},
+			}
+			got := cfg.AcceptanceBy(route, tc.controller)
+			assert.Equal(t, tc.want, got.Verdict, got.Message)
+		})
+	}
+}

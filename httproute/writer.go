@@ -43,11 +43,15 @@ type Writer struct {
 	// adopted route's stored generation (OME's Services may go then).
 	adoptOME bool
 	accepted func(*gwapiv1.HTTPRoute) bool
+	// kinds writes the backend kinds beyond Services: EndpointSlices always, Envoy Gateway
+	// Backends with WithBackendKinds.
+	kinds *kindObjects
 }
 
 // NewWriter returns a Writer that applies with the given clients as fieldManager.
 func NewWriter(kube kubernetes.Interface, gateway gwclient.Interface, fieldManager string) *Writer {
-	return &Writer{kube: kube, gateway: gateway, fieldManager: fieldManager}
+	return &Writer{kube: kube, gateway: gateway, fieldManager: fieldManager,
+		kinds: &kindObjects{kube: kube, fieldManager: fieldManager}}
 }
 
 // AdoptingFromOME returns a copy of w that adopts what OME's built-in publisher wrote for a
@@ -115,26 +119,12 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 		byName[s.Name] = s
 	}
 
-	// The backend Services are independent of one another: write them at once (a new map's
-	// eight cost one round trip, not eight), all before the route that refers to them.
-	applied := make([]*corev1.Service, len(desired.Services))
-	errs := make([]error, len(desired.Services))
-	var wg sync.WaitGroup
-	for i, want := range desired.Services {
-		wg.Go(func() { applied[i], errs[i] = w.syncService(ctx, src, want, byName[want.Name]) })
+	if err := w.syncServices(ctx, src, desired, byName, &res); err != nil {
+		return res, err
 	}
-	wg.Wait()
-	for i, want := range desired.Services {
-		if applied[i] != nil {
-			res.Services = append(res.Services, applied[i])
-			res.Writes++
-		}
-		delete(byName, want.Name)
-	}
-	for _, err := range errs {
-		if err != nil { // the first in desired order, so the error is deterministic
-			return res, err
-		}
+	n, err := w.kinds.syncKinds(ctx, src, desired)
+	if res.Writes += n; err != nil {
+		return res, err
 	}
 
 	res.Route = current
@@ -155,7 +145,14 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 		}
 	}
 
+	n, err = w.kinds.pruneKinds(ctx, src, desired, routeKind(current), owned, res.Route)
+	if res.Writes += n; err != nil {
+		return res, err
+	}
 	for _, stale := range sortedServices(byName) {
+		if w.kinds.staleServiceKept(stale, desired, res.Route) {
+			continue // a kind switch: the old kind's Service serves until the gateway settled
+		}
 		if err := w.deleteService(ctx, stale); err != nil {
 			return res, err
 		}
@@ -163,6 +160,33 @@ func (w *Writer) Sync(ctx context.Context, src Source, desired *Desired, store S
 		res.Writes++
 	}
 	return res, nil
+}
+
+// syncServices applies the desired Services that differ from their stored copies in byName
+// (removing each desired one from byName) and records the applies in res.
+func (w *Writer) syncServices(ctx context.Context, src Source, desired *Desired, byName map[string]*corev1.Service, res *SyncResult) error {
+	// The backend Services are independent of one another: write them at once (a new map's
+	// eight cost one round trip, not eight), all before the route that refers to them.
+	applied := make([]*corev1.Service, len(desired.Services))
+	errs := make([]error, len(desired.Services))
+	var wg sync.WaitGroup
+	for i, want := range desired.Services {
+		wg.Go(func() { applied[i], errs[i] = w.syncService(ctx, src, want, byName[want.Name]) })
+	}
+	wg.Wait()
+	for i, want := range desired.Services {
+		if applied[i] != nil {
+			res.Services = append(res.Services, applied[i])
+			res.Writes++
+		}
+		delete(byName, want.Name)
+	}
+	for _, err := range errs {
+		if err != nil { // the first in desired order, so the error is deterministic
+			return err
+		}
+	}
+	return nil
 }
 
 // Delete removes every object the publisher stored for src. With adoption from OME on
@@ -176,7 +200,8 @@ func (w *Writer) Delete(ctx context.Context, src Source, store Store) (deleted i
 	if err != nil {
 		return 0, fmt.Errorf("read httproute: %w", err)
 	}
-	if route != nil && AdoptionOf(route.Labels, src, w.adoptOME) != AdoptNone {
+	owned := route != nil && AdoptionOf(route.Labels, src, w.adoptOME) != AdoptNone
+	if owned {
 		err := w.gateway.GatewayV1().HTTPRoutes(route.Namespace).Delete(ctx, route.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &route.UID}})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return deleted, fmt.Errorf("delete httproute %s/%s: %w", route.Namespace, route.Name, err)
@@ -186,6 +211,16 @@ func (w *Writer) Delete(ctx context.Context, src Source, store Store) (deleted i
 	services, err := store.Services(src)
 	if err != nil {
 		return deleted, fmt.Errorf("read services: %w", err)
+	}
+	// EndpointSlices and Backends are listed from the API, not the store: only for a map
+	// whose route or Services the store holds (a namespace this publisher serves), so a map
+	// of another publisher's namespace never loses them (a delete cut short after the route
+	// and Services went leaves them to the TrafficMap's ownerReference).
+	if owned || len(services) > 0 {
+		n, err := w.kinds.deleteKinds(ctx, src)
+		if deleted += n; err != nil {
+			return deleted, err
+		}
 	}
 	for _, svc := range services {
 		if err := w.deleteService(ctx, svc); err != nil {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/integration/testenv"
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/model/replicas"
@@ -125,7 +126,10 @@ func TestChartRBACIsEnough(t *testing.T) {
 func TestChartRBACEveryRuleIsNeeded(t *testing.T) {
 	f := newFixture(t)
 	f.createMap(seedEntries())
-	rendered := chartRBAC(t, "probe", f.ns, "leaderElection.enabled=true")
+	// With backendKind service-externalname: the rules of the other kinds (endpointslices,
+	// and gateways and gatewayclasses for auto) are not rendered; backendkind_test.go runs
+	// those kinds with the chart's RBAC.
+	rendered := chartRBAC(t, "probe", f.ns, "leaderElection.enabled=true", "publisher.backendKind=service-externalname")
 	var rules []struct {
 		kind, object string // object: the suffix that tells the chart's two Roles apart
 		index        int
@@ -157,7 +161,7 @@ func TestChartRBACEveryRuleIsNeeded(t *testing.T) {
 	for n, rule := range rules {
 		t.Run(rule.kind+"/"+rule.names, func(t *testing.T) {
 			release := "drop" + string(rune('a'+n)) + "-" + f.ns
-			objs := chartRBAC(t, release, f.ns, "leaderElection.enabled=true")
+			objs := chartRBAC(t, release, f.ns, "leaderElection.enabled=true", "publisher.backendKind=service-externalname")
 			for _, o := range objs {
 				if o.GetKind() == rule.kind && strings.HasSuffix(o.GetName(), rule.object) {
 					list, _, _ := unstructured.NestedSlice(o.Object, "rules")
@@ -172,6 +176,7 @@ func TestChartRBACEveryRuleIsNeeded(t *testing.T) {
 			t.Cleanup(captureKlog(core))
 			cfg := f.publisherConfig(func(c *publish.Config) {
 				c.LeaderElection = publish.LeaderElection{Enabled: true, Namespace: f.ns, Name: "lease-" + release}
+				c.BackendKind = httproute.BackendExternalName
 			})
 			startPublisherWith(t, cfg, asServiceAccount(f.ns, release+"-trafficmap-publisher"), log)
 			resource := strings.Split(rule.names, ",")[0]

@@ -43,6 +43,13 @@ const (
 	ReasonRouteRefused Reason = "RouteRefused"
 	// ReasonRouteNotAccepted (HTTPRoute sink): the parent Gateway did not accept the route.
 	ReasonRouteNotAccepted Reason = "RouteNotAccepted"
+	// ReasonBackendUnresolved (HTTPRoute sink, backend kind endpointslice): an entry's
+	// endpoint hostname has never resolved, so its EndpointSlice would be empty; the route is
+	// not updated (the last published state stays) until it resolves.
+	ReasonBackendUnresolved Reason = "BackendUnresolved"
+	// ReasonBackendAPIMissing (HTTPRoute sink, backend kind envoy-gateway-backend): the API
+	// server does not serve Envoy Gateway's Backend API; the route is not updated.
+	ReasonBackendAPIMissing Reason = "BackendAPIMissing"
 	// ReasonLastPositiveRetained (HTTPRoute sink): every weight is 0 and the policy keeps
 	// the last positive weights on the route.
 	ReasonLastPositiveRetained Reason = "LastPositiveRetained"
@@ -91,7 +98,7 @@ func Reasons() []Reason {
 	return []Reason{ReasonPublished, ReasonPublishing, ReasonInvalidTrafficMap, ReasonInvalidDrainAnnotation,
 		ReasonInvalidTaints, ReasonInvalidTolerations, ReasonInvalidRamp, ReasonRamping, ReasonSourceNotFound,
 		ReasonHostnameConflict, ReasonHostnameNotEntitled, ReasonRouteConflict, ReasonRouteRefused,
-		ReasonRouteNotAccepted, ReasonLastPositiveRetained, ReasonXDSRejected, ReasonXDSInvalid, ReasonPublisherChanged, ReasonFinalizing,
+		ReasonRouteNotAccepted, ReasonBackendUnresolved, ReasonBackendAPIMissing, ReasonLastPositiveRetained, ReasonXDSRejected, ReasonXDSInvalid, ReasonPublisherChanged, ReasonFinalizing,
 		ReasonRetiringDisabledSink}
 }
 

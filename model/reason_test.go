@@ -14,7 +14,7 @@ func TestReasons(t *testing.T) {
 		seen[r] = true
 		assert.NotEmpty(t, string(r))
 	}
-	assert.Len(t, seen, 20)
+	assert.Len(t, seen, 22)
 	for r, normal := range map[Reason]bool{ReasonPublished: true, ReasonPublishing: true, ReasonRamping: true, ReasonFinalizing: true, ReasonRetiringDisabledSink: true,
 		ReasonXDSRejected: false, ReasonHostnameConflict: false, ReasonInvalidTrafficMap: false} {
 		assert.Equal(t, normal, r.Normal(), r)

@@ -70,6 +70,10 @@ var reasonDescriptions = map[Reason]string{
 	ReasonRouteRefused: "HTTPRoute sink: the plan cannot be written as a route, for example too many entries.",
 	ReasonRouteNotAccepted: "HTTPRoute sink: the parent Gateway did not accept the route " +
 		"(--require-route-accepted).",
+	ReasonBackendUnresolved: "HTTPRoute sink, backend kind endpointslice: an entry's endpoint hostname has never " +
+		"resolved, so its EndpointSlice would have no address; the route stays as it was until the hostname resolves.",
+	ReasonBackendAPIMissing: "HTTPRoute sink, backend kind envoy-gateway-backend: the API server does not serve " +
+		"Envoy Gateway's Backend API (install its CRDs and enable extensionApis.enableBackend); the route stays as it was.",
 	ReasonLastPositiveRetained: "HTTPRoute sink: every effective weight is 0 and --no-positive-policy " +
 		"RetainLastPositive keeps the last positive weights on the route.",
 	ReasonXDSRejected: "xDS sink: an xDS client NACKed a version carrying the map's resources.",

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/xds"
 )
@@ -72,6 +73,19 @@ type Config struct {
 	HostTemplate string
 	// RewriteHostname adds a per-backend URLRewrite filter setting Host to the endpoint host.
 	RewriteHostname bool
+	// BackendKind is the kind of each cluster's backend object behind the route
+	// (httproute.BackendKinds); default httproute.BackendAuto, chosen by the parent
+	// Gateway's GatewayClass controllerName.
+	BackendKind httproute.BackendKind
+	// RouteSettle is how long after a route write the gateway's acceptance still waits, for
+	// controllers that write route status before their proxy serves the route
+	// (httproute.SinkConfig.Settle): 0 (the default) takes each controller's from
+	// httproute.ControllerSettles, a negative value holds none.
+	RouteSettle time.Duration
+	// ResolveInterval is how often an endpoint hostname of the endpointslice kind is
+	// re-resolved when its lookup gives no TTL (default 30s); a TTL is used within
+	// ResolveMinTTL (default 5s) and ResolveMaxTTL (default 5m).
+	ResolveInterval, ResolveMinTTL, ResolveMaxTTL time.Duration
 	// RequireRouteAccepted makes Published wait for the Gateway's Accepted and ResolvedRefs.
 	RequireRouteAccepted bool
 	// NoPositivePolicy applies when every effective weight is zero; default ApplyCurrent.
@@ -219,6 +233,9 @@ func (c Config) optionsDigest() string {
 	for _, e := range c.HostnameEntitlements {
 		opts = append(opts, "hostnameEntitlement="+e.String())
 	}
+	if c.BackendKind != "" && c.BackendKind != httproute.BackendAuto {
+		opts = append(opts, "backendKind="+string(c.BackendKind)) // absent for the default: digests of older versions stay
+	}
 	return model.OptionsDigest(opts)
 }
 
@@ -243,6 +260,12 @@ func (c *Config) setDefaults() {
 	if c.NoPositivePolicy == "" {
 		c.NoPositivePolicy = ApplyCurrent
 	}
+	if c.BackendKind == "" {
+		c.BackendKind = httproute.BackendAuto
+	}
+	setDuration(&c.ResolveInterval, 30*time.Second)
+	setDuration(&c.ResolveMinTTL, 5*time.Second)
+	setDuration(&c.ResolveMaxTTL, 5*time.Minute)
 	if c.FieldManager == "" {
 		c.FieldManager = model.FieldManagerFor(c.publisherName())
 	}
@@ -280,7 +303,7 @@ func (c *Config) setDefaults() {
 
 // Validate reports every problem with c, each naming the flag and the rule.
 func (c Config) Validate() error {
-	var errs []error
+	errs := c.validateBackends()
 	switch {
 	case !c.sinkOn(SinkHTTPRoute): // --gateway only matters to the HTTPRoute sink
 	case c.Gateway.Name == "":
@@ -399,6 +422,27 @@ func (c Config) validateXDSLimits() []error {
 		if l.v < 0 || l.v > math.MaxInt32 {
 			errs = append(errs, fmt.Errorf("%w: %s %d: must be positive (0: the default)", ErrInvalidConfig, l.flag, l.v))
 		}
+	}
+	return errs
+}
+
+// setDuration sets *d to def when it is not positive.
+func setDuration(d *time.Duration, def time.Duration) {
+	if *d <= 0 {
+		*d = def
+	}
+}
+
+// validateBackends checks the backend kind options.
+func (c Config) validateBackends() []error {
+	var errs []error
+	if c.BackendKind != "" {
+		if _, err := httproute.ParseBackendKind(string(c.BackendKind)); err != nil {
+			errs = append(errs, fmt.Errorf("%w: --backend-kind: %w", ErrInvalidConfig, err))
+		}
+	}
+	if c.ResolveMinTTL > 0 && c.ResolveMaxTTL > 0 && c.ResolveMinTTL > c.ResolveMaxTTL {
+		errs = append(errs, fmt.Errorf("%w: --resolve-min-ttl %s is above --resolve-max-ttl %s", ErrInvalidConfig, c.ResolveMinTTL, c.ResolveMaxTTL))
 	}
 	return errs
 }

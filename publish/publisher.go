@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -33,6 +34,7 @@ import (
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/model/replicas"
 	"github.com/trafficmap/publisher/publish/lease"
+	"github.com/trafficmap/publisher/resolve"
 	"github.com/trafficmap/publisher/xds"
 )
 
@@ -67,6 +69,11 @@ type Publisher struct {
 	// without leader election or without the xDS sink.
 	board  *lease.Board
 	report *lease.Writer
+	// classes, resolver and envoyBackends serve the HTTPRoute sink's backend kinds
+	// (backends.go); nil / unset without that sink. Run starts classes and resolver.
+	classes       *gatewayClasses
+	resolver      *resolve.Cache
+	envoyBackends atomic.Bool // Envoy Gateway's Backend API is served (read in Run)
 }
 
 type clients struct {
@@ -191,16 +198,21 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 func addRouteSinks(p *Publisher, route httproute.Config) {
 	cfg, c := p.cfg, p.clients
 	if cfg.sinkOn(SinkHTTPRoute) {
-		writer := httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager)
+		var sink *httproute.Sink // set below; the writer asks it whether the gateway serves a route
+		serves := func(r *gwapiv1.HTTPRoute) bool { return !cfg.RequireRouteAccepted || sink.Serves(r) }
+		writer := httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager).WithBackendKinds(c.dyn, p.envoyBackends.Load,
+			serves) // the old kind's objects go once the gateway serves the new ones
+		p.classes = newGatewayClasses(c.gateway, p.router.enqueueAll)
+		p.resolver = newResolver(cfg, p)
 		if cfg.adoptsFromOME() {
 			// OME's Services go once the gateway accepted the route without them (at once
 			// when acceptance is not required: nothing reports it then).
-			writer = writer.AdoptingFromOME(func(r *gwapiv1.HTTPRoute) bool {
-				return !cfg.RequireRouteAccepted || route.Acceptance(r).Verdict == httproute.Accepted
-			})
+			writer = writer.AdoptingFromOME(serves)
 		}
-		p.sinks = append(p.sinks, httproute.NewSink(httproute.SinkConfig{Route: route, RequireAccepted: cfg.RequireRouteAccepted,
-			RetainLastPositive: cfg.NoPositivePolicy == RetainLastPositive}, writer, p.caches))
+		sink = httproute.NewSink(httproute.SinkConfig{Route: route, RequireAccepted: cfg.RequireRouteAccepted,
+			RetainLastPositive: cfg.NoPositivePolicy == RetainLastPositive, BackendKind: cfg.BackendKind,
+			ControllerNames: p.classes.controllerName, Resolver: p.resolver, Settle: cfg.RouteSettle}, writer, p.caches)
+		p.sinks = append(p.sinks, sink)
 	}
 	if !cfg.sinkOn(SinkHTTPRoute) {
 		// What the HTTPRoute sink wrote before it was turned off goes in order (weights,
@@ -357,6 +369,11 @@ func (p *Publisher) Run(ctx context.Context) error {
 	p.log.Info("caches synced; starting workers", zap.Int("workers", p.cfg.Workers))
 	if err := startSinks(ctx, p, goWith); err != nil {
 		return err
+	}
+	if p.resolver != nil {
+		p.envoyBackends.Store(envoyBackendsServed(p.clients.kube.Discovery()))
+		goWith(func() { p.resolver.Run(ctx) })
+		goWith(func() { p.classes.run(ctx) })
 	}
 	if p.http != nil {
 		p.http.ready.Store(true)

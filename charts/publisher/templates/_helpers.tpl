@@ -115,6 +115,11 @@ args:
   - --no-positive-policy={{ .Values.publisher.noPositivePolicy }}
   - --teardown-timeout={{ .Values.publisher.teardownTimeout }}
   - --rewrite-hostname={{ .Values.publisher.rewriteHostname }}
+  - --backend-kind={{ .Values.publisher.backendKind }}
+  - --route-settle={{ .Values.publisher.routeSettle }}
+  - --resolve-interval={{ .Values.publisher.resolve.interval }}
+  - --resolve-min-ttl={{ .Values.publisher.resolve.minTTL }}
+  - --resolve-max-ttl={{ .Values.publisher.resolve.maxTTL }}
   - --xds-address={{ .Values.xds.bindAddress }}:{{ .Values.xds.port }}
   - --xds-listener-address={{ .Values.xds.listenerAddress }}
   {{- with .Values.xds.departedGrace }}
@@ -212,6 +217,17 @@ volumeMounts:
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch, create, patch, delete]
+{{- if ne .Values.publisher.backendKind "service-externalname" }}
+# the endpointslice backend kind (docs/reference/backends.md)
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch, create, update, patch, delete]
+{{- end }}
+{{- if eq .Values.publisher.backendKind "envoy-gateway-backend" }}
+- apiGroups: [gateway.envoyproxy.io]
+  resources: [backends]
+  verbs: [get, list, watch, create, update, patch, delete]
+{{- end }}
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
@@ -224,6 +240,13 @@ volumeMounts:
 
 {{/* The cluster-scoped RBAC rules (the optional fleet-drain taint sources). */}}
 {{- define "trafficmap-publisher.clusterRules" }}
+{{- if eq .Values.publisher.backendKind "auto" }}
+# --backend-kind auto reads the parent Gateway's GatewayClass controllerName (the Gateway
+# may be in a namespace the publisher does not watch)
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [gateways, gatewayclasses]
+  verbs: [get, list, watch]
+{{- end }}
 - apiGroups: [modelplane.ai]
   resources: [inferenceclusters]
   verbs: [get, list, watch]

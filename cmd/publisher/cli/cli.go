@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/trafficmap/publisher/drain"
+	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/publish"
 )
@@ -137,6 +138,10 @@ type runFlags struct {
 	gateway, section                   string
 	hostTemplate                       string
 	rewriteHostname                    bool
+	backendKind                        string
+	routeSettle                        settleFlag
+	resolveInterval                    time.Duration
+	resolveMinTTL, resolveMaxTTL       time.Duration
 	requireRouteAccepted               bool
 	noPositivePolicy                   string
 	workers                            int
@@ -184,6 +189,11 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.section, "gateway-section", "", "listener name (parentRef sectionName) on the Gateway")
 	fs.StringVar(&f.hostTemplate, "host-template", "", "Go template for the route hostname when the InferenceService has no ome.io/global-host annotation, over {{.Namespace}} and {{.Service}}, e.g. '{{.Service}}.{{.Namespace}}.example.com'")
 	fs.BoolVar(&f.rewriteHostname, "rewrite-hostname", false, "add a per-backend URLRewrite filter that sets Host to the cluster endpoint's host")
+	fs.StringVar(&f.backendKind, "backend-kind", string(httproute.BackendAuto), "what each cluster's backendRef points at: auto (chosen by the Gateway's GatewayClass controllerName), service-externalname, endpointslice (a selector-less Service with EndpointSlices of the resolved endpoint addresses) or envoy-gateway-backend (Envoy Gateway's Backend)")
+	fs.Var(&f.routeSettle, "route-settle", "how long after a route write the Gateway's acceptance still waits before Published counts it: auto (per controller: 3s for Traefik, which writes route status before its proxy serves the route; none for the others) or a duration (0s: none)")
+	fs.DurationVar(&f.resolveInterval, "resolve-interval", 30*time.Second, "endpointslice backends: re-resolve an endpoint hostname this often when its lookup gives no TTL")
+	fs.DurationVar(&f.resolveMinTTL, "resolve-min-ttl", 5*time.Second, "endpointslice backends: the shortest re-resolve period (floor on a record's TTL)")
+	fs.DurationVar(&f.resolveMaxTTL, "resolve-max-ttl", 5*time.Minute, "endpointslice backends: the longest re-resolve period (ceiling on a record's TTL)")
 	fs.BoolVar(&f.requireRouteAccepted, "require-route-accepted", true, "Published waits for the Gateway to report Accepted and ResolvedRefs at the route's generation")
 	fs.StringVar(&f.noPositivePolicy, "no-positive-policy", string(publish.ApplyCurrent), "when every effective weight is 0: ApplyCurrent publishes the zeros, RetainLastPositive keeps the last positive weights")
 	fs.IntVar(&f.workers, "workers", 2, "concurrent reconciles")
@@ -265,6 +275,11 @@ func (f runFlags) config() publish.Config {
 		GatewaySection:             f.section,
 		HostTemplate:               f.hostTemplate,
 		RewriteHostname:            f.rewriteHostname,
+		BackendKind:                httproute.BackendKind(f.backendKind),
+		RouteSettle:                f.routeSettle.config(),
+		ResolveInterval:            f.resolveInterval,
+		ResolveMinTTL:              f.resolveMinTTL,
+		ResolveMaxTTL:              f.resolveMaxTTL,
 		RequireRouteAccepted:       f.requireRouteAccepted,
 		NoPositivePolicy:           publish.NoPositivePolicy(f.noPositivePolicy),
 		Workers:                    f.workers,
@@ -397,4 +412,46 @@ func newLogger(format, level string, out io.Writer) (*zap.Logger, error) {
 		return nil, fmt.Errorf("--log-format %q: must be json or console", format)
 	}
 	return zap.New(zapcore.NewCore(encoder, zapcore.Lock(zapcore.AddSync(out)), lvl)).Named("publisher"), nil
+}
+
+// settleFlag is --route-settle: "auto" (the zero value) or a duration.
+type settleFlag struct {
+	set bool
+	d   time.Duration
+}
+
+// String implements pflag.Value.
+func (s *settleFlag) String() string {
+	if !s.set {
+		return "auto"
+	}
+	return s.d.String()
+}
+
+// Set implements pflag.Value.
+func (s *settleFlag) Set(v string) error {
+	if v == "auto" {
+		*s = settleFlag{}
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return fmt.Errorf("want auto or a duration of 0s or more, got %q", v)
+	}
+	*s = settleFlag{set: true, d: d}
+	return nil
+}
+
+// Type implements pflag.Value.
+func (s *settleFlag) Type() string { return "auto|duration" }
+
+// config is publish.Config.RouteSettle: 0 for auto, negative for none, else the duration.
+func (s settleFlag) config() time.Duration {
+	switch {
+	case !s.set:
+		return 0
+	case s.d == 0:
+		return -1
+	}
+	return s.d
 }
