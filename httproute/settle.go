@@ -112,15 +112,16 @@ func (s *settles) end(key string) {
 	}
 }
 
-// Updates implements model.Updater: it signals when Updated has maps.
-func (s *Sink) Updates() <-chan struct{} { return s.settle.ch }
+// Updates implements model.Updater for the Sink: it signals when Updated has maps.
+func (s *settles) Updates() <-chan struct{} { return s.ch }
 
-// Updated implements model.Updater: the maps whose settle ended since the last call, sorted.
-func (s *Sink) Updated() []types.NamespacedName {
-	s.settle.mu.Lock()
-	keys := s.settle.ended
-	s.settle.ended = map[string]bool{}
-	s.settle.mu.Unlock()
+// Updated implements model.Updater for the Sink: the maps whose settle ended since the last
+// call, sorted.
+func (s *settles) Updated() []types.NamespacedName {
+	s.mu.Lock()
+	keys := s.ended
+	s.ended = map[string]bool{}
+	s.mu.Unlock()
 	out := make([]types.NamespacedName, 0, len(keys))
 	for _, key := range slices.Sorted(maps.Keys(keys)) {
 		ns, name, _ := strings.Cut(key, "/")

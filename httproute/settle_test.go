@@ -42,7 +42,7 @@ func TestSettleHoldsAcceptanceAfterAWrite(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		require.Fail(t, "the end of the settle was not signalled")
 	}
-	sink := &Sink{settle: s}
+	sink := &Sink{settles: s}
 	assert.Equal(t, []types.NamespacedName{{Namespace: "prod", Name: "chat"}}, sink.Updated())
 	assert.Empty(t, sink.Updated(), "handed over once")
 }

@@ -60,7 +60,8 @@ type Sink struct {
 	cfg    SinkConfig
 	writer *Writer
 	known  *expectations
-	settle *settles
+	// settles' Updates and Updated make the Sink a model.Updater: the maps whose settle ended.
+	*settles
 }
 
 var (
@@ -76,7 +77,9 @@ func (s *Sink) Durable() {}
 
 // NewSink returns the sink writing with writer and reading stored objects from store.
 func NewSink(cfg SinkConfig, writer *Writer, store Store) *Sink {
-	return &Sink{cfg: cfg, writer: writer, known: newExpectations(store, writer), settle: newSettles()}
+	s := &Sink{cfg: cfg, writer: writer, known: newExpectations(store, writer)}
+	s.settles = newSettles()
+	return s
 }
 
 // Name implements model.Sink.
@@ -248,7 +251,7 @@ func (s *Sink) Apply(ctx context.Context, p *model.Plan, st model.Standing) (mod
 	c.Writes = synced.Writes
 	if synced.RouteWritten {
 		s.known.expectRoute(p.Namespace, p.Name, synced.Route)
-		s.settle.wrote(synced.Route)
+		s.settles.wrote(synced.Route)
 	}
 	s.known.expectServices(p.Namespace, p.Name, synced.Services, synced.Pruned)
 	if errors.Is(err, ErrConflict) {
@@ -281,7 +284,7 @@ func (s *Sink) judge(c *model.Confirmation, key types.NamespacedName, route *gwa
 		c.Message = "route " + route.Namespace + "/" + route.Name + " stored (gateway acceptance not required)"
 		return
 	}
-	acc := s.acceptance(route)
+	acc := acceptance(s.cfg, route)
 	c.Message = acc.Message
 	switch acc.Verdict {
 	case Pending:
@@ -291,8 +294,8 @@ func (s *Sink) judge(c *model.Confirmation, key types.NamespacedName, route *gwa
 	default:
 		c.State = model.InPlace
 		d := settleFor(s.cfg, acc.Controller)
-		if left := s.settle.remaining(route, d); left > 0 {
-			s.settle.after(left, key)
+		if left := s.settles.remaining(route, d); left > 0 {
+			s.settles.after(left, key)
 			c.State, c.Reason = model.Pending, model.ReasonPublishing
 			c.Message += fmt.Sprintf("; held %s more: controller %s writes route status before its proxy serves the route, so an acceptance counts %s after the write (--route-settle)",
 				left.Round(time.Millisecond), acc.Controller, d)
@@ -302,23 +305,23 @@ func (s *Sink) judge(c *model.Confirmation, key types.NamespacedName, route *gwa
 
 // acceptance is the parent Gateway's verdict on route, read from its own controller's
 // status entry when its GatewayClass is known (AcceptanceBy).
-func (s *Sink) acceptance(route *gwapiv1.HTTPRoute) Acceptance {
+func acceptance(cfg SinkConfig, route *gwapiv1.HTTPRoute) Acceptance {
 	controller := ""
-	if s.cfg.ControllerNames != nil {
-		controller, _ = s.cfg.ControllerNames(s.cfg.Route.gatewayName(route.Namespace)) // unknown on an error: every entry counts
+	if cfg.ControllerNames != nil {
+		controller, _ = cfg.ControllerNames(cfg.Route.gatewayName(route.Namespace)) // unknown on an error: every entry counts
 	}
-	return s.cfg.Route.AcceptanceBy(route, controller)
+	return cfg.Route.AcceptanceBy(route, controller)
 }
 
 // Serves reports whether the parent Gateway serves route: accepted by its controller and,
 // when the sink wrote it, past that controller's settle. It is what the old kind's objects
 // and OME's Services wait for before they are removed.
 func (s *Sink) Serves(route *gwapiv1.HTTPRoute) bool {
-	acc := s.acceptance(route)
+	acc := acceptance(s.cfg, route)
 	if acc.Verdict != Accepted {
 		return false
 	}
-	return s.settle.remaining(route, settleFor(s.cfg, acc.Controller)) == 0
+	return s.settles.remaining(route, settleFor(s.cfg, acc.Controller)) == 0
 }
 
 // refuseContested answers a plan whose hostname another claim holds: the map's route is
@@ -375,7 +378,7 @@ func (s *Sink) Delete(ctx context.Context, namespace, name string) (int, error) 
 		return n, err
 	}
 	s.known.forget(namespace, name)
-	s.settle.forget(namespace, RouteName(name))
+	s.settles.forget(namespace, RouteName(name))
 	track(s.cfg, src.Key(), nil, "")
 	return n, nil
 }
