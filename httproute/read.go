@@ -10,10 +10,13 @@ var readLabels = map[string]bool{
 }
 
 // readAnnotations are the annotation keys the package reads on a stored route: every
-// annotation Build sets (Matches) and the records (Recorded).
+// annotation Build sets for any backend kind (Matches; a key missing here would make every
+// Sync of a route carrying it write the route again), the records (Recorded) and the
+// backend kind the stored route uses (routeKind).
 var readAnnotations = map[string]bool{
 	AnnotationDrains: true, AnnotationTrafficMapGeneration: true,
 	AnnotationClusterTaints: true, AnnotationServiceTolerations: true,
+	AnnotationBackendKind: true,
 }
 
 // ReadsLabel reports whether the package reads the label key of a stored HTTPRoute or

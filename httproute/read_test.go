@@ -1,6 +1,7 @@
 package httproute_test
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -12,25 +13,36 @@ import (
 )
 
 // A cache that keeps only the labels and annotations the package reads still holds every
-// one Build sets (Matches compares them all), the ownership labels and OME's.
+// one Build sets for every backend kind (Matches compares them all: a key the cache drops
+// would make every Sync write the route again), the ownership labels and OME's.
 func TestReadKeysCoverWhatBuildSets(t *testing.T) {
-	desired, err := httproute.Build(prodConfig, prodSource, compute(t, drainA, seed()...), httproute.Inputs{Generation: 4, Drains: drainA,
-		Taints: map[string][]weights.Taint{"worker-a": nil}, Tolerations: []weights.Toleration{}})
-	require.NoError(t, err)
-	require.NotEmpty(t, desired.Services)
-	labels := []map[string]string{desired.Route.Labels}
-	for _, svc := range desired.Services {
-		labels = append(labels, svc.Labels)
-		assert.Empty(t, svc.Annotations, "no Service annotation is read")
-	}
-	for _, set := range labels {
-		for k := range set {
-			assert.True(t, httproute.ReadsLabel(k), "label %s", k)
+	for _, kind := range httproute.BackendKinds {
+		if kind == httproute.BackendAuto {
+			continue // never built: auto picks one of the others
 		}
-	}
-	require.Len(t, desired.Route.Annotations, 4)
-	for k := range desired.Route.Annotations {
-		assert.True(t, httproute.ReadsAnnotation(k), "annotation %s", k)
+		t.Run(string(kind), func(t *testing.T) {
+			desired, err := httproute.Build(prodConfig, prodSource, compute(t, drainA, seed()...), httproute.Inputs{Generation: 4, Drains: drainA,
+				Taints: map[string][]weights.Taint{"worker-a": nil}, Tolerations: []weights.Toleration{},
+				Backends: httproute.Backends{Kind: kind, Addresses: map[string][]netip.Addr{
+					"chat.worker-a.example.com": {netip.MustParseAddr("198.18.0.1")},
+					"chat.worker-b.example.com": {netip.MustParseAddr("198.18.0.2")},
+				}}})
+			require.NoError(t, err)
+			labels := []map[string]string{desired.Route.Labels}
+			for _, svc := range desired.Services {
+				labels = append(labels, svc.Labels)
+				assert.Empty(t, svc.Annotations, "no Service annotation is read")
+			}
+			for _, set := range labels {
+				for k := range set {
+					assert.True(t, httproute.ReadsLabel(k), "label %s", k)
+				}
+			}
+			require.GreaterOrEqual(t, len(desired.Route.Annotations), 4)
+			for k := range desired.Route.Annotations {
+				assert.True(t, httproute.ReadsAnnotation(k), "annotation %s", k)
+			}
+		})
 	}
 	for _, k := range []string{httproute.LabelOMEManagedBy, httproute.LabelOMESourceName, httproute.LabelOMESourceNS, httproute.LabelOMEPlacementCluster} {
 		assert.True(t, httproute.ReadsLabel(k), "OME label %s", k)

@@ -2,8 +2,10 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -13,6 +15,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
@@ -168,4 +171,57 @@ func TestBackendKindSwitch(t *testing.T) {
 		assert.Len(c, slicesLeft.Items, 2)
 		assert.Len(c, f.ownedServices(), 2)
 	}, waitTimeout, tick)
+}
+
+// A published map of a kind beyond Services whose input does not change is written once:
+// reconciles forced by route updates of another writer (as a gateway's status writes
+// are) make no API write. A write on each would start a loop with a gateway that
+// rewrites the route's status after every write (Traefik).
+func TestBackendKindSteadyMapWritesNothing(t *testing.T) {
+	_, err := envtest.InstallCRDs(restCfg, envoyBackendCRD())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = envtest.UninstallCRDs(restCfg, envoyBackendCRD()) })
+	for _, tc := range []struct {
+		kind httproute.BackendKind
+		set  []string
+	}{
+		{kind: httproute.BackendEndpointSlice},
+		{kind: httproute.BackendEnvoyGateway, set: []string{"publisher.backendKind=envoy-gateway-backend"}},
+	} {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			f := newFixture(t)
+			f.createMap(ipEntries())
+			release := "kind-" + f.ns
+			apply(t, chartRBAC(t, release, f.ns, tc.set...))
+			cfg := f.publisherConfig(func(c *publish.Config) {
+				c.BackendKind, c.ClaimNamespace, c.HTTPAddress = tc.kind, f.ns, "127.0.0.1:0"
+			})
+			pub := startPublisherWith(t, cfg, asServiceAccount(f.ns, release+"-trafficmap-publisher"), zaptest.NewLogger(t))
+			f.pub = pub
+			f.waitPublished()
+			metric := func(name, labels string) float64 {
+				v, _ := metricValue(get(t, pub, "/metrics"), name, labels)
+				return v
+			}
+			writes := metric("trafficmap_publisher_route_writes_total", "")
+			require.Positive(t, writes)
+			for i := range 3 {
+				reconciles := metric("trafficmap_publisher_reconciles_total", `result="ok"`)
+				f.touchRoute(strconv.Itoa(i))
+				require.EventuallyWithT(t, func(c *assert.CollectT) {
+					assert.Greater(c, metric("trafficmap_publisher_reconciles_total", `result="ok"`), reconciles, "reconciled again")
+				}, waitTimeout, tick)
+				assert.Equal(t, writes, metric("trafficmap_publisher_route_writes_total", ""), "no write for a map that did not change (touch %d)", i)
+			}
+		})
+	}
+}
+
+// touchRoute sets an annotation of another field manager on the map's route, as a
+// gateway's status write would change the route without changing what the publisher owns.
+func (f *fixture) touchRoute(value string) {
+	f.t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"example.com/touched":%q}}}`, value)
+	_, err := gw.GatewayV1().HTTPRoutes(f.ns).Patch(ctxFor(f.t), httproute.RouteName(service), types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "someone-else"})
+	require.NoError(f.t, err)
 }

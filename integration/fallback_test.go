@@ -193,10 +193,13 @@ func assertNoFlap(t *testing.T, f *fixture, pub *runningPublisher, tm *v1beta1.T
 	assert.Equal(t, tm.ResourceVersion, f.getMap().ResourceVersion, "no status write for unchanged input")
 }
 
-// metricValue is the value of the sample name{labels} in a /metrics text, and whether there
-// is one.
+// metricValue is the value of the sample name{labels} (labels "": name alone) in a
+// /metrics text, and whether there is one.
 func metricValue(text, name, labels string) (float64, bool) {
-	re := regexp.MustCompile(`^` + regexp.QuoteMeta(name+"{"+labels+"}") + ` (\S+)$`)
+	if labels != "" {
+		name += "{" + labels + "}"
+	}
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(name) + ` (\S+)$`)
 	for line := range strings.Lines(text) {
 		if m := re.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
 			v, err := strconv.ParseFloat(m[1], 64)
