@@ -443,7 +443,7 @@ func (s *settleFlag) Set(v string) error {
 }
 
 // Type implements pflag.Value.
-func (s *settleFlag) Type() string { return "auto|duration" }
+func (s *settleFlag) Type() string { return "string" }
 
 // config is publish.Config.RouteSettle: 0 for auto, negative for none, else the duration.
 func (s settleFlag) config() time.Duration {
