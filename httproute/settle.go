@@ -1,14 +1,13 @@
 package httproute
 
 import (
-	"maps"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/trafficmap/publisher/model"
 )
 
 // ControllerSettles is how long after the sink wrote a route a controller may still serve
@@ -42,9 +41,9 @@ func settleFor(cfg SinkConfig, controller string) time.Duration {
 type settles struct {
 	mu      sync.Mutex
 	written map[string]writeMark // by map key
-	ended   map[string]bool      // maps whose settle ended, not yet handed over
-	ch      chan struct{}
 	now     func() time.Time
+	// News (model.Updater, promoted to the Sink) hands over the maps whose settle ended.
+	*model.News
 }
 
 // writeMark is one route write: the generation it produced and when.
@@ -54,7 +53,7 @@ type writeMark struct {
 }
 
 func newSettles() *settles {
-	return &settles{written: map[string]writeMark{}, ended: map[string]bool{}, ch: make(chan struct{}, 1), now: time.Now}
+	return &settles{written: map[string]writeMark{}, now: time.Now, News: model.NewNews()}
 }
 
 // wrote records that the sink wrote route (its stored generation) now, unless it already
@@ -98,34 +97,5 @@ func (s *settles) remaining(route *gwapiv1.HTTPRoute, d time.Duration) time.Dura
 
 // after names the map key to the pipeline (Updated) once d has passed.
 func (s *settles) after(d time.Duration, key types.NamespacedName) {
-	time.AfterFunc(d, func() { s.end(key.String()) })
-}
-
-// end names the map key to the pipeline.
-func (s *settles) end(key string) {
-	s.mu.Lock()
-	s.ended[key] = true
-	s.mu.Unlock()
-	select {
-	case s.ch <- struct{}{}:
-	default: // a signal is pending; it hands this key over too
-	}
-}
-
-// Updates implements model.Updater for the Sink: it signals when Updated has maps.
-func (s *settles) Updates() <-chan struct{} { return s.ch }
-
-// Updated implements model.Updater for the Sink: the maps whose settle ended since the last
-// call, sorted.
-func (s *settles) Updated() []types.NamespacedName {
-	s.mu.Lock()
-	keys := s.ended
-	s.ended = map[string]bool{}
-	s.mu.Unlock()
-	out := make([]types.NamespacedName, 0, len(keys))
-	for _, key := range slices.Sorted(maps.Keys(keys)) {
-		ns, name, _ := strings.Cut(key, "/")
-		out = append(out, types.NamespacedName{Namespace: ns, Name: name})
-	}
-	return out
+	time.AfterFunc(d, func() { s.Add(key.String()) })
 }

@@ -38,7 +38,7 @@ func TestSettleHoldsAcceptanceAfterAWrite(t *testing.T) {
 
 	s.after(time.Millisecond, types.NamespacedName{Namespace: "prod", Name: "chat"})
 	select {
-	case <-s.ch:
+	case <-s.Updates():
 	case <-time.After(10 * time.Second):
 		require.Fail(t, "the end of the settle was not signalled")
 	}

@@ -118,7 +118,7 @@ type Sink struct {
 	history  *History
 	envoy    EnvoyOptions
 	wants    *wants
-	news     *news
+	news     *model.News
 	grace    *reconnectGrace
 	loop     *rebuilder
 	watch    *clientWatch
@@ -173,7 +173,7 @@ func NewSink(cfg SinkConfig, log *zap.Logger) (*Sink, error) {
 		cfg: cfg, log: log, listener: lis, envoy: envoy,
 		history: NewHistory(64),
 		wants:   newWants(),
-		news:    newNews(),
+		news:    model.NewNews(),
 		served:  map[string]Service{},
 		built:   map[Flavour]bool{},
 		pending: map[string]bool{},
@@ -187,7 +187,7 @@ func NewSink(cfg SinkConfig, log *zap.Logger) (*Sink, error) {
 	s.server = NewServer(ServerConfig{Log: log, TLS: tlsCfg, OnClientChange: s.watch.signal, Registerer: cfg.Registerer, Limits: cfg.Limits,
 		DepartedGrace: cfg.DepartedGrace})
 	s.server.tracker.departed.now = cfg.Now
-	s.server.tracker.departed.onEnd = func() { s.news.add(s.watch.waiting()...) } // the maps a grace held
+	s.server.tracker.departed.onEnd = func() { s.news.Add(s.watch.waiting()...) } // the maps a grace held
 	s.history.Follow(s.server.Tracker())                                          // a stalled client's version stays judged
 	return s, nil
 }
@@ -282,12 +282,12 @@ func (s *Sink) Withdraw(key types.NamespacedName) {
 }
 
 // Updates implements model.Updater: it signals when Updated has maps.
-func (s *Sink) Updates() <-chan struct{} { return s.news.ch }
+func (s *Sink) Updates() <-chan struct{} { return s.news.Updates() }
 
 // Updated implements model.Updater: the maps whose served content or validity changed, whose
 // clients ACKed, NACKed, connected or left, or that the reconnect grace held until its end,
 // since the previous call, sorted.
-func (s *Sink) Updated() []types.NamespacedName { return s.news.take() }
+func (s *Sink) Updated() []types.NamespacedName { return s.news.Updated() }
 
 // view is the sink's form of a plan.
 func view(p *model.Plan) Service {

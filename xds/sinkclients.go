@@ -73,8 +73,8 @@ func (w *clientWatch) changed() {
 		// changed: the set keeps it, so a client that leaves names all it subscribed to.
 		w.compare(tracker, members)
 	}
-	s.news.add(w.decided(tracker.Clients(), w.waiting())...)
-	s.news.add(w.retired()...) // an ACK may confirm a removal
+	s.news.Add(w.decided(tracker.Clients(), w.waiting())...)
+	s.news.Add(w.retired()...) // an ACK may confirm a removal
 }
 
 // compare compares the clients connected now (at membership members) with those of the
@@ -99,7 +99,7 @@ func (w *clientWatch) compare(tracker *Tracker, members uint64) {
 	w.clients, w.members = set, members
 	w.mu.Unlock()
 	if len(joined)+len(left) > 0 {
-		s.news.add(w.touched(clients, joined, left)...)
+		s.news.Add(w.touched(clients, joined, left)...)
 	}
 }
 

@@ -153,7 +153,7 @@ func TestClientConnectTellsOnlyItsMaps(t *testing.T) {
 		look := func() []string {
 			s.watch.changed()
 			var keys []string
-			for _, k := range s.news.take() {
+			for _, k := range s.news.Updated() {
 				keys = append(keys, k.String())
 			}
 			return keys

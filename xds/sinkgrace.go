@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/trafficmap/publisher/model"
 )
 
 // reconnectGrace is the window after a start or a leadership change in which only plans
@@ -16,7 +18,7 @@ import (
 type reconnectGrace struct {
 	d    time.Duration
 	now  func() time.Time
-	news *news
+	news *model.News
 
 	mu         sync.Mutex
 	start, end time.Time
@@ -48,7 +50,7 @@ func (g *reconnectGrace) ended() {
 	held := g.held
 	g.held = map[string]bool{}
 	g.mu.Unlock()
-	g.news.add(slices.Sorted(maps.Keys(held))...)
+	g.news.Add(slices.Sorted(maps.Keys(held))...)
 }
 
 // stop stops the window's timer.

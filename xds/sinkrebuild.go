@@ -141,7 +141,7 @@ func (r *rebuilder) rebuild(ctx context.Context) (err error) {
 		tell = append(tell, r.s.watch.waiting()...)
 	}
 	tell = append(tell, step.add...) // recorded in the gRPC flavour's history only now
-	r.s.news.add(r.s.watch.worthTelling(tell)...)
+	r.s.news.Add(r.s.watch.worthTelling(tell)...)
 	return nil
 }
 

@@ -78,4 +78,4 @@ func (r *Replica) Fenced() bool { return r.s.server.Fenced() }
 // PeerLeft tells the sink that another replica's report stopped counting: every map
 // waiting for clients may now be decided (one that replica held without listing it
 // too), so all of them are named to the pipeline.
-func (r *Replica) PeerLeft() { r.s.news.add(r.s.watch.waiting()...) }
+func (r *Replica) PeerLeft() { r.s.news.Add(r.s.watch.waiting()...) }

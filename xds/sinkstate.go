@@ -4,10 +4,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
-	"strings"
 	"sync"
-
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // wants holds the plans the pipeline gave the sink (Sink.Serve, Sink.Apply), in the sink's
@@ -86,45 +83,4 @@ func (w *wants) markFull() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.full = true
-}
-
-// news collects the maps the pipeline should reconcile again because of something the
-// sink learned after Apply returned (model.Updater): it signals on ch (buffered, never
-// blocking) and hands the set over once. Safe for concurrent use (one lock).
-type news struct {
-	mu   sync.Mutex
-	keys map[string]bool
-	ch   chan struct{}
-}
-
-func newNews() *news { return &news{keys: map[string]bool{}, ch: make(chan struct{}, 1)} }
-
-// add records keys and signals.
-func (n *news) add(keys ...string) {
-	if len(keys) == 0 {
-		return
-	}
-	n.mu.Lock()
-	for _, key := range keys {
-		n.keys[key] = true
-	}
-	n.mu.Unlock()
-	select {
-	case n.ch <- struct{}{}:
-	default: // a signal is pending already; it hands over these keys too
-	}
-}
-
-// take returns and clears the keys recorded, sorted.
-func (n *news) take() []types.NamespacedName {
-	n.mu.Lock()
-	keys := n.keys
-	n.keys = map[string]bool{}
-	n.mu.Unlock()
-	out := make([]types.NamespacedName, 0, len(keys))
-	for _, key := range slices.Sorted(maps.Keys(keys)) {
-		ns, name, _ := strings.Cut(key, "/")
-		out = append(out, types.NamespacedName{Namespace: ns, Name: name})
-	}
-	return out
 }
