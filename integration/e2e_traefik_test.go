@@ -188,7 +188,7 @@ func rampedDrain(t *testing.T, f *fixture, c *http.Client, addr string, clusters
 	for k := range 3 {
 		f.waitCondition(metav1.ConditionFalse, string(model.ReasonRamping), fmt.Sprintf("ramping worker-a down: step %d of 3 in place", k))
 		afterThrottle(t, time.Now())
-		route := f.kindWeights(clusters...)
+		route := f.routeWeights(clusters...)
 		want := map[string]int{}
 		for cl, w := range route {
 			want[cl] = int(w)

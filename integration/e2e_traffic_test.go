@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
-	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/integration/standin"
 )
 
@@ -190,30 +189,6 @@ func tally(answers []served) map[string]int {
 	out := map[string]int{}
 	for _, a := range answers {
 		out[a.who]++
-	}
-	return out
-}
-
-// kindWeights returns the stored route's backend weights keyed by cluster, whatever the
-// backend kind names its objects (ExternalName Service or Envoy Gateway Backend:
-// httproute.ServiceName; endpointslice: httproute.SelectorlessServiceName).
-func (f *fixture) kindWeights(clusters ...string) map[string]int32 {
-	f.t.Helper()
-	r := f.route()
-	require.NotNil(f.t, r, "route exists")
-	byName := map[string]string{}
-	for _, c := range clusters {
-		byName[httproute.ServiceName(f.ns, service, c)] = c
-		byName[httproute.SelectorlessServiceName(f.ns, service, c)] = c
-	}
-	out := map[string]int32{}
-	for _, rule := range r.Spec.Rules {
-		for _, ref := range rule.BackendRefs {
-			cluster, ok := byName[string(ref.Name)]
-			require.True(f.t, ok, "backend %s names a known cluster", ref.Name)
-			require.NotNil(f.t, ref.Weight)
-			out[cluster] = *ref.Weight
-		}
 	}
 	return out
 }

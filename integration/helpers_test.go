@@ -257,7 +257,9 @@ func (f *fixture) route() *gwapiv1.HTTPRoute {
 	return r
 }
 
-// routeWeights returns the stored route's backend weights keyed by cluster.
+// routeWeights returns the stored route's backend weights keyed by cluster, whatever the
+// backend kind names its objects (ExternalName Service or Envoy Gateway Backend:
+// httproute.ServiceName; endpointslice: httproute.SelectorlessServiceName).
 func (f *fixture) routeWeights(clusters ...string) map[string]int32 {
 	f.t.Helper()
 	r := f.route()
@@ -265,6 +267,7 @@ func (f *fixture) routeWeights(clusters ...string) map[string]int32 {
 	byService := map[string]string{}
 	for _, c := range clusters {
 		byService[httproute.ServiceName(f.ns, service, c)] = c
+		byService[httproute.SelectorlessServiceName(f.ns, service, c)] = c
 	}
 	out := map[string]int32{}
 	for _, rule := range r.Spec.Rules {
