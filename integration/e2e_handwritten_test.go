@@ -95,6 +95,11 @@ func TestE2EEnvoyGatewayHandWritten(t *testing.T) {
 	assert.Contains(t, cond.Message, "ExternalName, which is not supported as a backend")
 	t.Logf("Envoy Gateway on an ExternalName backend: ResolvedRefs=%s %s: %s", cond.Status, cond.Reason, cond.Message)
 	for _, route := range []string{"sliced", "fqdn"} {
+		// Envoy Gateway may judge a route before its cache has the Backend it names
+		// (BackendNotFound), then judges it again: wait for its settled verdict.
+		require.Eventually(t, func() bool {
+			return routeParentCondition(t, ns, route, gatewayName, egController, resolved).Status == metav1.ConditionTrue
+		}, waitTimeout, tick, "%s: ResolvedRefs True", route)
 		cond := routeParentCondition(t, ns, route, gatewayName, egController, resolved)
 		assert.Equal(t, metav1.ConditionTrue, cond.Status, "%s: %s: %s", route, cond.Reason, cond.Message)
 		cond = routeParentCondition(t, ns, route, gatewayName, egController, string(gwapiv1.RouteConditionAccepted))
