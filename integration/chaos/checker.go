@@ -144,6 +144,7 @@ type checker struct {
 	unchecked   []string
 	transitions int
 	trues       int
+	olderGen    int // Trues about an older generation (not checked: skipped, counted)
 	races       []race
 	changes     map[string][]time.Time // every change of a map's condition, message included
 	// inputs are the changes of the maps' inputs; sources and gens what each map's last
@@ -154,12 +155,17 @@ type checker struct {
 
 	queue chan trueEvent
 	wg    sync.WaitGroup
+	// mon is the continuous judge (monitor.go); judged what it found, set by settleMonitor.
+	mon    *monitor
+	judged judged
 }
 
 func newChecker(cfg checkerConfig) *checker {
-	return &checker{cfg: cfg, last: map[string]pubState{}, history: map[string][]transition{},
+	c := &checker{cfg: cfg, last: map[string]pubState{}, history: map[string][]transition{},
 		falseSince: map[string]time.Time{}, falseReason: map[string][]string{}, changes: map[string][]time.Time{},
 		inputs: newInputLog(), sources: map[string]source{}, gens: map[string]int64{}, queue: make(chan trueEvent, 100000)}
+	c.mon = newMonitor(c)
+	return c
 }
 
 // Start watches the TrafficMaps and the inputs of every namespace and runs the checks until
@@ -183,6 +189,9 @@ func (c *checker) Start(ctx context.Context) error {
 		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 			return fmt.Errorf("checker trafficmap cache for namespace %s: %w", ns, ctx.Err())
 		}
+	}
+	if err := c.mon.Start(ctx); err != nil {
+		return err
 	}
 	for range 2 {
 		c.wg.Add(1)
@@ -224,13 +233,23 @@ func published(tm *v1beta1.TrafficMap) (pubState, bool) {
 func (c *checker) observe(tm *v1beta1.TrafficMap, deleted bool) {
 	key := tm.Namespace + "/" + tm.Name
 	now := time.Now()
+	ev, queue := c.record(key, tm, deleted, now)
+	if queue {
+		// Sent without mu: a full queue blocks this watch handler until a check takes
+		// one, and the checks take mu.
+		c.queue <- ev
+	}
+}
+
+// record is observe's bookkeeping under mu; it returns the True to check, if any.
+func (c *checker) record(key string, tm *v1beta1.TrafficMap, deleted bool, now time.Time) (trueEvent, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if deleted {
 		c.closeWindow(key, now)
 		delete(c.last, key)
 		delete(c.gens, key)
-		return
+		return trueEvent{}, false
 	}
 	if g, ok := c.gens[key]; ok && g != tm.Generation {
 		c.inputs.SpecChanged(key, now)
@@ -239,11 +258,11 @@ func (c *checker) observe(tm *v1beta1.TrafficMap, deleted bool) {
 	c.sources[key] = sourceOf(tm)
 	st, ok := published(tm)
 	if !ok {
-		return
+		return trueEvent{}, false
 	}
 	prev, had := c.last[key]
 	if had && prev == st {
-		return
+		return trueEvent{}, false
 	}
 	c.last[key] = st
 	c.changes[key] = append(c.changes[key], now)
@@ -257,10 +276,13 @@ func (c *checker) observe(tm *v1beta1.TrafficMap, deleted bool) {
 	if st.Status == metav1.ConditionTrue {
 		c.closeWindow(key, now)
 		c.trues++
-		if st.ObservedGeneration == tm.Generation {
-			c.queue <- trueEvent{Map: tm.DeepCopy(), At: now}
+		if st.ObservedGeneration != tm.Generation {
+			// A True about an older generation claims nothing of the current spec: counted
+			// as a skip, and the continuous judge holds the map to its inputs meanwhile.
+			c.olderGen++
+			return trueEvent{}, false
 		}
-		return
+		return trueEvent{Map: tm.DeepCopy(), At: now}, true
 	}
 	if _, open := c.falseSince[key]; !open {
 		c.falseSince[key] = now
@@ -269,6 +291,7 @@ func (c *checker) observe(tm *v1beta1.TrafficMap, deleted bool) {
 	if rs := c.falseReason[key]; len(rs) == 0 || rs[len(rs)-1] != st.Reason {
 		c.falseReason[key] = append(rs, st.Reason)
 	}
+	return trueEvent{}, false
 }
 
 // closeWindow ends the map's False window, if one is open. The caller holds mu.
@@ -497,6 +520,23 @@ func (c *checker) settleRaces(now time.Time, outage func(time.Time) time.Duratio
 	}
 }
 
+// settleMonitor applies the continuous judge's bounds at now (tracker.judge) and adds each
+// True that stood past its bound as the lie "True not retracted". Called once, after the
+// run.
+func (c *checker) settleMonitor(now time.Time, outage func(time.Time) time.Duration) {
+	j := c.mon.Judge(now, outage)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.judged = j
+	for _, e := range j.Lies {
+		c.lies = append(c.lies, lie{Map: e.Map, At: e.Start, Rule: "True not retracted",
+			Detail: fmt.Sprintf("Published stood True for %s (%s) while the data plane and the inputs disagreed, bound %s: %s",
+				e.length(now).Round(time.Millisecond), e.How, retractWithin+outage(e.Start), e.Detail),
+			Timeline: c.timeline(e.Map, e.Start)})
+		c.cfg.Logf("LIE %s at %s: True not retracted: %s", e.Map, e.Start.Format(timeLayout), e.Detail)
+	}
+}
+
 // nextChange is when the map's condition next changed after at. The caller holds mu.
 func (c *checker) nextChange(key string, at time.Time) (time.Time, bool) {
 	for _, t := range c.changes[key] {
@@ -646,6 +686,8 @@ type checkResults struct {
 	Lies                        []lie
 	Windows                     []falseWindow
 	Races                       []race
+	OlderGen                    int    // Trues about an older generation, skipped
+	Judged                      judged // the continuous judge's findings (settleMonitor)
 }
 
 // Results closes the open False windows at now and returns a copy of the records.
@@ -657,7 +699,7 @@ func (c *checker) Results(now time.Time) checkResults {
 		windows = append(windows, c.window(key, start, now))
 	}
 	return checkResults{Transitions: c.transitions, Trues: c.trues, Checked: c.checked,
-		Unchecked: slices.Clone(c.unchecked), Lies: slices.Clone(c.lies), Windows: windows, Races: slices.Clone(c.races)}
+		Unchecked: slices.Clone(c.unchecked), Lies: slices.Clone(c.lies), Windows: windows, Races: slices.Clone(c.races), OlderGen: c.olderGen, Judged: c.judged}
 }
 
 // finalState is the end-of-run check of one map: Published True at its generation, the

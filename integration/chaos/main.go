@@ -230,6 +230,7 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	res.after, _ = replicas.Sample(f.stable)
 	chk.Drain(ctx)
 	chk.settleRaces(time.Now(), f.outage)
+	chk.settleMonitor(time.Now(), f.outage)
 	return res.finish(chk, f, w, fleet, replicas), nil
 }
 

@@ -33,6 +33,7 @@ type result struct {
 	refused   int64 // handshakes refused to the client without a certificate
 	elapsed   time.Duration
 	commit    string // the commit the publisher was built from (testenv.SourceCommit)
+	judgedAt  time.Time
 }
 
 // repoCommit names the commit of this repository, which the publisher is built from.
@@ -47,7 +48,8 @@ func repoCommit() string {
 // finish gathers what every part recorded.
 func (r *result) finish(chk *checker, f *faults, w *workload, fleet *fleetProbes, replicas *replicaSet) *result {
 	r.elapsed = time.Since(r.started)
-	r.checks = chk.Results(time.Now())
+	r.judgedAt = time.Now()
+	r.checks = chk.Results(r.judgedAt)
 	r.faults = f.Log()
 	r.ops = w.Ops()
 	r.crashes = replicas.Crashes()
@@ -78,10 +80,10 @@ func (r *result) growth() string {
 	return ""
 }
 
-// clean: no lie, nothing lost, no orphan, no crash, no growth, nothing left unchecked.
+// clean: no lie, no stuck map, nothing lost, no orphan, no crash, no growth, nothing left unchecked.
 func (r *result) clean() bool {
 	g := r.growth()
-	return len(r.checks.Lies) == 0 && len(r.lost) == 0 && len(r.orphans) == 0 && len(r.crashes) == 0 &&
+	return len(r.checks.Lies) == 0 && len(r.checks.Judged.Stuck) == 0 && len(r.lost) == 0 && len(r.orphans) == 0 && len(r.crashes) == 0 &&
 		len(r.checks.Unchecked) == 0 && (g == "" || g == "not sampled")
 }
 
@@ -147,6 +149,20 @@ func (r *result) markdown() string {
 	row("True about the inputs just before a change that landed during its write (a race; retracted within 30 s, else a lie)",
 		fmt.Sprintf("%d, retracted after at most %s", len(r.checks.Races), slowest.Round(time.Millisecond)))
 	row("Unchecked (state at that resourceVersion unreadable)", len(r.checks.Unchecked))
+	j := r.checks.Judged
+	row("Continuous judgements (each map standing True, every 200 ms, against its inputs, route, gateway and every counted client)", j.Judgements)
+	row("True not retracted (continuous: stood True past 30 s plus the outages while the data plane and the inputs disagreed; among the lies)", len(j.Lies))
+	row("Time to retract (True while disagreeing, until Published left True or the data plane agreed)", percentiles(j.Retract))
+	var stuckMax time.Duration
+	for _, e := range j.Stuck {
+		stuckMax = max(stuckMax, e.length(r.judgedAt))
+	}
+	row("Stuck (every part agreed, Published not True past 15 s plus the outages)", fmt.Sprintf("%d, longest %s", len(j.Stuck), stuckMax.Round(time.Millisecond)))
+	skips := []string{fmt.Sprintf("%s (per-True check) %d", skipOlderGeneration, r.checks.OlderGen)}
+	for _, k := range slices.Sorted(maps.Keys(j.Skips)) {
+		skips = append(skips, fmt.Sprintf("%s %d", k, j.Skips[k]))
+	}
+	row("Skips (judgements, or one client's part of one, not made)", strings.Join(skips, "; "))
 	row("Maps lost (not correct at the end)", len(r.lost))
 	row("Objects orphaned", len(r.orphans))
 	row("Crashes (unexpected exits, panics, data races)", len(r.crashes))
@@ -195,6 +211,7 @@ func (r *result) markdown() string {
 	list("Orphans", r.orphans)
 	list("Crashes", r.crashes)
 	list("Unchecked", r.checks.Unchecked)
+	list("Stuck", describe(r.checks.Judged.Stuck, r.judgedAt, 20))
 	return b.String()
 }
 
