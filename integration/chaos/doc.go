@@ -22,7 +22,9 @@
 //     fleet-wide taints and untaints at most one every -taint-every);
 //   - oracle.go: the expected weights of a map from observed inputs (its own reading of the
 //     weight rules, not the publisher's weights package);
-//   - checker.go: the watch-based history and the invariants; inputs.go: when the maps'
-//     inputs changed, for the time to publish after they stopped moving;
+//   - checker.go: the watch-based history and the invariants at each True; inputs.go: when
+//     the maps' inputs changed, for the time to publish after they stopped moving;
+//   - monitor.go, probeview.go: the continuous judge (every map standing True, every 200 ms;
+//     True not retracted, stuck maps, time to retract, skips);
 //   - report.go: the results table (BENCHMARKS.md, section "Chaos run").
 package main
