@@ -68,7 +68,9 @@ type episode struct {
 	// and inputs came to agree), "published" (a stuck map went True), "changed" (a stuck
 	// map's parts stopped agreeing), "deleted", or "open".
 	How    string
-	Detail string // the first disagreement seen (episodeTrue)
+	// Detail is the first disagreement seen (episodeTrue), or the Published condition when
+	// the episode began (episodeStuck).
+	Detail string
 }
 
 // length is the episode's length, up to now while it is open.
@@ -86,6 +88,8 @@ type look struct {
 	Problems []string // where the data plane and the inputs disagree (none: they agree)
 	Host     string   // the hostname the inputs give ("" when they allow no True)
 	Skips    []string // the parts not judged
+	// Published is the condition's reason and message when not True (a stuck map's detail).
+	Published string
 }
 
 // tracker turns the looks of each tick into episodes. It is pure (no clock, no I/O) so its
@@ -134,7 +138,7 @@ func (t *tracker) step(now time.Time, looks []look) {
 			t.end(episodeStuck, l.Map, now, "published")
 		case agree:
 			t.end(episodeTrue, l.Map, now, "retracted")
-			t.begin(episodeStuck, l.Map, now, "")
+			t.begin(episodeStuck, l.Map, now, l.Published)
 		default:
 			t.end(episodeTrue, l.Map, now, "retracted")
 			t.end(episodeStuck, l.Map, now, "changed")
@@ -392,12 +396,17 @@ func (m *monitor) inputs(tm *v1beta1.TrafficMap) observed {
 func (m *monitor) look(tm *v1beta1.TrafficMap, st stateAt, now time.Time) look {
 	key := tm.Namespace + "/" + tm.Name
 	l := look{Map: key}
-	if pub, ok := published(tm); ok && pub.Status == metav1.ConditionTrue {
-		if pub.ObservedGeneration == tm.Generation {
-			l.True = true
-		} else {
-			l.Skips = append(l.Skips, skipOlderGeneration)
-		}
+	pub, ok := published(tm)
+	switch {
+	case ok && pub.Status == metav1.ConditionTrue && pub.ObservedGeneration == tm.Generation:
+		l.True = true
+	case ok && pub.Status == metav1.ConditionTrue:
+		l.Skips = append(l.Skips, skipOlderGeneration)
+		l.Published = fmt.Sprintf("Published True at generation %d, the map is at %d", pub.ObservedGeneration, tm.Generation)
+	case ok:
+		l.Published = fmt.Sprintf("Published %s %s: %.300s", pub.Status, pub.Reason, pub.Message)
+	default:
+		l.Published = "no Published condition"
 	}
 	v := expect(st.in)
 	if !v.TrueAllowed {
