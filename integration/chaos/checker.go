@@ -144,7 +144,8 @@ type checker struct {
 	unchecked   []string
 	transitions int
 	trues       int
-	olderGen    int // Trues about an older generation (not checked: skipped, counted)
+	olderGen    int            // Trues about an older generation (not checked: skipped, counted)
+	skips       map[string]int // the per-True check's other skips, by kind
 	races       []race
 	changes     map[string][]time.Time // every change of a map's condition, message included
 	// inputs are the changes of the maps' inputs; sources and gens what each map's last
@@ -163,7 +164,7 @@ type checker struct {
 func newChecker(cfg checkerConfig) *checker {
 	c := &checker{cfg: cfg, last: map[string]pubState{}, history: map[string][]transition{},
 		falseSince: map[string]time.Time{}, falseReason: map[string][]string{}, changes: map[string][]time.Time{},
-		inputs: newInputLog(), sources: map[string]source{}, gens: map[string]int64{}, queue: make(chan trueEvent, 100000)}
+		inputs: newInputLog(), sources: map[string]source{}, gens: map[string]int64{}, skips: map[string]int{}, queue: make(chan trueEvent, 100000)}
 	c.mon = newMonitor(c)
 	return c
 }
@@ -604,18 +605,67 @@ func (c *checker) accepted(r *gwapiv1.HTTPRoute) bool {
 func (c *checker) judgeXDS(tm *v1beta1.TrafficMap, at time.Time, v verdict) []string {
 	key := tm.Namespace + "/" + tm.Name
 	want := canonical(v.Weights)
-	from := at.Add(-c.cfg.Lag(at))
+	from, to := at.Add(-c.cfg.Lag(at)), at
+	// The True was written before the watch showed it: a client that took the weights on
+	// after the write (but before the event arrived) did not hold them when Published
+	// said so. The status write's time is in managedFields, to the second.
+	if wt, ok := statusWriteTime(tm); ok {
+		to = minTime(to, wt.Add(time.Second))
+		from = minTime(from, wt)
+	} else {
+		c.skip(skipNoWriteTime)
+	}
 	var problems []string
 	for _, p := range c.cfg.Probes() {
-		if !c.cfg.ProbeMaps(p, key) || !connectedThroughout(p, key, from, at) {
+		if !c.cfg.ProbeMaps(p, key) {
 			continue
 		}
-		if !heldWithin(p, key, want, from, at) {
-			got, _, _ := p.HeldAt(key, at)
-			problems = append(problems, fmt.Sprintf("xds: probe %s, connected throughout, holds %q, not %q, at any moment from %s to %s", p.ID(), got, want, from.Format(timeLayout), at.Format(timeLayout)))
+		if !connectedThroughout(p, key, from, to) {
+			c.skip(skipReconnected)
+			continue
+		}
+		if !heldWithin(p, key, want, from, to) {
+			got, _, _ := p.HeldAt(key, to)
+			problems = append(problems, fmt.Sprintf("xds: probe %s, connected throughout, holds %q, not %q, at any moment from %s to %s", p.ID(), got, want, from.Format(timeLayout), to.Format(timeLayout)))
 		}
 	}
 	return problems
+}
+
+// Kinds of skip of the per-True check, counted beside the continuous judge's.
+const (
+	skipNoWriteTime = "per-True check: no status write time in managedFields (window up to the watch event)"
+	skipReconnected = "per-True check: client not connected throughout the window"
+)
+
+// skip counts one skip of kind.
+func (c *checker) skip(kind string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.skips[kind]++
+}
+
+// statusWriteTime is when the publisher last wrote the map's status, from managedFields
+// (the status subresource, a manager named trafficmap-publisher..., docs/reference/written.md);
+// the API server records it to the second.
+func statusWriteTime(tm *v1beta1.TrafficMap) (time.Time, bool) {
+	var latest time.Time
+	for _, f := range tm.ManagedFields {
+		if f.Subresource != "status" || !strings.HasPrefix(f.Manager, "trafficmap-publisher") || f.Time == nil {
+			continue
+		}
+		if f.Time.After(latest) {
+			latest = f.Time.Time
+		}
+	}
+	return latest, !latest.IsZero()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 const timeLayout = "15:04:05.000"
@@ -686,8 +736,9 @@ type checkResults struct {
 	Lies                        []lie
 	Windows                     []falseWindow
 	Races                       []race
-	OlderGen                    int    // Trues about an older generation, skipped
-	Judged                      judged // the continuous judge's findings (settleMonitor)
+	OlderGen                    int            // Trues about an older generation, skipped
+	Skips                       map[string]int // the per-True check's other skips
+	Judged                      judged         // the continuous judge's findings (settleMonitor)
 }
 
 // Results closes the open False windows at now and returns a copy of the records.
@@ -699,7 +750,7 @@ func (c *checker) Results(now time.Time) checkResults {
 		windows = append(windows, c.window(key, start, now))
 	}
 	return checkResults{Transitions: c.transitions, Trues: c.trues, Checked: c.checked,
-		Unchecked: slices.Clone(c.unchecked), Lies: slices.Clone(c.lies), Windows: windows, Races: slices.Clone(c.races), OlderGen: c.olderGen, Judged: c.judged}
+		Unchecked: slices.Clone(c.unchecked), Lies: slices.Clone(c.lies), Windows: windows, Races: slices.Clone(c.races), OlderGen: c.olderGen, Skips: maps.Clone(c.skips), Judged: c.judged}
 }
 
 // finalState is the end-of-run check of one map: Published True at its generation, the

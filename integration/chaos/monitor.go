@@ -67,7 +67,7 @@ type episode struct {
 	// How says how it ended: "retracted" (Published left True), "agreed" (the data plane
 	// and inputs came to agree), "published" (a stuck map went True), "changed" (a stuck
 	// map's parts stopped agreeing), "deleted", or "open".
-	How    string
+	How string
 	// Detail is the first disagreement seen (episodeTrue), or the Published condition when
 	// the episode began (episodeStuck).
 	Detail string

@@ -173,3 +173,53 @@ func TestObserveSendsOutsideTheLock(t *testing.T) {
 	<-sent
 	assert.Equal(t, "7", (<-c.queue).Map.ResourceVersion)
 }
+
+// judgeXDS's window: a client must have held the weights at some moment from the True's
+// lag before it up to the status write (managedFields, to the second), not up to when the
+// watch showed the True.
+func TestJudgeXDSWindow(t *testing.T) {
+	written := at(10) // the status write, as managedFields records it
+	seen := at(13)    // the watch event of the True
+	tm := func(withTime bool) *v1beta1.TrafficMap {
+		m := &v1beta1.TrafficMap{ObjectMeta: metav1.ObjectMeta{Namespace: "chaos", Name: "a"}}
+		if withTime {
+			m.ManagedFields = []metav1.ManagedFieldsEntry{
+				{Manager: "trafficmap-publisher", Subresource: "status", Time: &metav1.Time{Time: written}},
+				{Manager: "someone-else", Subresource: "status", Time: &metav1.Time{Time: at(12)}},
+			}
+		}
+		return m
+	}
+	v := verdict{TrueAllowed: true, Weights: map[string]int32{"w1": 1, "w2": 0}}
+	cases := []struct {
+		name     string
+		links    []heldEvent
+		held     []heldEvent
+		withTime bool
+		lies     int
+		skips    map[string]int
+	}{
+		{name: "held before the write", links: []heldEvent{{At: at(0), Kind: eventConnected}},
+			held: []heldEvent{{At: at(9), Kind: eventHeld, Weights: "w1=1", Present: true}}, withTime: true, skips: map[string]int{}},
+		{name: "took the weights on after the write, before the event: premature", links: []heldEvent{{At: at(0), Kind: eventConnected}},
+			held: []heldEvent{{At: at(5), Kind: eventHeld, Weights: "w1=1,w2=1", Present: true}, {At: at(12), Kind: eventHeld, Weights: "w1=1", Present: true}},
+			withTime: true, lies: 1, skips: map[string]int{}},
+		{name: "without a write time the window runs to the event", links: []heldEvent{{At: at(0), Kind: eventConnected}},
+			held: []heldEvent{{At: at(12), Kind: eventHeld, Weights: "w1=1", Present: true}}, skips: map[string]int{skipNoWriteTime: 1}},
+		{name: "never held them", links: []heldEvent{{At: at(0), Kind: eventConnected}},
+			held: []heldEvent{{At: at(5), Kind: eventHeld, Weights: "w1=1,w2=1", Present: true}}, withTime: true, lies: 1, skips: map[string]int{}},
+		{name: "reconnected within the window: a counted skip", links: []heldEvent{{At: at(0), Kind: eventConnected}, {At: at(10.2), Kind: eventDisconnected}, {At: at(10.5), Kind: eventConnected}},
+			held: []heldEvent{{At: at(5), Kind: eventHeld, Weights: "w1=1,w2=1", Present: true}}, withTime: true, skips: map[string]int{skipReconnected: 1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newProbe(probeConfig{NodeID: "n", Envoy: true})
+			p.links, p.history["chaos/a"] = tc.links, tc.held
+			c := newChecker(checkerConfig{Probes: func() []*probe { return []*probe{p} },
+				ProbeMaps: func(*probe, string) bool { return true }, Lag: func(time.Time) time.Duration { return 2 * time.Second }})
+			problems := c.judgeXDS(tm(tc.withTime), seen, v)
+			assert.Len(t, problems, tc.lies, "%v", problems)
+			assert.Equal(t, tc.skips, c.Results(seen).Skips)
+		})
+	}
+}

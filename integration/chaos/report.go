@@ -159,8 +159,11 @@ func (r *result) markdown() string {
 	}
 	row("Stuck (every part agreed, Published not True past 15 s plus the outages)", fmt.Sprintf("%d, longest %s", len(j.Stuck), stuckMax.Round(time.Millisecond)))
 	skips := []string{fmt.Sprintf("%s (per-True check) %d", skipOlderGeneration, r.checks.OlderGen)}
+	for _, k := range slices.Sorted(maps.Keys(r.checks.Skips)) {
+		skips = append(skips, fmt.Sprintf("%s %d", k, r.checks.Skips[k]))
+	}
 	for _, k := range slices.Sorted(maps.Keys(j.Skips)) {
-		skips = append(skips, fmt.Sprintf("%s %d", k, j.Skips[k]))
+		skips = append(skips, fmt.Sprintf("continuous: %s %d", k, j.Skips[k]))
 	}
 	row("Skips (judgements, or one client's part of one, not made)", strings.Join(skips, "; "))
 	row("Maps lost (not correct at the end)", len(r.lost))
