@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -320,6 +321,12 @@ func (c *checker) check(ctx context.Context, ev trueEvent) {
 		problems, err = c.judge(ctx, ev)
 		if err == nil {
 			break
+		}
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			// etcd compacted that resourceVersion away: the state is gone for good. The
+			// continuous judge held the map to its inputs meanwhile.
+			c.skip(skipCompacted)
+			return
 		}
 		select {
 		case <-ctx.Done():
@@ -636,6 +643,7 @@ func (c *checker) judgeXDS(tm *v1beta1.TrafficMap, at time.Time, v verdict) []st
 const (
 	skipNoWriteTime = "per-True check: no status write time in managedFields (window up to the watch event)"
 	skipReconnected = "per-True check: client not connected throughout the window"
+	skipCompacted   = "per-True check: state at the True's resourceVersion compacted away"
 )
 
 // skip counts one skip of kind.
