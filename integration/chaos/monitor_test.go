@@ -202,7 +202,7 @@ func TestJudgeXDSWindow(t *testing.T) {
 		{name: "held before the write", links: []heldEvent{{At: at(0), Kind: eventConnected}},
 			held: []heldEvent{{At: at(9), Kind: eventHeld, Weights: "w1=1", Present: true}}, withTime: true, skips: map[string]int{}},
 		{name: "took the weights on after the write, before the event: premature", links: []heldEvent{{At: at(0), Kind: eventConnected}},
-			held: []heldEvent{{At: at(5), Kind: eventHeld, Weights: "w1=1,w2=1", Present: true}, {At: at(12), Kind: eventHeld, Weights: "w1=1", Present: true}},
+			held:     []heldEvent{{At: at(5), Kind: eventHeld, Weights: "w1=1,w2=1", Present: true}, {At: at(12), Kind: eventHeld, Weights: "w1=1", Present: true}},
 			withTime: true, lies: 1, skips: map[string]int{}},
 		{name: "without a write time the window runs to the event", links: []heldEvent{{At: at(0), Kind: eventConnected}},
 			held: []heldEvent{{At: at(12), Kind: eventHeld, Weights: "w1=1", Present: true}}, skips: map[string]int{skipNoWriteTime: 1}},
