@@ -59,6 +59,7 @@ func newMapExpect(ref mapRef) mapExpect {
 	return e
 }
 
+// newChain returns an empty chain: nothing held.
 func newChain() chain {
 	return chain{listeners: map[string]string{}, routes: map[string]map[string]vhost{}, clusters: map[string][]string{}}
 }

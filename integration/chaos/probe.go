@@ -123,6 +123,7 @@ type heldState struct {
 	domains, endpoints []string
 }
 
+// equal reports whether h and o are the same state (a change of any is a "held" event).
 func (h heldState) equal(o heldState) bool {
 	return h.weights == o.weights && h.present == o.present && h.broken == o.broken &&
 		slices.Equal(h.domains, o.domains) && slices.Equal(h.endpoints, o.endpoints)
