@@ -98,6 +98,10 @@ const (
 	hostTmpl  = "{{.Service}}.{{.Namespace}}.example.com"
 )
 
+// templateHost is the hostname hostTmpl gives service of namespace ns (the probes' expected
+// Envoy domain of a map without the ome.io/global-host annotation).
+func templateHost(service, ns string) string { return service + "." + ns + ".example.com" }
+
 // clients are the harness's API clients.
 type clients struct {
 	kube kubernetes.Interface
@@ -381,6 +385,7 @@ func startProbes(ctx context.Context, o options, rng *rand.Rand, pk *pki, replic
 			return nil, err
 		}
 		cfg.NodeID, cfg.Envoy, cfg.Delta, cfg.Addr = "envoy-"+r, true, i%2 == 1, addrFor(r)
+		cfg.Maps = maps // what each map's virtual host and clusters must hold
 		add(cfg, true)
 	}
 	// The nacker: a checked client with a 2 KB node id whose NACKs carry 6 KB of text.

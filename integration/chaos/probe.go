@@ -16,7 +16,6 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
@@ -25,11 +24,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
-
-	"github.com/trafficmap/publisher/xds"
 )
 
 // probeTypes are the types every probe subscribes to, in the order of its first requests.
@@ -51,10 +47,19 @@ const (
 
 // mapRef names one TrafficMap a gRPC-flavour probe dials: its listener
 // "<Service>.<Namespace>", its route configuration "<Namespace>/<Name>" and the xDS
-// clusters of its entries Clusters.
+// clusters of its entries Clusters (see names.go). Hostname and Endpoints are what its
+// chain must hold, in both flavours (see chain.held).
 type mapRef struct {
 	Namespace, Name, Service string
 	Clusters                 []string
+	// Hostname is the map's hostname from the host template; the workload's hostname
+	// operation gives it names under it ("h-N.<Hostname>"), so an Envoy virtual host of the
+	// map must have Hostname or a name under it among its domains. "": any domain.
+	Hostname string
+	// Endpoints are the entries' endpoint URLs by cluster (spec.entries[].endpoint): each
+	// weighted cluster's one endpoint must be at the URL's address. A cluster absent: any
+	// one endpoint.
+	Endpoints map[string]string
 }
 
 // Key is the map's key, "<namespace>/<name>" (also its route configuration's and virtual
@@ -66,7 +71,8 @@ type probeConfig struct {
 	NodeID string // may be 2 KB long
 	Delta  bool
 	// Envoy: the Envoy flavour (wildcard listeners and clusters, the shared route
-	// configuration by name); else the proxyless gRPC flavour, by name per map in Maps.
+	// configuration by name; Maps are only what their virtual hosts must hold); else the
+	// proxyless gRPC flavour, by name per map in Maps.
 	Envoy bool
 	// TLS is the client TLS (mutual or anonymous); nil dials in plaintext (tests only: the
 	// publisher's xDS port is always TLS in the chaos run).
@@ -89,7 +95,15 @@ type heldEvent struct {
 	// Weights are the map's canonical positive weights "c1=w1,c2=w2" sorted by cluster
 	// (entry cluster names); "" when none (a 503 route, or no route).
 	Weights string
-	Present bool // the map's route is held at all
+	// Present: the map's route is held and its whole chain is intact (listener, route
+	// configuration, virtual host and domains, clusters, endpoints; see chain.held).
+	Present bool
+	// Broken names the chain's first failing link ("" when intact or nothing is held); the
+	// map is then not Present, whatever its Weights.
+	Broken string
+	// Domains are its virtual host's domains, sorted; Endpoints its weighted clusters'
+	// endpoints "entry=host:port", sorted.
+	Domains, Endpoints []string
 }
 
 // probeStats count a probe's protocol events since it started.
@@ -101,10 +115,23 @@ type probeStats struct {
 	Refused int64
 }
 
-// heldState is what a probe holds for one map.
+// heldState is what a probe holds for one map (see heldEvent).
 type heldState struct {
-	weights string
-	present bool
+	weights            string
+	present            bool
+	broken             string
+	domains, endpoints []string
+}
+
+// equal reports whether h and o are the same state (a change of any is a "held" event).
+func (h heldState) equal(o heldState) bool {
+	return h.weights == o.weights && h.present == o.present && h.broken == o.broken &&
+		slices.Equal(h.domains, o.domains) && slices.Equal(h.endpoints, o.endpoints)
+}
+
+// event is h as a "held" event at at.
+func (h heldState) event(at time.Time) heldEvent {
+	return heldEvent{At: at, Kind: eventHeld, Weights: h.weights, Present: h.present, Broken: h.broken, Domains: h.domains, Endpoints: h.endpoints}
 }
 
 // probe is a protocol-level ADS client of the chaos run: the invariant checker's eyes on
@@ -133,18 +160,21 @@ type probe struct {
 // newProbe returns a probe; Run connects it.
 func newProbe(cfg probeConfig) *probe {
 	w := &probeWire{names: map[string][]string{}, versions: map[string]string{},
-		resources: map[string]map[string]string{}, routes: map[string]map[string]string{}}
+		resources: map[string]map[string]string{}, chain: newChain(), envoy: cfg.Envoy, expect: map[string]mapExpect{}}
 	p := &probe{cfg: cfg, wire: w, held: map[string]heldState{}, history: map[string][]heldEvent{}}
-	flavour, kind := xds.FlavourGRPC, "grpc"
+	for _, m := range cfg.Maps {
+		w.expect[m.Key()] = newMapExpect(m)
+	}
+	flavour, kind := flavourGRPC, "grpc"
 	if cfg.Envoy {
-		flavour, kind = xds.FlavourEnvoy, "envoy"
-		w.names[resource.RouteType] = []string{xds.DefaultEnvoyOptions.RouteConfigName}
+		flavour, kind = flavourEnvoy, "envoy"
+		w.names[resource.RouteType] = []string{envoyRouteConfig}
 	} else {
 		for _, m := range cfg.Maps {
-			w.names[resource.ListenerType] = append(w.names[resource.ListenerType], m.Service+"."+m.Namespace)
-			w.names[resource.RouteType] = append(w.names[resource.RouteType], m.Key())
+			w.names[resource.ListenerType] = append(w.names[resource.ListenerType], grpcListenerName(m.Service, m.Namespace))
+			w.names[resource.RouteType] = append(w.names[resource.RouteType], grpcRouteConfigName(m.Namespace, m.Name))
 			for _, c := range m.Clusters {
-				w.names[resource.ClusterType] = append(w.names[resource.ClusterType], xds.ClusterName(m.Namespace, m.Name, c))
+				w.names[resource.ClusterType] = append(w.names[resource.ClusterType], xdsClusterName(m.Namespace, m.Name, c))
 			}
 		}
 	}
@@ -158,7 +188,7 @@ func newProbe(cfg probeConfig) *probe {
 	}
 	p.id = id + " " + kind + "-" + stream
 	w.node = &corev3.Node{Id: cfg.NodeID, UserAgentName: "trafficmap-chaos", Metadata: &structpb.Struct{
-		Fields: map[string]*structpb.Value{xds.FlavourMetadataKey: structpb.NewStringValue(string(flavour))}}}
+		Fields: map[string]*structpb.Value{flavourMetadataKey: structpb.NewStringValue(flavour)}}}
 	n := cfg.NACKText
 	if n <= 0 {
 		n = 64
@@ -258,7 +288,7 @@ func (p *probe) History(key string) []heldEvent {
 			continue
 		}
 		e := p.links[j]
-		e.Weights, e.Present = cur.Weights, cur.Present
+		e.Weights, e.Present, e.Broken, e.Domains, e.Endpoints = cur.Weights, cur.Present, cur.Broken, cur.Domains, cur.Endpoints
 		out = append(out, e)
 		j++
 	}
@@ -376,9 +406,9 @@ func (p *probe) thaw(ctx context.Context) error {
 	}
 }
 
-// answered counts an answer sent (a NACK when nack) and, for an ACK that changed the route
-// configurations held (next, every virtual host's weights held, non-nil), records the maps
-// whose held state changed, at the time the ACK was sent.
+// answered counts an answer sent (a NACK when nack) and, for an ACK (next, what the chain
+// held then gives every map, non-nil), records the maps whose held state changed, at the
+// time the ACK was sent.
 func (p *probe) answered(nack bool, next map[string]heldState) {
 	now := time.Now()
 	p.mu.Lock()
@@ -391,14 +421,14 @@ func (p *probe) answered(nack bool, next map[string]heldState) {
 	if next == nil {
 		return
 	}
-	for key, prev := range p.held {
-		if _, ok := next[key]; !ok && prev.present {
+	for key := range p.held {
+		if _, ok := next[key]; !ok {
 			p.history[key] = append(p.history[key], heldEvent{At: now, Kind: eventHeld})
 		}
 	}
 	for key, h := range next {
-		if prev, ok := p.held[key]; !ok || prev != h {
-			p.history[key] = append(p.history[key], heldEvent{At: now, Kind: eventHeld, Weights: h.weights, Present: true})
+		if prev, ok := p.held[key]; !ok || !prev.equal(h) {
+			p.history[key] = append(p.history[key], h.event(now))
 		}
 	}
 	p.held = next
@@ -414,18 +444,14 @@ type probeWire struct {
 
 	versions  map[string]string            // SotW: per type the version_info last ACKed
 	resources map[string]map[string]string // delta: per type the resources held, by name, with their versions
-	routes    map[string]map[string]string // per route configuration held, its virtual hosts' canonical weights
+	chain     chain                        // the listeners, route configurations and clusters held, decoded
+	envoy     bool                         // the Envoy flavour
+	expect    map[string]mapExpect         // per map key, what its chain must hold (the probe's Maps)
 }
 
-// heldMaps is what the route configurations held give each map (virtual host).
+// heldMaps is what the chain held gives each map.
 func (w *probeWire) heldMaps() map[string]heldState {
-	next := map[string]heldState{}
-	for _, vhosts := range w.routes {
-		for name, weights := range vhosts {
-			next[name] = heldState{weights: weights, present: true}
-		}
-	}
-	return next
+	return w.chain.held(w.envoy, w.expect)
 }
 
 // nackDetail is the error_detail of a NACK: the decoding error, else the probe's text.
@@ -466,14 +492,9 @@ func (w *probeWire) serveSotW(ctx context.Context, p *probe, ads discoveryv3.Agg
 			continue
 		}
 		t := resp.GetTypeUrl()
-		var routes map[string]map[string]string
-		var derr error
-		if t == resource.RouteType {
-			// The probe subscribes to route configurations by name, and the server answers
-			// such a subscription with every subscribed one it serves: the response is
-			// the whole set held.
-			routes, derr = decodeRoutes(resp.GetResources())
-		}
+		// A state-of-the-world response (wildcard or by name) carries every resource of its
+		// type the probe subscribes to: it is the whole set held.
+		d, derr := decodeResources(t, resp.GetResources())
 		req := &discoveryv3.DiscoveryRequest{Node: w.node, TypeUrl: t, ResourceNames: w.names[t], VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}
 		if nack || derr != nil {
 			req.VersionInfo, req.ErrorDetail = w.versions[t], w.nackDetail(derr)
@@ -486,12 +507,8 @@ func (w *probeWire) serveSotW(ctx context.Context, p *probe, ads discoveryv3.Agg
 			continue
 		}
 		w.versions[t] = resp.GetVersionInfo()
-		var next map[string]heldState
-		if routes != nil {
-			w.routes = routes
-			next = w.heldMaps()
-		}
-		p.answered(false, next)
+		w.chain.replace(d)
+		p.answered(false, w.heldMaps())
 	}
 }
 
@@ -525,17 +542,13 @@ func (w *probeWire) serveDelta(ctx context.Context, p *probe, ads discoveryv3.Ag
 			continue
 		}
 		t := resp.GetTypeUrl()
-		var routes map[string]map[string]string
-		var derr error
-		if t == resource.RouteType {
-			anys := make([]*anypb.Any, 0, len(resp.GetResources()))
-			for _, r := range resp.GetResources() {
-				if r.GetResource() != nil {
-					anys = append(anys, r.GetResource())
-				}
+		anys := make([]*anypb.Any, 0, len(resp.GetResources()))
+		for _, r := range resp.GetResources() {
+			if r.GetResource() != nil {
+				anys = append(anys, r.GetResource())
 			}
-			routes, derr = decodeRoutes(anys)
 		}
+		d, derr := decodeResources(t, anys)
 		req := &discoveryv3.DeltaDiscoveryRequest{Node: w.node, TypeUrl: t, ResponseNonce: resp.GetNonce()}
 		if nack || derr != nil {
 			req.ErrorDetail = w.nackDetail(derr)
@@ -547,18 +560,14 @@ func (w *probeWire) serveDelta(ctx context.Context, p *probe, ads discoveryv3.Ag
 			p.answered(true, nil)
 			continue
 		}
-		var next map[string]heldState
-		if w.applyDelta(resp, routes) {
-			next = w.heldMaps()
-		}
-		p.answered(false, next)
+		w.applyDelta(resp, d)
+		p.answered(false, w.heldMaps())
 	}
 }
 
 // applyDelta takes an ACKed delta response into the state held: its resources' versions,
-// its removals, and its route configurations (routes, decoded). It reports whether it was
-// one of route configurations.
-func (w *probeWire) applyDelta(resp *discoveryv3.DeltaDiscoveryResponse, routes map[string]map[string]string) bool {
+// its removals, and its resources (d, decoded).
+func (w *probeWire) applyDelta(resp *discoveryv3.DeltaDiscoveryResponse, d decodedSet) {
 	t := resp.GetTypeUrl()
 	held := w.resources[t]
 	if held == nil {
@@ -568,55 +577,10 @@ func (w *probeWire) applyDelta(resp *discoveryv3.DeltaDiscoveryResponse, routes 
 	for _, r := range resp.GetResources() {
 		held[r.GetName()] = r.GetVersion()
 	}
-	if t != resource.RouteType {
-		for _, name := range resp.GetRemovedResources() {
-			delete(held, name)
-		}
-		return false
-	}
 	for _, name := range resp.GetRemovedResources() {
 		delete(held, name)
-		delete(w.routes, name)
 	}
-	maps.Copy(w.routes, routes)
-	return true
-}
-
-// decodeRoutes decodes route configurations into, per configuration name, each virtual
-// host's canonical weights (see canonicalWeights).
-func decodeRoutes(res []*anypb.Any) (map[string]map[string]string, error) {
-	out := make(map[string]map[string]string, len(res))
-	for _, a := range res {
-		rc := &routev3.RouteConfiguration{}
-		if err := proto.Unmarshal(a.GetValue(), rc); err != nil {
-			return nil, fmt.Errorf("decode route configuration: %w", err)
-		}
-		vhosts := make(map[string]string, len(rc.GetVirtualHosts()))
-		for _, vh := range rc.GetVirtualHosts() {
-			vhosts[vh.GetName()] = canonicalWeights(vh)
-		}
-		out[rc.GetName()] = vhosts
-	}
-	return out, nil
-}
-
-// canonicalWeights renders the positive weights of a virtual host's routes as
-// "cluster=weight,..." sorted, each cluster by its entry name (the xDS cluster name without
-// the "<namespace>/<map>/" of the virtual host's map; a cluster of another map keeps its
-// full name, so the checker sees it). A route without weighted clusters (the fixed 503 of a
-// map with no positive weight, in both flavours) renders as "".
-func canonicalWeights(vh *routev3.VirtualHost) string {
-	prefix := vh.GetName() + "/"
-	var parts []string
-	for _, r := range vh.GetRoutes() {
-		for _, cw := range r.GetRoute().GetWeightedClusters().GetClusters() {
-			if w := cw.GetWeight().GetValue(); w > 0 {
-				parts = append(parts, fmt.Sprintf("%s=%d", strings.TrimPrefix(cw.GetName(), prefix), w))
-			}
-		}
-	}
-	slices.Sort(parts)
-	return strings.Join(parts, ",")
+	w.chain.apply(t, d, resp.GetRemovedResources())
 }
 
 // alertCreds are TLS credentials that note a TLS alert from the server (a refused client

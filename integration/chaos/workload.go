@@ -108,7 +108,12 @@ func newWorkload(cfg workloadConfig) *workload {
 	}
 	for i := range cfg.Maps {
 		name := fmt.Sprintf("svc-%04d", i)
-		st := &mapState{ref: mapRef{Namespace: cfg.Namespace, Name: name, Service: name, Clusters: clusters}, drains: map[string]string{}}
+		ref := mapRef{Namespace: cfg.Namespace, Name: name, Service: name, Clusters: clusters,
+			Hostname: templateHost(name, cfg.Namespace), Endpoints: map[string]string{}}
+		for _, c := range clusters {
+			ref.Endpoints[c] = entryEndpoint(name, c)
+		}
+		st := &mapState{ref: ref, drains: map[string]string{}}
 		for range clusters {
 			st.weights = append(st.weights, int32(1+cfg.RNG.IntN(10)))
 		}
@@ -119,6 +124,11 @@ func newWorkload(cfg workloadConfig) *workload {
 }
 
 func clusterName(j int) string { return fmt.Sprintf("worker-%d", j) }
+
+// entryEndpoint is the endpoint URL of the entry for cluster of map name.
+func entryEndpoint(name, cluster string) string {
+	return fmt.Sprintf("https://%s.%s.example.com", name, cluster)
+}
 
 // Maps returns every chaos map; names are stable (a deleted map is created again under its
 // name later). The slice is shared: do not modify it.
@@ -211,7 +221,7 @@ func routeEntries(st *mapState, spec *v1beta1.TrafficMapSpec) {
 	spec.Entries = spec.Entries[:0]
 	for j, c := range st.ref.Clusters {
 		e := v1beta1.TrafficMapEntry{Cluster: c, Weight: st.weights[j], Healthy: true,
-			Endpoint: fmt.Sprintf("https://%s.%s.example.com", st.ref.Name, c)}
+			Endpoint: entryEndpoint(st.ref.Name, c)}
 		for _, id := range slices.Sorted(maps.Keys(st.drains)) {
 			if st.drains[id] == c {
 				e.DrainRefs = append(e.DrainRefs, id)

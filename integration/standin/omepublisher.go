@@ -10,14 +10,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
+	omeac "github.com/trafficmap/publisher/api/client/applyconfiguration/api/v1beta1"
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
-	"github.com/trafficmap/publisher/model/statusapply"
 )
 
 // OMEFieldManager is the field manager of OME's publisher writes.
@@ -89,14 +90,27 @@ func (o OMEPublisher) Publish(ctx context.Context, ns, name, host string) (*gwap
 	if err != nil {
 		return nil, fmt.Errorf("create httproute %s: %w", route.Name, err)
 	}
-	journal := &v1beta1.TrafficMapPublisherStatus{PublisherName: "gatewayapi", ClaimedTargets: []string{"v1:httproute:" + ns + "/" + route.Name},
-		ObservedOptionsDigest: "sha256:" + strings.Repeat("0", 64)}
-	ref := &v1beta1.TrafficMapGatewayRef{Group: gwapiv1.GroupName, Kind: "HTTPRoute", Namespace: ns, Name: route.Name}
-	cond := metav1.Condition{Type: v1beta1.ConditionPublished, Status: metav1.ConditionTrue, Reason: "Published",
-		Message: `TrafficMap is published by publisher "gatewayapi"`, ObservedGeneration: tm.Generation, LastTransitionTime: metav1.Now()}
-	ac := statusapply.Apply(tm, true, tm.Generation, ref, &cond, journal)
-	if _, err := o.Maps.OmeV1beta1().TrafficMaps(ns).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: OMEFieldManager, Force: true}); err != nil {
+	if _, err := o.Maps.OmeV1beta1().TrafficMaps(ns).ApplyStatus(ctx, omeStatus(tm, route.Name), metav1.ApplyOptions{FieldManager: OMEFieldManager, Force: true}); err != nil {
 		return nil, fmt.Errorf("apply trafficmap %s/%s status: %w", ns, name, err)
 	}
 	return stored, nil
+}
+
+// omeStatus is the status OME's publisher writes for tm published as route: published, the
+// Published condition True, the observed generation, the gateway reference and the claim
+// journal, at tm's resourceVersion. It is built here rather than by the publisher's
+// model/statusapply, so that the chaos harness, which imports this package, depends on no
+// package of the publisher it checks (integration/chaos/deps_test.go).
+func omeStatus(tm *v1beta1.TrafficMap, route string) *omeac.TrafficMapApplyConfiguration {
+	cond := metav1ac.Condition().WithType(v1beta1.ConditionPublished).WithStatus(metav1.ConditionTrue).WithReason("Published").
+		WithMessage(`TrafficMap is published by publisher "gatewayapi"`).WithObservedGeneration(tm.Generation).WithLastTransitionTime(metav1.Now())
+	st := omeac.TrafficMapStatus().WithPublished(true).WithConditions(cond).WithObservedTrafficMapGeneration(tm.Generation).
+		WithGatewayRef(omeac.TrafficMapGatewayRef().WithGroup(gwapiv1.GroupName).WithKind("HTTPRoute").WithNamespace(tm.Namespace).WithName(route)).
+		WithPublisher(omeac.TrafficMapPublisherStatus().WithPublisherName("gatewayapi").
+			WithClaimedTargets("v1:httproute:" + tm.Namespace + "/" + route).WithObservedOptionsDigest("sha256:" + strings.Repeat("0", 64)))
+	ac := omeac.TrafficMap(tm.Name, tm.Namespace).WithStatus(st)
+	if tm.ResourceVersion != "" {
+		ac.WithResourceVersion(tm.ResourceVersion)
+	}
+	return ac
 }
