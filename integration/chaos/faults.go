@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -24,15 +25,16 @@ const (
 	faultNACK          = "xds client NACKs (2 KB node id, 6 KB NACK text)"
 	faultGatewaySlow   = "slow gateway acceptance"
 	faultStatusWrite   = "status write conflict (foreign field manager)"
+	faultXDSPartition  = "xds client partitioned from its replica (stream left open)"
 )
 
 var faultKinds = []string{faultPublisherKill, faultLeaderKill, faultAPIRestart, faultAPIStall,
-	faultDisconnect, faultFreeze, faultNACK, faultGatewaySlow, faultStatusWrite}
+	faultDisconnect, faultFreeze, faultXDSPartition, faultNACK, faultGatewaySlow, faultStatusWrite}
 
 // roundRobinKinds is the order of a round-robin schedule (the smoke run): the process faults
-// three apart, so that with an interval above a restart's length none is skipped.
+// three apart, so that with an interval above a restart's length none waits long for another.
 var roundRobinKinds = []string{faultPublisherKill, faultDisconnect, faultFreeze, faultAPIRestart, faultNACK,
-	faultGatewaySlow, faultLeaderKill, faultStatusWrite, faultAPIStall}
+	faultGatewaySlow, faultLeaderKill, faultStatusWrite, faultAPIStall, faultXDSPartition}
 
 // leaderStall is how long a frozen leader stays stopped: past the replicas' 4 s lease, so
 // another replica leads meanwhile and the frozen one resumes as a deposed leader.
@@ -53,8 +55,9 @@ type faults struct {
 	rng      *rand.Rand
 	cp       *controlPlane
 	replicas *replicaSet
-	probes   []*probe // the checker's probes (disconnect, freeze)
-	nacker   *probe   // the probe with the 2 KB node id and 6 KB NACK text
+	probes   []*probe             // the checker's probes (disconnect, freeze)
+	nacker   *probe               // the probe with the 2 KB node id and 6 KB NACK text
+	links    map[*probe]*tcpProxy // the probes' proxies to their replicas (partition)
 	gateway  *standin.Gateway
 	routing  standin.Routing
 	maps     func() []mapRef
@@ -124,6 +127,7 @@ func (f *faults) inject(ctx context.Context, kind string, d time.Duration, pick 
 	f.mu.Unlock()
 }
 
+// processFault: kind stops a replica or the API server.
 func processFault(kind string) bool {
 	return kind == faultPublisherKill || kind == faultLeaderKill || kind == faultAPIRestart || kind == faultAPIStall
 }
@@ -163,6 +167,14 @@ func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick i
 		return fmt.Sprintf("gateway paused %s", d.Round(time.Millisecond)), nil
 	case faultStatusWrite:
 		return f.foreignStatus(ctx, pick)
+	case faultXDSPartition:
+		p := f.probes[pick%len(f.probes)]
+		link := f.links[p]
+		if link == nil {
+			return "probe " + p.ID(), errors.New("the probe has no proxy")
+		}
+		link.Blackhole(ctx, d)
+		return fmt.Sprintf("probe %s cut off %s", p.ID(), d.Round(time.Millisecond)), nil
 	}
 	return "", fmt.Errorf("unknown fault %q", kind)
 }
