@@ -6,10 +6,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/trafficmap/publisher/integration/standin"
 )
@@ -26,15 +33,26 @@ const (
 	faultGatewaySlow   = "slow gateway acceptance"
 	faultStatusWrite   = "status write conflict (foreign field manager)"
 	faultXDSPartition  = "xds client partitioned from its replica (stream left open)"
+	faultForeignEdit   = "foreign edits of a route's weight and a Service's spec"
 )
 
 var faultKinds = []string{faultPublisherKill, faultLeaderKill, faultAPIRestart, faultAPIStall,
-	faultDisconnect, faultFreeze, faultXDSPartition, faultNACK, faultGatewaySlow, faultStatusWrite}
+	faultDisconnect, faultFreeze, faultXDSPartition, faultNACK, faultGatewaySlow, faultStatusWrite, faultForeignEdit}
 
 // roundRobinKinds is the order of a round-robin schedule (the smoke run): the process faults
 // three apart, so that with an interval above a restart's length none waits long for another.
 var roundRobinKinds = []string{faultPublisherKill, faultDisconnect, faultFreeze, faultAPIRestart, faultNACK,
-	faultGatewaySlow, faultLeaderKill, faultStatusWrite, faultAPIStall, faultXDSPartition}
+	faultGatewaySlow, faultLeaderKill, faultStatusWrite, faultAPIStall, faultXDSPartition, faultForeignEdit}
+
+// foreignManager is the field manager of the foreign edits; foreignWeight and
+// foreignHost are what they write (no map's own weight or endpoint).
+const (
+	foreignManager = "chaos-foreign"
+	foreignWeight  = 777777
+	foreignHost    = "foreign.chaos.invalid"
+	// restoreWithin bounds the wait for the publisher to restore a foreign edit.
+	restoreWithin = 30 * time.Second
+)
 
 // leaderStall is how long a frozen leader stays stopped: past the replicas' 4 s lease, so
 // another replica leads meanwhile and the frozen one resumes as a deposed leader.
@@ -59,6 +77,8 @@ type faults struct {
 	nacker   *probe               // the probe with the 2 KB node id and 6 KB NACK text
 	links    map[*probe]*tcpProxy // the probes' proxies to their replicas (partition)
 	gateway  *standin.Gateway
+	kube     kubernetes.Interface
+	gw       gwclient.Interface
 	routing  standin.Routing
 	maps     func() []mapRef
 	logf     func(string, ...any)
@@ -175,6 +195,8 @@ func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick i
 		}
 		link.Blackhole(ctx, d)
 		return fmt.Sprintf("probe %s cut off %s", p.ID(), d.Round(time.Millisecond)), nil
+	case faultForeignEdit:
+		return f.foreignEdit(ctx, pick)
 	}
 	return "", fmt.Errorf("unknown fault %q", kind)
 }
@@ -259,6 +281,138 @@ func (f *faults) foreignStatus(ctx context.Context, pick int) (string, error) {
 		return fmt.Sprintf("%d maps", n), fmt.Errorf("foreign status writes: %v", errs)
 	}
 	return fmt.Sprintf("%d maps", n), nil
+}
+
+// pickMap returns one map and its HTTPRoute (the publisher's, found by its labels); nil
+// when there is none (no maps, or the map has no route now).
+func (f *faults) pickMap(ctx context.Context, pick int) (mapRef, *gwapiv1.HTTPRoute, error) {
+	maps := f.maps()
+	if len(maps) == 0 {
+		return mapRef{}, nil, nil
+	}
+	m := maps[pick%len(maps)]
+	routes, err := f.gw.GatewayV1().HTTPRoutes(m.Namespace).List(ctx, metav1.ListOptions{LabelSelector: mapSelector(m)})
+	if err != nil || len(routes.Items) == 0 {
+		return m, nil, err
+	}
+	return m, &routes.Items[0], nil
+}
+
+func mapSelector(m mapRef) string {
+	return labelSourceNamespace + "=" + m.Namespace + "," + labelSourceName + "=" + m.Name
+}
+
+// foreignEdit has another field manager set one map's first backend weight to
+// foreignWeight and one of its Services' ExternalName to foreignHost (its port, when it has
+// no ExternalName), then waits up to restoreWithin for the publisher to restore both.
+func (f *faults) foreignEdit(ctx context.Context, pick int) (string, error) {
+	m, route, err := f.pickMap(ctx, pick)
+	if route == nil {
+		return "", err
+	}
+	var edited []string
+	var errs []error
+	routes := f.gw.GatewayV1().HTTPRoutes(route.Namespace)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		r, err := routes.Get(ctx, route.Name, metav1.GetOptions{})
+		if err != nil || len(r.Spec.Rules) == 0 || len(r.Spec.Rules[0].BackendRefs) == 0 {
+			return err
+		}
+		r.Spec.Rules[0].BackendRefs[0].Weight = ptr.To[int32](foreignWeight)
+		_, err = routes.Update(ctx, r, metav1.UpdateOptions{FieldManager: foreignManager})
+		return err
+	})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("edit route %s: %w", route.Name, err))
+	} else {
+		edited = append(edited, "route "+route.Name)
+	}
+	var svcName string
+	var svcPort int32 // the port written, when the edit is of the port
+	svcs := f.kube.CoreV1().Services(m.Namespace)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		list, err := svcs.List(ctx, metav1.ListOptions{LabelSelector: mapSelector(m)})
+		if err != nil || len(list.Items) == 0 {
+			return err
+		}
+		s := list.Items[(pick/3)%len(list.Items)]
+		svcName = s.Name
+		if s.Spec.ExternalName != "" {
+			s.Spec.ExternalName = foreignHost
+		} else if len(s.Spec.Ports) > 0 {
+			svcPort = foreignPort(s.Spec.Ports[0].Port)
+			s.Spec.Ports[0].Port = svcPort
+		}
+		_, err = svcs.Update(ctx, &s, metav1.UpdateOptions{FieldManager: foreignManager})
+		return err
+	})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("edit service %s: %w", svcName, err))
+	} else if svcName != "" {
+		edited = append(edited, "service "+svcName)
+	}
+	if len(edited) == 0 {
+		return "", errors.Join(errs...)
+	}
+	start := time.Now()
+	restored := map[string]time.Duration{}
+	for len(restored) < len(edited) && time.Since(start) < restoreWithin && ctx.Err() == nil {
+		sleep(ctx, 100*time.Millisecond)
+		for _, what := range edited {
+			if _, ok := restored[what]; !ok && f.restored(ctx, route.Namespace, what, svcPort) {
+				restored[what] = time.Since(start)
+			}
+		}
+	}
+	parts := make([]string, 0, len(edited))
+	for _, what := range edited {
+		if t, ok := restored[what]; ok {
+			parts = append(parts, fmt.Sprintf("%s restored after %s", what, t.Round(10*time.Millisecond)))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s not restored within %s", what, restoreWithin))
+			errs = append(errs, fmt.Errorf("%s not restored within %s", what, restoreWithin))
+		}
+	}
+	return fmt.Sprintf("map %s: %s", m.Key(), strings.Join(parts, ", ")), errors.Join(errs...)
+}
+
+// foreignPort is a port that is not p.
+func foreignPort(p int32) int32 {
+	if p == 65535 {
+		return 1
+	}
+	return p + 1
+}
+
+// restored: the foreign edit of what ("route NAME" or "service NAME", whose port the edit
+// set to port unless 0) is gone (the object too counts: the map was deleted).
+func (f *faults) restored(ctx context.Context, ns, what string, port int32) bool {
+	kind, name, _ := strings.Cut(what, " ")
+	if kind == "route" {
+		r, err := f.gw.GatewayV1().HTTPRoutes(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+		for _, rule := range r.Spec.Rules {
+			for _, b := range rule.BackendRefs {
+				if ptr.Deref(b.Weight, 1) == foreignWeight {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	s, err := f.kube.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true
+	}
+	if err != nil || s.Spec.ExternalName == foreignHost {
+		return false
+	}
+	return port == 0 || len(s.Spec.Ports) == 0 || s.Spec.Ports[0].Port != port
 }
 
 // Log returns the injections so far.

@@ -186,7 +186,7 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	}
 	defer fleet.closeLinks()
 	f := &faults{rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), cp: cp, replicas: replicas, probes: fleet.checked,
-		nacker: fleet.nacker, links: fleet.links, gateway: gateway, routing: standin.Routing{Client: cl.ome}, maps: w.Maps, logf: logf, stable: "c", roundRobin: o.roundRobin}
+		nacker: fleet.nacker, links: fleet.links, gateway: gateway, kube: cl.kube, gw: cl.gw, routing: standin.Routing{Client: cl.ome}, maps: w.Maps, logf: logf, stable: "c", roundRobin: o.roundRobin}
 	chk := newChecker(checkerConfig{OME: cl.ome, Kube: cl.kube, Gateway: cl.gw, Dynamic: cl.dyn,
 		Namespaces: []string{nsChaos, nsRival}, GatewayNS: nsGateway, GatewayName: gwName, HostTemplate: hostTmpl,
 		Probes: func() []*probe { return fleet.checked }, ProbeMaps: fleet.subscribes, Lag: f.lagAt, Logf: logf})
