@@ -34,15 +34,16 @@ const (
 	faultStatusWrite   = "status write conflict (foreign field manager)"
 	faultXDSPartition  = "xds client partitioned from its replica (stream left open)"
 	faultForeignEdit   = "foreign edits of a route's weight and a Service's spec"
+	faultCompaction    = "etcd compaction, then kube-apiserver restart"
 )
 
-var faultKinds = []string{faultPublisherKill, faultLeaderKill, faultAPIRestart, faultAPIStall,
+var faultKinds = []string{faultPublisherKill, faultLeaderKill, faultAPIRestart, faultAPIStall, faultCompaction,
 	faultDisconnect, faultFreeze, faultXDSPartition, faultNACK, faultGatewaySlow, faultStatusWrite, faultForeignEdit}
 
 // roundRobinKinds is the order of a round-robin schedule (the smoke run): the process faults
 // three apart, so that with an interval above a restart's length none waits long for another.
 var roundRobinKinds = []string{faultPublisherKill, faultDisconnect, faultFreeze, faultAPIRestart, faultNACK,
-	faultGatewaySlow, faultLeaderKill, faultStatusWrite, faultAPIStall, faultXDSPartition, faultForeignEdit}
+	faultGatewaySlow, faultLeaderKill, faultStatusWrite, faultAPIStall, faultXDSPartition, faultForeignEdit, faultCompaction}
 
 // foreignManager is the field manager of the foreign edits; foreignWeight and
 // foreignHost are what they write (no map's own weight or endpoint).
@@ -149,7 +150,8 @@ func (f *faults) inject(ctx context.Context, kind string, d time.Duration, pick 
 
 // processFault: kind stops a replica or the API server.
 func processFault(kind string) bool {
-	return kind == faultPublisherKill || kind == faultLeaderKill || kind == faultAPIRestart || kind == faultAPIStall
+	return kind == faultPublisherKill || kind == faultLeaderKill || kind == faultAPIRestart || kind == faultAPIStall ||
+		kind == faultCompaction
 }
 
 func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick int) (string, error) {
@@ -187,6 +189,9 @@ func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick i
 		return fmt.Sprintf("gateway paused %s", d.Round(time.Millisecond)), nil
 	case faultStatusWrite:
 		return f.foreignStatus(ctx, pick)
+	case faultCompaction:
+		rev, err := f.cp.CompactAndRestartAPIServer(ctx)
+		return fmt.Sprintf("etcd compacted to revision %d, apiserver stopped and started", rev), err
 	case faultXDSPartition:
 		p := f.probes[pick%len(f.probes)]
 		link := f.links[p]
@@ -428,7 +433,7 @@ func (f *faults) Log() []injection {
 func (f *faults) lagAt(t time.Time) time.Duration {
 	lag := 2 * time.Second
 	for _, in := range f.Log() {
-		if in.Kind != faultAPIRestart && in.Kind != faultAPIStall {
+		if in.Kind != faultAPIRestart && in.Kind != faultAPIStall && in.Kind != faultCompaction {
 			continue
 		}
 		if in.Start.Before(t) && t.Sub(in.End) < 30*time.Second {
@@ -448,7 +453,7 @@ func (f *faults) outage(t time.Time) time.Duration {
 			continue
 		}
 		switch in.Kind {
-		case faultAPIRestart, faultAPIStall:
+		case faultAPIRestart, faultAPIStall, faultCompaction:
 			d += in.End.Sub(in.Start)
 		case faultLeaderKill, faultPublisherKill:
 			d += in.End.Sub(in.Start) + 4*time.Second
