@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -239,6 +241,29 @@ func etcdPost(ctx context.Context, url, body string, out any) error {
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
 		return fmt.Errorf("decode answer of %s: %w", url, err)
+	}
+	return nil
+}
+
+// APIServerAddr is kube-apiserver's host:port (the same across restarts).
+func (c *controlPlane) APIServerAddr() string {
+	s := c.env.ControlPlane.GetAPIServer().SecureServing
+	return net.JoinHostPort(s.Address, s.Port)
+}
+
+// KubeconfigVia writes a copy of the admin kubeconfig to path whose server is
+// https://addr (a proxy in front of the API server; the certificate names 127.0.0.1, so
+// addr must be on it).
+func (c *controlPlane) KubeconfigVia(path, addr string) error {
+	cfg, err := clientcmd.LoadFromFile(c.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("load admin kubeconfig: %w", err)
+	}
+	for _, cluster := range cfg.Clusters {
+		cluster.Server = "https://" + addr
+	}
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("write kubeconfig %s: %w", path, err)
 	}
 	return nil
 }

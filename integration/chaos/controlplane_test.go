@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -82,8 +83,8 @@ func TestControlPlaneRestartAndStall(t *testing.T) {
 }
 
 // After a compaction and restart, a watch from a revision before the compaction is 410
-// Gone.
-func TestControlPlaneCompaction(t *testing.T) {
+// Gone; a kubeconfig through a proxy works, and not while the proxy blackholes.
+func TestControlPlaneCompactionAndProxy(t *testing.T) {
 	cp := newControlPlane(t)
 	ctx := t.Context()
 	kube := kubernetes.NewForConfigOrDie(cp.RESTConfig())
@@ -107,4 +108,24 @@ func TestControlPlaneCompaction(t *testing.T) {
 		}
 	}
 	assert.True(t, apierrors.IsResourceExpired(err) || apierrors.IsGone(err), "want 410 Gone, got %v", err)
+
+	p, err := startTCPProxy(cp.APIServerAddr)
+	require.NoError(t, err)
+	defer p.Close()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, cp.KubeconfigVia(path, p.Addr()))
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	require.NoError(t, err)
+	cfg.Timeout = time.Second
+	via := kubernetes.NewForConfigOrDie(cfg)
+	_, err = via.CoreV1().ConfigMaps("default").Get(ctx, "new", metav1.GetOptions{})
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() { defer close(done); p.Blackhole(ctx, 2*time.Second) }()
+	time.Sleep(100 * time.Millisecond)
+	_, err = via.CoreV1().ConfigMaps("default").Get(ctx, "new", metav1.GetOptions{})
+	assert.Error(t, err, "no answer while cut off")
+	<-done
+	_, err = via.CoreV1().ConfigMaps("default").Get(ctx, "new", metav1.GetOptions{})
+	assert.NoError(t, err, "answers again once healed")
 }

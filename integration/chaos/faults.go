@@ -35,15 +35,18 @@ const (
 	faultXDSPartition  = "xds client partitioned from its replica (stream left open)"
 	faultForeignEdit   = "foreign edits of a route's weight and a Service's spec"
 	faultCompaction    = "etcd compaction, then kube-apiserver restart"
+	faultAPIPartition  = "replica partitioned from the kube-apiserver"
 )
 
 var faultKinds = []string{faultPublisherKill, faultLeaderKill, faultAPIRestart, faultAPIStall, faultCompaction,
-	faultDisconnect, faultFreeze, faultXDSPartition, faultNACK, faultGatewaySlow, faultStatusWrite, faultForeignEdit}
+	faultAPIPartition, faultDisconnect, faultFreeze, faultXDSPartition, faultNACK, faultGatewaySlow,
+	faultStatusWrite, faultForeignEdit}
 
 // roundRobinKinds is the order of a round-robin schedule (the smoke run): the process faults
 // three apart, so that with an interval above a restart's length none waits long for another.
 var roundRobinKinds = []string{faultPublisherKill, faultDisconnect, faultFreeze, faultAPIRestart, faultNACK,
-	faultGatewaySlow, faultLeaderKill, faultStatusWrite, faultAPIStall, faultXDSPartition, faultForeignEdit, faultCompaction}
+	faultGatewaySlow, faultLeaderKill, faultStatusWrite, faultAPIStall, faultXDSPartition, faultForeignEdit, faultCompaction,
+	faultAPIPartition}
 
 // foreignManager is the field manager of the foreign edits; foreignWeight and
 // foreignHost are what they write (no map's own weight or endpoint).
@@ -55,6 +58,12 @@ const (
 	restoreWithin = 30 * time.Second
 )
 
+// leaderChange is what a leader change adds to a fault's own length before the new leader
+// can retract a True: the old leader's lease expiring, then the new leader still counting
+// the old one's clients (--xds-peer-grace) and waiting for reconnecting ones
+// (--xds-reconnect-grace).
+const leaderChange = leaseDuration + xdsPeerGrace + xdsReconnectGrace
+
 // leaderStall is how long a frozen leader stays stopped: past the replicas' 4 s lease, so
 // another replica leads meanwhile and the frozen one resumes as a deposed leader.
 const leaderStall = 7 * time.Second
@@ -65,6 +74,9 @@ type injection struct {
 	Start, End time.Time
 	Detail     string
 	Err        string
+	// Leader: the fault was on the leader (an API server partition), so it cost a leader
+	// change.
+	Leader bool
 }
 
 // faults runs the schedule: one fault every interval, picked at random; faults on the
@@ -133,7 +145,7 @@ func (f *faults) inject(ctx context.Context, kind string, d time.Duration, pick 
 	}
 	in := injection{Kind: kind, Start: time.Now()}
 	f.logf("fault %s: start", kind)
-	detail, err := f.apply(ctx, kind, d, pick)
+	detail, err := f.apply(ctx, kind, d, pick, &in)
 	f.logf("fault %s: over after %s: %s", kind, time.Since(in.Start).Round(time.Millisecond), detail)
 	in.End, in.Detail = time.Now(), detail
 	if err != nil {
@@ -154,7 +166,8 @@ func processFault(kind string) bool {
 		kind == faultCompaction
 }
 
-func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick int) (string, error) {
+// apply injects one fault and undoes it; it notes in in what the outage bounds need.
+func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick int, in *injection) (string, error) {
 	switch kind {
 	case faultPublisherKill, faultLeaderKill:
 		return f.kill(ctx, kind, d, pick)
@@ -200,6 +213,8 @@ func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick i
 		}
 		link.Blackhole(ctx, d)
 		return fmt.Sprintf("probe %s cut off %s", p.ID(), d.Round(time.Millisecond)), nil
+	case faultAPIPartition:
+		return f.partitionReplica(ctx, d, pick, in)
 	case faultForeignEdit:
 		return f.foreignEdit(ctx, pick)
 	}
@@ -286,6 +301,37 @@ func (f *faults) foreignStatus(ctx context.Context, pick int) (string, error) {
 		return fmt.Sprintf("%d maps", n), fmt.Errorf("foreign status writes: %v", errs)
 	}
 	return fmt.Sprintf("%d maps", n), nil
+}
+
+// partitionReplica cuts a replica off the API server for d: the leader for an even pick
+// (noted in in), else another running one.
+func (f *faults) partitionReplica(ctx context.Context, d time.Duration, pick int, in *injection) (string, error) {
+	leader, err := f.liveLeader(ctx)
+	if err != nil {
+		return "", err
+	}
+	target := leader
+	if pick%2 == 1 || leader == "" {
+		var others []string
+		for _, n := range f.replicas.Names() {
+			if n != leader && f.replicas.Up(n) {
+				others = append(others, n)
+			}
+		}
+		if len(others) == 0 {
+			return "", nil
+		}
+		target = others[(pick/2)%len(others)]
+	}
+	in.Leader = target == leader
+	role := "follower"
+	if in.Leader {
+		role = "leader"
+	}
+	if err := f.replicas.PartitionFromAPIServer(ctx, target, d); err != nil {
+		return "replica " + target, err
+	}
+	return fmt.Sprintf("%s %s cut off %s", role, target, d.Round(time.Millisecond)), nil
 }
 
 // pickMap returns one map and its HTTPRoute (the publisher's, found by its labels); nil
@@ -444,19 +490,30 @@ func (f *faults) lagAt(t time.Time) time.Duration {
 }
 
 // outage is how long, from t on within retractWithin, the API server or the leader could
-// not write: the length of every apiserver restart or stall and every leader change that
-// overlaps [t, t+retractWithin], plus the replicas' 4 s lease for a leader change.
+// not write: the length of every fault on the API server or a replica's way to it and
+// every kill that overlaps [t, t+retractWithin], plus leaderChange for each that may have
+// changed the leader: a kill (of the leader, or of a replica that may lead), an API server
+// outage past the renew deadline, the leader's partition.
 func (f *faults) outage(t time.Time) time.Duration {
 	var d time.Duration
 	for _, in := range f.Log() {
 		if in.Start.After(t.Add(retractWithin)) || in.End.Before(t) {
 			continue
 		}
+		length := in.End.Sub(in.Start)
 		switch in.Kind {
 		case faultAPIRestart, faultAPIStall, faultCompaction:
-			d += in.End.Sub(in.Start)
+			d += length
+			if length > renewDeadline {
+				d += leaderChange
+			}
 		case faultLeaderKill, faultPublisherKill:
-			d += in.End.Sub(in.Start) + 4*time.Second
+			d += length + leaderChange
+		case faultAPIPartition:
+			d += length
+			if in.Leader {
+				d += leaderChange
+			}
 		}
 	}
 	return d
