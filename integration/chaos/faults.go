@@ -36,17 +36,18 @@ const (
 	faultForeignEdit   = "foreign edits of a route's weight and a Service's spec"
 	faultCompaction    = "etcd compaction, then kube-apiserver restart"
 	faultAPIPartition  = "replica partitioned from the kube-apiserver"
+	faultGatewayReject = "gateway rejects a route"
 )
 
 var faultKinds = []string{faultPublisherKill, faultLeaderKill, faultAPIRestart, faultAPIStall, faultCompaction,
 	faultAPIPartition, faultDisconnect, faultFreeze, faultXDSPartition, faultNACK, faultGatewaySlow,
-	faultStatusWrite, faultForeignEdit}
+	faultGatewayReject, faultStatusWrite, faultForeignEdit}
 
 // roundRobinKinds is the order of a round-robin schedule (the smoke run): the process faults
 // three apart, so that with an interval above a restart's length none waits long for another.
-var roundRobinKinds = []string{faultPublisherKill, faultDisconnect, faultFreeze, faultAPIRestart, faultNACK,
-	faultGatewaySlow, faultLeaderKill, faultStatusWrite, faultAPIStall, faultXDSPartition, faultForeignEdit, faultCompaction,
-	faultAPIPartition}
+var roundRobinKinds = []string{faultPublisherKill, faultDisconnect, faultXDSPartition, faultAPIRestart, faultFreeze,
+	faultForeignEdit, faultLeaderKill, faultNACK, faultAPIPartition, faultAPIStall, faultGatewaySlow,
+	faultGatewayReject, faultCompaction, faultStatusWrite}
 
 // foreignManager is the field manager of the foreign edits; foreignWeight and
 // foreignHost are what they write (no map's own weight or endpoint).
@@ -215,6 +216,8 @@ func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick i
 		return fmt.Sprintf("probe %s cut off %s", p.ID(), d.Round(time.Millisecond)), nil
 	case faultAPIPartition:
 		return f.partitionReplica(ctx, d, pick, in)
+	case faultGatewayReject:
+		return f.reject(ctx, d, pick)
 	case faultForeignEdit:
 		return f.foreignEdit(ctx, pick)
 	}
@@ -351,6 +354,18 @@ func (f *faults) pickMap(ctx context.Context, pick int) (mapRef, *gwapiv1.HTTPRo
 
 func mapSelector(m mapRef) string {
 	return labelSourceNamespace + "=" + m.Namespace + "," + labelSourceName + "=" + m.Name
+}
+
+// reject makes the gateway refuse one map's route for d.
+func (f *faults) reject(ctx context.Context, d time.Duration, pick int) (string, error) {
+	m, route, err := f.pickMap(ctx, pick)
+	if route == nil {
+		return "", err
+	}
+	f.gateway.Reject(route.Namespace, route.Name)
+	sleep(ctx, d)
+	f.gateway.Accept(route.Namespace, route.Name)
+	return fmt.Sprintf("map %s: route %s rejected %s", m.Key(), route.Name, d.Round(time.Millisecond)), nil
 }
 
 // foreignEdit has another field manager set one map's first backend weight to
