@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +21,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -172,6 +177,95 @@ func (c *controlPlane) StallAPIServer(ctx context.Context, d time.Duration) erro
 		return fmt.Errorf("resume kube-apiserver (pid %d): %w", pid, err)
 	}
 	return waitErr
+}
+
+// CompactAndRestartAPIServer compacts etcd to its current revision (through etcd's gRPC
+// gateway), so that no watch can resume below it, then restarts kube-apiserver
+// (RestartAPIServer): every watch comes back 410 Gone and relists. It returns the revision.
+func (c *controlPlane) CompactAndRestartAPIServer(ctx context.Context) (int64, error) {
+	rev, err := c.compactEtcd(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return rev, c.RestartAPIServer(ctx)
+}
+
+// compactEtcd reads etcd's current revision (a range's response header) and compacts to it.
+func (c *controlPlane) compactEtcd(ctx context.Context) (int64, error) {
+	base := c.env.ControlPlane.Etcd.URL
+	if base == nil {
+		return 0, errors.New("etcd has no client url")
+	}
+	var head struct {
+		Header struct {
+			Revision string `json:"revision"`
+		} `json:"header"`
+	}
+	// Key "/" (base64 "Lw=="), counted only: the header carries the store's revision.
+	if err := etcdPost(ctx, base.String()+"/v3/kv/range", `{"key":"Lw==","count_only":true}`, &head); err != nil {
+		return 0, err
+	}
+	rev, err := strconv.ParseInt(head.Header.Revision, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("etcd revision %q: %w", head.Header.Revision, err)
+	}
+	body := fmt.Sprintf(`{"revision":"%d","physical":true}`, rev)
+	if err := etcdPost(ctx, base.String()+"/v3/kv/compaction", body, nil); err != nil {
+		return rev, err
+	}
+	return rev, nil
+}
+
+// etcdPost posts body to url (etcd's gRPC gateway) and decodes the JSON answer into out
+// (when not nil).
+func etcdPost(ctx context.Context, url, body string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("etcd request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("post %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("read answer of %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("post %s: %s: %s", url, resp.Status, bytes.TrimSpace(raw))
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("decode answer of %s: %w", url, err)
+	}
+	return nil
+}
+
+// APIServerAddr is kube-apiserver's host:port (the same across restarts).
+func (c *controlPlane) APIServerAddr() string {
+	s := c.env.ControlPlane.GetAPIServer().SecureServing
+	return net.JoinHostPort(s.Address, s.Port)
+}
+
+// KubeconfigVia writes a copy of the admin kubeconfig to path whose server is
+// https://addr (a proxy in front of the API server; the certificate names 127.0.0.1, so
+// addr must be on it).
+func (c *controlPlane) KubeconfigVia(path, addr string) error {
+	cfg, err := clientcmd.LoadFromFile(c.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("load admin kubeconfig: %w", err)
+	}
+	for _, cluster := range cfg.Clusters {
+		cluster.Server = "https://" + addr
+	}
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("write kubeconfig %s: %w", path, err)
+	}
+	return nil
 }
 
 // Stop stops kube-apiserver and etcd and closes the control plane's log.

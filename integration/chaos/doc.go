@@ -1,8 +1,9 @@
 // Command chaos proves the Published condition under overlapping faults: it runs randomized
 // drains, undrains, taints, ramps, hostname changes and map deletions on N TrafficMaps while
 // a fault schedule kills and restarts publisher replicas, restarts and stalls the
-// kube-apiserver, disconnects, freezes and NACKs xDS clients, slows the gateway and writes
-// conflicting status, next to adversarial neighbours (another namespace claiming the maps'
+// kube-apiserver (also after an etcd compaction), cuts a replica off the API server,
+// disconnects, freezes, cuts off and NACKs xDS clients, slows the gateway, makes it reject a
+// route, writes conflicting status and edits a route and a Service under another manager, next to adversarial neighbours (another namespace claiming the maps'
 // names, unauthenticated clients, clients that never ACK, oversized node ids and NACK text).
 // An invariant checker that shares no code with the publisher records every Published
 // transition and, at each True, checks it against its own observations; every violation is
@@ -13,9 +14,13 @@
 //
 //   - main.go: flags and the run (setup, workload, fault schedule, settle, final checks);
 //   - controlplane.go: the embedded kube-apiserver and etcd, with the apiserver restart and
-//     stall faults;
+//     stall faults and the etcd compaction;
 //   - replicas.go, certs.go: the publisher replicas (the binary, each its own process, mutual
-//     TLS), SIGKILL and restart, leader lookup, crash and growth accounting;
+//     TLS, each reaching the API server through its own proxy), SIGKILL and restart, leader
+//     lookup, crash and growth accounting;
+//   - tcpproxy.go: the TCP proxy in front of each replica's API server and each checker
+//     probe's replica, which blackholes for the partition faults;
+//   - faults.go: the fault schedule, and the outage bounds the checker allows around it;
 //   - probe.go: protocol-level ADS clients (the checker's eyes on the xDS sink and the
 //     adversarial clients), with the disconnect, freeze and NACK faults;
 //   - workload.go: the randomized operations on the maps and the rival namespace (the

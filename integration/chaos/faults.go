@@ -2,13 +2,21 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/trafficmap/publisher/integration/standin"
 )
@@ -24,15 +32,38 @@ const (
 	faultNACK          = "xds client NACKs (2 KB node id, 6 KB NACK text)"
 	faultGatewaySlow   = "slow gateway acceptance"
 	faultStatusWrite   = "status write conflict (foreign field manager)"
+	faultXDSPartition  = "xds client partitioned from its replica (stream left open)"
+	faultForeignEdit   = "foreign edits of a route's weight and a Service's spec"
+	faultCompaction    = "etcd compaction, then kube-apiserver restart"
+	faultAPIPartition  = "replica partitioned from the kube-apiserver"
+	faultGatewayReject = "gateway rejects a route"
 )
 
-var faultKinds = []string{faultPublisherKill, faultLeaderKill, faultAPIRestart, faultAPIStall,
-	faultDisconnect, faultFreeze, faultNACK, faultGatewaySlow, faultStatusWrite}
+var faultKinds = []string{faultPublisherKill, faultLeaderKill, faultAPIRestart, faultAPIStall, faultCompaction,
+	faultAPIPartition, faultDisconnect, faultFreeze, faultXDSPartition, faultNACK, faultGatewaySlow,
+	faultGatewayReject, faultStatusWrite, faultForeignEdit}
 
 // roundRobinKinds is the order of a round-robin schedule (the smoke run): the process faults
-// three apart, so that with an interval above a restart's length none is skipped.
-var roundRobinKinds = []string{faultPublisherKill, faultDisconnect, faultFreeze, faultAPIRestart, faultNACK,
-	faultGatewaySlow, faultLeaderKill, faultStatusWrite, faultAPIStall}
+// three apart, so that with an interval above a restart's length none waits long for another.
+var roundRobinKinds = []string{faultPublisherKill, faultDisconnect, faultXDSPartition, faultAPIRestart, faultFreeze,
+	faultForeignEdit, faultLeaderKill, faultNACK, faultAPIPartition, faultAPIStall, faultGatewaySlow,
+	faultGatewayReject, faultCompaction, faultStatusWrite}
+
+// foreignManager is the field manager of the foreign edits; foreignWeight and
+// foreignHost are what they write (no map's own weight or endpoint).
+const (
+	foreignManager = "chaos-foreign"
+	foreignWeight  = 777777
+	foreignHost    = "foreign.chaos.invalid"
+	// restoreWithin bounds the wait for the publisher to restore a foreign edit.
+	restoreWithin = 30 * time.Second
+)
+
+// leaderChange is what a leader change adds to a fault's own length before the new leader
+// can retract a True: the old leader's lease expiring, then the new leader still counting
+// the old one's clients (--xds-peer-grace) and waiting for reconnecting ones
+// (--xds-reconnect-grace).
+const leaderChange = leaseDuration + xdsPeerGrace + xdsReconnectGrace
 
 // leaderStall is how long a frozen leader stays stopped: past the replicas' 4 s lease, so
 // another replica leads meanwhile and the frozen one resumes as a deposed leader.
@@ -44,6 +75,9 @@ type injection struct {
 	Start, End time.Time
 	Detail     string
 	Err        string
+	// Leader: the fault was on the leader (an API server partition), so it cost a leader
+	// change.
+	Leader bool
 }
 
 // faults runs the schedule: one fault every interval, picked at random; faults on the
@@ -53,9 +87,12 @@ type faults struct {
 	rng      *rand.Rand
 	cp       *controlPlane
 	replicas *replicaSet
-	probes   []*probe // the checker's probes (disconnect, freeze)
-	nacker   *probe   // the probe with the 2 KB node id and 6 KB NACK text
+	probes   []*probe             // the checker's probes (disconnect, freeze)
+	nacker   *probe               // the probe with the 2 KB node id and 6 KB NACK text
+	links    map[*probe]*tcpProxy // the probes' proxies to their replicas (partition)
 	gateway  *standin.Gateway
+	kube     kubernetes.Interface
+	gw       gwclient.Interface
 	routing  standin.Routing
 	maps     func() []mapRef
 	logf     func(string, ...any)
@@ -109,7 +146,7 @@ func (f *faults) inject(ctx context.Context, kind string, d time.Duration, pick 
 	}
 	in := injection{Kind: kind, Start: time.Now()}
 	f.logf("fault %s: start", kind)
-	detail, err := f.apply(ctx, kind, d, pick)
+	detail, err := f.apply(ctx, kind, d, pick, &in)
 	f.logf("fault %s: over after %s: %s", kind, time.Since(in.Start).Round(time.Millisecond), detail)
 	in.End, in.Detail = time.Now(), detail
 	if err != nil {
@@ -124,11 +161,14 @@ func (f *faults) inject(ctx context.Context, kind string, d time.Duration, pick 
 	f.mu.Unlock()
 }
 
+// processFault: kind stops a replica or the API server.
 func processFault(kind string) bool {
-	return kind == faultPublisherKill || kind == faultLeaderKill || kind == faultAPIRestart || kind == faultAPIStall
+	return kind == faultPublisherKill || kind == faultLeaderKill || kind == faultAPIRestart || kind == faultAPIStall ||
+		kind == faultCompaction
 }
 
-func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick int) (string, error) {
+// apply injects one fault and undoes it; it notes in in what the outage bounds need.
+func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick int, in *injection) (string, error) {
 	switch kind {
 	case faultPublisherKill, faultLeaderKill:
 		return f.kill(ctx, kind, d, pick)
@@ -163,6 +203,23 @@ func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick i
 		return fmt.Sprintf("gateway paused %s", d.Round(time.Millisecond)), nil
 	case faultStatusWrite:
 		return f.foreignStatus(ctx, pick)
+	case faultCompaction:
+		rev, err := f.cp.CompactAndRestartAPIServer(ctx)
+		return fmt.Sprintf("etcd compacted to revision %d, apiserver stopped and started", rev), err
+	case faultXDSPartition:
+		p := f.probes[pick%len(f.probes)]
+		link := f.links[p]
+		if link == nil {
+			return "probe " + p.ID(), errors.New("the probe has no proxy")
+		}
+		link.Blackhole(ctx, d)
+		return fmt.Sprintf("probe %s cut off %s", p.ID(), d.Round(time.Millisecond)), nil
+	case faultAPIPartition:
+		return f.partitionReplica(ctx, d, pick, in)
+	case faultGatewayReject:
+		return f.reject(ctx, d, pick)
+	case faultForeignEdit:
+		return f.foreignEdit(ctx, pick)
 	}
 	return "", fmt.Errorf("unknown fault %q", kind)
 }
@@ -249,6 +306,181 @@ func (f *faults) foreignStatus(ctx context.Context, pick int) (string, error) {
 	return fmt.Sprintf("%d maps", n), nil
 }
 
+// partitionReplica cuts a replica off the API server for d: the leader for an even pick
+// (noted in in), else another running one.
+func (f *faults) partitionReplica(ctx context.Context, d time.Duration, pick int, in *injection) (string, error) {
+	leader, err := f.liveLeader(ctx)
+	if err != nil {
+		return "", err
+	}
+	target := leader
+	if pick%2 == 1 || leader == "" {
+		var others []string
+		for _, n := range f.replicas.Names() {
+			if n != leader && f.replicas.Up(n) {
+				others = append(others, n)
+			}
+		}
+		if len(others) == 0 {
+			return "", nil
+		}
+		target = others[(pick/2)%len(others)]
+	}
+	in.Leader = target == leader
+	role := "follower"
+	if in.Leader {
+		role = "leader"
+	}
+	if err := f.replicas.PartitionFromAPIServer(ctx, target, d); err != nil {
+		return "replica " + target, err
+	}
+	return fmt.Sprintf("%s %s cut off %s", role, target, d.Round(time.Millisecond)), nil
+}
+
+// pickMap returns one map and its HTTPRoute (the publisher's, found by its labels); nil
+// when there is none (no maps, or the map has no route now).
+func (f *faults) pickMap(ctx context.Context, pick int) (mapRef, *gwapiv1.HTTPRoute, error) {
+	maps := f.maps()
+	if len(maps) == 0 {
+		return mapRef{}, nil, nil
+	}
+	m := maps[pick%len(maps)]
+	routes, err := f.gw.GatewayV1().HTTPRoutes(m.Namespace).List(ctx, metav1.ListOptions{LabelSelector: mapSelector(m)})
+	if err != nil || len(routes.Items) == 0 {
+		return m, nil, err
+	}
+	return m, &routes.Items[0], nil
+}
+
+func mapSelector(m mapRef) string {
+	return labelSourceNamespace + "=" + m.Namespace + "," + labelSourceName + "=" + m.Name
+}
+
+// reject makes the gateway refuse one map's route for d.
+func (f *faults) reject(ctx context.Context, d time.Duration, pick int) (string, error) {
+	m, route, err := f.pickMap(ctx, pick)
+	if route == nil {
+		return "", err
+	}
+	f.gateway.Reject(route.Namespace, route.Name)
+	sleep(ctx, d)
+	f.gateway.Accept(route.Namespace, route.Name)
+	return fmt.Sprintf("map %s: route %s rejected %s", m.Key(), route.Name, d.Round(time.Millisecond)), nil
+}
+
+// foreignEdit has another field manager set one map's first backend weight to
+// foreignWeight and one of its Services' ExternalName to foreignHost (its port, when it has
+// no ExternalName), then waits up to restoreWithin for the publisher to restore both.
+func (f *faults) foreignEdit(ctx context.Context, pick int) (string, error) {
+	m, route, err := f.pickMap(ctx, pick)
+	if route == nil {
+		return "", err
+	}
+	var edited []string
+	var errs []error
+	routes := f.gw.GatewayV1().HTTPRoutes(route.Namespace)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		r, err := routes.Get(ctx, route.Name, metav1.GetOptions{})
+		if err != nil || len(r.Spec.Rules) == 0 || len(r.Spec.Rules[0].BackendRefs) == 0 {
+			return err
+		}
+		r.Spec.Rules[0].BackendRefs[0].Weight = ptr.To[int32](foreignWeight)
+		_, err = routes.Update(ctx, r, metav1.UpdateOptions{FieldManager: foreignManager})
+		return err
+	})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("edit route %s: %w", route.Name, err))
+	} else {
+		edited = append(edited, "route "+route.Name)
+	}
+	var svcName string
+	var svcPort int32 // the port written, when the edit is of the port
+	svcs := f.kube.CoreV1().Services(m.Namespace)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		list, err := svcs.List(ctx, metav1.ListOptions{LabelSelector: mapSelector(m)})
+		if err != nil || len(list.Items) == 0 {
+			return err
+		}
+		s := list.Items[(pick/3)%len(list.Items)]
+		svcName = s.Name
+		if s.Spec.ExternalName != "" {
+			s.Spec.ExternalName = foreignHost
+		} else if len(s.Spec.Ports) > 0 {
+			svcPort = foreignPort(s.Spec.Ports[0].Port)
+			s.Spec.Ports[0].Port = svcPort
+		}
+		_, err = svcs.Update(ctx, &s, metav1.UpdateOptions{FieldManager: foreignManager})
+		return err
+	})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("edit service %s: %w", svcName, err))
+	} else if svcName != "" {
+		edited = append(edited, "service "+svcName)
+	}
+	if len(edited) == 0 {
+		return "", errors.Join(errs...)
+	}
+	start := time.Now()
+	restored := map[string]time.Duration{}
+	for len(restored) < len(edited) && time.Since(start) < restoreWithin && ctx.Err() == nil {
+		sleep(ctx, 100*time.Millisecond)
+		for _, what := range edited {
+			if _, ok := restored[what]; !ok && f.restored(ctx, route.Namespace, what, svcPort) {
+				restored[what] = time.Since(start)
+			}
+		}
+	}
+	parts := make([]string, 0, len(edited))
+	for _, what := range edited {
+		if t, ok := restored[what]; ok {
+			parts = append(parts, fmt.Sprintf("%s restored after %s", what, t.Round(10*time.Millisecond)))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s not restored within %s", what, restoreWithin))
+			errs = append(errs, fmt.Errorf("%s not restored within %s", what, restoreWithin))
+		}
+	}
+	return fmt.Sprintf("map %s: %s", m.Key(), strings.Join(parts, ", ")), errors.Join(errs...)
+}
+
+// foreignPort is a port that is not p.
+func foreignPort(p int32) int32 {
+	if p == 65535 {
+		return 1
+	}
+	return p + 1
+}
+
+// restored: the foreign edit of what ("route NAME" or "service NAME", whose port the edit
+// set to port unless 0) is gone (the object too counts: the map was deleted).
+func (f *faults) restored(ctx context.Context, ns, what string, port int32) bool {
+	kind, name, _ := strings.Cut(what, " ")
+	if kind == "route" {
+		r, err := f.gw.GatewayV1().HTTPRoutes(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+		for _, rule := range r.Spec.Rules {
+			for _, b := range rule.BackendRefs {
+				if ptr.Deref(b.Weight, 1) == foreignWeight {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	s, err := f.kube.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true
+	}
+	if err != nil || s.Spec.ExternalName == foreignHost {
+		return false
+	}
+	return port == 0 || len(s.Spec.Ports) == 0 || s.Spec.Ports[0].Port != port
+}
+
 // Log returns the injections so far.
 func (f *faults) Log() []injection {
 	f.mu.Lock()
@@ -262,7 +494,7 @@ func (f *faults) Log() []injection {
 func (f *faults) lagAt(t time.Time) time.Duration {
 	lag := 2 * time.Second
 	for _, in := range f.Log() {
-		if in.Kind != faultAPIRestart && in.Kind != faultAPIStall {
+		if in.Kind != faultAPIRestart && in.Kind != faultAPIStall && in.Kind != faultCompaction {
 			continue
 		}
 		if in.Start.Before(t) && t.Sub(in.End) < 30*time.Second {
@@ -273,19 +505,30 @@ func (f *faults) lagAt(t time.Time) time.Duration {
 }
 
 // outage is how long, from t on within retractWithin, the API server or the leader could
-// not write: the length of every apiserver restart or stall and every leader change that
-// overlaps [t, t+retractWithin], plus the replicas' 4 s lease for a leader change.
+// not write: the length of every fault on the API server or a replica's way to it and
+// every kill that overlaps [t, t+retractWithin], plus leaderChange for each that may have
+// changed the leader: a kill (of the leader, or of a replica that may lead), an API server
+// outage past the renew deadline, the leader's partition.
 func (f *faults) outage(t time.Time) time.Duration {
 	var d time.Duration
 	for _, in := range f.Log() {
 		if in.Start.After(t.Add(retractWithin)) || in.End.Before(t) {
 			continue
 		}
+		length := in.End.Sub(in.Start)
 		switch in.Kind {
-		case faultAPIRestart, faultAPIStall:
-			d += in.End.Sub(in.Start)
+		case faultAPIRestart, faultAPIStall, faultCompaction:
+			d += length
+			if length > renewDeadline {
+				d += leaderChange
+			}
 		case faultLeaderKill, faultPublisherKill:
-			d += in.End.Sub(in.Start) + 4*time.Second
+			d += length + leaderChange
+		case faultAPIPartition:
+			d += length
+			if in.Leader {
+				d += leaderChange
+			}
 		}
 	}
 	return d

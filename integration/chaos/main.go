@@ -188,8 +188,9 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	if err != nil {
 		return nil, err
 	}
+	defer fleet.closeLinks()
 	f := &faults{rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), cp: cp, replicas: replicas, probes: fleet.checked,
-		nacker: fleet.nacker, gateway: gateway, routing: standin.Routing{Client: cl.ome}, maps: w.Maps, logf: logf, stable: "c", roundRobin: o.roundRobin}
+		nacker: fleet.nacker, links: fleet.links, gateway: gateway, kube: cl.kube, gw: cl.gw, routing: standin.Routing{Client: cl.ome}, maps: w.Maps, logf: logf, stable: "c", roundRobin: o.roundRobin}
 	chk := newChecker(checkerConfig{OME: cl.ome, Kube: cl.kube, Gateway: cl.gw, Dynamic: cl.dyn,
 		Namespaces: []string{nsChaos, nsRival}, GatewayNS: nsGateway, GatewayName: gwName, HostTemplate: hostTmpl,
 		Probes: func() []*probe { return fleet.checked }, ProbeMaps: fleet.subscribes, Lag: f.lagAt, Logf: logf})
@@ -321,6 +322,15 @@ type fleetProbes struct {
 	adversaries []*probe
 	anonymous   *probe // no client certificate: refused at the handshake
 	isChecked   map[*probe]bool
+	// links are the checker's probes' TCP proxies to their replicas (the partition fault).
+	links map[*probe]*tcpProxy
+}
+
+// closeLinks closes the checker's probes' proxies.
+func (fp *fleetProbes) closeLinks() {
+	for _, l := range fp.links {
+		_ = l.Close()
+	}
 }
 
 // subscribes: p is a checker probe subscribed to the map key.
@@ -329,7 +339,7 @@ func (fp *fleetProbes) subscribes(p *probe, key string) bool {
 }
 
 func startProbes(ctx context.Context, o options, rng *rand.Rand, pk *pki, replicas *replicaSet, maps []mapRef) (*fleetProbes, error) {
-	fp := &fleetProbes{isChecked: map[*probe]bool{}}
+	fp := &fleetProbes{isChecked: map[*probe]bool{}, links: map[*probe]*tcpProxy{}}
 	tlsFor := func(id string) (*probeConfig, error) {
 		t, err := pk.ClientTLS(id)
 		if err != nil {
@@ -359,16 +369,30 @@ func startProbes(ctx context.Context, o options, rng *rand.Rand, pk *pki, replic
 		}
 		return out
 	}
-	add := func(cfg *probeConfig, checked bool) *probe {
+	// add starts a probe; a checked one dials its replica through a TCP proxy of its own.
+	add := func(cfg *probeConfig, checked bool) (*probe, error) {
+		if !checked {
+			p := newProbe(*cfg)
+			go p.Run(ctx)
+			fp.adversaries = append(fp.adversaries, p)
+			return p, nil
+		}
+		target := cfg.Addr
+		link, err := startTCPProxy(target)
+		if err != nil {
+			return nil, fmt.Errorf("proxy of probe %s: %w", cfg.NodeID, err)
+		}
+		cfg.Addr = func() string {
+			if target() == "" {
+				return ""
+			}
+			return link.Addr()
+		}
 		p := newProbe(*cfg)
 		go p.Run(ctx)
-		if checked {
-			fp.checked = append(fp.checked, p)
-			fp.isChecked[p] = true
-		} else {
-			fp.adversaries = append(fp.adversaries, p)
-		}
-		return p
+		fp.checked = append(fp.checked, p)
+		fp.isChecked[p], fp.links[p] = true, link
+		return p, nil
 	}
 	for i, r := range replicas.Names() {
 		for _, delta := range []bool{false, true} {
@@ -378,7 +402,9 @@ func startProbes(ctx context.Context, o options, rng *rand.Rand, pk *pki, replic
 			}
 			cfg.Maps = subset()
 			cfg.NodeID, cfg.Delta, cfg.Addr = fmt.Sprintf("grpc-%s-%v", r, map[bool]string{false: "sotw", true: "delta"}[delta]), delta, addrFor(r)
-			add(cfg, true)
+			if _, err := add(cfg, true); err != nil {
+				return nil, err
+			}
 		}
 		cfg, err := tlsFor("edge-gateway")
 		if err != nil {
@@ -386,7 +412,9 @@ func startProbes(ctx context.Context, o options, rng *rand.Rand, pk *pki, replic
 		}
 		cfg.NodeID, cfg.Envoy, cfg.Delta, cfg.Addr = "envoy-"+r, true, i%2 == 1, addrFor(r)
 		cfg.Maps = maps // what each map's virtual host and clusters must hold
-		add(cfg, true)
+		if _, err := add(cfg, true); err != nil {
+			return nil, err
+		}
 	}
 	// The nacker: a checked client with a 2 KB node id whose NACKs carry 6 KB of text.
 	cfg, err := tlsFor("chaos-client")
@@ -395,7 +423,9 @@ func startProbes(ctx context.Context, o options, rng *rand.Rand, pk *pki, replic
 	}
 	cfg.Maps = subset()
 	cfg.NodeID, cfg.NACKText, cfg.Addr = "nacker-"+strings.Repeat("n", 2041), 6<<10, addrFor("a")
-	fp.nacker = add(cfg, true)
+	if fp.nacker, err = add(cfg, true); err != nil {
+		return nil, err
+	}
 	// Adversaries: a client of another namespace that subscribes to the chaos maps and never
 	// ACKs, and one without a client certificate.
 	cfg, err = tlsFor("lurker")
@@ -404,9 +434,9 @@ func startProbes(ctx context.Context, o options, rng *rand.Rand, pk *pki, replic
 	}
 	cfg.Maps = subset()
 	cfg.NodeID, cfg.NeverACK, cfg.Addr = "lurker", true, addrFor("b")
-	add(cfg, false)
+	_, _ = add(cfg, false)
 	anon := &probeConfig{TLS: pk.AnonymousTLS(), NodeID: "anonymous", Addr: addrFor("c")}
 	anon.Maps = subset()
-	fp.anonymous = add(anon, false)
+	fp.anonymous, _ = add(anon, false)
 	return fp, nil
 }

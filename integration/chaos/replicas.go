@@ -40,6 +40,15 @@ const (
 	stopGrace = 10 * time.Second
 )
 
+// The replicas' election and xDS grace flags, which bound how long a leader change keeps
+// the publisher from writing (faults.outage).
+const (
+	leaseDuration     = 4 * time.Second  // --leader-election-lease-duration
+	renewDeadline     = 2 * time.Second  // --leader-election-renew-deadline
+	xdsPeerGrace      = 30 * time.Second // --xds-peer-grace (the CLI's default)
+	xdsReconnectGrace = 5 * time.Second  // --xds-reconnect-grace
+)
+
 // replicaOptions configure every replica of a replicaSet.
 type replicaOptions struct {
 	Bin              string   // the publisher binary (buildPublisher)
@@ -88,10 +97,10 @@ func (o replicaOptions) args(kubeconfig, name string) []string {
 		"--sinks", "httproute,xds", "--require-xds-ack",
 		"--xds-tls-cert", cert, "--xds-tls-key", key, "--xds-client-ca", ca,
 		"--leader-elect", "--leader-election-namespace", o.LeaseNamespace, "--leader-election-id", electionID,
-		"--leader-election-identity", name, "--leader-election-lease-duration", "4s",
-		"--leader-election-renew-deadline", "2s", "--leader-election-retry-period", "500ms",
+		"--leader-election-identity", name, "--leader-election-lease-duration", leaseDuration.String(),
+		"--leader-election-renew-deadline", renewDeadline.String(), "--leader-election-retry-period", "500ms",
 		"--xds-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
-		"--xds-reconnect-grace", "5s", "--teardown-timeout", "10s",
+		"--xds-reconnect-grace", xdsReconnectGrace.String(), "--xds-peer-grace", xdsPeerGrace.String(), "--teardown-timeout", "10s",
 		"--host-template", "{{.Service}}.{{.Namespace}}.example.com",
 		"--log-format", "json", "--pprof=false"}
 	if len(o.Namespaces) > 0 {
@@ -142,6 +151,8 @@ type replicaSet struct {
 // replica is one replica across its restarts; guarded by replicaSet.mu.
 type replica struct {
 	proc          *replicaProc // the running process; nil while down
+	kubeconfig    string       // its own kubeconfig (through apiLink); "" for the set's
+	apiLink       *tcpProxy    // its way to the API server (PartitionFromAPIServer); may be nil
 	starts        int          // Start calls (and the first start)
 	startFailures int          // exits before serving xDS
 }
@@ -160,8 +171,9 @@ type replicaProc struct {
 }
 
 // startReplicas starts replicas "a", "b" and "c" of the publisher against cp (see
-// replicaOptions.args for the flags) and returns once each serves xDS. On an error every
-// replica it started is stopped.
+// replicaOptions.args for the flags), each reaching the API server through a TCP proxy of
+// its own (its kubeconfig: WorkDir/kubeconfig-<name>), and returns once each serves xDS. On
+// an error every replica it started is stopped.
 func startReplicas(ctx context.Context, cp *controlPlane, o replicaOptions) (*replicaSet, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -171,8 +183,18 @@ func startReplicas(ctx context.Context, cp *controlPlane, o replicaOptions) (*re
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	r := &replicaSet{o: o, kubeconfig: cp.Kubeconfig(), kube: kube, replicas: map[string]*replica{}}
+	apiAddr := cp.APIServerAddr()
 	for _, name := range replicaNames {
-		r.replicas[name] = &replica{}
+		rep := &replica{kubeconfig: filepath.Join(o.WorkDir, "kubeconfig-"+name)}
+		r.replicas[name] = rep
+		if rep.apiLink, err = startTCPProxy(func() string { return apiAddr }); err != nil {
+			r.Stop()
+			return nil, fmt.Errorf("api server proxy of replica %s: %w", name, err)
+		}
+		if err := cp.KubeconfigVia(rep.kubeconfig, rep.apiLink.Addr()); err != nil {
+			r.Stop()
+			return nil, fmt.Errorf("kubeconfig of replica %s: %w", name, err)
+		}
 	}
 	for _, name := range replicaNames {
 		if err := r.Start(ctx, name); err != nil {
@@ -261,7 +283,11 @@ func (r *replicaSet) launch(name string, first bool) (*replicaProc, error) {
 		rep.starts++
 	}
 	fmt.Fprintf(logFile, "--- chaos: start %d of replica %s (start failures so far: %d) at %s\n", rep.starts, name, rep.startFailures, time.Now().UTC().Format(time.RFC3339Nano))
-	cmd := exec.Command(r.o.Bin, r.o.args(r.kubeconfig, name)...)
+	kubeconfig := r.kubeconfig
+	if rep.kubeconfig != "" {
+		kubeconfig = rep.kubeconfig
+	}
+	cmd := exec.Command(r.o.Bin, r.o.args(kubeconfig, name)...)
 	// Its own process group keeps a terminal's Ctrl-C to the harness away from it (Stop
 	// ends it); the kernel kills it should the harness die.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -454,6 +480,19 @@ func (r *replicaSet) Freeze(ctx context.Context, name string, d time.Duration) e
 	return nil
 }
 
+// PartitionFromAPIServer cuts replica name off the API server for d (or until ctx ends):
+// its proxy stops forwarding both ways, its connections kept open, then forwards again.
+func (r *replicaSet) PartitionFromAPIServer(ctx context.Context, name string, d time.Duration) error {
+	r.mu.Lock()
+	rep, ok := r.replicas[name]
+	r.mu.Unlock()
+	if !ok || rep.apiLink == nil {
+		return fmt.Errorf("partition replica %s: no proxy to the api server", name)
+	}
+	rep.apiLink.Blackhole(ctx, d)
+	return nil
+}
+
 // Leader returns the holder of the election Lease as stored, "" when there is none (no
 // Lease yet, or released). A killed leader stays the holder until another replica takes
 // the Lease, up to the lease duration (4 s) later.
@@ -531,7 +570,11 @@ func (r *replicaSet) Stop() {
 	r.mu.Lock()
 	r.stopped = true
 	var procs []*replicaProc
+	var links []*tcpProxy
 	for _, rep := range r.replicas {
+		if rep.apiLink != nil {
+			links = append(links, rep.apiLink)
+		}
 		if rep.proc != nil {
 			rep.proc.expectExit = true
 			procs = append(procs, rep.proc)
@@ -555,6 +598,9 @@ func (r *replicaSet) Stop() {
 		}()
 	}
 	wg.Wait()
+	for _, l := range links {
+		_ = l.Close()
+	}
 }
 
 // scrape fetches http://addr/metrics and returns the named unlabelled samples.

@@ -3,6 +3,7 @@ package standin
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,13 +31,14 @@ const ClassName = "stand-in"
 // ResolvedRefs=True only when every backendRef Service exists (a ref of another kind, such as
 // Envoy Gateway's Backend, is not looked up) (False/BackendNotFound
 // otherwise), both at the route's metadata.generation. Paused, it reports nothing, like a
-// controller that is behind.
+// controller that is behind; a route it was told to Reject it reports Accepted=False.
 type Gateway struct {
 	Namespace, Name string
 	kube            kubernetes.Interface
 	gw              gwclient.Interface
 	logf            func(format string, args ...any)
 	paused          atomic.Bool
+	rejected        sync.Map // cache.ObjectName of each route Reject made it refuse
 	infs            []cache.SharedIndexInformer
 	// routes and services are the informer caches per watched namespace; a report reads
 	// them first, as a gateway controller does, and reads through the API only on a miss
@@ -160,6 +162,21 @@ func (g *Gateway) Resume() {
 	}
 }
 
+// Reject makes the gateway report the route namespace/name Accepted=False (reason
+// NotAllowedByListeners) until Accept, as a gateway whose listeners stopped allowing it.
+func (g *Gateway) Reject(namespace, name string) {
+	key := cache.NewObjectName(namespace, name)
+	g.rejected.Store(key, true)
+	g.queue.Add(key)
+}
+
+// Accept ends what Reject began: the route is judged as any other again.
+func (g *Gateway) Accept(namespace, name string) {
+	key := cache.NewObjectName(namespace, name)
+	g.rejected.Delete(key)
+	g.queue.Add(key)
+}
+
 // report writes this controller's status for the route, unless paused.
 func (g *Gateway) report(key cache.ObjectName) error {
 	if g.paused.Load() {
@@ -240,6 +257,10 @@ func (g *Gateway) setParentStatus(route *gwapiv1.HTTPRoute, ref gwapiv1.ParentRe
 	}
 	accepted := metav1.Condition{Type: string(gwapiv1.RouteConditionAccepted), Status: metav1.ConditionTrue,
 		Reason: string(gwapiv1.RouteReasonAccepted), Message: "accepted by the stand-in gateway", ObservedGeneration: route.Generation}
+	if _, ok := g.rejected.Load(cache.NewObjectName(route.Namespace, route.Name)); ok {
+		accepted.Status, accepted.Reason = metav1.ConditionFalse, string(gwapiv1.RouteReasonNotAllowedByListeners)
+		accepted.Message = "rejected by the stand-in gateway (Reject)"
+	}
 
 	idx := -1
 	for i, p := range route.Status.Parents {
