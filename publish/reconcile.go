@@ -111,8 +111,8 @@ func (r *reconciler) plan(g model.Gathered) (*model.Planned, error) {
 	return planMap(r.hosts, g)
 }
 
-// keepInputs is lieplant.KindIgnoredInput: while hold (the map is True) the drain
-// annotation and the taints the map was last planned with before are used instead of g's.
+// keepInputs is lieplant.KindIgnoredInput: from the first hold (the map is True) on, the
+// drain annotation and the taints the map was planned with before are used instead of g's.
 func keepInputs(key string, g *model.Gathered, hold bool) {
 	type drain struct {
 		value string

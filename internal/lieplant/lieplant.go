@@ -26,8 +26,9 @@ const (
 	// KindUnackedClient: the xDS sink counts one relevant client that has not ACKed as
 	// confirmed (xds.Confirm).
 	KindUnackedClient Kind = "unacked-client"
-	// KindIgnoredInput: once a map is True, the drain annotation and the taints it was
-	// published with are kept; later changes of them are ignored (publish reconcile).
+	// KindIgnoredInput: once a map was True, the drain annotation and the taints it was
+	// published with are kept for good; later changes of them are ignored, also after
+	// `publisher drain` or `taint` flipped it False (publish reconcile).
 	KindIgnoredInput Kind = "ignored-input"
 	// KindFlavourWeight: the gRPC flavour serves the first positive entry one more than
 	// its weight; the route and the Envoy flavour are right (xds translateGRPCService).

@@ -16,21 +16,30 @@ var planted = Kind(os.Getenv(EnvVar))
 // Is reports whether k is the kind planted.
 func Is(k Kind) bool { return k == planted }
 
-// kept holds Keep's values, by key.
-var kept sync.Map
+// kept holds Keep's values, by key; mu guards it.
+var (
+	mu   sync.Mutex
+	kept = map[string]keptValue{}
+)
 
-// Keep returns v and remembers it for key while hold is false; while hold is true it
-// returns what it remembered last for key (v when nothing).
+// keptValue is what Keep remembers of one key: the value and whether it is latched.
+type keptValue struct {
+	v       any
+	latched bool
+}
+
+// Keep returns v and remembers it for key until hold is true for key once; from then on it
+// returns what it remembered last before (v when nothing).
 func Keep[T any](key string, v T, hold bool) T {
-	if !hold {
-		kept.Store(key, v)
-		return v
-	}
-	if old, ok := kept.Load(key); ok {
-		if t, ok := old.(T); ok {
+	mu.Lock()
+	defer mu.Unlock()
+	k, ok := kept[key]
+	if ok && (k.latched || hold) {
+		if t, isT := k.v.(T); isT {
+			kept[key] = keptValue{v: t, latched: true}
 			return t
 		}
 	}
-	kept.Store(key, v)
+	kept[key] = keptValue{v: v, latched: hold}
 	return v
 }
