@@ -58,7 +58,7 @@ func (p planted) caught() bool { return p.Lies > 0 }
 func plantedRun(ctx context.Context, o options, kind lieplant.Kind, logf func(string, ...any)) (planted, error) {
 	o.plant, o.duration = string(kind), o.plantDuration
 	// A lie may keep maps from ever being correct: wait for them only briefly.
-	o.warmTimeout, o.converge = time.Minute, min(o.converge, 30*time.Second)
+	o.warmTimeout, o.converge = time.Minute, plantConverge(o)
 	if o.workDir != "" {
 		o.workDir = filepath.Join(o.workDir, string(kind))
 	}
@@ -73,6 +73,9 @@ func plantedRun(ctx context.Context, o options, kind lieplant.Kind, logf func(st
 	}
 	return p, nil
 }
+
+// plantConverge is how long a planted run waits for every map to be correct at the end.
+func plantConverge(o options) time.Duration { return min(o.converge, 2*time.Minute) }
 
 // mutate plants every lie in turn and reports which the checker caught; it is an error
 // unless every one was.
@@ -119,7 +122,7 @@ func plantTable(o options, runs []planted, commit string) string {
 		o.maps, o.dial, o.seed, o.faultEvery, o.opEvery, o.plantDuration, map[bool]string{true: " -round-robin"}[o.roundRobin],
 		time.Now().UTC().Format("2006-01-02"), commit)
 	b.WriteString(mdsection.Wrap(run, mdsection.LineWidth) + "\n")
-	b.WriteString("| Planted lie | Lies caught | Rules (lies) | Maps lost at the end | Wall |\n| --- | --- | --- | --- | --- |\n")
+	fmt.Fprintf(&b, "| Planted lie | Lies caught | Rules (lies) | Maps not correct %s after the last fault | Wall |\n| --- | --- | --- | --- | --- |\n", plantConverge(o))
 	for _, p := range runs {
 		var rules []string
 		for _, r := range slices.Sorted(maps.Keys(p.Rules)) {
