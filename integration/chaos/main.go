@@ -92,7 +92,9 @@ func main() {
 	if res != nil {
 		table := res.markdown()
 		fmt.Println(table)
-		if o.out != "" {
+		if o.out != "" && o.plant != "" {
+			fmt.Fprintln(os.Stderr, "chaos: a run with a planted lie is printed only (-mutation writes its own section)")
+		} else if o.out != "" {
 			if werr := writeSection(o.out, table); werr != nil {
 				fmt.Fprintln(os.Stderr, "chaos:", werr)
 			}
