@@ -5,7 +5,7 @@
 GO ?= go
 FUZZTIME ?= 30s
 
-.PHONY: test e2e lint shape demo bench chaos unit fuzz generate docs build image controlplane kubectl install-plugin plugin-archives
+.PHONY: test e2e lint shape demo bench chaos chaos-plant unit fuzz generate docs build image controlplane kubectl install-plugin plugin-archives
 
 ## test: lint, go vet, then every test with the race detector, the integration tests on a real
 ## kube-apiserver and etcd, with a real kubectl (hack/kubectl.sh: the docs test runs the how-to
@@ -80,6 +80,16 @@ CHAOS_FLAGS ?=
 chaos:
 	assets="$$(bash hack/controlplane.sh)" && \
 	KUBEBUILDER_ASSETS="$$assets" $(GO) run ./integration/chaos $(CHAOS_FLAGS)
+
+## chaos-plant: the chaos run's mutation score: each lie of internal/lieplant (premature
+## acceptance, an unACKed client, an ignored input, a wrong weight on one xDS flavour, a
+## cluster dropped from CDS, a rival's hostname) planted in turn in a publisher built with
+## -tags lieplant, one short run each (-plant-duration); writes which the checker caught to
+## BENCHMARKS.md and fails unless it caught every one. CHAOS_FLAGS passes flags as for chaos.
+## A planted smoke run (TestSmokePlanted) is part of make test.
+chaos-plant:
+	assets="$$(bash hack/controlplane.sh)" && \
+	KUBEBUILDER_ASSETS="$$assets" $(GO) run ./integration/chaos -mutation $(CHAOS_FLAGS)
 
 ## unit: the tests of every package except ./integration/... (no control plane), and hack/image's
 unit:

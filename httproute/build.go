@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/trafficmap/publisher/internal/lieplant"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -164,6 +165,9 @@ func Build(cfg Config, src Source, res weights.Result, in Inputs) (*Desired, err
 	host, err := cfg.Hostname(src)
 	if err != nil {
 		return nil, err
+	}
+	if lieplant.On && lieplant.Is(lieplant.KindRivalName) {
+		host = lieplant.RivalName(host)
 	}
 	drains := weights.EncodeDrains(in.Drains)
 

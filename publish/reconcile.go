@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/internal/lieplant"
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/weights"
 )
@@ -109,6 +111,26 @@ func (r *reconciler) plan(g model.Gathered) (*model.Planned, error) {
 	return planMap(r.hosts, g)
 }
 
+// keepInputs is lieplant.KindIgnoredInput: from the first hold (the map is True) on, the
+// drain annotation and the taints the map was planned with before are used instead of g's.
+func keepInputs(key string, g *model.Gathered, hold bool) {
+	type drain struct {
+		value string
+		set   bool
+	}
+	g.Inputs.Clusters = lieplant.Keep(key+" taints", g.Inputs.Clusters, hold)
+	now, set := g.Inputs.SourceAnnotations[weights.DrainAnnotation]
+	kept := lieplant.Keep(key+" drain", drain{now, set}, hold)
+	g.Inputs.SourceAnnotations = maps.Clone(g.Inputs.SourceAnnotations)
+	delete(g.Inputs.SourceAnnotations, weights.DrainAnnotation)
+	if kept.set {
+		if g.Inputs.SourceAnnotations == nil {
+			g.Inputs.SourceAnnotations = map[string]string{}
+		}
+		g.Inputs.SourceAnnotations[weights.DrainAnnotation] = kept.value
+	}
+}
+
 // reconcile converges one TrafficMap. It returns an error only for transient failures,
 // which the caller retries with backoff; user errors end in the Published condition. A
 // positive hold asks the caller to reconcile the map again after it.
@@ -151,6 +173,9 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 		}
 		tm, g.Inputs.TrafficMap = cleaned, cleaned
 		g.Evidence = r.inputs.evidence(cleaned)
+	}
+	if lieplant.On && lieplant.Is(lieplant.KindIgnoredInput) {
+		keepInputs(key.String(), &g, model.PublishedTrue(tm))
 	}
 	pl, err := r.plan(g)
 	if errors.As(err, &ue) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
+	"github.com/trafficmap/publisher/internal/lieplant"
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/model/untrusted"
 	"github.com/trafficmap/publisher/weights"
@@ -562,6 +563,7 @@ func relevant(cl ClientState, key string, served map[Flavour]Served) bool {
 func Confirm(clients []ClientState, h *History, key string, served map[Flavour]Served, minClients int) Confirmation {
 	var c Confirmation
 	var versions []string
+	forgiven := false // lieplant.KindUnackedClient
 	for _, cl := range clients {
 		if _, ok := served[cl.Flavour]; !ok || !cl.MaySee(key) {
 			continue
@@ -570,6 +572,9 @@ func Confirm(clients []ClientState, h *History, key string, served map[Flavour]S
 		v := Judge(cl, h, key, served)
 		if !v.Relevant {
 			continue
+		}
+		if lieplant.On && lieplant.Is(lieplant.KindUnackedClient) && !v.Acked && v.Nack == nil && !forgiven {
+			v.Acked, forgiven = true, true // one client's missing ACK counts as one
 		}
 		c.Total++
 		if v.Nack != nil && c.Nack == nil {

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/trafficmap/publisher/internal/lieplant"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -261,6 +262,11 @@ func translateGRPCService(s Service) (Resources, error) {
 			Name:        n,
 			ApiListener: &listenerv3.ApiListener{ApiListener: hcm},
 		})
+	}
+	if lieplant.On && lieplant.Is(lieplant.KindFlavourWeight) {
+		if cw := rc.VirtualHosts[0].Routes[0].GetRoute().GetWeightedClusters().GetClusters(); len(cw) > 0 {
+			cw[0].Weight = wrapperspb.UInt32(cw[0].GetWeight().GetValue() + 1)
+		}
 	}
 	res.Routes = []*routev3.RouteConfiguration{rc}
 	for _, e := range s.entries() {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/trafficmap/publisher/internal/lieplant"
 )
 
 // TestSmoke is the CI-sized chaos run (about two and a half minutes with the set-up, fixed
@@ -39,4 +41,28 @@ func TestSmoke(t *testing.T) {
 	}
 	assert.Len(t, kinds, len(faultKinds), "every fault kind was injected: %v", kinds)
 	assert.Greater(t, res.refused, int64(0), "the client without a certificate was refused")
+}
+
+// TestSmokePlanted is TestSmoke, shorter, with a lie planted in the publisher
+// (lieplant.KindFlavourWeight: the gRPC flavour serves one entry a weight one too high): the
+// checker must catch it, with its xds rule (the proxyless gRPC probes hold other weights
+// than the route and the Envoy probes).
+func TestSmokePlanted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	o := options{duration: 20 * time.Second, seed: 1, maps: 8, clusters: 3, dial: 4,
+		faultEvery: 7 * time.Second, opEvery: 300 * time.Millisecond, converge: 20 * time.Second, warmTimeout: 45 * time.Second,
+		roundRobin: true, workDir: t.TempDir(), plant: string(lieplant.KindFlavourWeight)}
+	res, err := run(ctx, o, t.Logf)
+	require.NotNil(t, res, "the run got as far as the checker: %v", err)
+	if err != nil {
+		t.Logf("run error (the lie may keep maps from being correct): %v", err)
+	}
+	rules := map[string]int{}
+	for _, l := range res.checks.Lies {
+		rules[l.Rule]++
+	}
+	t.Logf("%d lies caught: %v", len(res.checks.Lies), rules)
+	assert.NotEmpty(t, res.checks.Lies, "the planted lie was not caught")
+	assert.Positive(t, rules["xds"], "no lie of the xds rule")
 }

@@ -59,6 +59,7 @@ type replicaOptions struct {
 	PKI              *pki     // the xDS port's mutual TLS
 	ClientNamespaces []string // --xds-client-namespaces rules, e.g. "chaos-client=chaos"
 	Extra            []string // more flags, after the others
+	Env              []string // more environment variables (KEY=VALUE), e.g. a planted lie's
 }
 
 // validate reports every missing or malformed option at once.
@@ -113,8 +114,9 @@ func (o replicaOptions) args(kubeconfig, name string) []string {
 }
 
 // buildPublisher builds ./cmd/publisher of this repository (testenv.RepoRoot) into
-// dir/publisher and returns its path; race builds it with -race.
-func buildPublisher(ctx context.Context, dir string, race bool) (string, error) {
+// dir/publisher and returns its path; race builds it with -race, and tags are its build
+// tags (lieplant for a planted lie).
+func buildPublisher(ctx context.Context, dir string, race bool, tags ...string) (string, error) {
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		return "", err
@@ -123,6 +125,9 @@ func buildPublisher(ctx context.Context, dir string, race bool) (string, error) 
 	args := []string{"build", "-o", bin}
 	if race {
 		args = append(args, "-race")
+	}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
 	}
 	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/publisher")...)
 	cmd.Dir = root
@@ -288,6 +293,9 @@ func (r *replicaSet) launch(name string, first bool) (*replicaProc, error) {
 		kubeconfig = rep.kubeconfig
 	}
 	cmd := exec.Command(r.o.Bin, r.o.args(kubeconfig, name)...)
+	if len(r.o.Env) > 0 {
+		cmd.Env = append(os.Environ(), r.o.Env...)
+	}
 	// Its own process group keeps a terminal's Ctrl-C to the harness away from it (Stop
 	// ends it); the kernel kills it should the harness die.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/trafficmap/publisher/integration/mdsection"
+	"github.com/trafficmap/publisher/internal/lieplant"
+)
+
+// plantHeading is the heading of the BENCHMARKS.md section a mutation run replaces; it
+// goes right after the chaos run's.
+const plantHeading = "## Planted lies"
+
+// kindList names every lie -plant accepts.
+func kindList() string {
+	names := make([]string, 0, len(lieplant.Kinds()))
+	for _, k := range lieplant.Kinds() {
+		names = append(names, string(k))
+	}
+	return strings.Join(names, ", ")
+}
+
+// plantBuild is the build tags and the replicas' environment that plant the lie kind (none
+// for ""); an unknown kind is an error.
+func plantBuild(kind string) (tags, env []string, err error) {
+	if kind == "" {
+		return nil, nil, nil
+	}
+	if !slices.Contains(lieplant.Kinds(), lieplant.Kind(kind)) {
+		return nil, nil, fmt.Errorf("-plant %q: want one of %s", kind, kindList())
+	}
+	return []string{"lieplant"}, []string{lieplant.EnvVar + "=" + kind}, nil
+}
+
+// planted is what one run with a planted lie found.
+type planted struct {
+	Kind  lieplant.Kind
+	Lies  int
+	Rules map[string]int // lies by checker rule
+	Lost  int            // maps not correct at the end
+	Err   error          // the run's error (a lie may keep maps from ever being correct)
+	Wall  time.Duration
+}
+
+// caught: the checker called at least one Published=True a lie.
+func (p planted) caught() bool { return p.Lies > 0 }
+
+// plantedRun is one short run of o with kind planted; a run that gets no result (the scene
+// could not be set up) is an error.
+func plantedRun(ctx context.Context, o options, kind lieplant.Kind, logf func(string, ...any)) (planted, error) {
+	o.plant, o.duration = string(kind), o.plantDuration
+	// A lie may keep maps from ever being correct: wait for them only briefly.
+	o.warmTimeout, o.converge = time.Minute, plantConverge(o)
+	if o.workDir != "" {
+		o.workDir = filepath.Join(o.workDir, string(kind))
+	}
+	start := time.Now()
+	res, err := run(ctx, o, func(format string, args ...any) { logf("["+string(kind)+"] "+format, args...) })
+	if res == nil {
+		return planted{}, fmt.Errorf("plant %s: %w", kind, err)
+	}
+	p := planted{Kind: kind, Lies: len(res.checks.Lies), Rules: map[string]int{}, Lost: len(res.lost), Err: err, Wall: time.Since(start)}
+	for _, l := range res.checks.Lies {
+		p.Rules[l.Rule]++
+	}
+	return p, nil
+}
+
+// plantConverge is how long a planted run waits for every map to be correct at the end.
+func plantConverge(o options) time.Duration { return min(o.converge, 2*time.Minute) }
+
+// mutate plants every lie in turn and reports which the checker caught; it is an error
+// unless every one was.
+func mutate(ctx context.Context, o options, logf func(string, ...any)) error {
+	var runs []planted
+	for _, k := range lieplant.Kinds() {
+		p, err := plantedRun(ctx, o, k, logf)
+		if err != nil {
+			return err
+		}
+		logf("planted %s: %d lies caught %v (run error: %v)", k, p.Lies, p.Rules, p.Err)
+		runs = append(runs, p)
+	}
+	table := plantTable(o, runs, repoCommit())
+	fmt.Println(table)
+	if o.out != "" {
+		if err := writePlantSection(o.out, table); err != nil {
+			return err
+		}
+	}
+	if n := caughtOf(runs); n < len(runs) {
+		return fmt.Errorf("the checker caught %d of %d planted lies (see the table)", n, len(runs))
+	}
+	return nil
+}
+
+func caughtOf(runs []planted) int {
+	n := 0
+	for _, p := range runs {
+		if p.caught() {
+			n++
+		}
+	}
+	return n
+}
+
+// plantTable renders a mutation run as the body of the planted lies' section.
+func plantTable(o options, runs []planted, commit string) string {
+	var b strings.Builder
+	b.WriteString(mdsection.Wrap(fmt.Sprintf("Each lie of internal/lieplant planted in turn in a publisher built with -tags lieplant, "+
+		"one run of %s each (N = %d maps, seed %d). Written by `go run ./integration/chaos -mutation`: the next run replaces this section.",
+		o.plantDuration, o.maps, o.seed), mdsection.LineWidth) + "\n")
+	run := fmt.Sprintf("`make chaos-plant CHAOS_FLAGS=\"-n %d -dial %d -seed %d -fault-every %s -op-every %s -plant-duration %s%s\"`, finished %s at %s.",
+		o.maps, o.dial, o.seed, o.faultEvery, o.opEvery, o.plantDuration, map[bool]string{true: " -round-robin"}[o.roundRobin],
+		time.Now().UTC().Format("2006-01-02"), commit)
+	b.WriteString(mdsection.Wrap(run, mdsection.LineWidth) + "\n")
+	fmt.Fprintf(&b, "| Planted lie | Lies caught | Rules (lies) | Maps not correct %s after the last fault | Wall |\n| --- | --- | --- | --- | --- |\n", plantConverge(o))
+	for _, p := range runs {
+		var rules []string
+		for _, r := range slices.Sorted(maps.Keys(p.Rules)) {
+			rules = append(rules, fmt.Sprintf("%s (%d)", r, p.Rules[r]))
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %d | %s |\n", p.Kind, p.Lies, cmp.Or(strings.Join(rules, ", "), "-"), p.Lost, p.Wall.Round(time.Second))
+	}
+	fmt.Fprintf(&b, "\nCaught %d of %d.\n", caughtOf(runs), len(runs))
+	return b.String()
+}
+
+// writePlantSection replaces the planted lies' section of the markdown file at path
+// (plantHeading), leaving every other section as it was; a missing one goes right after
+// the chaos run's section (or before "## History", or at the end).
+func writePlantSection(path, table string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	afterChaos := false
+	text := mdsection.Replace(string(old), plantHeading, table, func(h string) bool {
+		if h == chaosHeading {
+			afterChaos = true
+			return false
+		}
+		return afterChaos || h == "## History"
+	})
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
