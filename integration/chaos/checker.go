@@ -730,7 +730,11 @@ func (c *checker) timeline(key string, at time.Time) string {
 		}
 		for _, e := range h {
 			if e.At.After(at.Add(-time.Minute)) {
-				fmt.Fprintf(&b, "  %s probe %s %s %q present=%v\n", e.At.Format(timeLayout), p.ID(), e.Kind, e.Weights, e.Present)
+				fmt.Fprintf(&b, "  %s probe %s %s %q present=%v", e.At.Format(timeLayout), p.ID(), e.Kind, e.Weights, e.Present)
+				if e.Broken != "" {
+					fmt.Fprintf(&b, " broken: %s", e.Broken)
+				}
+				b.WriteString("\n")
 			}
 		}
 	}

@@ -430,7 +430,11 @@ func (m *monitor) look(tm *v1beta1.TrafficMap, st stateAt, now time.Time) look {
 			if !ps.Connected {
 				state = "departed " + ps.LinkAt.Format(timeLayout)
 			}
-			l.Problems = append(l.Problems, fmt.Sprintf("xds: probe %s (%s) holds %q (present %v), the inputs give %q", p.ID(), state, ps.Weights, ps.Present, want))
+			held := fmt.Sprintf("%q (present %v)", ps.Weights, ps.Present)
+			if ps.Broken != "" {
+				held += ", chain broken: " + ps.Broken
+			}
+			l.Problems = append(l.Problems, fmt.Sprintf("xds: probe %s (%s) holds %s, the inputs give %q", p.ID(), state, held, want))
 		}
 	}
 	return l

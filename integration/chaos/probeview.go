@@ -6,7 +6,8 @@ import "time"
 // then: the continuous judge's reading of one client (monitor.go).
 type probeStatus struct {
 	Weights       string // the canonical weights held ("" when none)
-	Present       bool   // the map's route is held at all
+	Present       bool   // the map's route is held at all, its chain intact
+	Broken        string // the chain's first failing link ("" when intact or nothing held)
 	Connected     bool   // a stream was open (first requests sent)
 	EverConnected bool   // a stream was ever open up to then
 	// LinkAt is the last connect or disconnect at or before the moment: for a disconnected
@@ -24,7 +25,7 @@ func (p *probe) Status(key string, t time.Time) probeStatus {
 	defer p.mu.Unlock()
 	var st probeStatus
 	if e, ok := lastAt(p.history[key], t); ok {
-		st.Weights, st.Present, st.EverHeld = e.Weights, e.Present, true
+		st.Weights, st.Present, st.Broken, st.EverHeld = e.Weights, e.Present, e.Broken, true
 	}
 	if e, ok := lastAt(p.links, t); ok {
 		st.Connected, st.EverConnected, st.LinkAt = e.Kind == eventConnected, true, e.At
