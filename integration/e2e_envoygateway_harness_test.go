@@ -164,7 +164,7 @@ func startEnvoyGateway(t *testing.T, nss ...string) *process {
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfigFile(t, "envoy-gateway-"+nss[0]), "ENVOY_GATEWAY_NAMESPACE="+nss[0])
 	p := startProcess(t, "envoy-gateway", cmd)
 	// Started: it accepted its GatewayClass, or it ended (the failure shows its output).
-	require.Never(t, p.exited, 3*time.Second, tick, "envoy-gateway exited at start")
+	require.Never(t, p.Exited, 3*time.Second, tick, "envoy-gateway exited at start")
 	return p
 }
 

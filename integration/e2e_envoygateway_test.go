@@ -101,11 +101,11 @@ func TestE2EPublishedReadsControllerStatus(t *testing.T) {
 	b := startBackends(t, "worker-a")
 	tr := startTraefik(t, ns)
 	createGatewayClass(t, "traefik-"+ns, traefikController)
-	createGateway(t, ns, "via-traefik", "traefik-"+ns, tr.port)
+	createGateway(t, ns, "via-traefik", "traefik-"+ns, tr.Port)
 	egGateway(t, "via-eg", ns)
 	waitGatewayCondition(t, ns, "via-traefik", string(gwapiv1.GatewayConditionProgrammed))
 
-	backendService(t, ns, "sliced", b.addrs["worker-a"])
+	backendService(t, ns, "sliced", b.Addrs["worker-a"])
 	_, err := kube.CoreV1().Services(ns).Create(ctxFor(t), &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "external", Namespace: ns},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "chat.worker-a.example.com",

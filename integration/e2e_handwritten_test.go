@@ -23,8 +23,8 @@ func TestE2ETraefikHandWritten(t *testing.T) {
 	tr := traefikGateway(t, ns)
 	client := proxyClient()
 
-	backendService(t, ns, "split-a", b.addrs["worker-a"])
-	backendService(t, ns, "split-b", b.addrs["worker-b"])
+	backendService(t, ns, "split-a", b.Addrs["worker-a"])
+	backendService(t, ns, "split-b", b.Addrs["worker-b"])
 	host := "split." + ns + ".example.com"
 	createRoute(t, ns, "split", host, []string{gatewayName}, weightedRef("split-a", 1), weightedRef("split-b", 3))
 	cond := routeParentCondition(t, ns, "split", gatewayName, traefikController, string(gwapiv1.RouteConditionResolvedRefs))
@@ -34,12 +34,12 @@ func TestE2ETraefikHandWritten(t *testing.T) {
 
 	// Traefik loads the route a throttle interval after the status: wait for the first answer.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		who, err := getCluster(client, "http://"+tr.addr+"/", host)
+		who, err := getCluster(client, "http://"+tr.Addr+"/", host)
 		require.NoError(c, err)
 		assert.Contains(c, []string{"worker-a", "worker-b"}, who)
 	}, waitTimeout, tick)
 	const n = 400
-	got := spreadHTTP(t, client, tr.addr, host, n)
+	got := spreadHTTP(t, client, tr.Addr, host, n)
 	t.Logf("Traefik %s, weights 1:3, %d requests: %v", traefikVersion, n, got)
 	requireShares(t, got, map[string]int{"worker-a": 1, "worker-b": 3}, n)
 
@@ -57,7 +57,7 @@ func TestE2ETraefikHandWritten(t *testing.T) {
 	assert.Contains(t, cond.Message, "ExternalName is not supported")
 	t.Logf("Traefik on an ExternalName backend: ResolvedRefs=%s %s: %s", cond.Status, cond.Reason, cond.Message)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		who, err := getCluster(client, "http://"+tr.addr+"/", extHost)
+		who, err := getCluster(client, "http://"+tr.Addr+"/", extHost)
 		require.NoError(c, err)
 		assert.Equal(c, "HTTP 500", who)
 	}, waitTimeout, tick)

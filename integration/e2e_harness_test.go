@@ -10,20 +10,12 @@ package integration
 // binary, variable or privilege fails the test and says what to do.
 
 import (
-	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/binary"
-	"fmt"
-	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -38,70 +30,41 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/trafficmap/publisher/integration/gatewaykit"
 )
 
-// Versions hack/gateways.sh builds; the folder it prints names them.
+// Names the e2e tests share with the gateway kit (integration/gatewaykit).
 const (
-	traefikVersion      = "v3.6.12"
-	envoyGatewayVersion = "v1.9.1"
+	traefikVersion      = gatewaykit.TraefikVersion
+	envoyGatewayVersion = gatewaykit.EnvoyGatewayVersion
 	// gatewaysEnv names the folder holding traefik and envoy-gateway (make e2e sets it to
 	// what hack/gateways.sh prints).
 	gatewaysEnv = "TRAFFICMAP_GATEWAYS"
-	// backendEnv, set only on a re-executed test binary, makes it the backend server (see
-	// init): a comma-separated list of address=cluster.
-	backendEnv = "TRAFFICMAP_E2E_BACKEND"
-	// backendPort is where every backend listens, on its own address in the namespace.
-	backendPort = 8080
 	// backendPortName is the Service and EndpointSlice port name: Traefik matches slice ports
 	// to the Service port by name.
-	backendPortName = "http"
+	backendPortName = gatewaykit.BackendPortName
 
-	traefikController = "traefik.io/gateway-controller"
+	traefikController = gatewaykit.TraefikController
 	egController      = "gateway.envoyproxy.io/gatewayclass-controller"
+	// traefikThrottle is Traefik's providersThrottleDuration (gatewaykit.TraefikThrottle).
+	// The traffic checks wait this long (and a margin) after a change is published before
+	// they sample the new shares; the invariant checks (nothing after Published True
+	// reaches the old state) do not.
+	traefikThrottle = gatewaykit.TraefikThrottle
+)
+
+// The gateway kit's types under the names the e2e tests use.
+type (
+	answer     = gatewaykit.Answer
+	backendNet = gatewaykit.Backends
+	traefik    = gatewaykit.Traefik
+	process    = gatewaykit.Process
 )
 
 // init turns a re-executed test binary into the backend server before TestMain starts a
-// control plane: it runs inside the test's network namespace (ip netns exec) and answers
-// every request with the name of the cluster whose address received it.
-func init() {
-	spec := os.Getenv(backendEnv)
-	if spec == "" {
-		return
-	}
-	if err := serveBackends(spec); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e backend:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-// serveBackends listens on each address=cluster of spec and answers with the cluster's name
-// (body and X-Cluster header) and the time it served the request (X-Served-At, Unix
-// nanoseconds: the same clock as the test's) until stdin closes, which is how the test stops
-// it.
-func serveBackends(spec string) error {
-	errs := make(chan error, 1)
-	for _, item := range strings.Split(spec, ",") {
-		addr, cluster, ok := strings.Cut(item, "=")
-		if !ok {
-			return fmt.Errorf("malformed %s item %q", backendEnv, item)
-		}
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("listen %s: %w", addr, err)
-		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("X-Cluster", cluster)
-			w.Header().Set("X-Served-At", strconv.FormatInt(time.Now().UnixNano(), 10))
-			_, _ = io.WriteString(w, cluster)
-		})
-		go func() { errs <- http.Serve(l, mux) }()
-	}
-	fmt.Println("ready")
-	go func() { _, _ = io.Copy(io.Discard, os.Stdin); errs <- nil }()
-	return <-errs
-}
+// control plane (gatewaykit.StartBackends runs it in the backends' network namespace).
+func init() { gatewaykit.ServeBackendsIfAsked() }
 
 // gatewayBinary returns the path of a gateway binary in $TRAFFICMAP_GATEWAYS, failing the
 // test when the variable or the binary is missing.
@@ -109,10 +72,8 @@ func gatewayBinary(t *testing.T, name string) string {
 	t.Helper()
 	dir := os.Getenv(gatewaysEnv)
 	require.NotEmpty(t, dir, "%s must name the folder hack/gateways.sh prints (run make e2e, or export %s=$(bash hack/gateways.sh))", gatewaysEnv, gatewaysEnv)
-	path := filepath.Join(dir, name)
-	st, err := os.Stat(path)
-	require.NoError(t, err, "%s (Traefik %s, Envoy Gateway %s): build it with bash hack/gateways.sh", path, traefikVersion, envoyGatewayVersion)
-	require.True(t, st.Mode().IsRegular() && st.Mode()&0o111 != 0, "%s is not an executable file", path)
+	path, err := gatewaykit.Binary(dir, name)
+	require.NoError(t, err)
 	return path
 }
 
@@ -125,159 +86,33 @@ func requireRoot(t *testing.T) {
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago (listen on :0, close).
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := gatewaykit.FreePort()
 	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
 	return port
 }
 
-// randUint returns a uniformly random number below n.
-func randUint(n uint64) uint64 {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return binary.LittleEndian.Uint64(b[:]) % n
-}
-
-// runIP runs ip with args and fails the test with its output on error.
-func runIP(t *testing.T, args ...string) {
-	t.Helper()
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	require.NoError(t, err, "ip %s: %s", strings.Join(args, " "), out)
-}
-
-// backendNet is one test's backends: a network namespace joined to the root namespace by a
-// veth pair on a random /24 of 198.18.0.0/15 (set aside for benchmarking), the host side
-// .1, and per cluster an address .2, .3, ... served by one backend process.
-type backendNet struct {
-	netns string
-	addrs map[string]string // cluster -> IP
-}
-
-// startBackends makes the namespace and starts one backend answering for each cluster, all
+// startBackends starts backends answering for each cluster (gatewaykit.StartBackends),
 // removed when the test ends.
 func startBackends(t *testing.T, clusters ...string) *backendNet {
 	t.Helper()
 	requireRoot(t)
-	id := fmt.Sprintf("%06x", randUint(1<<24))
-	b := &backendNet{netns: "tmpe2e-" + id, addrs: map[string]string{}}
-	prefix := freePrefix(t)
-	host, peer := "tme"+id+"h", "tme"+id+"n"
-	runIP(t, "netns", "add", b.netns)
-	t.Cleanup(func() {
-		_ = exec.Command("ip", "netns", "del", b.netns).Run()
-		_ = exec.Command("ip", "link", "del", host).Run() // gone with the namespace's peer already
-	})
-	runIP(t, "link", "add", host, "type", "veth", "peer", "name", peer)
-	runIP(t, "link", "set", peer, "netns", b.netns)
-	runIP(t, "addr", "add", prefix+".1/24", "dev", host)
-	runIP(t, "link", "set", host, "up")
-	var spec []string
-	for i, c := range clusters {
-		ip := fmt.Sprintf("%s.%d", prefix, i+2)
-		b.addrs[c] = ip
-		runIP(t, "-n", b.netns, "addr", "add", ip+"/24", "dev", peer)
-		spec = append(spec, net.JoinHostPort(ip, strconv.Itoa(backendPort))+"="+c)
-	}
-	runIP(t, "-n", b.netns, "link", "set", peer, "up")
-	runIP(t, "-n", b.netns, "link", "set", "lo", "up")
-
-	self, err := os.Executable()
+	b, err := gatewaykit.StartBackends(clusters...)
 	require.NoError(t, err)
-	cmd := exec.Command("ip", "netns", "exec", b.netns, self)
-	cmd.Env = append(os.Environ(), backendEnv+"="+strings.Join(spec, ","))
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err, "backend process did not start")
-	require.Equal(t, "ready\n", line)
-	// The host's side reaches every backend directly (the veth's /24 is on-link).
-	for c, ip := range b.addrs {
-		require.EventuallyWithT(t, func(ct *assert.CollectT) {
-			got, err := getCluster(http.DefaultClient, "http://"+net.JoinHostPort(ip, strconv.Itoa(backendPort)), "")
-			require.NoError(ct, err)
-			assert.Equal(ct, c, got)
-		}, waitTimeout, tick)
-	}
+	t.Cleanup(b.Close)
 	return b
 }
 
-// freePrefix picks a random 198.18.0.0/15 /24 (as "a.b.c") no interface of the root
-// namespace has an address in.
-func freePrefix(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("ip", "-o", "-4", "addr").Output()
-	require.NoError(t, err)
-	for range 64 {
-		n := randUint(512)
-		prefix := fmt.Sprintf("198.%d.%d", 18+n/256, n%256)
-		if !strings.Contains(string(out), " "+prefix+".") {
-			return prefix
-		}
-	}
-	require.FailNow(t, "no free /24 in 198.18.0.0/15")
-	return ""
-}
-
-// url returns the backend URL of cluster (an IP endpoint, used as it is).
-func (b *backendNet) url(cluster string) string {
-	return "http://" + net.JoinHostPort(b.addrs[cluster], strconv.Itoa(backendPort))
-}
-
-// answer is what one request got: the cluster that served it ("HTTP <code>" for a status
-// other than 200) and when the backend served it (zero for an error status).
-type answer struct {
-	who      string
-	servedAt time.Time
-}
-
 // ask sends one GET to url with the Host header host ("" keeps the URL's).
-func ask(c *http.Client, url, host string) (answer, error) {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		return answer{}, err
-	}
-	if host != "" {
-		req.Host = host
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return answer{}, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-	if err != nil {
-		return answer{}, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return answer{who: fmt.Sprintf("HTTP %d", resp.StatusCode)}, nil
-	}
-	ns, err := strconv.ParseInt(resp.Header.Get("X-Served-At"), 10, 64)
-	if err != nil {
-		return answer{}, fmt.Errorf("answer from %q without X-Served-At: %w", body, err)
-	}
-	return answer{who: string(body), servedAt: time.Unix(0, ns)}, nil
-}
+func ask(c *http.Client, url, host string) (answer, error) { return gatewaykit.Ask(c, url, host) }
 
 // getCluster is ask's cluster alone.
 func getCluster(c *http.Client, url, host string) (string, error) {
 	a, err := ask(c, url, host)
-	return a.who, err
+	return a.Who, err
 }
 
-// proxyClient is an HTTP client for requests through a gateway: no proxy from the
-// environment, keep-alive connections, a short timeout.
-func proxyClient() *http.Client {
-	return &http.Client{
-		Timeout:   5 * time.Second,
-		Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 8},
-	}
-}
+// proxyClient is an HTTP client for requests through a gateway (gatewaykit.ProxyClient).
+func proxyClient() *http.Client { return gatewaykit.ProxyClient() }
 
 // spreadHTTP sends n requests for host to the gateway at addr, one after the other, and
 // counts who answered ("HTTP <code>" for errors).
@@ -333,64 +168,20 @@ func kubeconfigFile(t *testing.T, user string) string {
 	return path
 }
 
-// process is a gateway binary running for one test; its output goes to a file whose tail
-// the test log shows when the test fails.
-type process struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
 // startProcess runs cmd with its output in a log file, stopped (SIGTERM, then SIGKILL) when
-// the test ends.
+// the test ends; the test log shows the output's tail when the test fails.
 func startProcess(t *testing.T, name string, cmd *exec.Cmd) *process {
 	t.Helper()
-	p := &process{cmd: cmd, log: filepath.Join(t.TempDir(), name+".log"), done: make(chan struct{})}
-	f, err := os.Create(p.log)
-	require.NoError(t, err)
-	cmd.Stdout, cmd.Stderr = f, f
-	require.NoError(t, cmd.Start(), "start %s", name)
-	go func() { _ = cmd.Wait(); _ = f.Close(); close(p.done) }()
+	p, err := gatewaykit.StartProcess(cmd, filepath.Join(t.TempDir(), name+".log"))
+	require.NoError(t, err, "start %s", name)
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
+		p.Stop()
 		if t.Failed() {
-			t.Logf("%s output (last 60 lines of %s):\n%s", name, p.log, tail(p.log, 60))
+			t.Logf("%s output (last 60 lines of %s):\n%s", name, p.LogPath(), p.Tail(60))
 		}
 	})
 	return p
 }
-
-// exited reports whether the process has ended.
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func tail(path string, n int) string {
-	data, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// traefikThrottle is Traefik's providersThrottleDuration, set to its default explicitly:
-// after applying a new configuration, Traefik applies the next no sooner than this, while it
-// writes route status at once. The traffic checks wait this long (and a margin) after a
-// change is published before they sample the new shares; the invariant checks (nothing
-// after Published True reaches the old state) do not.
-const traefikThrottle = 2 * time.Second
 
 // afterThrottle waits until Traefik has applied any configuration it received by at.
 func afterThrottle(t *testing.T, at time.Time) {
@@ -398,43 +189,27 @@ func afterThrottle(t *testing.T, at time.Time) {
 	require.Eventually(t, func() bool { return time.Since(at) > traefikThrottle+500*time.Millisecond }, waitTimeout, tick)
 }
 
-// traefik is a Traefik process serving one namespace's Gateways on one entry point.
-type traefik struct {
-	proc *process
-	port int    // the entry point's port, which the Gateway's listener must name
-	addr string // 127.0.0.1:port
-}
-
-// startTraefik runs Traefik with its Kubernetes Gateway provider on the envtest API server
-// (KUBECONFIG), watching namespace ns, with one HTTP entry point "web" on a free port.
+// startTraefik runs Traefik with its Kubernetes Gateway provider on the envtest API server,
+// watching namespace ns, with one HTTP entry point "web" on a free port, stopped when the
+// test ends.
 func startTraefik(t *testing.T, ns string) *traefik {
 	t.Helper()
-	bin := gatewayBinary(t, "traefik")
-	tr := &traefik{port: freePort(t)}
-	tr.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tr.port))
-	cmd := exec.Command(bin,
-		"--entrypoints.web.address="+tr.addr,
-		"--providers.kubernetesgateway=true",
-		"--providers.kubernetesgateway.namespaces="+ns,
-		"--providers.kubernetesgateway.statusaddress.ip=127.0.0.1",
-		"--providers.providersthrottleduration="+traefikThrottle.String(),
-		"--global.checknewversion=false",
-		"--global.sendanonymoususage=false",
-		"--log.level=INFO")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfigFile(t, "traefik-"+ns))
-	tr.proc = startProcess(t, "traefik", cmd)
+	tr, err := gatewaykit.StartTraefik(gatewayBinary(t, "traefik"), kubeconfigFile(t, "traefik-"+ns), ns, filepath.Join(t.TempDir(), "traefik.log"))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		tr.Proc.Stop()
+		if t.Failed() {
+			t.Logf("traefik output (last 60 lines of %s):\n%s", tr.Proc.LogPath(), tr.Proc.Tail(60))
+		}
+	})
 	return tr
 }
 
-// createGatewayClass creates a cluster-scoped GatewayClass for controller, named after the
-// test's namespace, deleted when the test ends.
+// createGatewayClass creates a cluster-scoped GatewayClass for controller, deleted when the
+// test ends.
 func createGatewayClass(t *testing.T, name, controller string) {
 	t.Helper()
-	_, err := gw.GatewayV1().GatewayClasses().Create(ctxFor(t), &gwapiv1.GatewayClass{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       gwapiv1.GatewayClassSpec{ControllerName: gwapiv1.GatewayController(controller)},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	require.NoError(t, gatewaykit.CreateGatewayClass(ctxFor(t), gw, name, controller))
 	t.Cleanup(func() {
 		_ = gw.GatewayV1().GatewayClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
@@ -443,29 +218,15 @@ func createGatewayClass(t *testing.T, name, controller string) {
 // createGateway creates Gateway name in ns of class with one HTTP listener "web" on port.
 func createGateway(t *testing.T, ns, name, class string, port int) {
 	t.Helper()
-	_, err := gw.GatewayV1().Gateways(ns).Create(ctxFor(t), &gwapiv1.Gateway{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: gwapiv1.GatewaySpec{
-			GatewayClassName: gwapiv1.ObjectName(class),
-			Listeners: []gwapiv1.Listener{{
-				Name: "web", Port: gwapiv1.PortNumber(port), Protocol: gwapiv1.HTTPProtocolType,
-			}},
-		},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	require.NoError(t, gatewaykit.CreateGateway(ctxFor(t), gw, ns, name, class, port))
 }
 
 // waitGatewayCondition waits until the Gateway has condition typ True at its generation.
 func waitGatewayCondition(t *testing.T, ns, name, typ string) {
 	t.Helper()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		g, err := gw.GatewayV1().Gateways(ns).Get(context.Background(), name, metav1.GetOptions{})
-		require.NoError(c, err)
-		cond := meta.FindStatusCondition(g.Status.Conditions, typ)
-		require.NotNil(c, cond, "gateway %s/%s has no %s condition yet", ns, name, typ)
-		assert.Equal(c, g.Generation, cond.ObservedGeneration)
-		assert.Equal(c, metav1.ConditionTrue, cond.Status, "%s: %s", cond.Reason, cond.Message)
-	}, 2*waitTimeout, tick)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+	defer cancel()
+	require.NoError(t, gatewaykit.WaitGatewayCondition(ctx, gw, ns, name, typ))
 }
 
 // traefikGateway starts Traefik for the fixture's namespace with its GatewayClass and the
@@ -476,7 +237,7 @@ func traefikGateway(t *testing.T, ns string) *traefik {
 	tr := startTraefik(t, ns)
 	class := "traefik-" + ns
 	createGatewayClass(t, class, traefikController)
-	createGateway(t, ns, gatewayName, class, tr.port)
+	createGateway(t, ns, gatewayName, class, tr.Port)
 	waitGatewayCondition(t, ns, gatewayName, string(gwapiv1.GatewayConditionProgrammed))
 	return tr
 }
@@ -489,7 +250,7 @@ func backendService(t *testing.T, ns, name, ip string) {
 	_, err := kube.CoreV1().Services(ns).Create(ctxFor(t), &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{
-			Name: backendPortName, Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(backendPort),
+			Name: backendPortName, Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(gatewaykit.BackendPort),
 		}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -503,7 +264,7 @@ func backendService(t *testing.T, ns, name, ip string) {
 			Addresses:  []string{ip},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 		}},
-		Ports: []discoveryv1.EndpointPort{{Name: ptr.To(backendPortName), Port: ptr.To[int32](backendPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To(backendPortName), Port: ptr.To[int32](gatewaykit.BackendPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 }

@@ -42,42 +42,42 @@ func TestE2ETraefikPublisher(t *testing.T) {
 	client := proxyClient()
 
 	f.createMap([]v1beta1.TrafficMapEntry{
-		{Cluster: "worker-a", Endpoint: b.url("worker-a"), Weight: 1, Healthy: true},
-		{Cluster: "worker-b", Endpoint: b.url("worker-b"), Weight: 1, Healthy: true},
-		{Cluster: "worker-c", Endpoint: b.url("worker-c"), Weight: 2, Healthy: true},
+		{Cluster: "worker-a", Endpoint: b.URL("worker-a"), Weight: 1, Healthy: true},
+		{Cluster: "worker-b", Endpoint: b.URL("worker-b"), Weight: 1, Healthy: true},
+		{Cluster: "worker-c", Endpoint: b.URL("worker-c"), Weight: 2, Healthy: true},
 	})
 	w := f.watchMap()
-	before := startLoad(client, tr.addr, f.host(), 2)
+	before := startLoad(client, tr.Addr, f.host(), 2)
 	f.startPublisher(withBackendKind(httproute.BackendAuto))
 	firstTrue, tm := w.waitPublishedAt(t, "worker-a=1, worker-b=1, worker-c=2")
 	t.Logf("published: %s", published(tm).Message)
 	requireMovedBeforeTrue(t, "first publish", before, firstTrue, full)
 
 	const n = 600
-	got := spreadHTTP(t, client, tr.addr, f.host(), n)
+	got := spreadHTTP(t, client, tr.Addr, f.host(), n)
 	e2eReport(t, fmt.Sprintf("- Traefik %s, weights worker-a=1, worker-b=1, worker-c=2, %d requests: %v", traefikVersion, n, got))
 	requireShares(t, got, full, n)
 
 	// Drain under continuous load, measured.
-	measureDrain(t, f, client, tr.addr, clusters)
-	requireShares(t, spreadHTTP(t, client, tr.addr, f.host(), n), map[string]int{"worker-b": 1, "worker-c": 2}, n)
+	measureDrain(t, f, client, tr.Addr, clusters)
+	requireShares(t, spreadHTTP(t, client, tr.Addr, f.host(), n), map[string]int{"worker-b": 1, "worker-c": 2}, n)
 
 	// Undrain restores the shares.
 	w = f.watchMap()
 	f.setAnnotation(service, "ome.io/traffic-drain", "", true)
 	at, _ := w.waitPublishedAt(t, "worker-a=1, worker-b=1, worker-c=2")
 	afterThrottle(t, at)
-	got = spreadHTTP(t, client, tr.addr, f.host(), n)
+	got = spreadHTTP(t, client, tr.Addr, f.host(), n)
 	t.Logf("after the undrain, %d requests: %v", n, got)
 	requireShares(t, got, full, n)
 
-	rampedDrain(t, f, client, tr.addr, clusters)
+	rampedDrain(t, f, client, tr.Addr, clusters)
 
 	// Everything drained: the documented answer is no traffic routed.
 	f.drain(`{"all-a":{"cluster":"worker-a","reason":"e2e"},"all-b":{"cluster":"worker-b","reason":"e2e"},"all-c":{"cluster":"worker-c","reason":"e2e"}}`)
 	f.waitPublishedWith("every effective weight is 0, so no traffic is routed")
 	afterThrottle(t, time.Now())
-	got = spreadHTTP(t, client, tr.addr, f.host(), 100)
+	got = spreadHTTP(t, client, tr.Addr, f.host(), 100)
 	e2eReport(t, fmt.Sprintf("- Traefik %s, every weight 0 (all drained), 100 requests: %v (Gateway API: all backendRefs at weight 0 -> HTTP 500)", traefikVersion, got))
 	for who := range got {
 		assert.NotContains(t, clusters, who, "a drained cluster answered while every weight is 0: %v", got)
@@ -86,7 +86,7 @@ func TestE2ETraefikPublisher(t *testing.T) {
 	f.setAnnotation(service, "ome.io/traffic-drain", "", true)
 	f.waitPublishedWith("worker-a=1, worker-b=1, worker-c=2")
 	afterThrottle(t, time.Now())
-	requireShares(t, spreadHTTP(t, client, tr.addr, f.host(), n), full, n)
+	requireShares(t, spreadHTTP(t, client, tr.Addr, f.host(), n), full, n)
 }
 
 // withBackendKind sets the publisher's backend kind (--backend-kind).
@@ -106,7 +106,7 @@ func requireMovedBeforeTrue(t *testing.T, what string, l *load, trueAt time.Time
 	for _, a := range answers {
 		if !a.sent.Before(trueAt) {
 			after = append(after, a)
-			if _, ok := want[a.who]; !ok {
+			if _, ok := want[a.Who]; !ok {
 				lastOld = a.sent
 			}
 		}
@@ -144,11 +144,11 @@ func measureDrain(t *testing.T, f *fixture, c *http.Client, addr string, cluster
 	var last time.Time
 	afterTrue := map[string]int{}
 	for _, a := range answers {
-		if a.who == "worker-a" && a.servedAt.After(last) {
-			last = a.servedAt
+		if a.Who == "worker-a" && a.ServedAt.After(last) {
+			last = a.ServedAt
 		}
 		if !a.sent.Before(trueAt) {
-			afterTrue[a.who]++
+			afterTrue[a.Who]++
 		}
 	}
 	require.False(t, last.IsZero(), "worker-a served nothing during the run")

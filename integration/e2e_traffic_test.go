@@ -188,7 +188,7 @@ func e2eReport(t *testing.T, lines ...string) {
 func tally(answers []served) map[string]int {
 	out := map[string]int{}
 	for _, a := range answers {
-		out[a.who]++
+		out[a.Who]++
 	}
 	return out
 }
