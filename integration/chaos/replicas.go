@@ -60,6 +60,26 @@ type replicaOptions struct {
 	ClientNamespaces []string // --xds-client-namespaces rules, e.g. "chaos-client=chaos"
 	Extra            []string // more flags, after the others
 	Env              []string // more environment variables (KEY=VALUE), e.g. a planted lie's
+	// Names are the replicas (default replicaNames) and ElectionID their election Lease
+	// (default electionID): a second set next to the first needs its own of both.
+	Names      []string
+	ElectionID string
+}
+
+// names is Names or replicaNames.
+func (o replicaOptions) names() []string {
+	if len(o.Names) > 0 {
+		return o.Names
+	}
+	return replicaNames
+}
+
+// electionID is ElectionID or the default electionID.
+func (o replicaOptions) electionID() string {
+	if o.ElectionID != "" {
+		return o.ElectionID
+	}
+	return electionID
 }
 
 // validate reports every missing or malformed option at once.
@@ -97,7 +117,7 @@ func (o replicaOptions) args(kubeconfig, name string) []string {
 	args := []string{"run", "--kubeconfig", kubeconfig, "--gateway", o.Gateway,
 		"--sinks", "httproute,xds", "--require-xds-ack",
 		"--xds-tls-cert", cert, "--xds-tls-key", key, "--xds-client-ca", ca,
-		"--leader-elect", "--leader-election-namespace", o.LeaseNamespace, "--leader-election-id", electionID,
+		"--leader-elect", "--leader-election-namespace", o.LeaseNamespace, "--leader-election-id", o.electionID(),
 		"--leader-election-identity", name, "--leader-election-lease-duration", leaseDuration.String(),
 		"--leader-election-renew-deadline", renewDeadline.String(), "--leader-election-retry-period", "500ms",
 		"--xds-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
@@ -189,7 +209,7 @@ func startReplicas(ctx context.Context, cp *controlPlane, o replicaOptions) (*re
 	}
 	r := &replicaSet{o: o, kubeconfig: cp.Kubeconfig(), kube: kube, replicas: map[string]*replica{}}
 	apiAddr := cp.APIServerAddr()
-	for _, name := range replicaNames {
+	for _, name := range o.names() {
 		rep := &replica{kubeconfig: filepath.Join(o.WorkDir, "kubeconfig-"+name)}
 		r.replicas[name] = rep
 		if rep.apiLink, err = startTCPProxy(func() string { return apiAddr }); err != nil {
@@ -201,7 +221,7 @@ func startReplicas(ctx context.Context, cp *controlPlane, o replicaOptions) (*re
 			return nil, fmt.Errorf("kubeconfig of replica %s: %w", name, err)
 		}
 	}
-	for _, name := range replicaNames {
+	for _, name := range o.names() {
 		if err := r.Start(ctx, name); err != nil {
 			r.Stop()
 			return nil, err
@@ -211,7 +231,7 @@ func startReplicas(ctx context.Context, cp *controlPlane, o replicaOptions) (*re
 }
 
 // Names returns the replicas' names, sorted.
-func (r *replicaSet) Names() []string { return append([]string(nil), replicaNames...) }
+func (r *replicaSet) Names() []string { return slices.Clone(r.o.names()) }
 
 // Kill sends SIGKILL to replica name and waits until it has exited; an error when it is
 // not running (or already being stopped).
@@ -505,7 +525,7 @@ func (r *replicaSet) PartitionFromAPIServer(ctx context.Context, name string, d 
 // Lease yet, or released). A killed leader stays the holder until another replica takes
 // the Lease, up to the lease duration (4 s) later.
 func (r *replicaSet) Leader(ctx context.Context) (string, error) {
-	l, err := r.kube.CoordinationV1().Leases(r.o.LeaseNamespace).Get(ctx, electionID, metav1.GetOptions{})
+	l, err := r.kube.CoordinationV1().Leases(r.o.LeaseNamespace).Get(ctx, r.o.electionID(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return "", nil
 	}
@@ -685,7 +705,7 @@ func (r *replicaSet) DumpDebug(dir string) ([]string, error) {
 	var files []string
 	var first error
 	client := &http.Client{Timeout: 10 * time.Second}
-	for _, name := range replicaNames {
+	for _, name := range r.o.names() {
 		r.mu.Lock()
 		p := upProc(r.replicas[name])
 		r.mu.Unlock()

@@ -56,6 +56,11 @@ type workloadConfig struct {
 	// other kinds only, with their weights. 0: no limit, the fleet-wide kinds are drawn like
 	// the others.
 	FleetEvery int
+	// Endpoint is the endpoint URL of a map's entry for a cluster (nil: a made-up
+	// https://MAP.CLUSTER.example.com, never dialled).
+	Endpoint func(mapName, cluster string) string
+	// Kinds are the operation kinds Step draws from (nil: every kind of operations).
+	Kinds []string
 }
 
 // mapState is what the workload knows of one chaos map and its InferenceService.
@@ -207,7 +212,7 @@ func (w *workload) createMap(ctx context.Context, st *mapState) error {
 		ObjectMeta: metav1.ObjectMeta{Name: st.ref.Name, Namespace: st.ref.Namespace},
 		Spec:       v1beta1.TrafficMapSpec{Service: st.ref.Service, Mode: v1beta1.PlacementModeAll, ObservedISVCGeneration: 1},
 	}
-	routeEntries(st, &tm.Spec)
+	routeEntries(st, &tm.Spec, w.cfg.Endpoint)
 	_, err := w.cfg.OME.OmeV1beta1().TrafficMaps(st.ref.Namespace).Create(ctx, tm, metav1.CreateOptions{FieldManager: v1beta1.RoutingFieldManager})
 	if err != nil {
 		return fmt.Errorf("create trafficmap %s: %w", st.ref.Key(), err)
@@ -217,11 +222,14 @@ func (w *workload) createMap(ctx context.Context, st *mapState) error {
 
 // routeEntries sets spec's entries as OME's routing controller computes them: the automatic
 // weight, or 0 with the drain IDs in drainRefs for a drained cluster.
-func routeEntries(st *mapState, spec *v1beta1.TrafficMapSpec) {
+func routeEntries(st *mapState, spec *v1beta1.TrafficMapSpec, endpoint func(mapName, cluster string) string) {
 	spec.Entries = spec.Entries[:0]
 	for j, c := range st.ref.Clusters {
 		e := v1beta1.TrafficMapEntry{Cluster: c, Weight: st.weights[j], Healthy: true,
 			Endpoint: entryEndpoint(st.ref.Name, c)}
+		if endpoint != nil {
+			e.Endpoint = endpoint(st.ref.Name, c)
+		}
 		for _, id := range slices.Sorted(maps.Keys(st.drains)) {
 			if st.drains[id] == c {
 				e.DrainRefs = append(e.DrainRefs, id)
@@ -247,7 +255,7 @@ func (w *workload) syncRouting(ctx context.Context, st *mapState) error {
 			return nil
 		}
 		want := tm.DeepCopy()
-		routeEntries(st, &want.Spec)
+		routeEntries(st, &want.Spec, w.cfg.Endpoint)
 		if equalEntries(tm.Spec.Entries, want.Spec.Entries) {
 			return nil
 		}
@@ -396,7 +404,7 @@ func (w *workload) Step(ctx context.Context) (string, error) {
 	var ops []operation
 	total := 0
 	for _, op := range operations {
-		if fleet || !op.fleet {
+		if (fleet || !op.fleet) && (w.cfg.Kinds == nil || slices.Contains(w.cfg.Kinds, op.kind)) {
 			ops = append(ops, op)
 			total += op.weight
 		}
