@@ -5,7 +5,7 @@
 GO ?= go
 FUZZTIME ?= 30s
 
-.PHONY: test e2e lint shape demo bench chaos chaos-plant unit fuzz generate docs build image controlplane kubectl install-plugin plugin-archives
+.PHONY: test e2e lint shape demo bench chaos chaos-plant chaos-gateways unit fuzz generate docs build image controlplane kubectl install-plugin plugin-archives
 
 ## test: lint, go vet, then every test with the race detector, the integration tests on a real
 ## kube-apiserver and etcd, with a real kubectl (hack/kubectl.sh: the docs test runs the how-to
@@ -90,6 +90,14 @@ chaos:
 chaos-plant:
 	assets="$$(bash hack/controlplane.sh)" && \
 	KUBEBUILDER_ASSETS="$$assets" $(GO) run ./integration/chaos -mutation $(CHAOS_FLAGS)
+
+## chaos-gateways: make chaos with a real data plane (-gateways): Traefik (built by
+## hack/gateways.sh, tens of minutes the first time) serves -traefik-maps maps published by a
+## second set of replicas, and every request through it is judged against Published (the
+## traffic rule). Needs root (ip netns).
+chaos-gateways:
+	assets="$$(bash hack/controlplane.sh)" && gateways="$$(bash hack/gateways.sh)" && \
+	KUBEBUILDER_ASSETS="$$assets" $(GO) run ./integration/chaos -gateways "$$gateways" $(CHAOS_FLAGS)
 
 ## unit: the tests of every package except ./integration/... (no control plane), and hack/image's
 unit:

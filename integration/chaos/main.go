@@ -25,6 +25,7 @@ import (
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
+	"github.com/trafficmap/publisher/integration/gatewaykit"
 	"github.com/trafficmap/publisher/integration/standin"
 )
 
@@ -49,6 +50,8 @@ type options struct {
 	plantDuration time.Duration
 	// warmTimeout bounds the wait for every map's first publication (default 5 minutes).
 	warmTimeout time.Duration
+	gateways    string // hack/gateways.sh's folder: run the Traefik part (traefik.go); "": off
+	traefikMaps int
 }
 
 func parseFlags() options {
@@ -70,11 +73,14 @@ func parseFlags() options {
 	flag.StringVar(&o.plant, "plant", "", "plant this lie in the publisher (built with -tags lieplant): "+kindList())
 	flag.BoolVar(&o.mutation, "mutation", false, "plant every lie in turn, one short run each, and report which the checker caught (section \""+plantHeading+"\" of -out)")
 	flag.DurationVar(&o.plantDuration, "plant-duration", 45*time.Second, "how long the workload and the faults run for each lie of -mutation")
+	flag.StringVar(&o.gateways, "gateways", "", "the folder bash hack/gateways.sh prints: also publish -traefik-maps maps to a real Traefik and judge the traffic through it (needs root); empty: off")
+	flag.IntVar(&o.traefikMaps, "traefik-maps", 4, "with -gateways: TrafficMaps in the namespace "+nsTraefik+", published to Traefik")
 	flag.Parse()
 	return o
 }
 
 func main() {
+	gatewaykit.ServeBackendsIfAsked() // the backends of -gateways are this binary, re-executed
 	o := parseFlags()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -222,10 +228,22 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	if err := chk.Start(runCtx); err != nil {
 		return nil, err
 	}
-	res := &result{opts: o, started: time.Now(), commit: repoCommit()}
+	var ts *traefikScene
+	if o.gateways != "" {
+		ts, err = startTraefik(runCtx, traefikSetup{opts: o, cp: cp, cl: cl, bin: bin, pk: pk, workDir: workDir, rng: rng, lag: f.lagAt, logf: logf})
+		if err != nil {
+			return nil, fmt.Errorf("traefik: %w", err)
+		}
+		defer ts.Stop()
+	}
+	res := &result{opts: o, started: time.Now(), commit: repoCommit(), scene: ts}
 	logf("waiting for every map to be published before the faults start")
 	warm := cmp.Or(o.warmTimeout, 5*time.Minute)
-	if problems := waitCorrect(ctx, chk, w.Maps(), warm); len(problems) > 0 && o.plant == "" {
+	problems := waitCorrect(ctx, chk, w.Maps(), warm)
+	if len(problems) == 0 && ts != nil {
+		problems = waitCorrect(ctx, ts.chk, ts.work.Maps(), warm)
+	}
+	if len(problems) > 0 && o.plant == "" {
 		return res.finish(chk, f, w, fleet, replicas), fmt.Errorf("before any fault: %d maps not correct after %s: %s",
 			len(problems), warm, strings.Join(problems[:min(10, len(problems))], "\n  "))
 	} else if len(problems) > 0 {
@@ -240,6 +258,10 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	wg.Add(2)
 	go func() { defer wg.Done(); f.Run(phase, o.faultEvery) }()
 	go func() { defer wg.Done(); runWorkload(phase, w, o.opEvery, logf, o.verbose) }()
+	if ts != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); runWorkload(phase, ts.work, ts.opEvery(o), logf, o.verbose) }()
+	}
 	wg.Wait()
 	endPhase()
 	res.lastFault = time.Now()
@@ -252,7 +274,15 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	if err := retrying(ctx, 2*time.Minute, func() error { return w.Settle(ctx) }); err != nil {
 		return res.finish(chk, f, w, fleet, replicas), fmt.Errorf("settle: %w", err)
 	}
+	if ts != nil {
+		if err := retrying(ctx, 2*time.Minute, func() error { return ts.work.Settle(ctx) }); err != nil {
+			return res.finish(chk, f, w, fleet, replicas), fmt.Errorf("settle the traefik maps: %w", err)
+		}
+	}
 	res.lost = waitCorrect(ctx, chk, w.Maps(), o.converge)
+	if ts != nil {
+		res.lost = append(res.lost, waitCorrect(ctx, ts.chk, ts.work.Maps(), o.converge)...)
+	}
 	if len(res.lost) > 0 {
 		files, derr := replicas.DumpDebug(workDir)
 		logf("maps not correct: the replicas' debug state is in %s (%v)", strings.Join(files, ", "), derr)
@@ -261,9 +291,16 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	logf("converged %s after the last fault", res.converged.Round(time.Second))
 	res.orphans = waitNoOrphans(ctx, chk, time.Minute)
 	res.after, _ = replicas.Sample(f.stable)
-	chk.Drain(ctx)
-	chk.settleRaces(time.Now(), f.outage)
-	chk.settleMonitor(time.Now(), f.outage)
+	checkers := []*checker{chk}
+	if ts != nil {
+		res.orphans = append(res.orphans, waitNoOrphans(ctx, ts.chk, time.Minute)...)
+		checkers = append(checkers, ts.chk)
+	}
+	for _, c := range checkers {
+		c.Drain(ctx)
+		c.settleRaces(time.Now(), f.outage)
+		c.settleMonitor(time.Now(), f.outage)
+	}
 	return res.finish(chk, f, w, fleet, replicas), nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/trafficmap/publisher/integration/gatewaykit"
 	"github.com/trafficmap/publisher/integration/mdsection"
 	"github.com/trafficmap/publisher/integration/testenv"
 )
@@ -34,6 +35,11 @@ type result struct {
 	elapsed   time.Duration
 	commit    string // the commit the publisher was built from (testenv.SourceCommit)
 	judgedAt  time.Time
+	// scene is the Traefik part (-gateways; nil: off), whose checker's findings are
+	// traefikChecks and whose traffic judge's are traffic.
+	scene         *traefikScene
+	traefikChecks checkResults
+	traffic       trafficResults
 }
 
 // repoCommit names the commit of this repository, which the publisher is built from.
@@ -62,6 +68,12 @@ func (r *result) finish(chk *checker, f *faults, w *workload, fleet *fleetProbes
 		r.probes[p.ID()] = p.Stats()
 	}
 	r.refused = fleet.anonymous.Stats().Refused
+	if r.scene != nil {
+		r.scene.judge.Stop()
+		r.traffic = r.scene.judge.Results()
+		r.traefikChecks = r.scene.chk.Results(r.judgedAt)
+		r.crashes = append(r.crashes, r.scene.replicas.Crashes()...)
+	}
 	return r
 }
 
@@ -80,9 +92,14 @@ func (r *result) growth() string {
 	return ""
 }
 
-// clean: no lie, no stuck map, nothing lost, no orphan, no crash, no growth, nothing left unchecked.
+// clean: no lie (traffic lies and the Traefik maps' included), no stuck map, nothing lost,
+// no orphan, no crash, no growth, nothing left unchecked.
 func (r *result) clean() bool {
 	g := r.growth()
+	t := r.traefikChecks
+	if len(r.traffic.Lies) > 0 || len(t.Lies) > 0 || len(t.Judged.Stuck) > 0 || len(t.Unchecked) > 0 {
+		return false
+	}
 	return len(r.checks.Lies) == 0 && len(r.checks.Judged.Stuck) == 0 && len(r.lost) == 0 && len(r.orphans) == 0 && len(r.crashes) == 0 &&
 		len(r.checks.Unchecked) == 0 && (g == "" || g == "not sampled")
 }
@@ -135,6 +152,9 @@ func (r *result) markdown() string {
 	if o.race {
 		run += " (publisher built with -race)"
 	}
+	if o.gateways != "" {
+		run = strings.Replace(run, "`make chaos CHAOS_FLAGS=\"", fmt.Sprintf("`make chaos-gateways CHAOS_FLAGS=\"-traefik-maps %d ", o.traefikMaps), 1)
+	}
 	run += fmt.Sprintf(", finished %s at %s, wall %s.", time.Now().UTC().Format("2006-01-02"), r.commit, r.elapsed.Round(time.Second))
 	b.WriteString(mdsection.Wrap(run, mdsection.LineWidth) + "\n")
 	b.WriteString("| | |\n| --- | --- |\n")
@@ -174,14 +194,10 @@ func (r *result) markdown() string {
 		r.before.Goroutines, r.after.Goroutines, r.before.HeapBytes>>20, r.after.HeapBytes>>20, r.growth()))
 	row("Every map published before the faults", r.warm.Round(time.Second))
 	row("Time to converge after the last fault (settle included)", r.converged.Round(time.Second))
-	ops := make([]string, 0, len(r.ops))
-	total := 0
-	for k, v := range r.ops {
-		ops = append(ops, fmt.Sprintf("%s %d", k, v))
-		total += v
+	row("Workload operations", opsText(r.ops))
+	if r.scene != nil {
+		r.trafficRows(row)
 	}
-	sort.Strings(ops)
-	row("Workload operations", fmt.Sprintf("%d (%s)", total, strings.Join(ops, ", ")))
 	b.WriteString("\n| Fault | Injected | Longest time to publish after the inputs stopped moving (Published=False waiting for sinks, from the map's last input change to True) while one was on (or up to 5 s before) |\n| --- | --- | --- |\n")
 	count, longest := r.longestFalse()
 	for _, k := range faultKinds {
@@ -210,6 +226,13 @@ func (r *result) markdown() string {
 		}
 		fmt.Fprintf(&b, "\n%s:\n- %s\n", title, strings.Join(items, "\n- "))
 	}
+	for _, l := range r.traefikChecks.Lies {
+		fmt.Fprintf(&b, "\nLIE (Traefik) %s rv %s at %s: %s: %s\n```\n%s```\n", l.Map, l.RV, l.At.Format(timeLayout), l.Rule, l.Detail, l.Timeline)
+	}
+	for _, l := range r.traffic.Lies[:min(len(r.traffic.Lies), maxTimelines)] {
+		fmt.Fprintf(&b, "\nTRAFFIC LIE %s: request sent %s for %s reached %s, weight 0 in the True observed %s (rv %s)\n```\n%s```\n",
+			l.Map, l.Request.Sent.Format(timeLayout), l.Request.Host, l.Request.Who, l.Standing.From.Format(timeLayout), l.Standing.Map.ResourceVersion, l.Timeline)
+	}
 	list("Lost", r.lost)
 	list("Orphans", r.orphans)
 	list("Crashes", r.crashes)
@@ -235,4 +258,31 @@ func writeSection(path, table string) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// trafficRows adds the Traefik part's rows (-gateways): its maps' checker findings and the
+// traffic judge's counts.
+func (r *result) trafficRows(row func(string, any)) {
+	t, c := r.traffic, r.traefikChecks
+	row(fmt.Sprintf("Traefik %s: maps, True transitions checked, lies, stuck", gatewaykit.TraefikVersion),
+		fmt.Sprintf("%d, %d of %d, **%d**, %d", r.opts.traefikMaps, c.Checked, c.Trues, len(c.Lies), len(c.Judged.Stuck)))
+	row("Traefik workload operations", opsText(r.scene.work.Ops()))
+	row(fmt.Sprintf("Traffic through Traefik: requests (one per map every %s), judged (sent over %s after a True was seen, while it stood, for its hostname)", requestEvery, trafficGrace),
+		fmt.Sprintf("%d, %d", t.Requests, t.Judged))
+	row("**Traffic lies** (a judged request reached a cluster the standing True gives weight 0)", fmt.Sprintf("**%d**", t.Excluded))
+	row("Traffic answers 5xx, 404, transport errors (not lies: all weights 0 answers 500, a new hostname 404 until routed)",
+		fmt.Sprintf("%d, %d, %d", t.ServerErr, t.NotFound, t.Failed))
+	row("True stretches seen by the traffic judge (races among them, inputs unreadable)", fmt.Sprintf("%d (%d, %d)", t.Trues, t.Races, t.Unread))
+}
+
+// opsText renders operation counts as "total (kind n, ...)".
+func opsText(counts map[string]int) string {
+	ops := make([]string, 0, len(counts))
+	total := 0
+	for k, v := range counts {
+		ops = append(ops, fmt.Sprintf("%s %d", k, v))
+		total += v
+	}
+	sort.Strings(ops)
+	return fmt.Sprintf("%d (%s)", total, strings.Join(ops, ", "))
 }
