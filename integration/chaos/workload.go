@@ -404,7 +404,7 @@ func (w *workload) Step(ctx context.Context) (string, error) {
 	var ops []operation
 	total := 0
 	for _, op := range operations {
-		if (fleet || !op.fleet) && (w.cfg.Kinds == nil || slices.Contains(w.cfg.Kinds, op.kind)) {
+		if (fleet || !op.fleet) && w.does(op.kind) {
 			ops = append(ops, op)
 			total += op.weight
 		}
@@ -432,6 +432,11 @@ func (w *workload) Step(ctx context.Context) (string, error) {
 		}
 	}
 	return "idle", nil
+}
+
+// does reports whether the workload makes operations of kind (workloadConfig.Kinds).
+func (w *workload) does(kind string) bool {
+	return w.cfg.Kinds == nil || slices.Contains(w.cfg.Kinds, kind)
 }
 
 // pickMap returns a random chaos map for which ok holds, nil when none does.
@@ -773,11 +778,15 @@ func opRamp(ctx context.Context, w *workload) (bool, error) {
 // (its drains, tolerations and hostname; malformed values fixed, ramps cleared so that their
 // drains and undrains stand at once), every cluster's taints, deleted maps created again
 // (waiting while one is still finalizing) with entries in line with their drains, and every
-// map and service of the rival namespace deleted. Writing the whole intended state, not only
-// what is known to differ, also repairs a write whose answer a fault lost. It returns once
-// all of it is written, or at the first error.
+// map and service of the rival namespace deleted (a workload without taint operations
+// leaves the taints alone). Writing the whole intended state, not only what is known to
+// differ, also repairs a write whose answer a fault lost. It returns once all of it is
+// written, or at the first error.
 func (w *workload) Settle(ctx context.Context) error {
 	for j := range w.taints {
+		if !w.does("taint") {
+			break // another workload owns the clusters' taints
+		}
 		if err := w.setTaints(ctx, j); err != nil {
 			return err
 		}
