@@ -117,6 +117,7 @@ type checkerConfig struct {
 	GatewayNS    string
 	GatewayName  string
 	HostTemplate string
+	IPEndpoints  bool // observed.IPEndpoints
 	Probes       func() []*probe
 	// ProbeMaps says whether a probe subscribes to the map key (gRPC probes: their maps;
 	// Envoy probes: every map).
@@ -375,7 +376,7 @@ func (st stateAt) inputs() string {
 // read lists, at exactly resourceVersion rv, the map's InferenceService, every
 // WorkloadCluster, its route and its Services.
 func (c *checker) read(ctx context.Context, tm *v1beta1.TrafficMap, rv string) (stateAt, error) {
-	st := stateAt{in: observed{Map: tm, HostTemplate: c.cfg.HostTemplate, Taints: map[string]string{}}, clusters: map[string]string{}, wcRV: map[string]string{}}
+	st := stateAt{in: observed{Map: tm, HostTemplate: c.cfg.HostTemplate, IPEndpoints: c.cfg.IPEndpoints, Taints: map[string]string{}}, clusters: map[string]string{}, wcRV: map[string]string{}}
 	at := func(selector string) metav1.ListOptions {
 		return metav1.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact, FieldSelector: selector}
 	}

@@ -372,7 +372,7 @@ func (m *monitor) looks(now time.Time) []look {
 
 // inputs is what the caches hold of the map's inputs.
 func (m *monitor) inputs(tm *v1beta1.TrafficMap) observed {
-	in := observed{Map: tm, HostTemplate: m.chk.cfg.HostTemplate, Taints: map[string]string{}}
+	in := observed{Map: tm, HostTemplate: m.chk.cfg.HostTemplate, IPEndpoints: m.chk.cfg.IPEndpoints, Taints: map[string]string{}}
 	for _, s := range m.isvcs {
 		if o, ok, _ := s.GetByKey(tm.Namespace + "/" + tm.Spec.Service); ok {
 			in.ISVC = o.(*unstructured.Unstructured).GetAnnotations()

@@ -37,6 +37,9 @@ type observed struct {
 	ISVC         map[string]string   // the InferenceService's annotations; nil: no InferenceService
 	Taints       map[string]string   // WorkloadCluster name -> its taints annotation value (absent: none)
 	HostTemplate string              // the publishers' --host-template
+	// IPEndpoints: the publishers' backend kind takes endpoints whose host is an IP address
+	// (every kind but service-externalname, docs/concepts/published.md RouteRefused).
+	IPEndpoints bool
 }
 
 // verdict is what Published True may claim for those inputs.
@@ -61,7 +64,7 @@ func expect(o observed) verdict {
 	if o.ISVC == nil {
 		return refuse("no inferenceservice (SourceNotFound)")
 	}
-	if why := checkEntries(o.Map.Spec.Entries); why != "" {
+	if why := checkEntries(o.Map.Spec.Entries, o.IPEndpoints); why != "" {
 		return refuse(why)
 	}
 	host, why := hostnameOf(o)
@@ -107,8 +110,8 @@ func canonical(w map[string]int32) string {
 }
 
 // checkEntries is InvalidTrafficMap and the entry rules of RouteRefused: "" when the entries
-// can be published.
-func checkEntries(entries []v1beta1.TrafficMapEntry) string {
+// can be published (ipEndpoints: as observed.IPEndpoints).
+func checkEntries(entries []v1beta1.TrafficMapEntry, ipEndpoints bool) string {
 	if len(entries) > maxBackends {
 		return fmt.Sprintf("RouteRefused: %d entries, more than %d", len(entries), maxBackends)
 	}
@@ -124,15 +127,16 @@ func checkEntries(entries []v1beta1.TrafficMapEntry) string {
 		if e.Weight < 0 || e.Weight > maxWeight {
 			return fmt.Sprintf("InvalidTrafficMap: entry %s weight %d outside 0..%d", e.Cluster, e.Weight, maxWeight)
 		}
-		if why := checkEndpoint(e.Endpoint); why != "" {
+		if why := checkEndpoint(e.Endpoint, ipEndpoints); why != "" {
 			return fmt.Sprintf("entry %s endpoint %q: %s", e.Cluster, e.Endpoint, why)
 		}
 	}
 	return ""
 }
 
-// checkEndpoint: an absolute http(s)://host[:port] URL whose host is a DNS name.
-func checkEndpoint(raw string) string {
+// checkEndpoint: an absolute http(s)://host[:port] URL whose host is a DNS name, or also an
+// IP address when ipEndpoints.
+func checkEndpoint(raw string, ipEndpoints bool) string {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil || u.User != nil || u.Opaque != "" || u.Hostname() == "":
@@ -141,7 +145,7 @@ func checkEndpoint(raw string) string {
 		return "InvalidTrafficMap: scheme is not http or https"
 	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || strings.Contains(raw, "#"):
 		return "InvalidTrafficMap: not an absolute http(s)://host[:port] URL"
-	case net.ParseIP(u.Hostname()) != nil:
+	case !ipEndpoints && net.ParseIP(u.Hostname()) != nil:
 		return "RouteRefused: the endpoint host is an IP address"
 	}
 	return ""

@@ -16,8 +16,10 @@ import (
 
 // The Traefik part of the run (-gateways DIR): a real data plane next to the stand-in. A
 // publisher replica has one parent Gateway, so a second set of replicas ("t1", "t2", their
-// own election Lease) watches only nsTraefik and publishes to Traefik's Gateway there, with
-// backend kind auto (EndpointSlices of the backends' IP addresses for Traefik). Its maps'
+// own election Lease) watches only nsTraefik and publishes HTTPRoutes to Traefik's Gateway
+// there, with backend kind auto (EndpointSlices of the backends' IP addresses for Traefik)
+// and --require-xds-ack=false: no xDS client subscribes to these maps, and Published would
+// wait for one forever. Its maps'
 // endpoints are the backends' URLs; their own workload drains, undrains, tolerates, ramps,
 // renames, deletes and breaks them (no taints: those are fleet-wide and the main workload's,
 // and they reach these maps too; no rival maps).
@@ -93,12 +95,12 @@ func startTraefik(ctx context.Context, s traefikSetup) (_ *traefikScene, err err
 	s.logf("starting 2 publisher replicas for the %d maps of %s on Traefik %s (%s)", o.traefikMaps, nsTraefik, gatewaykit.TraefikVersion, ts.traefik.Addr)
 	ts.replicas, err = startReplicas(ctx, s.cp, replicaOptions{Bin: s.bin, WorkDir: s.workDir, Namespaces: []string{nsTraefik},
 		Gateway: nsTraefik + "/" + traefikGateway, LeaseNamespace: nsLease, PKI: s.pk,
-		Names: []string{"t1", "t2"}, ElectionID: traefikElectionID, Extra: []string{"--backend-kind", "auto", "--route-settle", "auto"}})
+		Names: []string{"t1", "t2"}, ElectionID: traefikElectionID, Extra: []string{"--require-xds-ack=false", "--backend-kind", "auto", "--route-settle", "auto"}})
 	if err != nil {
 		return nil, fmt.Errorf("traefik replicas: %w", err)
 	}
 	ts.chk = newChecker(checkerConfig{OME: s.cl.ome, Kube: s.cl.kube, Gateway: s.cl.gw, Dynamic: s.cl.dyn,
-		Namespaces: []string{nsTraefik}, GatewayNS: nsTraefik, GatewayName: traefikGateway, HostTemplate: hostTmpl,
+		Namespaces: []string{nsTraefik}, GatewayNS: nsTraefik, GatewayName: traefikGateway, HostTemplate: hostTmpl, IPEndpoints: true,
 		Probes: func() []*probe { return nil }, ProbeMaps: func(*probe, string) bool { return false }, Lag: s.lag, Logf: s.logf})
 	if err := ts.chk.Start(ctx); err != nil {
 		return nil, err
