@@ -680,18 +680,7 @@ func TestChainRules(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(t, &f)
 			}
-			c := newChain()
-			for typ, res := range f.resources() {
-				anys := make([]*anypb.Any, 0, len(res))
-				for _, r := range res {
-					a, err := anypb.New(r.(proto.Message))
-					require.NoError(t, err)
-					anys = append(anys, a)
-				}
-				d, err := decodeResources(typ, anys)
-				require.NoError(t, err)
-				c.replace(d)
-			}
+			c := chainOf(t, f)
 			held := c.held(tc.envoy, map[string]mapExpect{chatRef.Key(): newMapExpect(chatRef), otherRef.Key(): newMapExpect(otherRef)})
 			h, ok := held[chatRef.Key()]
 			if tc.absent {
@@ -716,18 +705,7 @@ func TestChainDrainedMap(t *testing.T) {
 	for _, envoy := range []bool{true, false} {
 		f := buildFixture(t, envoy, fixtureMap{ref: chatRef, weights: map[string]uint32{"worker-a": 0}})
 		f.clusters = map[string]*clusterv3.Cluster{}
-		c := newChain()
-		for typ, res := range f.resources() {
-			var anys []*anypb.Any
-			for _, r := range res {
-				a, err := anypb.New(r.(proto.Message))
-				require.NoError(t, err)
-				anys = append(anys, a)
-			}
-			d, err := decodeResources(typ, anys)
-			require.NoError(t, err)
-			c.replace(d)
-		}
+		c := chainOf(t, f)
 		h := c.held(envoy, map[string]mapExpect{chatRef.Key(): newMapExpect(chatRef)})[chatRef.Key()]
 		assert.Equal(t, heldState{present: true, domains: h.domains}, h, "envoy %v", envoy)
 		assert.NotEmpty(t, h.domains)
@@ -759,4 +737,22 @@ func TestNames(t *testing.T) {
 	var b strings.Builder
 	require.NoError(t, tmpl.Execute(&b, map[string]string{"Service": "svc-0001", "Namespace": "chaos"}))
 	assert.Equal(t, b.String(), templateHost("svc-0001", "chaos"))
+}
+
+// chainOf decodes every resource of the fixture into a chain, as a probe would hold them.
+func chainOf(t *testing.T, f fixtureSet) chain {
+	t.Helper()
+	c := newChain()
+	for typ, res := range f.resources() {
+		anys := make([]*anypb.Any, 0, len(res))
+		for _, r := range res {
+			a, err := anypb.New(r.(proto.Message))
+			require.NoError(t, err)
+			anys = append(anys, a)
+		}
+		d, err := decodeResources(typ, anys)
+		require.NoError(t, err)
+		c.replace(d)
+	}
+	return c
 }
