@@ -374,7 +374,10 @@ func (r *reconciler) decideAndWrite(ctx context.Context, key cache.ObjectName, r
 	// API server restart must not be published without a taint its re-listing cache has not
 	// delivered yet. A cold start with healthy caches reads nothing live.
 	first := model.FindPublished(tm) == nil && r.lagging != nil && r.lagging()
-	if want.Published && !model.PublishedTrue(tm) && (model.FindPublished(tm) != nil || first) {
+	// lieplant.KindIgnoredInput also skips this check: its kept taints are older than the
+	// live ones for good, which would hold the map Publishing instead of lying.
+	ignoring := lieplant.On && lieplant.Is(lieplant.KindIgnoredInput)
+	if want.Published && !model.PublishedTrue(tm) && (model.FindPublished(tm) != nil || first) && !ignoring {
 		if retry, err := r.fresh(ctx, tm, g, log); retry || err != nil {
 			return sourceRetry, err
 		}
