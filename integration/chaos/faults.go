@@ -44,10 +44,11 @@ var faultKinds = []string{faultPublisherKill, faultLeaderKill, faultAPIRestart, 
 	faultGatewayReject, faultStatusWrite, faultForeignEdit}
 
 // roundRobinKinds is the order of a round-robin schedule (the smoke run): the process faults
-// three apart, so that with an interval above a restart's length none waits long for another.
-var roundRobinKinds = []string{faultPublisherKill, faultDisconnect, faultXDSPartition, faultAPIRestart, faultFreeze,
-	faultForeignEdit, faultLeaderKill, faultNACK, faultAPIPartition, faultAPIStall, faultGatewaySlow,
-	faultGatewayReject, faultCompaction, faultStatusWrite}
+// three apart, so that with an interval above a restart's length none waits long for another;
+// the gateway's faults early, so that a short planted run (-mutation) meets them.
+var roundRobinKinds = []string{faultPublisherKill, faultGatewaySlow, faultGatewayReject, faultAPIRestart, faultDisconnect,
+	faultXDSPartition, faultLeaderKill, faultFreeze, faultForeignEdit, faultAPIStall, faultNACK,
+	faultAPIPartition, faultCompaction, faultStatusWrite}
 
 // foreignManager is the field manager of the foreign edits; foreignWeight and
 // foreignHost are what they write (no map's own weight or endpoint).
