@@ -137,3 +137,40 @@ func without(counts map[string]int, keys ...string) map[string]int {
 	}
 	return out
 }
+
+// Two deployments of the publisher under the same name share a claim namespace and watch
+// disjoint namespaces (two releases side by side, or a second replica set, as the chaos
+// run's -gateways does): neither touches the other's claim records. Before, each one's
+// claim-record watch queued the other's maps, which were absent from its cache and so
+// looked deleted: their teardown deleted the other's records, whose followers then withheld
+// the hostnames and held every map Publishing (found by the chaos run).
+func TestSharedClaimNamespaceKeepsTheOtherDeploymentsRecords(t *testing.T) {
+	a, b := newFixture(t), newFixture(t)
+	claims := newNamespace(t)
+	for _, f := range []*fixture{a, b} {
+		f.createMap([]v1beta1.TrafficMapEntry{{Cluster: "worker-a", Endpoint: localBackend(t, "a"), Weight: 1}})
+		f.startPublisher(bothSinks, func(c *publish.Config) { c.ClaimNamespace = claims })
+	}
+	a.waitPublished()
+	b.waitPublished()
+	records := []string{model.ClaimRecordName(publish.DefaultFieldManager, a.ns, service), model.ClaimRecordName(publish.DefaultFieldManager, b.ns, service)}
+	ctx := context.Background()
+	present := func() bool {
+		for _, name := range records {
+			if _, err := kube.CoreV1().ConfigMaps(claims).Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, present, waitTimeout, tick, "both maps' claim records are written")
+	// Each deployment's record watch has seen the other's record by now; a change of b's
+	// map writes b's record again, which a sees too.
+	b.setAnnotation(service, v1beta1.AnnotationGlobalHost, "b.example.com", false)
+	require.Eventually(t, func() bool {
+		r := b.route()
+		return r != nil && slices.Equal(r.Spec.Hostnames, []gwapiv1.Hostname{"b.example.com"})
+	}, waitTimeout, tick, "b publishes its new hostname")
+	b.waitPublished()
+	require.Never(t, func() bool { return !present() }, 3*time.Second, tick, "a deployment deleted the other's claim record")
+}

@@ -184,6 +184,11 @@ func cached[T any](c *caches, infs []cache.SharedIndexInformer, namespace, name 
 	return t, nil
 }
 
+// watches reports whether namespace is in the scope of c (a TrafficMap informer covers it).
+func watches(c *caches, namespace string) bool {
+	return informerFor(c.scopes, c.maps, namespace) != nil
+}
+
 func (c *caches) trafficMap(namespace, name string) (*v1beta1.TrafficMap, error) {
 	return cached[*v1beta1.TrafficMap](c, c.maps, namespace, name)
 }

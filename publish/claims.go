@@ -246,7 +246,7 @@ func (p *Publisher) leadClaims(lctx context.Context) bool {
 		case <-time.After(wait):
 		}
 	}
-	inScope := func(ns string) bool { return informerFor(c.scopes, c.maps, ns) != nil }
+	inScope := func(ns string) bool { return watches(c, ns) }
 	go func() {
 		t := time.NewTicker(p.cfg.ResyncPeriod)
 		defer t.Stop()
@@ -299,8 +299,8 @@ func (p *router) onClaimRecord(pr priority, old, obj any) {
 			continue
 		}
 		rec, err := model.DecodeClaimRecord(m.Annotations)
-		if err != nil {
-			continue
+		if err != nil || !watches(p.caches, rec.Namespace) {
+			continue // another deployment's record (a shared claim namespace): not ours
 		}
 		p.enqueue(pr, rec.Namespace, rec.Name)
 		names = append(names, rec.Names()...)

@@ -184,6 +184,7 @@ func New(cfg Config, rc *rest.Config, log *zap.Logger) (*Publisher, error) {
 		known: cfg.KnownPublishers, holders: newHolderLog(), ignored: newHolderLog(), grants: p.caches.claimRecords, claimPolicy: cfg.claimPolicy(),
 		teardowns: newTeardownClock(cfg.TeardownTimeout),
 		lagging:   func() bool { return len(p.health.failing(time.Now())) > 0 },
+		watches:   func(ns string) bool { return watches(p.caches, ns) },
 	}
 	if !cfg.sinkOn(SinkHTTPRoute) {
 		p.rec.record = &recordStore{kube: c.kube, manager: cfg.FieldManager, cached: p.caches.record}

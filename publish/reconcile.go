@@ -87,6 +87,9 @@ type reconciler struct {
 	known        []string
 	holders      *holderLog
 	ignored      *holderLog
+	// watches reports whether the publisher watches a namespace (its --namespace list; nil:
+	// every one): a key elsewhere belongs to another deployment and is never reconciled.
+	watches func(namespace string) bool
 	// grants are the claim records (claims.go), written before a name is journaled; nil
 	// writes none (unit tests whose inputs trust the journal).
 	grants *claimRecords
@@ -204,6 +207,12 @@ func (r *reconciler) reconcile(ctx context.Context, key cache.ObjectName, log *z
 // the finalizer holds is returned, for the teardown); a nil map without deleted means
 // there is nothing to do (the live map is gone: the informer's delete event follows).
 func (r *reconciler) load(ctx context.Context, key cache.ObjectName) (_ *v1beta1.TrafficMap, deleted bool, _ error) {
+	if r.watches != nil && !r.watches(key.Namespace) {
+		// Another deployment's map (a claim record of theirs in a shared claim namespace
+		// names it): absent from this cache, it must not look deleted here, or its
+		// teardown would delete their claim record.
+		return nil, false, nil
+	}
 	tm, err := r.inputs.trafficMap(key.Namespace, key.Name)
 	if err != nil {
 		return nil, false, err
