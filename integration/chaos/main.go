@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -313,21 +314,14 @@ func stepsOf(d, opEvery time.Duration) int {
 }
 
 // runWorkload makes one operation every interval until ctx ends; an operation that fails
-// (a fault is on) is only counted.
+// (a fault is on) is only counted, and logged with verbose.
 func runWorkload(ctx context.Context, w *workload, every time.Duration, logf func(string, ...any), verbose bool) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
 		op, err := w.Step(ctx)
-		if verbose || (err != nil && ctx.Err() == nil && verbose) {
+		if verbose {
 			logf("op %s: %v", op, err)
 		}
-	}
+	}, every)
 }
 
 // waitCorrect polls until every map passes the final check, for at most timeout; it

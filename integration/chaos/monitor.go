@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -301,18 +302,7 @@ func (m *monitor) Start(ctx context.Context) error {
 			return fmt.Errorf("monitor caches: %w", ctx.Err())
 		}
 	}
-	go func() {
-		t := time.NewTicker(monitorEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-t.C:
-				m.tick(now)
-			}
-		}
-	}()
+	go wait.NonSlidingUntilWithContext(ctx, func(context.Context) { m.tick(time.Now()) }, monitorEvery)
 	return nil
 }
 

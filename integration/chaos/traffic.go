@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 
 	ominformers "github.com/trafficmap/publisher/api/client/informers/externalversions"
@@ -243,14 +244,7 @@ func (j *trafficJudge) hostFor(m mapRef) string {
 
 // loop sends one request for the map every requestEvery until ctx ends.
 func (j *trafficJudge) loop(ctx context.Context, m mapRef) {
-	t := time.NewTicker(requestEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	wait.NonSlidingUntilWithContext(ctx, func(context.Context) {
 		r := sentRequest{Sent: time.Now(), Host: j.hostFor(m)}
 		a, err := gatewaykit.Ask(j.client, "http://"+j.addr+"/", r.Host)
 		if err != nil {
@@ -260,7 +254,7 @@ func (j *trafficJudge) loop(ctx context.Context, m mapRef) {
 		j.mu.Lock()
 		j.requests[m.Key()] = append(j.requests[m.Key()], r)
 		j.mu.Unlock()
-	}
+	}, requestEvery)
 }
 
 // Results judges every request against the True stretch it was sent in.
