@@ -145,10 +145,9 @@ func (t *tracker) step(now time.Time, looks []look) {
 			t.end(episodeStuck, l.Map, now, "changed")
 		}
 	}
-	for id, e := range t.open {
+	for _, e := range t.open {
 		if !seen[e.Map] {
-			t.end(e.Kind, e.Map, now, "deleted")
-			delete(t.open, id)
+			t.end(e.Kind, e.Map, now, "deleted") // removes it from open
 		}
 	}
 	for m := range t.trueSince {
