@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -87,6 +89,27 @@ func TestBackendKindEndpointSlice(t *testing.T) {
 	}, waitTimeout, tick)
 }
 
+// installEnvoyBackendCRD installs envoyBackendCRD for the test; its cleanup uninstalls it
+// and waits until the API server has dropped it. A CRD's deletion finishes asynchronously,
+// and the next test's install would otherwise update the terminating CRD and then find it
+// gone ("not found", a flake of make test).
+func installEnvoyBackendCRD(t *testing.T) {
+	t.Helper()
+	crds, err := envtest.InstallCRDs(restCfg, envoyBackendCRD())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, envtest.UninstallCRDs(restCfg, envoyBackendCRD()))
+		ext, err := apiextensionsclient.NewForConfig(restCfg)
+		require.NoError(t, err)
+		for _, crd := range crds {
+			require.Eventually(t, func() bool {
+				_, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(context.Background(), crd.Name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			}, waitTimeout, tick, "CRD %s deleted", crd.Name)
+		}
+	})
+}
+
 // envoyBackendCRD is Envoy Gateway's Backend CRD (v1.9.1), checked in as an API schema.
 func envoyBackendCRD() envtest.CRDInstallOptions {
 	return envtest.CRDInstallOptions{Paths: []string{filepath.Join(repoRoot(), "integration", "testdata", "envoy-gateway", "gateway.envoyproxy.io_backends.yaml")},
@@ -103,9 +126,7 @@ func TestBackendKindEnvoyGatewayBackend(t *testing.T) {
 	f.startKindPublisher(t, httproute.BackendEnvoyGateway, "publisher.backendKind=envoy-gateway-backend")
 	f.waitCondition(metav1.ConditionFalse, "BackendAPIMissing", "Backend API is not installed/enabled")
 
-	_, err := envtest.InstallCRDs(restCfg, envoyBackendCRD())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = envtest.UninstallCRDs(restCfg, envoyBackendCRD()) })
+	installEnvoyBackendCRD(t)
 	f.pub.stop(t) // the next reconcile finds the API (the resync would too, within a minute)
 	f.startKindPublisher2(t, httproute.BackendEnvoyGateway)
 	f.waitPublished()
@@ -146,9 +167,7 @@ func (f *fixture) startKindPublisher2(t *testing.T, kind httproute.BackendKind) 
 // --backend-kind): the map is published with the new kind's objects and, once the gateway
 // accepted the route with them, the old kind's Backends are gone.
 func TestBackendKindSwitch(t *testing.T) {
-	_, err := envtest.InstallCRDs(restCfg, envoyBackendCRD())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = envtest.UninstallCRDs(restCfg, envoyBackendCRD()) })
+	installEnvoyBackendCRD(t)
 	f := newFixture(t)
 	f.createMap(ipEntries())
 	f.startKindPublisher(t, httproute.BackendEnvoyGateway, "publisher.backendKind=envoy-gateway-backend")
@@ -178,9 +197,7 @@ func TestBackendKindSwitch(t *testing.T) {
 // are) make no API write. A write on each would start a loop with a gateway that
 // rewrites the route's status after every write (Traefik).
 func TestBackendKindSteadyMapWritesNothing(t *testing.T) {
-	_, err := envtest.InstallCRDs(restCfg, envoyBackendCRD())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = envtest.UninstallCRDs(restCfg, envoyBackendCRD()) })
+	installEnvoyBackendCRD(t)
 	for _, tc := range []struct {
 		kind httproute.BackendKind
 		set  []string
