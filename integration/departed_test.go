@@ -25,10 +25,10 @@ import (
 // a partition, and keeps routing by what it has. heal closes the client side too (the
 // client reconnects through the proxy) and forwards again.
 type cutProxy struct {
-	lis    net.Listener
-	target string
+	lis net.Listener
 
 	mu      sync.Mutex
+	target  string // see retarget
 	cutOff  bool
 	clients []net.Conn
 	servers []net.Conn
@@ -55,13 +55,13 @@ func (p *cutProxy) accept() {
 		}
 		p.mu.Lock()
 		p.clients = append(p.clients, c)
-		cut := p.cutOff
+		cut, target := p.cutOff, p.target
 		p.mu.Unlock()
 		if cut {
 			go func() { _, _ = io.Copy(io.Discard, c) }() // held open, never forwarded
 			continue
 		}
-		s, err := net.Dial("tcp", p.target)
+		s, err := net.Dial("tcp", target)
 		if err != nil {
 			_ = c.Close()
 			continue
@@ -94,6 +94,13 @@ func (p *cutProxy) cut() {
 	for _, s := range servers {
 		_ = s.Close()
 	}
+}
+
+// retarget forwards the connections accepted from now on to target.
+func (p *cutProxy) retarget(target net.Addr) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target.String()
 }
 
 // heal closes the client side of every connection and forwards new ones again.
@@ -214,4 +221,51 @@ func TestHAXDSDepartedClientOnAFollowerHoldsTheDrain(t *testing.T) {
 	b := startPublisherWith(t, f.publisherConfig(haReplica(f, "b", regB), withGrace), restCfg, zaptest.NewLogger(t).Named("b"))
 	startPublisherWith(t, f.publisherConfig(haReplica(f, "c", prometheus.NewRegistry()), withGrace), restCfg, zaptest.NewLogger(t).Named("c"))
 	departedDrain(t, f, b, regB, grace, `replica b: 0/1 relevant clients ACKed, waiting for departed "grpc-departed"/sotw-`)
+}
+
+// A client that leaves one replica during a drain and comes back to another (the chaos
+// run's stuck maps, issue 46): the replica it left remembers its departed stream, but the
+// one it came back to lists it as arrived in its report, so the departed stream holds
+// nothing and the map goes True once the client ACKed the drain at its new replica, long
+// before --xds-departed-grace. Two ways round: it leaves the leader for a follower (the
+// leader learns of the arrival from the follower's report), and it leaves a follower for the
+// leader (the follower's report stops holding it).
+func TestHAXDSDepartedClientBackAtAnotherReplica(t *testing.T) {
+	const grace = 10 * time.Minute
+	for _, tc := range []struct{ name, from, to string }{
+		{"leader to follower", "a", "b"},
+		{"follower to leader", "b", "a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			departedMap(t, f)
+			withGrace := func(c *publish.Config) { c.XDSDepartedGrace = grace }
+			pubs := map[string]*runningPublisher{}
+			pubs["a"] = startPublisherWith(t, f.publisherConfig(haReplica(f, "a", prometheus.NewRegistry()), withGrace), restCfg, zaptest.NewLogger(t).Named("a"))
+			f.waitPublished()
+			require.Equal(t, "a", leaseHolder(t, f.ns), "a was alone")
+			pubs["b"] = startPublisherWith(t, f.publisherConfig(haReplica(f, "b", prometheus.NewRegistry()), withGrace), restCfg, zaptest.NewLogger(t).Named("b"))
+			from, to := pubs[tc.from], pubs[tc.to]
+
+			proxy := startCutProxy(t, from.xdsAddr)
+			client := xdsClient(t, proxy.addr(), "grpc-moving", service+"."+f.ns)
+			_, err := call(client)
+			require.NoError(t, err)
+			f.waitPublishedWith("weights worker-a=1, worker-b=1")
+
+			proxy.cut()
+			require.Eventually(t, func() bool { return len(from.pub.XDSClients()) == 0 }, waitTimeout, tick, "the replica saw the client go")
+			w := f.watchPublished()
+			f.drain(seedDrain)
+			f.waitCondition(metav1.ConditionFalse, string(model.ReasonPublishing), `"grpc-moving"`)
+
+			proxy.retarget(to.xdsAddr)
+			proxy.heal() // it comes back, to the other replica
+			require.Eventually(t, func() bool { return spread(t, client, 20)["worker-a"] == 0 }, waitTimeout, tick, "the client has the drain")
+			tm := f.waitPublishedWith("weights worker-a=0 (drained by maintenance-a), worker-b=1")
+			assert.NotContains(t, published(tm).Message, "departed", "nothing waits for the departed stream")
+			requireFalseBeforeTrue(t, w, tm.Generation)
+			require.Len(t, to.pub.XDSClients(), 1, "it is connected to %s", tc.to)
+		})
+	}
 }

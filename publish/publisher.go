@@ -271,6 +271,11 @@ func addXDSSink(p *Publisher) error {
 			xs.Replica().PeerLeft()
 		}
 	}
+	p.board.OnArrived = func(tags []string) {
+		if p.elector.leading.Load() {
+			xs.Replica().PeerArrived(tags) // a client that left this replica may be counted there now
+		}
+	}
 	p.board.OnBack = func(string) {
 		if p.elector.leading.Load() {
 			xs.Leading() // the clients it fenced or lost reconnect: the reconnect grace again

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/trafficmap/publisher/model/replicas"
 )
 
 // A departed client holds what it held: an xDS stream that goes away (closed by the
@@ -69,10 +71,12 @@ type overflowed struct {
 	until  time.Time
 }
 
-// departedRecord is one departed stream remembered; expired: the end of its grace was counted.
+// departedRecord is one departed stream remembered; expired: the end of its grace was
+// counted; tag: its client's replicas.ClientTag.
 type departedRecord struct {
 	Departed
 	expired bool
+	tag     string
 }
 
 // departures remembers the departed streams, oldest first, at most max. Safe for
@@ -122,7 +126,7 @@ func (d *departures) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (d *departures) Collect(ch chan<- prometheus.Metric) {
-	list, _, now := d.snapshot()
+	list, _, now := d.snapshot(nil)
 	within := 0
 	for _, x := range list {
 		if now.Before(x.Until) {
@@ -155,7 +159,8 @@ func (d *departures) add(cl ClientState) {
 		}
 		d.list = slices.Delete(d.list, i, i+1)
 	}
-	d.list = append(d.list, departedRecord{Departed: Departed{ClientState: cl, At: now, Until: now.Add(d.grace)}})
+	d.list = append(d.list, departedRecord{Departed: Departed{ClientState: cl, At: now, Until: now.Add(d.grace)},
+		tag: replicas.ClientTag(cl.Access.Identity, cl.NodeID)})
 	if d.timer == nil { // else it fires for an earlier grace, and is armed again then
 		d.timer = time.AfterFunc(d.grace, d.ended)
 	}
@@ -186,6 +191,41 @@ func (d *departures) returned(cl ClientState) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.list = slices.DeleteFunc(d.list, func(x departedRecord) bool { return keyOf(x.ClientState) == k })
+}
+
+// any reports whether a departed stream is remembered.
+func (d *departures) any() bool {
+	if d == nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.list) > 0
+}
+
+// remembers reports whether a departed stream of a client tagged as one of tags is
+// remembered within its grace.
+func (d *departures) remembers(tags []string) bool {
+	if d == nil || len(tags) == 0 {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := d.now()
+	for _, x := range d.list {
+		if now.Before(x.Until) && slices.Contains(tags, x.tag) {
+			return true
+		}
+	}
+	return false
+}
+
+// clock is the departures' time (time.Now without departures).
+func (d *departures) clock() time.Time {
+	if d == nil {
+		return time.Now()
+	}
+	return d.now()
 }
 
 // pruneLocked forgets the streams past their grace by more than departedNamed, and the
@@ -251,9 +291,10 @@ func (d *departures) stop() {
 	}
 }
 
-// snapshot returns the departed streams remembered (oldest first), the holds of those
-// forgotten at the cap, and the time they were read at.
-func (d *departures) snapshot() ([]Departed, []overflowed, time.Time) {
+// snapshot returns the departed streams remembered (oldest first) but those whose client's
+// tag is in back (see arrivedAtPeers), the holds of those forgotten at the cap, and the
+// time they were read at.
+func (d *departures) snapshot(back map[string]bool) ([]Departed, []overflowed, time.Time) {
 	if d == nil {
 		return nil, nil, time.Now()
 	}
@@ -261,9 +302,11 @@ func (d *departures) snapshot() ([]Departed, []overflowed, time.Time) {
 	defer d.mu.Unlock()
 	now := d.now()
 	d.pruneLocked(now)
-	out := make([]Departed, len(d.list))
-	for i, x := range d.list {
-		out[i] = x.Departed
+	out := make([]Departed, 0, len(d.list))
+	for _, x := range d.list {
+		if !back[x.tag] {
+			out = append(out, x.Departed)
+		}
 	}
 	over := make([]overflowed, 0, len(d.overflow))
 	for _, o := range d.overflow {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/trafficmap/publisher/model"
+	"github.com/trafficmap/publisher/model/replicas"
 	"github.com/trafficmap/publisher/xds/xdstest"
 )
 
@@ -152,13 +153,13 @@ func TestDepartedCap(t *testing.T) {
 	now = now.Add(2 * time.Minute) // "old" is past its grace
 	d.add(state("a-1", teamA))
 	d.add(state("a-2", teamA))
-	list, over, _ := d.snapshot()
+	list, over, _ := d.snapshot(nil)
 	require.Len(t, list, 2)
 	assert.Equal(t, "a-1", list[0].NodeID, "the one past its grace went first")
 	assert.Empty(t, over)
 
 	d.add(state("a-3", teamA)) // every one remembered is within its grace
-	list, over, at := d.snapshot()
+	list, over, at := d.snapshot(nil)
 	require.Len(t, list, 2)
 	assert.Equal(t, []string{"a-2", "a-3"}, []string{list[0].NodeID, list[1].NodeID})
 	for _, tc := range []struct {
@@ -172,14 +173,14 @@ func TestDepartedCap(t *testing.T) {
 		}
 	}
 	now = now.Add(time.Minute)
-	_, over, at = d.snapshot()
+	_, over, at = d.snapshot(nil)
 	assert.False(t, judgeDeparted(nil, over, at, time.Minute, h, "team-a/chat", served).Holds(), "the hold ends with the grace")
 
 	d.returned(state("a-3", teamA))
-	list, _, _ = d.snapshot()
+	list, _, _ = d.snapshot(nil)
 	assert.Len(t, list, 1, "a-2 is past its grace but still named")
 	now = now.Add(departedNamed)
-	list, _, _ = d.snapshot()
+	list, _, _ = d.snapshot(nil)
 	assert.Empty(t, list, "forgotten departedNamed past its grace")
 }
 
@@ -195,14 +196,98 @@ func TestDepartedGraceEndRequeues(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the grace's end was not signalled")
 	}
-	list, _, now := d.snapshot()
+	list, _, now := d.snapshot(nil)
 	require.Len(t, list, 1)
 	assert.False(t, now.Before(list[0].Until))
 	d.stop()
 	d.add(ClientState{NodeID: "m", Stream: "sotw-2"})
-	list, _, _ = d.snapshot()
+	list, _, _ = d.snapshot(nil)
 	assert.Len(t, list, 1, "nothing departs after stop")
 	d.mu.Lock()
 	assert.Nil(t, d.timer)
 	d.mu.Unlock()
+}
+
+// The stuck maps of the chaos run with a real gateway (issue 46): an Envoy whose stream to
+// the leader went away came back to another replica and ACKed the new content there, yet
+// the leader held the map for its departed stream until --xds-departed-grace ran out (up to
+// 39s "stuck"), since only a return to the same replica forgot it. Now each replica's
+// report lists the clients that arrived there within the grace (replicas.Report.Arrived,
+// by ClientTag); a departed stream whose client a counted peer lists holds nothing any
+// more, the peer counting it, and the news names the maps it held. A peer that lists
+// another client changes nothing.
+func TestDepartedClientBackAtAnotherReplica(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	var peers []replicas.Report
+	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true, DepartedGrace: time.Minute, Now: clock,
+		Peers: func() []replicas.Report { mu.Lock(); defer mu.Unlock(); return peers }}, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.server.Serve(ctx, s.listener) }()
+	t.Cleanup(func() { cancel(); <-done; s.loop.queue.ShutDown() })
+	endpoints := []string{"https://chat.worker-a.example.com", "https://chat.worker-b.example.com"}
+	undrained, drained := chatPlan(t, endpoints, false), chatPlan(t, endpoints, true)
+	apply := func(p *model.Plan) model.Confirmation {
+		t.Helper()
+		c, err := s.Apply(ctx, p, model.Standing{})
+		require.NoError(t, err)
+		return c
+	}
+	setPeer := func(arrived ...string) {
+		mu.Lock()
+		defer mu.Unlock()
+		s.mu.Lock()
+		digest := s.served[drained.Key().String()].Digest()
+		s.mu.Unlock()
+		// pub-b serves the drained content, and its one relevant client ACKed it.
+		peers = []replicas.Report{{Identity: "pub-b", Clients: 1, Arrived: arrived,
+			Maps: []replicas.Map{{Key: drained.Key().String(), Digest: digest, Relevant: 1, Acked: 1}}}}
+	}
+	serveNow(t, s, undrained)
+	envoy := dialDeparted(t, s, "envoy-1")
+	require.Eventually(t, func() bool { return s.server.Tracker().Consumed(FlavourEnvoy) }, 10*time.Second, time.Millisecond)
+	require.NoError(t, s.loop.rebuild(ctx))
+	require.Eventually(t, func() bool { envoy.ackAll(t); return apply(undrained).State == model.InPlace }, 10*time.Second, time.Millisecond)
+	tag := replicas.ClientTag("", "envoy-1")
+	assert.Equal(t, []string{tag}, s.Replica().Report(nil).Arrived, "a client identified within the grace is listed")
+
+	serveNow(t, s, drained)
+	require.NoError(t, envoy.conn.Close()) // it leaves this replica holding the undrained weights
+	require.Eventually(t, func() bool { return len(s.server.Tracker().Clients()) == 0 }, 10*time.Second, time.Millisecond)
+	s.Updated()
+	setPeer(replicas.ClientTag("", "envoy-2")) // another client arrived there
+	s.Replica().PeerArrived([]string{replicas.ClientTag("", "envoy-2")})
+	assert.Empty(t, s.Updated(), "no client remembered here arrived there")
+	c := apply(drained)
+	assert.Equal(t, model.Pending, c.State, "envoy-1 may still route by the undrained weights: %s", c.Message)
+	assert.Contains(t, c.Message, `node "envoy-1" stream sotw-`)
+	rep := s.Replica().Report([]string{drained.Key().String()})
+	require.Len(t, rep.Maps, 1)
+	assert.Equal(t, 1, rep.Maps[0].Relevant, "the follower's report holds it too")
+	assert.Empty(t, rep.Arrived, "a departed client is not listed")
+
+	setPeer(tag) // envoy-1 came back at pub-b, which counts it: it ACKed the drain there
+	s.Replica().PeerArrived([]string{tag})
+	assert.Contains(t, s.Updated(), drained.Key(), "the maps it held are judged again")
+	c = apply(drained)
+	assert.Equal(t, model.InPlace, c.State, c.Message)
+	assert.NotContains(t, c.Message, "departed")
+	rep = s.Replica().Report([]string{drained.Key().String()})
+	require.Len(t, rep.Maps, 1)
+	assert.Zero(t, rep.Maps[0].Relevant, "nor does the report hold it")
+
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	again := dialDeparted(t, s, "envoy-3")
+	t.Cleanup(func() { _ = again.conn.Close() })
+	require.Eventually(t, func() bool { return len(s.server.Tracker().Clients()) == 1 }, 10*time.Second, time.Millisecond)
+	assert.Equal(t, []string{replicas.ClientTag("", "envoy-3")}, s.Replica().Report(nil).Arrived)
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	assert.Empty(t, s.Replica().Report(nil).Arrived, "past the grace an arrival is not news")
 }

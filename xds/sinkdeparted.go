@@ -89,17 +89,40 @@ func names(ds []Departed) string {
 	return strings.Join(out, ", ")
 }
 
-// judgeDepartedOf judges the sink's departed streams for the map key served as by.
-func judgeDepartedOf(s *Sink, key string, by map[Flavour]Served) departedVerdict {
-	ds, over, now := s.server.tracker.departed.snapshot()
+// judgeDepartedOf judges the sink's departed streams for the map key served as by, but
+// those whose client came back to another replica (back, see arrivedAtPeers).
+func judgeDepartedOf(s *Sink, key string, by map[Flavour]Served, back map[string]bool) departedVerdict {
+	ds, over, now := s.server.tracker.departed.snapshot(back)
 	return judgeDeparted(ds, over, now, s.cfg.DepartedGrace, s.history, key, by)
+}
+
+// arrivedAtPeers is the set of the clients (replicas.ClientTag) that the other replicas'
+// counted reports list as arrived there (replicas.Report.Arrived); nil when there are none
+// or the sink does not count other replicas. A client that left this replica and came
+// back to another is counted by that replica's report from then on, as it would be by
+// this replica's own tracker had it come back here: its departed stream holds nothing
+// any more. As on one replica, a client is its certificate identity and node id.
+func arrivedAtPeers(s *Sink) map[string]bool {
+	if s.cfg.Peers == nil || !s.server.tracker.departed.any() {
+		return nil
+	}
+	var back map[string]bool
+	for _, p := range s.cfg.Peers() {
+		for _, t := range p.Arrived {
+			if back == nil {
+				back = map[string]bool{}
+			}
+			back[t] = true
+		}
+	}
+	return back
 }
 
 // holdDeparted applies the departed streams' verdict on the map key served as by to c: a
 // map they hold is not Done (and stays marked waiting, so the end of the grace judges it
 // again), and the message names them, within their grace or past it.
 func holdDeparted(s *Sink, key string, by map[Flavour]Served, c *Confirmation) {
-	v := judgeDepartedOf(s, key, by)
+	v := judgeDepartedOf(s, key, by, arrivedAtPeers(s))
 	if msg := v.Message(); msg != "" {
 		c.Message += "; " + msg
 	}

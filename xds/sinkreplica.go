@@ -20,11 +20,14 @@ func (r *Replica) Clients() []ClientState { return r.s.server.Tracker().Clients(
 // relevant client streams did with it. A map it serves nothing for is left out (its plan
 // fails here, for example a missing service: nothing of it waits on this replica's
 // clients, and the leader holds a map absent from a report while it is not Published).
+// It lists the clients that arrived here within the departed grace (Tracker.Arrived), and
+// leaves out of the departed streams' holds those whose client another replica lists so.
 // The report is bounded in bytes when encoded (replicas.Encode), not here.
 func (r *Replica) Report(keys []string) replicas.Report {
 	s := r.s
 	clients := s.server.Tracker().Clients()
-	rep := replicas.Report{Clients: len(clients)}
+	rep := replicas.Report{Clients: len(clients), Arrived: s.server.Tracker().Arrived()}
+	back := arrivedAtPeers(s)
 	keys = slices.Sorted(slices.Values(keys))
 	served := make(map[string]Service, len(keys))
 	s.mu.Lock()
@@ -58,7 +61,7 @@ func (r *Replica) Report(keys []string) replicas.Report {
 					Message: untrusted.Quote(v.Nack.Message, untrusted.MaxMessage)}
 			}
 		}
-		reportDeparted(&m, judgeDepartedOf(s, key, by))
+		reportDeparted(&m, judgeDepartedOf(s, key, by, back))
 		rep.Maps = append(rep.Maps, m)
 	}
 	return rep
@@ -74,6 +77,16 @@ func (r *Replica) Unfence() { r.s.server.Unfence() }
 
 // Fenced reports whether the sink is fenced (Fence without Unfence since).
 func (r *Replica) Fenced() bool { return r.s.server.Fenced() }
+
+// PeerArrived tells the sink that another replica's report lists clients as arrived there
+// (tags, see replicas.Report.Arrived): when one of them is remembered here as departed
+// within its grace, it no longer holds anything, so every map waiting for clients is named
+// to the pipeline to be judged again.
+func (r *Replica) PeerArrived(tags []string) {
+	if r.s.server.tracker.departed.remembers(tags) {
+		r.s.news.Add(r.s.watch.waiting()...)
+	}
+}
 
 // PeerLeft tells the sink that another replica's report stopped counting: every map
 // waiting for clients may now be decided (one that replica held without listing it

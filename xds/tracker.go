@@ -6,7 +6,9 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/trafficmap/publisher/model"
+	"github.com/trafficmap/publisher/model/replicas"
 )
 
 // ClientState is what one connected client has done with each resource type. Every xDS
@@ -271,6 +274,9 @@ type stream struct {
 	subs    map[string]Subscription // replaced, never modified, on every change
 	named   map[string]bool         // types the stream has named resources of (legacy wildcard over)
 	subGen  uint64                  // counts setSub calls (resubscribe compares only after one)
+	// identified is when the stream first identified itself (its node), by the departures'
+	// clock (see Tracker.Arrived).
+	identified time.Time
 	// fresh is ClientState.Fresh (replaced, never modified, on every change); freshAt, per
 	// type URL, when its names or a switch to a wildcard were last subscribed to (see
 	// stream.subscribed).
@@ -1201,7 +1207,7 @@ func (t *Tracker) request(r trackedRequest) *refusal {
 // identify records the node a stream identified itself as, and reports whether it is the
 // first stream of its flavour. Called with the Tracker's mu held.
 func identify(t *Tracker, s *stream, node *corev3.Node) (first bool) {
-	s.node, s.flavour = node, FlavourOf(node)
+	s.node, s.flavour, s.identified = node, FlavourOf(node), t.departed.clock()
 	t.departed.returned(ClientState{NodeID: node.GetId(), Access: s.access}) // it counts as any client again
 	t.members++
 	t.demand[s.flavour]++
@@ -1388,6 +1394,42 @@ func (t *Tracker) Clients() []ClientState {
 // stateOf is the ClientState of the identified stream s of key; a delta stream's Unacked
 // maps are shared with the stream from then on (the caller marks them). Called with the
 // Tracker's mu held.
+// Arrived returns the tags (replicas.ClientTag) of the clients whose connected stream
+// identified itself within the departed grace, sorted: at most replicas.MaxArrived, the
+// newest. Another replica that remembers such a client as departed holds nothing for it
+// any more, since this replica counts it now (replicas.Report.Arrived). Nil without a
+// departed grace.
+func (t *Tracker) Arrived() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.departed == nil || t.departed.grace <= 0 {
+		return nil
+	}
+	now := t.departed.clock()
+	type arrival struct {
+		tag string
+		at  time.Time
+	}
+	var all []arrival
+	for _, s := range t.streams {
+		if s.node != nil && now.Sub(s.identified) < t.departed.grace {
+			all = append(all, arrival{replicas.ClientTag(s.access.Identity, s.node.GetId()), s.identified})
+		}
+	}
+	slices.SortFunc(all, func(a, b arrival) int { // newest first, then by tag
+		if c := b.at.Compare(a.at); c != 0 {
+			return c
+		}
+		return strings.Compare(a.tag, b.tag)
+	})
+	tags := make([]string, 0, min(len(all), replicas.MaxArrived))
+	for _, a := range all[:min(len(all), replicas.MaxArrived)] {
+		tags = append(tags, a.tag)
+	}
+	slices.Sort(tags)
+	return slices.Compact(tags)
+}
+
 func stateOf(t *Tracker, k streamKey, s *stream) ClientState {
 	cs := ClientState{NodeID: s.node.GetId(), Flavour: s.flavour, Stream: k.String(), Peer: s.peer, Access: s.access,
 		TypeURL: s.typeURL, Acked: s.acked, Nacked: s.nacked, Subscribed: s.subs, Fresh: s.fresh, tracker: t}

@@ -62,6 +62,8 @@ const (
 	MaxKey = 320
 	// MaxTruncated bounds the namespaces Report.Truncated names.
 	MaxTruncated = 64
+	// MaxArrived bounds the clients Report.Arrived names: the newest arrivals are kept.
+	MaxArrived = 256
 )
 
 // Report is what one replica's xDS clients did with the maps not yet Published.
@@ -89,6 +91,13 @@ type Report struct {
 	Truncated []string `json:"truncated,omitempty"`
 	// Overflow says that maps of more namespaces were left out than Truncated names.
 	Overflow bool `json:"overflow,omitempty"`
+	// Arrived names, by ClientTag, sorted, the clients connected to the replica whose
+	// stream identified itself within --xds-departed-grace: at most MaxArrived, the newest.
+	// A client that left another replica and came back here is counted by this report from
+	// then on, so that replica's departed stream of it holds nothing any more (as when a
+	// client returns to the replica it left). Left out when the report does not fit
+	// MaxEncoded: the departed streams then hold until their grace ends, as before.
+	Arrived []string `json:"arrived,omitempty"`
 	// Silent is set by the reader (lease.Board), never encoded: the report stopped being
 	// renewed, yet still counts because the replica's clients may hold what it served.
 	Silent *Silent `json:"-"`
@@ -220,7 +229,38 @@ func sanitize(r Report) Report {
 	}
 	slices.SortStableFunc(out.Maps, func(a, b Map) int { return strings.Compare(a.Key, b.Key) })
 	out.Truncated, out.Overflow = boundNamespaces(out.Truncated, out.Overflow)
+	out.Arrived = boundTags(r.Arrived)
 	return out
+}
+
+// boundTags is the first MaxArrived distinct ClientTags of tags (anything else left out),
+// sorted; nil when none.
+func boundTags(tags []string) []string {
+	out := make([]string, 0, min(len(tags), MaxArrived))
+	seen := make(map[string]bool, cap(out))
+	for _, t := range tags {
+		if len(out) == MaxArrived {
+			break
+		}
+		if isTag(t) && !seen[t] {
+			seen[t] = true
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// isTag reports whether t is shaped as a ClientTag.
+func isTag(t string) bool {
+	if len(t) != tagLen {
+		return false
+	}
+	_, err := hex.DecodeString(t)
+	return err == nil && strings.ToLower(t) == t
 }
 
 // boundNames is at most MaxWaiting of names, each cut to MaxField; nil when none.
@@ -271,6 +311,7 @@ func trimmed(m Map) Map {
 // fits MaxEncoded: see Encode. It keeps the first k items of fitOrder for the largest k
 // that fits, nearly (see largestFitting).
 func fit(r Report, ratio float64) (string, error) {
+	r.Arrived = nil // see Report.Arrived
 	order := fitOrder(r)
 	best, ok, err := largestFitting(itemSizes(r, order), ratio, func(k int) (string, bool, error) {
 		v, err := encode(withItems(r, order, k))
@@ -490,6 +531,18 @@ func Decode(value string) (Report, error) {
 		return Report{}, fmt.Errorf("parse report: %w", ErrNegativeCount)
 	}
 	return sanitize(r), nil
+}
+
+// tagLen is the length of a ClientTag: 96 bits of SHA-256, so that no client can choose a
+// node id whose tag is another client's.
+const tagLen = 24
+
+// ClientTag names an xDS client in a report (Report.Arrived): its certificate identity and
+// node id, hashed, so a report names every client in a few bytes and never copies the
+// client-chosen node id. Tags of the same client are equal on every replica.
+func ClientTag(identity, node string) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%d:%s%s", len(identity), identity, node))
+	return hex.EncodeToString(sum[:])[:tagLen]
 }
 
 // LeaseName is the name of the report Lease of the replica identity taking part in the

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,7 +16,7 @@ import (
 )
 
 func TestEncodeDecode(t *testing.T) {
-	r := Report{Identity: "pub-b", Clients: 3, Maps: []Map{
+	r := Report{Identity: "pub-b", Clients: 3, Arrived: slices.Sorted(slices.Values([]string{ClientTag("", "envoy-1"), ClientTag("edge", "envoy-2")})), Maps: []Map{
 		{Key: "prod/chat", Digest: "d1", Relevant: 2, Acked: 1, Waiting: []string{"grpc-1/sotw-3"}},
 		{Key: "prod/other", Digest: "d2", Relevant: 1, Nack: &Nack{Client: "envoy-1/delta-2", Version: "v2", Type: "Cluster", Message: "bad"}},
 	}}
@@ -32,6 +33,44 @@ func TestEncodeDecode(t *testing.T) {
 		_, err := Decode(bad)
 		assert.Error(t, err, "%q", bad)
 	}
+}
+
+// Report.Arrived names clients by ClientTag: the same on every replica, distinct per
+// identity and node id, never the node id itself. What a report lists there is bounded as
+// everything else: only tags, deduplicated, sorted, at most MaxArrived. It is left out of a
+// report that does not fit (the departed streams then hold until their grace ends).
+func TestArrivedTags(t *testing.T) {
+	a := ClientTag("", "envoy-1")
+	assert.Len(t, a, 24)
+	assert.Equal(t, a, ClientTag("", "envoy-1"))
+	assert.NotEqual(t, a, ClientTag("edge", "envoy-1"))
+	assert.NotEqual(t, ClientTag("a", "b\x00c"), ClientTag("a\x00b", "c"), "a node id cannot move the boundary")
+	assert.NotContains(t, a, "envoy")
+
+	var many []string
+	for i := range 2 * MaxArrived {
+		many = append(many, ClientTag("", strconv.Itoa(i)))
+	}
+	hostile := append([]string{"not a tag", strings.Repeat("A", 24), strings.Repeat("x", 1<<20), a, a}, many...)
+	v, err := Encode(Report{Identity: "pub-b", Arrived: hostile})
+	require.NoError(t, err)
+	back, err := Decode(v)
+	require.NoError(t, err)
+	assert.Len(t, back.Arrived, MaxArrived)
+	assert.Contains(t, back.Arrived, a, "the first are kept")
+	assert.True(t, slices.IsSorted(back.Arrived))
+	assert.NotContains(t, back.Arrived, "not a tag")
+
+	big := Report{Identity: "pub-b", Arrived: many[:MaxArrived]}
+	for i := range 20000 {
+		big.Maps = append(big.Maps, Map{Key: fmt.Sprintf("ns-%d/m-%d", i%50, i), Digest: hex.EncodeToString([]byte(strconv.Itoa(i * 7919))), Relevant: 3})
+	}
+	v, err = Encode(big)
+	require.NoError(t, err)
+	back, err = Decode(v)
+	require.NoError(t, err)
+	assert.NotEmpty(t, back.Truncated, "the report did not fit")
+	assert.Empty(t, back.Arrived, "so it names no arrival")
 }
 
 // A cold start of many maps stays small enough for an annotation, with no map left out.

@@ -296,6 +296,10 @@ type Board struct {
 	// after it expired (silent or no longer counted): the replica resumed or restarted, and
 	// the clients it fenced or lost are reconnecting, holding what they had meanwhile.
 	OnBack func(identity string)
+	// OnArrived, when set before Run, is called with the clients (replicas.ClientTag) that
+	// another replica's report newly lists as arrived there (replicas.Report.Arrived): a
+	// client this replica remembers as departed may have come back there.
+	OnArrived func(tags []string)
 
 	mu      sync.Mutex
 	reports map[string]*seen // by Lease name
@@ -437,6 +441,15 @@ func (b *Board) observe(obj any) {
 	if prev != nil && (prev.silent || prev.expired) && r.Identity != b.self && b.OnBack != nil {
 		b.OnBack(r.Identity)
 	}
+	if r.Identity != b.self && b.OnArrived != nil {
+		var before []string
+		if prev != nil && !prev.expired {
+			before = prev.report.Arrived
+		}
+		if added := newTags(before, r.Arrived); len(added) > 0 {
+			b.OnArrived(added)
+		}
+	}
 	var keys []string
 	switch {
 	case r.Identity == b.self:
@@ -506,6 +519,17 @@ func listed(r replicas.Report) []string {
 		keys = append(keys, m.Key)
 	}
 	return keys
+}
+
+// newTags lists the tags of after (sorted) that before (sorted) does not hold.
+func newTags(before, after []string) []string {
+	var out []string
+	for _, t := range after {
+		if _, found := slices.BinarySearch(before, t); !found {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // changed lists the keys whose entries differ between two reports of one replica.

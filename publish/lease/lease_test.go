@@ -158,6 +158,27 @@ func TestBoardKeepsTheNewestReport(t *testing.T) {
 	assert.Equal(t, [][]string{{"prod/chat"}, {"prod/chat"}, {"prod/chat"}}, requeued)
 }
 
+// OnArrived gets the clients another replica's report newly lists as arrived there
+// (replicas.Report.Arrived), not those it listed before, nor this replica's own.
+func TestBoardTellsArrivals(t *testing.T) {
+	var arrived [][]string
+	b := NewBoard(kubefake.NewClientset(), "ns", "publisher", "pub-a", func([]string) {}, zaptest.NewLogger(t))
+	b.OnArrived = func(tags []string) { arrived = append(arrived, tags) }
+	lease := func(name, holder, rv string, r replicas.Report) *coordinationv1.Lease {
+		v, err := replicas.Encode(r)
+		require.NoError(t, err)
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: "u", ResourceVersion: rv,
+			Annotations: map[string]string{replicas.Annotation: v}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To(int32(15))}}
+	}
+	one, two := replicas.ClientTag("", "envoy-1"), replicas.ClientTag("", "envoy-2")
+	b.observe(lease("publisher-xds-b", "pub-b", "1", replicas.Report{Identity: "pub-b", Seq: 1, Arrived: []string{one}}))
+	b.observe(lease("publisher-xds-b", "pub-b", "2", replicas.Report{Identity: "pub-b", Seq: 2, Arrived: []string{one, two}}))
+	b.observe(lease("publisher-xds-b", "pub-b", "3", replicas.Report{Identity: "pub-b", Seq: 3, Arrived: []string{two}}))
+	b.observe(lease("publisher-xds-a", "pub-a", "4", replicas.Report{Identity: "pub-a", Seq: 1, Arrived: []string{replicas.ClientTag("", "envoy-3")}}))
+	assert.Equal(t, [][]string{{one}, {two}}, arrived)
+}
+
 // A report that stops being renewed while its replica had clients (a frozen replica cannot
 // fence itself) still counts for Grace, judged by its last content and marked Silent; one
 // without clients stops counting at expiry. Each step requeues what the report listed,
