@@ -120,6 +120,8 @@ type fakeStatusAPI struct {
 	heldApplies int
 	// finalizerWrites counts AddFinalizer and RemoveFinalizer calls that wrote.
 	finalizerWrites int
+	// published are the Published conditions applied, in order.
+	published []metav1.Condition
 }
 
 // AddFinalizer adds model.Finalizer, conflicting as the API server does on a stale
@@ -169,8 +171,12 @@ func (f *fakeStatusAPI) ApplyStatus(_ context.Context, ac *omeac.TrafficMapApply
 		meta.RemoveStatusCondition(&tm.Status.Conditions, typ)
 	}
 	for _, c := range st.Conditions {
-		meta.SetStatusCondition(&tm.Status.Conditions, metav1.Condition{Type: *c.Type, Status: *c.Status, Reason: *c.Reason,
-			Message: *c.Message, ObservedGeneration: *c.ObservedGeneration, LastTransitionTime: *c.LastTransitionTime})
+		cond := metav1.Condition{Type: *c.Type, Status: *c.Status, Reason: *c.Reason,
+			Message: *c.Message, ObservedGeneration: *c.ObservedGeneration, LastTransitionTime: *c.LastTransitionTime}
+		meta.SetStatusCondition(&tm.Status.Conditions, cond)
+		if cond.Type == v1beta1.ConditionPublished {
+			f.published = append(f.published, cond)
+		}
 	}
 	if j := st.Publisher; j != nil {
 		tm.Status.Publisher = &v1beta1.TrafficMapPublisherStatus{PublisherName: *j.PublisherName, ClaimedTargets: j.ClaimedTargets,
@@ -358,7 +364,7 @@ func TestReconcile(t *testing.T) {
 		assert.True(t, f.api.tm.Status.Published)
 		assert.Equal(t, int64(3), f.api.tm.Status.ObservedTrafficMapGeneration)
 		assert.Equal(t, ref, f.api.tm.Status.GatewayRef)
-		assert.Equal(t, "Normal Published "+c.Message, f.event())
+		assert.Empty(t, f.event(), "a first publication is not news")
 		require.Len(t, route.applied, 1)
 		assert.Equal(t, []string{"chat.example.com"}, route.applied[0].Hostnames)
 
@@ -460,7 +466,10 @@ func TestReconcile(t *testing.T) {
 		_, err = f.run(t)
 		require.NoError(t, err)
 		assert.Equal(t, before+2, f.api.applies, "Publishing, then Published")
-		assert.Equal(t, "Normal Publishing publishing weights worker-a=0 (drained by m-a), worker-b=1", f.event())
+		announced := f.api.published[len(f.api.published)-2]
+		assert.Equal(t, string(model.ReasonPublishing), announced.Reason)
+		assert.Equal(t, "publishing weights worker-a=0 (drained by m-a), worker-b=1", announced.Message)
+		assert.Empty(t, f.event(), "a drain's routine steps are no news")
 		assert.Contains(t, f.published().Message, "worker-a=0 (drained by m-a)")
 		assert.Equal(t, metav1.ConditionTrue, f.published().Status)
 	})

@@ -342,7 +342,7 @@ func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want m
 		fields = append(fields, zap.String("fallbackStatus", string(fallback.Status)), zap.String("fallbackReason", fallback.Reason))
 	}
 	log.Info("published condition", fields...)
-	if prev == nil || prev.Reason != cond.Reason || prev.Status != cond.Status {
+	if newsworthy(prev, cond) {
 		eventType := corev1.EventTypeWarning
 		if model.Reason(cond.Reason).Normal() {
 			eventType = corev1.EventTypeNormal
@@ -350,6 +350,29 @@ func (w *statusWriter) apply(ctx context.Context, tm *v1beta1.TrafficMap, want m
 		w.recorder.Event(tm, eventType, cond.Reason, cond.Message)
 	}
 	return updated, nil
+}
+
+// newsworthy reports whether the Published condition's change from prev (nil: the map had
+// none) to cond is recorded as an Event: only what an operator may act on. A change of
+// reason to a Warning one (a conflict, a refusal, a fallback, an error) is; so is the
+// first Normal condition after a Warning one (the problem is over), and the start of a
+// ramp, a teardown or a retirement. The routine steps of every publication are not, at a
+// cold start of thousands of maps least of all: a first Publishing or Published, and
+// Publishing, Published and the end of a ramp following one another (the condition and
+// its metrics say those; RampFinished marks a ramp's end).
+func newsworthy(prev *metav1.Condition, cond metav1.Condition) bool {
+	if prev != nil && prev.Reason == cond.Reason && prev.Status == cond.Status {
+		return false
+	}
+	r := model.Reason(cond.Reason)
+	switch {
+	case !r.Normal():
+		return true
+	case prev != nil && prev.Reason != "" && !model.Reason(prev.Reason).Normal():
+		return true
+	default:
+		return r != model.ReasonPublished && r != model.ReasonPublishing
+	}
 }
 
 // applyConfiguration is the server-side apply request for want: only the publisher-owned

@@ -188,3 +188,38 @@ func TestFreshQuietGrowsWithNewMapsWaiting(t *testing.T) {
 	now = now.Add(freshQuietMax)
 	assert.Zero(t, w.hold(newMap(0), publishing), "waited long enough: written")
 }
+
+// Events say what an operator may act on (issue 47: a cold start of 10,000 maps recorded
+// 10,023 Events, one per first publication).
+func TestNewsworthy(t *testing.T) {
+	cond := func(reason model.Reason) *metav1.Condition {
+		status := metav1.ConditionFalse
+		if reason == model.ReasonPublished {
+			status = metav1.ConditionTrue
+		}
+		return &metav1.Condition{Type: v1beta1.ConditionPublished, Status: status, Reason: string(reason)}
+	}
+	for _, tc := range []struct {
+		name      string
+		prev, now *metav1.Condition
+		want      bool
+	}{
+		{"a first Published", nil, cond(model.ReasonPublished), false},
+		{"a first Publishing", nil, cond(model.ReasonPublishing), false},
+		{"a drain published", cond(model.ReasonPublishing), cond(model.ReasonPublished), false},
+		{"a drain starts", cond(model.ReasonPublished), cond(model.ReasonPublishing), false},
+		{"a ramp ends", cond(model.ReasonRamping), cond(model.ReasonPublished), false},
+		{"a first conflict", nil, cond(model.ReasonHostnameConflict), true},
+		{"a conflict", cond(model.ReasonPublished), cond(model.ReasonHostnameConflict), true},
+		{"a conflict over", cond(model.ReasonHostnameConflict), cond(model.ReasonPublished), true},
+		{"a refusal over, publishing", cond(model.ReasonInvalidDrainAnnotation), cond(model.ReasonPublishing), true},
+		{"a ramp starts", cond(model.ReasonPublished), cond(model.ReasonRamping), true},
+		{"a teardown starts", cond(model.ReasonPublished), cond(model.ReasonFinalizing), true},
+		{"a sink retired", cond(model.ReasonPublished), cond(model.ReasonRetiringDisabledSink), true},
+		{"the same reason again", cond(model.ReasonHostnameConflict), cond(model.ReasonHostnameConflict), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, newsworthy(tc.prev, *tc.now))
+		})
+	}
+}
