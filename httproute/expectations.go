@@ -57,9 +57,11 @@ func mapKey(namespace, name string) types.NamespacedName {
 // routeView returns the newest route of map namespace/name known without an API read: the
 // cached one when it is at least as new as the sink's last write (the expectation is then
 // met and dropped), the last write otherwise. readThrough reports that the cache cannot be
-// compared with the last write (no cached route, a route with another UID, resourceVersions
-// that do not compare): the route may have been deleted or replaced since, and only a read
-// through the API tells.
+// compared with the last write though it has received the API server's events past it (no
+// cached route, a route with another UID, resourceVersions that do not compare): the route
+// may have been deleted or replaced since, and only a read through the API tells. While the
+// cache is behind the write (Store.RoutesSeen), its lack of the route says nothing and the
+// write is the newest known: a cold start reads back none of the routes it creates.
 func (x *expectations) routeView(namespace, name string) (route *gwapiv1.HTTPRoute, readThrough bool, err error) {
 	cached, err := x.store.Route(namespace, RouteName(name))
 	if err != nil {
@@ -74,7 +76,9 @@ func (x *expectations) routeView(namespace, name string) (route *gwapiv1.HTTPRou
 	}
 	written := e.route
 	if cached == nil || cached.UID != written.UID {
-		return written, true, nil
+		// The cache has not received the write yet (it is behind it), or it has and the
+		// route went or was replaced since: only then does a read tell.
+		return written, !behind(x.store.RoutesSeen(namespace), written.ResourceVersion), nil
 	}
 	cmp, err := resourceversion.CompareResourceVersion(cached.ResourceVersion, written.ResourceVersion)
 	if err != nil {
@@ -144,10 +148,12 @@ func (x *expectations) forgetServices(namespace, name string) {
 // name: for each cached Service the sink has no expectation of, the cached one; for one
 // it wrote, the cached one when it is at least as new as that write (the expectation is
 // then met and dropped), the write otherwise; one it pruned is left out while the cache
-// still holds it (and the expectation is dropped once the cache does not). readThrough
-// lists, in name order, the Services whose cache cannot be compared with the expectation
-// (a written Service not cached, a cached Service with another UID, resourceVersions that
-// do not compare): only a read through the API tells what is stored. Cached objects are
+// still holds it (and the expectation is dropped once the cache does not). A written
+// Service the cache does not hold (or holds with another UID) while it is behind the write
+// (Store.ServicesSeen) is known as written. readThrough lists, in name order, the Services
+// whose cache cannot be compared with the expectation though it has received events past it
+// (a written Service not cached, a cached Service with another UID, resourceVersions that do
+// not compare): only a read through the API tells what is stored. Cached objects are
 // returned as they are, never modified.
 func (x *expectations) serviceView(src Source) (known map[string]*corev1.Service, readThrough []string, err error) {
 	cached, err := x.store.Services(src)
@@ -165,9 +171,10 @@ func (x *expectations) serviceView(src Source) (known map[string]*corev1.Service
 	if e == nil || len(e.services) == 0 {
 		return known, nil, nil
 	}
+	seen := x.store.ServicesSeen(src.Namespace)
 	x.changeLocked(key, func(e *mapExpectations) {
 		for name, exp := range e.services {
-			if judgeService(e, known, name, exp) {
+			if judgeService(e, known, name, exp, seen) {
 				readThrough = append(readThrough, name)
 			}
 		}
@@ -177,13 +184,16 @@ func (x *expectations) serviceView(src Source) (known map[string]*corev1.Service
 }
 
 // judgeService settles the expectation exp of Service name against the cached Services
-// known (see serviceView): it drops a met expectation from e, replaces or removes the cached
-// Service in known, and reports whether only a read through the API tells what is stored.
-func judgeService(e *mapExpectations, known map[string]*corev1.Service, name string, exp serviceExpectation) (readThrough bool) {
+// known, whose cache has received events up to seen (see serviceView): it drops a met
+// expectation from e, replaces or removes the cached Service in known, and reports whether
+// only a read through the API tells what is stored.
+func judgeService(e *mapExpectations, known map[string]*corev1.Service, name string, exp serviceExpectation, seen string) (readThrough bool) {
 	c, ok := known[name]
 	switch {
 	case !ok && exp.deleted: // the cache shows the deletion
 		delete(e.services, name)
+	case (!ok || c.UID != exp.svc.UID) && !exp.deleted && behind(seen, exp.svc.ResourceVersion):
+		known[name] = exp.svc // the cache has not received the write yet
 	case !ok || c.UID != exp.svc.UID:
 		delete(known, name)
 		return true
@@ -202,6 +212,13 @@ func judgeService(e *mapExpectations, known map[string]*corev1.Service, name str
 		}
 	}
 	return false
+}
+
+// behind reports whether a cache that has received events up to seen has not received a
+// write at written yet; false when either is unknown or they do not compare.
+func behind(seen, written string) bool {
+	cmp, err := resourceversion.CompareResourceVersion(seen, written)
+	return err == nil && cmp < 0
 }
 
 // services is serviceView, reading through the API the Services it cannot tell about;

@@ -44,6 +44,12 @@ func (s liveStore) Route(namespace, name string) (*gwapiv1.HTTPRoute, error) {
 	return r, err
 }
 
+// RoutesSeen implements httproute.Store: a live read holds every write.
+func (liveStore) RoutesSeen(string) string { return "" }
+
+// ServicesSeen implements httproute.Store, as RoutesSeen.
+func (liveStore) ServicesSeen(string) string { return "" }
+
 func (s liveStore) Services(src httproute.Source) ([]*corev1.Service, error) {
 	list, err := s.kube.CoreV1().Services(src.Namespace).List(context.Background(), metav1.ListOptions{})
 	if err != nil {

@@ -28,6 +28,12 @@ type Store interface {
 	Route(namespace, name string) (*gwapiv1.HTTPRoute, error)
 	// Services returns the Services owned by src.
 	Services(src Source) ([]*corev1.Service, error)
+	// RoutesSeen and ServicesSeen return the resourceVersion up to which the route and the
+	// Service cache of namespace have received the API server's events ("" when unknown). A
+	// write at a newer resourceVersion has not reached the cache yet, so the cache's lack of
+	// it says nothing: the sink judges from the write, without reading it back.
+	RoutesSeen(namespace string) string
+	ServicesSeen(namespace string) string
 }
 
 // Writer stores desired objects by server-side apply under its field manager, forcing

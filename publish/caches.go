@@ -389,6 +389,23 @@ func (c *caches) Route(namespace, name string) (*gwapiv1.HTTPRoute, error) {
 	return cached[*gwapiv1.HTTPRoute](c, c.routes, namespace, name)
 }
 
+// RoutesSeen implements httproute.Store: the resourceVersion the route informer of
+// namespace has received events up to ("" when there is none).
+func (c *caches) RoutesSeen(namespace string) string { return seen(informerFor(c.scopes, c.routes, namespace)) }
+
+// ServicesSeen implements httproute.Store, as RoutesSeen for the owned Services.
+func (c *caches) ServicesSeen(namespace string) string {
+	return seen(informerFor(c.scopes, c.services, namespace))
+}
+
+// seen is inf's last synced resourceVersion, "" for none.
+func seen(inf cache.SharedIndexInformer) string {
+	if inf == nil {
+		return ""
+	}
+	return inf.LastSyncResourceVersion()
+}
+
 // record returns the cached record ConfigMap at namespace/name, or nil.
 func (c *caches) record(namespace, name string) (*corev1.ConfigMap, error) {
 	return cached[*corev1.ConfigMap](c, c.records, namespace, name)
