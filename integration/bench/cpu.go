@@ -171,6 +171,40 @@ func requestDelta(before, after map[string]float64) string {
 	return strings.Join(parts, ", ")
 }
 
+// perMap is each verb and resource's requests between two reads of the API server's request
+// counts, per map of n, the most first (ties by name), at least 0.01 per map, e.g. "APPLY
+// services 8.00, GET httproutes 0.01"; and the route status writes apart (the gateway's, not
+// the publisher's: nothing else writes route status during a cold start). The list and
+// watch requests of the bench's own informers were made before the first read.
+func perMap(before, after map[string]float64, n int) (requests string, routeStatus int) {
+	type kv struct {
+		k string
+		n float64
+	}
+	var d []kv
+	for k, v := range after {
+		_, res, _ := strings.Cut(k, " ")
+		delta := v - before[k]
+		switch {
+		case res == "httproutes/status" && writeVerbs[strings.SplitN(k, " ", 2)[0]]:
+			routeStatus += int(delta)
+		case delta/float64(n) >= 0.005:
+			d = append(d, kv{k, delta / float64(n)})
+		}
+	}
+	slices.SortFunc(d, func(a, b kv) int {
+		if c := cmp.Compare(b.n, a.n); c != 0 {
+			return c
+		}
+		return strings.Compare(a.k, b.k)
+	})
+	parts := make([]string, 0, len(d))
+	for _, x := range d {
+		parts = append(parts, fmt.Sprintf("%s %.2f", x.k, x.n))
+	}
+	return strings.Join(parts, ", "), routeStatus
+}
+
 // publisherWrites counts, between two reads of the API server's request counts, the writes
 // of the publisher during a cold start: every write request but the stand-in gateway's route
 // status and the API server's own leases, and the Events apart. Nothing else writes then.

@@ -34,11 +34,22 @@ const floorNamespace = "bench-floor"
 // write.
 const floorWritesPerMap = clustersPerMap + 4
 
+// floorGatewayWritesPerMap is what the gateway writes for a new map in the same cold start:
+// its verdict on the route (one route status write; the stand-in's count in the publisher's
+// run is reported beside it). The floor makes it too, with the gateway's client, so the
+// ratio to it measures the publisher, not the gateway.
+const floorGatewayWritesPerMap = 1
+
+// floorController is the controller name the floor's gateway writes its route status as.
+const floorController = "bench.trafficmap.dev/floor-gateway"
+
 // bareWrites is P2's floor: the time a bare client takes to make floorWritesPerMap writes
 // for each of n maps, the same kinds, subresources and field managers' shapes as the
 // publisher's, on the same API server at the publisher's client rate limit (qps, burst),
 // with as many writers as the publisher has workers times a map's Services; a map's
-// TrafficMap writes go in the publisher's order, one after the other. Its objects live in
+// TrafficMap writes go in the publisher's order, one after the other, after the gateway's
+// route status write (floorGatewayWritesPerMap, with an unlimited client as the stand-in's):
+// Published waits for the gateway's verdict. Its objects live in
 // a namespace of their own: the TrafficMaps are created before the clock starts (as the
 // fleet's are before the publisher's), and everything is deleted afterwards (not timed).
 func bareWrites(ctx context.Context, cfg *rest.Config, n int, qps float64, burst, workers int, meter cpuMeter) (time.Duration, int, string, error) {
@@ -67,7 +78,7 @@ func bareWrites(ctx context.Context, cfg *rest.Config, n int, qps float64, burst
 			_, err := c.kube.CoreV1().Services(floorNamespace).Apply(ctx, svc, apply)
 			return err
 		}
-		return floorMapWrites(ctx, c, mapName(k-n*clustersPerMap), apply)
+		return floorMapWrites(ctx, c, fast, mapName(k-n*clustersPerMap), apply)
 	})
 	elapsed, cores := time.Since(start), meter.cores(cpu0, meter.read(), runtime.NumCPU())
 	if err != nil {
@@ -76,7 +87,7 @@ func bareWrites(ctx context.Context, cfg *rest.Config, n int, qps float64, burst
 	if err := floorCleanUp(ctx, fast, n); err != nil {
 		return 0, 0, "", err
 	}
-	return elapsed, n * floorWritesPerMap, cores, nil
+	return elapsed, n * (floorWritesPerMap + floorGatewayWritesPerMap), cores, nil
 }
 
 // floorClients are the bare writer's clients over cfg.
@@ -115,10 +126,16 @@ func floorSetUp(ctx context.Context, c clients, n int) error {
 }
 
 // floorMapWrites makes one map's writes other than its Services, in the publisher's
-// order: the route, the finalizer, the claim journal, then Published True.
-func floorMapWrites(ctx context.Context, c clients, name string, apply metav1.ApplyOptions) error {
-	if _, err := c.gw.GatewayV1().HTTPRoutes(floorNamespace).Apply(ctx, gwapplyv1.HTTPRoute(name, floorNamespace).
-		WithSpec(gwapplyv1.HTTPRouteSpec().WithHostnames(gwapiv1.Hostname(name+".example.com"))), apply); err != nil {
+// order: the route, the gateway's verdict on it (with gateway's client), the finalizer, the
+// claim journal, then Published True.
+func floorMapWrites(ctx context.Context, c, gateway clients, name string, apply metav1.ApplyOptions) error {
+	route, err := c.gw.GatewayV1().HTTPRoutes(floorNamespace).Apply(ctx, gwapplyv1.HTTPRoute(name, floorNamespace).
+		WithSpec(gwapplyv1.HTTPRouteSpec().WithHostnames(gwapiv1.Hostname(name+".example.com")).
+			WithParentRefs(gwapplyv1.ParentReference().WithName("floor-gateway"))), apply)
+	if err != nil {
+		return err
+	}
+	if err := floorGatewayVerdict(ctx, gateway, route); err != nil {
 		return err
 	}
 	maps := c.tm.OmeV1beta1().TrafficMaps(floorNamespace)
@@ -135,6 +152,22 @@ func floorMapWrites(ctx context.Context, c clients, name string, apply metav1.Ap
 		Message: "bare write", ObservedGeneration: tm.Generation, LastTransitionTime: metav1.Now()}
 	_, err = maps.ApplyStatus(ctx, statusapply.Apply(tm, true, tm.Generation, nil, cond, journal), apply)
 	return err
+}
+
+// floorGatewayVerdict writes route's status as a gateway accepting it does: Accepted and
+// ResolvedRefs at its generation for its parent.
+func floorGatewayVerdict(ctx context.Context, c clients, route *gwapiv1.HTTPRoute) error {
+	next := route.DeepCopy()
+	at := metav1.Now()
+	next.Status.Parents = []gwapiv1.RouteParentStatus{{ParentRef: route.Spec.ParentRefs[0], ControllerName: floorController,
+		Conditions: []metav1.Condition{
+			{Type: string(gwapiv1.RouteConditionAccepted), Status: metav1.ConditionTrue, Reason: string(gwapiv1.RouteReasonAccepted), ObservedGeneration: route.Generation, LastTransitionTime: at},
+			{Type: string(gwapiv1.RouteConditionResolvedRefs), Status: metav1.ConditionTrue, Reason: string(gwapiv1.RouteReasonResolvedRefs), ObservedGeneration: route.Generation, LastTransitionTime: at},
+		}}}
+	if _, err := c.gw.GatewayV1().HTTPRoutes(floorNamespace).UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: "bench-floor-gateway"}); err != nil {
+		return fmt.Errorf("write the floor gateway's status of httproute %s/%s: %w", route.Namespace, route.Name, err)
+	}
+	return nil
 }
 
 // floorCleanUp deletes the floor's objects: the Services, the routes, and the TrafficMaps
