@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +19,7 @@ import (
 	"github.com/trafficmap/publisher/api/v1beta1"
 	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/model"
+	"github.com/trafficmap/publisher/publish"
 	"github.com/trafficmap/publisher/weights"
 )
 
@@ -420,4 +423,48 @@ func TestFleetStatusWorkloadClusterEmptiesAfterTaint(t *testing.T) {
 	tolerant.tolerate(`[]`)
 	tolerant.waitPublishedWith(fl.a + "=0 (" + maintenanceTaint + ")")
 	assert.Empty(t, listed(), "every service has left the tainted cluster")
+}
+
+// Malformed tolerations written while no publisher runs, after the map went True (the chaos
+// run's lost map: a True written just before the change, then the leader killed): the next
+// publisher finds them at its start and turns the map False, keeping the last valid ones.
+func TestFleetMalformedTolerationsFoundAtStart(t *testing.T) {
+	f := newFixture(t)
+	fl := newFleet(f)
+	f.createMap(fl.entries())
+	pub := f.startPublisher()
+	setInferenceClusterTaints(t, fl.a, maintenanceNoExecute)
+	f.tolerate(`[{"key":"maintenance","operator":"Exists"}]`)
+	f.waitPublishedWith(fl.a + "=1, " + fl.b + "=1")
+	pub.stop(t)
+	f.tolerate(`[{"value":"x"}]`)
+	f.startPublisher()
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTolerations),
+		"toleration [0]: an empty key needs operator Exists", "keeping the last valid tolerations (maintenance:Exists)", fl.a+"=1, "+fl.b+"=1")
+}
+
+// As TestFleetMalformedTolerationsFoundAtStart with two replicas (both sinks, leader
+// election): the follower takes over after the leader stops and finds the malformed
+// tolerations the leader never published.
+func TestFleetMalformedTolerationsFoundByTheNextLeader(t *testing.T) {
+	f := newFixture(t)
+	fl := newFleet(f)
+	f.createMap(fl.entries())
+	le := func(id string) func(*publish.Config) {
+		return func(c *publish.Config) {
+			c.LeaderElection = publish.LeaderElection{Enabled: true, Namespace: f.ns, Name: haLease, Identity: id,
+				LeaseDuration: haLeaseDuration, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}
+		}
+	}
+	a := startPublisherWith(t, f.publisherConfig(le("a")), restCfg, zaptest.NewLogger(t).Named("a"))
+	setInferenceClusterTaints(t, fl.a, maintenanceNoExecute)
+	f.tolerate(`[{"key":"maintenance","operator":"Exists"}]`)
+	f.waitPublishedWith(fl.a + "=1, " + fl.b + "=1")
+	require.Equal(t, "a", leaseHolder(t, f.ns))
+	startPublisherWith(t, f.publisherConfig(le("b")), restCfg, zaptest.NewLogger(t).Named("b"))
+	a.stop(t)
+	f.tolerate(`[{"value":"x"}]`)
+	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTolerations),
+		"toleration [0]: an empty key needs operator Exists", "keeping the last valid tolerations (maintenance:Exists)", fl.a+"=1, "+fl.b+"=1")
+	require.Equal(t, "b", leaseHolder(t, f.ns))
 }

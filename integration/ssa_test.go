@@ -127,8 +127,8 @@ type staleStore struct{ route *gwapiv1.HTTPRoute }
 
 func (s staleStore) Route(string, string) (*gwapiv1.HTTPRoute, error)     { return s.route, nil }
 func (s staleStore) Services(httproute.Source) ([]*corev1.Service, error) { return nil, nil }
-func (staleStore) RoutesSeen(string) string                              { return "" }
-func (staleStore) ServicesSeen(string) string                            { return "" }
+func (staleStore) RoutesSeen(string) string                               { return "" }
+func (staleStore) ServicesSeen(string) string                             { return "" }
 
 // An apply over a cached route names the cached route's UID: when the route was replaced
 // behind the cache (here by a foreign one), the API server refuses the apply and the new

@@ -123,7 +123,7 @@ func (o replicaOptions) args(kubeconfig, name string) []string {
 		"--xds-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
 		"--xds-reconnect-grace", xdsReconnectGrace.String(), "--xds-peer-grace", xdsPeerGrace.String(), "--teardown-timeout", "10s",
 		"--host-template", "{{.Service}}.{{.Namespace}}.example.com",
-		"--log-format", "json", "--pprof=false"}
+		"--log-format", "json", "--pprof=true"} // on the loopback HTTP address: DumpDebug takes the goroutines
 	if len(o.Namespaces) > 0 {
 		args = append(args, "--namespace", strings.Join(o.Namespaces, ","))
 	}
@@ -699,6 +699,7 @@ func procStatus(pid int) (procInfo, error) {
 
 // DumpDebug writes each running replica's /debug/xds and /debug/replicas (what its xDS
 // clients hold and what it sees of the others) to dir/debug-<replica>-<xds|replicas>.json,
+// and its goroutines (where a worker waits) to dir/debug-<replica>-goroutines.txt,
 // for a run whose maps did not all converge; it returns the files written and the first
 // error.
 func (r *replicaSet) DumpDebug(dir string) ([]string, error) {
@@ -712,7 +713,7 @@ func (r *replicaSet) DumpDebug(dir string) ([]string, error) {
 		if p == nil {
 			continue
 		}
-		for _, what := range []string{"xds", "replicas"} {
+		for _, what := range []string{"xds", "replicas", "pprof/goroutine?debug=2"} {
 			err := func() error {
 				resp, err := client.Get("http://" + p.httpAddr + "/debug/" + what)
 				if err != nil {
@@ -724,6 +725,9 @@ func (r *replicaSet) DumpDebug(dir string) ([]string, error) {
 					return fmt.Errorf("read /debug/%s of replica %s: %w", what, name, err)
 				}
 				file := filepath.Join(dir, "debug-"+name+"-"+what+".json")
+				if strings.HasPrefix(what, "pprof/goroutine") {
+					file = filepath.Join(dir, "debug-"+name+"-goroutines.txt")
+				}
 				if err := os.WriteFile(file, body, 0o644); err != nil {
 					return fmt.Errorf("write %s: %w", file, err)
 				}
