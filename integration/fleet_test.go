@@ -425,46 +425,39 @@ func TestFleetStatusWorkloadClusterEmptiesAfterTaint(t *testing.T) {
 	assert.Empty(t, listed(), "every service has left the tainted cluster")
 }
 
-// Malformed tolerations written while no publisher runs, after the map went True (the chaos
-// run's lost map: a True written just before the change, then the leader killed): the next
-// publisher finds them at its start and turns the map False, keeping the last valid ones.
-func TestFleetMalformedTolerationsFoundAtStart(t *testing.T) {
-	f := newFixture(t)
-	fl := newFleet(f)
-	f.createMap(fl.entries())
-	pub := f.startPublisher()
-	setInferenceClusterTaints(t, fl.a, maintenanceNoExecute)
-	f.tolerate(`[{"key":"maintenance","operator":"Exists"}]`)
-	f.waitPublishedWith(fl.a + "=1, " + fl.b + "=1")
-	pub.stop(t)
-	f.tolerate(`[{"value":"x"}]`)
-	f.startPublisher()
-	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTolerations),
-		"toleration [0]: an empty key needs operator Exists", "keeping the last valid tolerations (maintenance:Exists)", fl.a+"=1, "+fl.b+"=1")
-}
-
-// As TestFleetMalformedTolerationsFoundAtStart with two replicas (both sinks, leader
-// election): the follower takes over after the leader stops and finds the malformed
-// tolerations the leader never published.
+// Malformed tolerations written while no publisher leads, after the map went True (the
+// chaos run's lost map: a True written just before the change, then the leader killed): the
+// next publisher to lead, a fresh one or a follower taking over, finds them and turns the map
+// False, keeping the last valid ones.
 func TestFleetMalformedTolerationsFoundByTheNextLeader(t *testing.T) {
-	f := newFixture(t)
-	fl := newFleet(f)
-	f.createMap(fl.entries())
-	le := func(id string) func(*publish.Config) {
+	le := func(f *fixture, id string) func(*publish.Config) {
 		return func(c *publish.Config) {
 			c.LeaderElection = publish.LeaderElection{Enabled: true, Namespace: f.ns, Name: haLease, Identity: id,
 				LeaseDuration: haLeaseDuration, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}
 		}
 	}
-	a := startPublisherWith(t, f.publisherConfig(le("a")), restCfg, zaptest.NewLogger(t).Named("a"))
-	setInferenceClusterTaints(t, fl.a, maintenanceNoExecute)
-	f.tolerate(`[{"key":"maintenance","operator":"Exists"}]`)
-	f.waitPublishedWith(fl.a + "=1, " + fl.b + "=1")
-	require.Equal(t, "a", leaseHolder(t, f.ns))
-	startPublisherWith(t, f.publisherConfig(le("b")), restCfg, zaptest.NewLogger(t).Named("b"))
-	a.stop(t)
-	f.tolerate(`[{"value":"x"}]`)
-	f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTolerations),
-		"toleration [0]: an empty key needs operator Exists", "keeping the last valid tolerations (maintenance:Exists)", fl.a+"=1, "+fl.b+"=1")
-	require.Equal(t, "b", leaseHolder(t, f.ns))
+	for _, follower := range []bool{false, true} {
+		t.Run(map[bool]string{false: "a fresh publisher", true: "a follower taking over"}[follower], func(t *testing.T) {
+			f := newFixture(t)
+			fl := newFleet(f)
+			f.createMap(fl.entries())
+			a := startPublisherWith(t, f.publisherConfig(le(f, "a")), restCfg, zaptest.NewLogger(t).Named("a"))
+			setInferenceClusterTaints(t, fl.a, maintenanceNoExecute)
+			f.tolerate(`[{"key":"maintenance","operator":"Exists"}]`)
+			f.waitPublishedWith(fl.a + "=1, " + fl.b + "=1")
+			next := "a"
+			if follower {
+				startPublisherWith(t, f.publisherConfig(le(f, "b")), restCfg, zaptest.NewLogger(t).Named("b"))
+				next = "b"
+			}
+			a.stop(t)
+			f.tolerate(`[{"key":""}]`)
+			if !follower {
+				startPublisherWith(t, f.publisherConfig(le(f, "a")), restCfg, zaptest.NewLogger(t).Named("a again"))
+			}
+			f.waitCondition(metav1.ConditionFalse, string(model.ReasonInvalidTolerations),
+				"toleration [0]: an empty key needs operator Exists", "keeping the last valid tolerations (maintenance:Exists)", fl.a+"=1, "+fl.b+"=1")
+			require.Equal(t, next, leaseHolder(t, f.ns))
+		})
+	}
 }

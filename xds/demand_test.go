@@ -400,10 +400,7 @@ func TestNewMapsCoalesceWhileGRPCStreamsSubscribe(t *testing.T) {
 // serveByHand runs s's xDS server alone (the test makes the rebuilds) until the test ends,
 // and returns its context and a wait for n identified clients.
 func serveByHand(t *testing.T, s *Sink) (context.Context, func(n int)) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.server.Serve(ctx, s.listener) }()
-	t.Cleanup(func() { cancel(); <-done; s.loop.queue.ShutDown() })
+	ctx := serveSink(t, s)
 	return ctx, func(n int) {
 		t.Helper()
 		require.Eventually(t, func() bool { return len(s.server.Tracker().Clients()) == n }, 10*time.Second, time.Millisecond)

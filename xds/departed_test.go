@@ -45,6 +45,16 @@ func dialDeparted(t *testing.T, s *Sink, node string) *departedClient {
 	return c
 }
 
+// serveSink runs s's xDS server until the test ends and returns the context it serves with.
+func serveSink(t *testing.T, s *Sink) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.server.Serve(ctx, s.listener) }()
+	t.Cleanup(func() { cancel(); <-done; s.loop.queue.ShutDown() })
+	return ctx
+}
+
 // ackAll ACKs every response received so far.
 func (c *departedClient) ackAll(t *testing.T) {
 	for {
@@ -70,10 +80,7 @@ func TestDepartedClientHoldsWhatItHeld(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true, DepartedGrace: time.Hour, Now: clock}, zaptest.NewLogger(t))
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.server.Serve(ctx, s.listener) }()
-	t.Cleanup(func() { cancel(); <-done; s.loop.queue.ShutDown() })
+	ctx := serveSink(t, s)
 	endpoints := []string{"https://chat.worker-a.example.com", "https://chat.worker-b.example.com"}
 	undrained, drained := chatPlan(t, endpoints, false), chatPlan(t, endpoints, true)
 	serveNow(t, s, undrained)
@@ -224,10 +231,7 @@ func TestDepartedClientBackAtAnotherReplica(t *testing.T) {
 	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true, DepartedGrace: time.Minute, Now: clock,
 		Peers: func() []replicas.Report { mu.Lock(); defer mu.Unlock(); return peers }}, zaptest.NewLogger(t))
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.server.Serve(ctx, s.listener) }()
-	t.Cleanup(func() { cancel(); <-done; s.loop.queue.ShutDown() })
+	ctx := serveSink(t, s)
 	endpoints := []string{"https://chat.worker-a.example.com", "https://chat.worker-b.example.com"}
 	undrained, drained := chatPlan(t, endpoints, false), chatPlan(t, endpoints, true)
 	apply := func(p *model.Plan) model.Confirmation {

@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -26,10 +25,7 @@ import (
 func TestDeltaEnvoyAnsweringAnotherMapsChangeKeepsMapsPublished(t *testing.T) {
 	s, err := NewSink(SinkConfig{Address: "127.0.0.1:0", RequireAck: true}, zaptest.NewLogger(t))
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.server.Serve(ctx, s.listener) }()
-	t.Cleanup(func() { cancel(); <-done; s.loop.queue.ShutDown() })
+	ctx := serveSink(t, s)
 	endpoints := []string{"https://chat.worker-a.example.com", "https://chat.worker-b.example.com"}
 	chat := chatPlan(t, endpoints, false)
 	embedPlan := func(drained bool) *model.Plan {
