@@ -81,6 +81,7 @@ func parseFlags() options {
 }
 
 func main() {
+	execWithResolvConfIfAsked()       // the -gateways replicas start as this binary, re-executed
 	gatewaykit.ServeBackendsIfAsked() // the backends of -gateways are this binary, re-executed
 	o := parseFlags()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
