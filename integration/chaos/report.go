@@ -200,7 +200,7 @@ func (r *result) markdown() string {
 	}
 	b.WriteString("\n| Fault | Injected | Longest time to publish after the inputs stopped moving (Published=False waiting for sinks, from the map's last input change to True) while one was on (or up to 5 s before) |\n| --- | --- | --- |\n")
 	count, longest := r.longestFalse()
-	for _, k := range faultKinds {
+	for _, k := range reportKinds(o.gateways != "") {
 		fmt.Fprintf(&b, "| %s | %d | %s |\n", k, count[k], longest[k].Round(100*time.Millisecond))
 	}
 	fmt.Fprintf(&b, "| (none: workload only) | | %s |\n", longest[""].Round(100*time.Millisecond))
