@@ -114,37 +114,39 @@ func (t *dnsTarget) follow(ctx context.Context, c string, want []netip.Addr) str
 	for i, a := range want {
 		wantText[i] = a.String()
 	}
-	var have, stale int
+	var have int
+	var stale []string
 	for {
 		have, stale = t.sliceState(ctx, c, wantText)
-		if (have > 0 && stale == 0) || time.Since(start) > followWithin || ctx.Err() != nil {
+		if (have > 0 && len(stale) == 0) || time.Since(start) > followWithin || ctx.Err() != nil {
 			break
 		}
 		sleep(ctx, 100*time.Millisecond)
 	}
-	if stale > 0 || have == 0 {
-		return fmt.Sprintf("%d of %d services' endpointslices not following within %s", stale, have, followWithin)
+	if len(stale) > 0 || have == 0 {
+		return fmt.Sprintf("%d of %d services' endpointslices not following within %s (%s)", len(stale), have, followWithin, strings.Join(stale, ", "))
 	}
 	return fmt.Sprintf("endpointslices of %d services followed after %s", have, time.Since(start).Round(10*time.Millisecond))
 }
 
-// sliceState counts cluster c's Services with the publisher's EndpointSlices and those of
-// them whose ready addresses are not want.
-func (t *dnsTarget) sliceState(ctx context.Context, c string, want []string) (services, stale int) {
+// sliceState counts cluster c's Services with the publisher's EndpointSlices and lists,
+// sorted, those of them whose ready addresses are not want, with what they hold.
+func (t *dnsTarget) sliceState(ctx context.Context, c string, want []string) (services int, stale []string) {
 	list, err := t.kube.DiscoveryV1().EndpointSlices(t.namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labelSliceManagedBy + "=" + sliceManagedBy + "," + labelCluster + "=" + c})
 	if err != nil {
-		return 0, 0
+		return 0, nil
 	}
 	got := sliceAddresses{}
 	for i := range list.Items {
 		got.addSlice(&list.Items[i])
 	}
-	for _, addrs := range got {
+	for svc, addrs := range got {
 		if !slices.Equal(addrs, want) {
-			stale++
+			stale = append(stale, fmt.Sprintf("%s holds [%s]", svc, strings.Join(addrs, " ")))
 		}
 	}
+	slices.Sort(stale)
 	return len(got), stale
 }
 

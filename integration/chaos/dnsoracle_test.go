@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -132,3 +133,18 @@ func cacheStore(t *testing.T, slices []*discoveryv1.EndpointSlice) []cache.Store
 
 // containsWord: problem p is about Service svc.
 func containsWord(p, svc string) bool { return strings.Contains(p, "service "+svc+" ") }
+
+// The judge counts how long the EndpointSlices took to follow the DNS: the True episodes
+// that began with the rule, apart from the others.
+func TestJudgedSlices(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	tr := newTracker()
+	slice := ruleSliceAddresses + ": service s (entry worker-0, host h) has ready addresses [a], the dns answer is [b]"
+	tr.step(t0, []look{{Map: "ns/a", True: true, Problems: []string{slice}}, {Map: "ns/b", True: true, Problems: []string{"route weights: x"}}})
+	tr.step(t0.Add(1500*time.Millisecond), []look{{Map: "ns/a", True: true}, {Map: "ns/b", True: true, Problems: []string{"route weights: x"}}})
+	tr.step(t0.Add(2*time.Second), []look{{Map: "ns/a", True: true}, {Map: "ns/b", True: true}})
+	j := tr.judge(t0.Add(3*time.Second), func(time.Time) time.Duration { return 0 })
+	assert.Equal(t, []time.Duration{1500 * time.Millisecond}, j.Slices)
+	assert.Len(t, j.Retract, 2)
+	assert.Empty(t, j.Lies)
+}

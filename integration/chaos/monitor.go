@@ -224,7 +224,10 @@ type judged struct {
 	// Retract are the lengths of every episode of True while disagreeing (retracted,
 	// agreed again, or still open at the end), in order: the time to retract.
 	Retract []time.Duration
-	Lies    []episode // episodes of True standing past their bound
+	// Slices are the lengths of those of them that began with the rule "endpointslice
+	// addresses" (dnsoracle.go): how long the EndpointSlices took to follow the DNS.
+	Slices []time.Duration
+	Lies   []episode // episodes of True standing past their bound
 	Stuck   []episode // maps agreed on but not True past their bound
 }
 
@@ -237,6 +240,9 @@ func (t *tracker) judge(now time.Time, outage func(time.Time) time.Duration) jud
 		switch e.Kind {
 		case episodeTrue:
 			j.Retract = append(j.Retract, d)
+			if strings.HasPrefix(e.Detail, ruleSliceAddresses+":") {
+				j.Slices = append(j.Slices, d)
+			}
 			if d > retractWithin+outage(e.Start) {
 				j.Lies = append(j.Lies, e)
 			}
