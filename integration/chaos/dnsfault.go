@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/integration/gatewaykit"
 )
 
@@ -36,9 +37,10 @@ const (
 	// the old one: the cached answer's life (the TTL clamped to --resolve-min-ttl) and one
 	// lookup. Writing the EndpointSlices after that is the reconcile retractWithin bounds.
 	dnsObserve = max(dnsTTL, resolveMinTTL) + resolveTimeout
-	// followWithin bounds the fault's wait for the EndpointSlices to follow a change (for
-	// its report; the judge holds them to retractWithin plus dnsObserve).
-	followWithin = 20 * time.Second
+	// followWithin bounds the fault's wait for the EndpointSlices to follow a change: past
+	// the judge's bound for them (retractWithin plus the fault's two dnsObserve), so that a
+	// publisher that never follows is caught before the restore hides it.
+	followWithin = retractWithin + 2*dnsObserve + 10*time.Second
 	// backendDomain is the zone of the backends' hostnames (.test is reserved for tests).
 	backendDomain = "backends.chaos.test"
 )
@@ -62,12 +64,13 @@ type dnsTarget struct {
 	clusters  []string
 	home, alt map[string]netip.Addr
 	kube      kubernetes.Interface
+	ome       omeclient.Interface
 	namespace string
 }
 
 // newDNSTarget serves every cluster's hostname at its backend's first address.
-func newDNSTarget(server *dnsServer, b *gatewaykit.Backends, kube kubernetes.Interface, ns string) (*dnsTarget, error) {
-	t := &dnsTarget{server: server, home: map[string]netip.Addr{}, alt: map[string]netip.Addr{}, kube: kube, namespace: ns}
+func newDNSTarget(server *dnsServer, b *gatewaykit.Backends, cl clients, ns string) (*dnsTarget, error) {
+	t := &dnsTarget{server: server, home: map[string]netip.Addr{}, alt: map[string]netip.Addr{}, kube: cl.kube, ome: cl.ome, namespace: ns}
 	for c, a := range b.Addrs {
 		home, err := netip.ParseAddr(a)
 		if err != nil {
@@ -106,8 +109,10 @@ func (t *dnsTarget) dnsChange(ctx context.Context, d time.Duration, pick int) (s
 		time.Since(start).Round(time.Millisecond), first, t.home[c], back), nil
 }
 
-// follow waits up to followWithin until every EndpointSlice of cluster c's Services in the
-// Traefik namespace holds exactly want, and says after how long (or how many did not).
+// follow waits up to followWithin until the EndpointSlices of cluster c's Services of every
+// Traefik map standing Published True hold exactly want, and says after how long (or which
+// did not). A map not True is not held to it: with a malformed input (InvalidRampAnnotation,
+// ...) the sinks keep what they published (docs/concepts/published.md).
 func (t *dnsTarget) follow(ctx context.Context, c string, want []netip.Addr) string {
 	start := time.Now()
 	wantText := make([]string, len(want))
@@ -118,20 +123,34 @@ func (t *dnsTarget) follow(ctx context.Context, c string, want []netip.Addr) str
 	var stale []string
 	for {
 		have, stale = t.sliceState(ctx, c, wantText)
-		if (have > 0 && len(stale) == 0) || time.Since(start) > followWithin || ctx.Err() != nil {
+		if len(stale) == 0 || time.Since(start) > followWithin || ctx.Err() != nil {
 			break
 		}
 		sleep(ctx, 100*time.Millisecond)
 	}
-	if len(stale) > 0 || have == 0 {
+	switch {
+	case len(stale) > 0:
 		return fmt.Sprintf("%d of %d services' endpointslices not following within %s (%s)", len(stale), have, followWithin, strings.Join(stale, ", "))
+	case have == 0:
+		return "no map standing True serves the cluster"
 	}
-	return fmt.Sprintf("endpointslices of %d services followed after %s", have, time.Since(start).Round(10*time.Millisecond))
+	return fmt.Sprintf("endpointslices of %d services (maps standing True) followed after %s", have, time.Since(start).Round(10*time.Millisecond))
 }
 
-// sliceState counts cluster c's Services with the publisher's EndpointSlices and lists,
-// sorted, those of them whose ready addresses are not want, with what they hold.
+// sliceState counts cluster c's Services with the publisher's EndpointSlices, of the maps
+// standing True, and lists, sorted, those whose ready addresses are not want, with what
+// they hold.
 func (t *dnsTarget) sliceState(ctx context.Context, c string, want []string) (services int, stale []string) {
+	maps, err := t.ome.OmeV1beta1().TrafficMaps(t.namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, nil
+	}
+	standing := map[string]bool{}
+	for _, tm := range maps.Items {
+		if p, ok := published(&tm); ok && p.Status == metav1.ConditionTrue && p.ObservedGeneration == tm.Generation {
+			standing[tm.Name] = true
+		}
+	}
 	list, err := t.kube.DiscoveryV1().EndpointSlices(t.namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labelSliceManagedBy + "=" + sliceManagedBy + "," + labelCluster + "=" + c})
 	if err != nil {
@@ -139,7 +158,9 @@ func (t *dnsTarget) sliceState(ctx context.Context, c string, want []string) (se
 	}
 	got := sliceAddresses{}
 	for i := range list.Items {
-		got.addSlice(&list.Items[i])
+		if standing[list.Items[i].Labels[labelSourceName]] {
+			got.addSlice(&list.Items[i])
+		}
 	}
 	for svc, addrs := range got {
 		if !slices.Equal(addrs, want) {

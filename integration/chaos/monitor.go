@@ -228,7 +228,7 @@ type judged struct {
 	// addresses" (dnsoracle.go): how long the EndpointSlices took to follow the DNS.
 	Slices []time.Duration
 	Lies   []episode // episodes of True standing past their bound
-	Stuck   []episode // maps agreed on but not True past their bound
+	Stuck  []episode // maps agreed on but not True past their bound
 }
 
 // judge applies the bounds to the episodes: a True episode longer than retractWithin plus

@@ -83,7 +83,7 @@ func startTraefik(ctx context.Context, s traefikSetup) (_ *traefikScene, err err
 	if ts.dnsSrv, err = startDNSServer(dnsTTL); err != nil {
 		return nil, err
 	}
-	if ts.dns, err = newDNSTarget(ts.dnsSrv, ts.backends, s.cl.kube, nsTraefik); err != nil {
+	if ts.dns, err = newDNSTarget(ts.dnsSrv, ts.backends, s.cl, nsTraefik); err != nil {
 		return nil, err
 	}
 	resolvConf, err := ts.dnsSrv.resolvConf(s.workDir)
