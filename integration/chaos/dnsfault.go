@@ -121,14 +121,17 @@ func (t *dnsTarget) follow(ctx context.Context, c string, want []netip.Addr) str
 	}
 	var have int
 	var stale []string
+	var err error
 	for {
-		have, stale = t.sliceState(ctx, c, wantText)
-		if len(stale) == 0 || time.Since(start) > followWithin || ctx.Err() != nil {
+		have, stale, err = t.sliceState(ctx, c, wantText)
+		if (err == nil && len(stale) == 0) || time.Since(start) > followWithin || ctx.Err() != nil {
 			break
 		}
 		sleep(ctx, 100*time.Millisecond)
 	}
 	switch {
+	case err != nil:
+		return fmt.Sprintf("endpointslices unread within %s: %v", followWithin, err)
 	case len(stale) > 0:
 		return fmt.Sprintf("%d of %d services' endpointslices not following within %s (%s)", len(stale), have, followWithin, strings.Join(stale, ", "))
 	case have == 0:
@@ -140,10 +143,10 @@ func (t *dnsTarget) follow(ctx context.Context, c string, want []netip.Addr) str
 // sliceState counts cluster c's Services with the publisher's EndpointSlices, of the maps
 // standing True, and lists, sorted, those whose ready addresses are not want, with what
 // they hold.
-func (t *dnsTarget) sliceState(ctx context.Context, c string, want []string) (services int, stale []string) {
+func (t *dnsTarget) sliceState(ctx context.Context, c string, want []string) (services int, stale []string, err error) {
 	maps, err := t.ome.OmeV1beta1().TrafficMaps(t.namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return 0, nil
+		return 0, nil, fmt.Errorf("list trafficmaps: %w", err)
 	}
 	standing := map[string]bool{}
 	for _, tm := range maps.Items {
@@ -154,7 +157,7 @@ func (t *dnsTarget) sliceState(ctx context.Context, c string, want []string) (se
 	list, err := t.kube.DiscoveryV1().EndpointSlices(t.namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labelSliceManagedBy + "=" + sliceManagedBy + "," + labelCluster + "=" + c})
 	if err != nil {
-		return 0, nil
+		return 0, nil, fmt.Errorf("list endpointslices: %w", err)
 	}
 	got := sliceAddresses{}
 	for i := range list.Items {
@@ -168,7 +171,7 @@ func (t *dnsTarget) sliceState(ctx context.Context, c string, want []string) (se
 		}
 	}
 	slices.Sort(stale)
-	return len(got), stale
+	return len(got), stale, nil
 }
 
 // dnsOutage is how long from t on the publisher may go on serving answers of the DNS server
