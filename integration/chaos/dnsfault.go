@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,6 +67,9 @@ type dnsTarget struct {
 	kube      kubernetes.Interface
 	ome       omeclient.Interface
 	namespace string
+
+	mu sync.Mutex // held while a change is on: one at a time
+	n  int        // changes made, under mu: they alternate between moving and widening
 }
 
 // newDNSTarget serves every cluster's hostname at its backend's first address.
@@ -88,17 +92,23 @@ func newDNSTarget(server *dnsServer, b *gatewaykit.Backends, cl clients, ns stri
 	return t, nil
 }
 
-// dnsChange changes one cluster's answer (by pick): an even pick moves the name to the
-// cluster's other address, an odd one widens it to both; after d (and the EndpointSlices'
+// dnsChange changes one cluster's answer (by pick), in turn moving the name to the
+// cluster's other address and widening it to both; after d (and the EndpointSlices'
 // following, which it waits for up to followWithin) it restores the home address. It
-// reports how long the slices took to follow each change.
+// reports how long the slices took to follow each change. A change under way makes it do
+// nothing ("").
 func (t *dnsTarget) dnsChange(ctx context.Context, d time.Duration, pick int) (string, error) {
+	if !t.mu.TryLock() {
+		return "", nil
+	}
+	defer t.mu.Unlock()
 	c := t.clusters[pick%len(t.clusters)]
 	host := backendHost(c)
 	changed, how := []netip.Addr{t.alt[c]}, "moved"
-	if pick%2 == 1 {
+	if t.n%2 == 1 {
 		changed, how = []netip.Addr{t.home[c], t.alt[c]}, "widened"
 	}
+	t.n++
 	start := time.Now()
 	t.server.Set(host, changed...)
 	first := t.follow(ctx, c, changed)
