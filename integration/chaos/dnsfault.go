@@ -134,7 +134,9 @@ func (t *dnsTarget) follow(ctx context.Context, c string, want []netip.Addr) str
 	var err error
 	for {
 		have, stale, err = t.sliceState(ctx, c, wantText)
-		if (err == nil && len(stale) == 0) || time.Since(start) > followWithin || ctx.Err() != nil {
+		// No map standing True with the cluster yet (a spec change under way): wait for one,
+		// or a publisher that never follows would end the wait unseen.
+		if (err == nil && have > 0 && len(stale) == 0) || time.Since(start) > followWithin || ctx.Err() != nil {
 			break
 		}
 		sleep(ctx, 100*time.Millisecond)
@@ -145,7 +147,7 @@ func (t *dnsTarget) follow(ctx context.Context, c string, want []netip.Addr) str
 	case len(stale) > 0:
 		return fmt.Sprintf("%d of %d services' endpointslices not following within %s (%s)", len(stale), have, followWithin, strings.Join(stale, ", "))
 	case have == 0:
-		return "no map standing True serves the cluster"
+		return fmt.Sprintf("no map standing True served the cluster within %s", followWithin)
 	}
 	return fmt.Sprintf("endpointslices of %d services (maps standing True) followed after %s", have, time.Since(start).Round(10*time.Millisecond))
 }
