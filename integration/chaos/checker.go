@@ -118,7 +118,10 @@ type checkerConfig struct {
 	GatewayName  string
 	HostTemplate string
 	IPEndpoints  bool // observed.IPEndpoints
-	Probes       func() []*probe
+	// DNS is the current answer of the harness's DNS server for an endpoint hostname (false:
+	// it has none); set, the checker holds the maps' EndpointSlices to it (dnsoracle.go).
+	DNS    func(host string) ([]string, bool)
+	Probes func() []*probe
 	// ProbeMaps says whether a probe subscribes to the map key (gRPC probes: their maps;
 	// Envoy probes: every map).
 	ProbeMaps func(p *probe, key string) bool
@@ -353,8 +356,11 @@ type stateAt struct {
 	in       observed
 	route    *gwapiv1.HTTPRoute
 	clusters map[string]string // Service name -> cluster label
-	isvcRV   string
-	wcRV     map[string]string
+	// slices are the ready addresses of the publisher's EndpointSlices by Service (read only
+	// with checkerConfig.DNS: the rule "endpointslice addresses", dnsoracle.go).
+	slices sliceAddresses
+	isvcRV string
+	wcRV   map[string]string
 }
 
 // inputs renders what the inputs were, for a lie's report.
@@ -787,6 +793,17 @@ func (c *checker) finalState(ctx context.Context, ns, name string) error {
 		return fmt.Errorf("trafficmap %s/%s: final inputs allow no True: %s", ns, name, v.Why)
 	}
 	problems := c.judgeRoute(tm, s, v)
+	if c.cfg.DNS != nil {
+		es, err := c.cfg.Kube.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: labelSliceManagedBy + "=" + sliceManagedBy})
+		if err != nil {
+			return fmt.Errorf("list endpointslices in %s: %w", ns, err)
+		}
+		s.slices = sliceAddresses{}
+		for i := range es.Items {
+			s.slices.addSlice(&es.Items[i])
+		}
+		problems = append(problems, judgeSliceAddresses(tm, s, c.cfg.DNS)...)
+	}
 	key := ns + "/" + name
 	want := canonical(v.Weights)
 	for _, p := range c.cfg.Probes() {

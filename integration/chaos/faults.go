@@ -102,6 +102,8 @@ type faults struct {
 	stable string
 	// roundRobin takes the kinds in turn (roundRobinKinds) instead of at random.
 	roundRobin bool
+	// dns is the target of the "dns answer change" fault (-gateways; nil: no such fault).
+	dns *dnsTarget
 
 	mu      sync.Mutex
 	log     []injection
@@ -113,6 +115,7 @@ func (f *faults) Run(ctx context.Context, interval time.Duration) {
 	var wg sync.WaitGroup
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	kinds, order := f.scheduleKinds()
 	for i := 0; ; i++ {
 		select {
 		case <-ctx.Done():
@@ -120,9 +123,9 @@ func (f *faults) Run(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		kind := faultKinds[f.rng.IntN(len(faultKinds))]
+		kind := kinds[f.rng.IntN(len(kinds))]
 		if f.roundRobin {
-			kind = roundRobinKinds[i%len(roundRobinKinds)]
+			kind = order[i%len(order)]
 		}
 		d := time.Duration(1000+f.rng.IntN(5000)) * time.Millisecond
 		pick := f.rng.Int()
@@ -221,6 +224,11 @@ func (f *faults) apply(ctx context.Context, kind string, d time.Duration, pick i
 		return f.reject(ctx, d, pick)
 	case faultForeignEdit:
 		return f.foreignEdit(ctx, pick)
+	case faultDNSChange:
+		if f.dns == nil {
+			return "", nil
+		}
+		return f.dns.dnsChange(ctx, d, pick)
 	}
 	return "", fmt.Errorf("unknown fault %q", kind)
 }

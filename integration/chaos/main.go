@@ -81,6 +81,7 @@ func parseFlags() options {
 }
 
 func main() {
+	execWithResolvConfIfAsked()       // the -gateways replicas start as this binary, re-executed
 	gatewaykit.ServeBackendsIfAsked() // the backends of -gateways are this binary, re-executed
 	o := parseFlags()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -236,6 +237,7 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 			return nil, fmt.Errorf("traefik: %w", err)
 		}
 		defer ts.Stop()
+		f.dns = ts.dns
 	}
 	res := &result{opts: o, started: time.Now(), commit: repoCommit(), scene: ts}
 	logf("waiting for every map to be published before the faults start")
@@ -298,9 +300,13 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 		checkers = append(checkers, ts.chk)
 	}
 	for _, c := range checkers {
+		outage := f.outage
+		if ts != nil && c == ts.chk {
+			outage = f.traefikOutage // the DNS changes reach only the Traefik maps
+		}
 		c.Drain(ctx)
-		c.settleRaces(time.Now(), f.outage)
-		c.settleMonitor(time.Now(), f.outage)
+		c.settleRaces(time.Now(), outage)
+		c.settleMonitor(time.Now(), outage)
 	}
 	return res.finish(chk, f, w, fleet, replicas), nil
 }

@@ -224,8 +224,11 @@ type judged struct {
 	// Retract are the lengths of every episode of True while disagreeing (retracted,
 	// agreed again, or still open at the end), in order: the time to retract.
 	Retract []time.Duration
-	Lies    []episode // episodes of True standing past their bound
-	Stuck   []episode // maps agreed on but not True past their bound
+	// Slices are the lengths of those of them that began with the rule "endpointslice
+	// addresses" (dnsoracle.go): how long the EndpointSlices took to follow the DNS.
+	Slices []time.Duration
+	Lies   []episode // episodes of True standing past their bound
+	Stuck  []episode // maps agreed on but not True past their bound
 }
 
 // judge applies the bounds to the episodes: a True episode longer than retractWithin plus
@@ -237,6 +240,9 @@ func (t *tracker) judge(now time.Time, outage func(time.Time) time.Duration) jud
 		switch e.Kind {
 		case episodeTrue:
 			j.Retract = append(j.Retract, d)
+			if strings.HasPrefix(e.Detail, ruleSliceAddresses+":") {
+				j.Slices = append(j.Slices, d)
+			}
 			if d > retractWithin+outage(e.Start) {
 				j.Lies = append(j.Lies, e)
 			}
@@ -269,6 +275,7 @@ type monitor struct {
 
 	tms, isvcs, routes, svcs []cache.Store
 	wcs                      cache.Store
+	slices                   []cache.Store // the publisher's EndpointSlices (with checkerConfig.DNS)
 
 	mu sync.Mutex
 	tr *tracker
@@ -289,6 +296,12 @@ func (m *monitor) Start(ctx context.Context) error {
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelManagedBy + "=trafficmap-publisher" })).Core().V1().Services().Informer()
 		m.tms, m.isvcs, m.routes, m.svcs = append(m.tms, tm.GetStore()), append(m.isvcs, isvc.GetStore()), append(m.routes, route.GetStore()), append(m.svcs, svc.GetStore())
 		infs = append(infs, tm, isvc, route, svc)
+		if cfg.DNS != nil {
+			es := kubeinformers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, kubeinformers.WithNamespace(ns),
+				kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelSliceManagedBy + "=" + sliceManagedBy })).Discovery().V1().EndpointSlices().Informer()
+			m.slices = append(m.slices, es.GetStore())
+			infs = append(infs, es)
+		}
 	}
 	wc := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, 0).ForResource(wcResource).Informer()
 	m.wcs = wc.GetStore()
@@ -342,11 +355,18 @@ func (m *monitor) looks(now time.Time) []look {
 		}
 	}
 	var out []look
+	slicesByNS := map[string]sliceAddresses{}
 	for _, s := range m.tms {
 		for _, o := range s.List() {
 			tm := o.(*v1beta1.TrafficMap)
 			key := tm.Namespace + "/" + tm.Name
 			st := stateAt{in: m.inputs(tm), clusters: svcs[key]}
+			if m.chk.cfg.DNS != nil {
+				if _, ok := slicesByNS[tm.Namespace]; !ok {
+					slicesByNS[tm.Namespace] = slicesOf(m.slices, tm.Namespace)
+				}
+				st.slices = slicesByNS[tm.Namespace]
+			}
 			for _, r := range routes[key] {
 				if owned(r.OwnerReferences, tm) {
 					st.route = r
@@ -404,6 +424,7 @@ func (m *monitor) look(tm *v1beta1.TrafficMap, st stateAt, now time.Time) look {
 	}
 	l.Host = v.Hostname
 	l.Problems = m.chk.judgeRoute(tm, st, v)
+	l.Problems = append(l.Problems, judgeSliceAddresses(tm, st, m.chk.cfg.DNS)...)
 	want := canonical(v.Weights)
 	for _, p := range m.chk.cfg.Probes() {
 		if !m.chk.cfg.ProbeMaps(p, key) {

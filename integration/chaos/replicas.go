@@ -60,6 +60,9 @@ type replicaOptions struct {
 	ClientNamespaces []string // --xds-client-namespaces rules, e.g. "chaos-client=chaos"
 	Extra            []string // more flags, after the others
 	Env              []string // more environment variables (KEY=VALUE), e.g. a planted lie's
+	// ResolvConf, when set, is the /etc/resolv.conf each replica sees: it runs in a mount
+	// namespace of its own with the file mounted there (mountns.go).
+	ResolvConf string
 	// Names are the replicas (default replicaNames) and ElectionID their election Lease
 	// (default electionID): a second set next to the first needs its own of both.
 	Names      []string
@@ -316,9 +319,16 @@ func (r *replicaSet) launch(name string, first bool) (*replicaProc, error) {
 	if len(r.o.Env) > 0 {
 		cmd.Env = append(os.Environ(), r.o.Env...)
 	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if r.o.ResolvConf != "" {
+		if cmd, err = resolvConfCommand(r.o.Bin, r.o.ResolvConf, r.o.args(kubeconfig, name), r.o.Env); err != nil {
+			logFile.Close()
+			return nil, fmt.Errorf("start replica %s: %w", name, err)
+		}
+	}
 	// Its own process group keeps a terminal's Ctrl-C to the harness away from it (Stop
 	// ends it); the kernel kills it should the harness die.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr.Setpgid, cmd.SysProcAttr.Pdeathsig = true, syscall.SIGKILL
 	cmd.Stdout = logFile
 	stderr, err := cmd.StderrPipe()
 	if err == nil {

@@ -200,7 +200,7 @@ func (r *result) markdown() string {
 	}
 	b.WriteString("\n| Fault | Injected | Longest time to publish after the inputs stopped moving (Published=False waiting for sinks, from the map's last input change to True) while one was on (or up to 5 s before) |\n| --- | --- | --- |\n")
 	count, longest := r.longestFalse()
-	for _, k := range faultKinds {
+	for _, k := range reportKinds(o.gateways != "") {
 		fmt.Fprintf(&b, "| %s | %d | %s |\n", k, count[k], longest[k].Round(100*time.Millisecond))
 	}
 	fmt.Fprintf(&b, "| (none: workload only) | | %s |\n", longest[""].Round(100*time.Millisecond))
@@ -270,6 +270,8 @@ func (r *result) trafficRows(row func(string, any)) {
 	row(fmt.Sprintf("Traffic through Traefik: requests (one per map every %s), judged (sent over %s after a True was seen, while it stood, for its hostname)", requestEvery, trafficGrace),
 		fmt.Sprintf("%d, %d", t.Requests, t.Judged))
 	row("**Traffic lies** (a judged request reached a cluster the standing True gives weight 0)", fmt.Sprintf("**%d**", t.Excluded))
+	row("EndpointSlices following the DNS (a map standing True while its slices' ready addresses differed from the answer, until they agreed or Published left True)",
+		percentiles(c.Judged.Slices))
 	row("Traffic answers 5xx, 404, transport errors (not lies: all weights 0 answers 500, a new hostname 404 until routed)",
 		fmt.Sprintf("%d, %d, %d", t.ServerErr, t.NotFound, t.Failed))
 	row("True stretches seen by the traffic judge (races among them, inputs unreadable)", fmt.Sprintf("%d (%d, %d)", t.Trues, t.Races, t.Unread))

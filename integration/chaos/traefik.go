@@ -20,7 +20,9 @@ import (
 // there, with backend kind auto (EndpointSlices of the backends' IP addresses for Traefik)
 // and --require-xds-ack=false: no xDS client subscribes to these maps, and Published would
 // wait for one forever. Its maps'
-// endpoints are the backends' URLs; their own workload drains, undrains, tolerates, ramps,
+// endpoints are the backends' hostnames (backendEndpoint), which the harness's DNS server
+// answers for and the replicas resolve through it (their own resolv.conf in a mount
+// namespace; dnsfault.go, dnsserver.go, mountns.go); their own workload drains, undrains, tolerates, ramps,
 // renames, deletes and breaks them (no taints: those are fleet-wide and the main workload's,
 // and they reach these maps too; no rival maps).
 const (
@@ -35,6 +37,8 @@ var traefikKinds = []string{"drain", "undrain", "routing", "tolerate", "hostname
 // traefikScene is the Traefik part's processes and judges.
 type traefikScene struct {
 	backends *gatewaykit.Backends
+	dnsSrv   *dnsServer
+	dns      *dnsTarget // the "dns answer change" fault's target
 	traefik  *gatewaykit.Traefik
 	replicas *replicaSet
 	work     *workload
@@ -73,8 +77,18 @@ func startTraefik(ctx context.Context, s traefikSetup) (_ *traefikScene, err err
 	for j := range clusters {
 		clusters[j] = clusterName(j)
 	}
-	if ts.backends, err = gatewaykit.StartBackends(clusters...); err != nil {
+	if ts.backends, err = gatewaykit.StartMovableBackends(clusters...); err != nil {
 		return nil, fmt.Errorf("backends: %w", err)
+	}
+	if ts.dnsSrv, err = startDNSServer(dnsTTL); err != nil {
+		return nil, err
+	}
+	if ts.dns, err = newDNSTarget(ts.dnsSrv, ts.backends, s.cl, nsTraefik); err != nil {
+		return nil, err
+	}
+	resolvConf, err := ts.dnsSrv.resolvConf(s.workDir)
+	if err != nil {
+		return nil, err
 	}
 	_, err = s.cl.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsTraefik}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -88,19 +102,20 @@ func startTraefik(ctx context.Context, s traefikSetup) (_ *traefikScene, err err
 	}
 	ts.work = newWorkload(workloadConfig{Kube: s.cl.kube, Dynamic: s.cl.dyn, OME: s.cl.ome, Namespace: nsTraefik, Rival: nsTraefik + "-rival",
 		Maps: o.traefikMaps, Clusters: o.clusters, RNG: rand.New(rand.NewPCG(s.rng.Uint64(), s.rng.Uint64())), Bin: s.bin, Kubeconfig: s.cp.Kubeconfig(),
-		Endpoint: func(_, cluster string) string { return ts.backends.URL(cluster) }, Kinds: traefikKinds})
+		Endpoint: func(_, cluster string) string { return backendEndpoint(cluster) }, Kinds: traefikKinds})
 	if err := ts.work.Setup(ctx); err != nil {
 		return nil, fmt.Errorf("traefik workload setup: %w", err)
 	}
 	s.logf("starting 2 publisher replicas for the %d maps of %s on Traefik %s (%s)", o.traefikMaps, nsTraefik, gatewaykit.TraefikVersion, ts.traefik.Addr)
 	ts.replicas, err = startReplicas(ctx, s.cp, replicaOptions{Bin: s.bin, WorkDir: s.workDir, Namespaces: []string{nsTraefik},
 		Gateway: nsTraefik + "/" + traefikGateway, LeaseNamespace: nsLease, PKI: s.pk,
-		Names: []string{"t1", "t2"}, ElectionID: traefikElectionID, Extra: []string{"--require-xds-ack=false", "--backend-kind", "auto", "--route-settle", "auto"}})
+		Names: []string{"t1", "t2"}, ElectionID: traefikElectionID, ResolvConf: resolvConf,
+		Extra: []string{"--require-xds-ack=false", "--backend-kind", "auto", "--route-settle", "auto", "--resolve-min-ttl", resolveMinTTL.String()}})
 	if err != nil {
 		return nil, fmt.Errorf("traefik replicas: %w", err)
 	}
 	ts.chk = newChecker(checkerConfig{OME: s.cl.ome, Kube: s.cl.kube, Gateway: s.cl.gw, Dynamic: s.cl.dyn,
-		Namespaces: []string{nsTraefik}, GatewayNS: nsTraefik, GatewayName: traefikGateway, HostTemplate: hostTmpl, IPEndpoints: true,
+		Namespaces: []string{nsTraefik}, GatewayNS: nsTraefik, GatewayName: traefikGateway, HostTemplate: hostTmpl, IPEndpoints: true, DNS: ts.dnsSrv.Lookup,
 		Probes: func() []*probe { return nil }, ProbeMaps: func(*probe, string) bool { return false }, Lag: s.lag, Logf: s.logf})
 	if err := ts.chk.Start(ctx); err != nil {
 		return nil, err
@@ -145,6 +160,9 @@ func (ts *traefikScene) Stop() {
 	}
 	if ts.traefik != nil {
 		ts.traefik.Proc.Stop()
+	}
+	if ts.dnsSrv != nil {
+		ts.dnsSrv.Close()
 	}
 	if ts.backends != nil {
 		ts.backends.Close()

@@ -74,10 +74,15 @@ func serveBackends(spec string) error {
 // to the root namespace by a veth pair on a random /24 of 198.18.0.0/15 (set aside for
 // benchmarking; the API server refuses loopback addresses in EndpointSlices), the host side
 // .1, and per cluster an address .2, .3, ... served by one backend process (this binary,
-// re-executed in the namespace). Close removes everything.
+// re-executed in the namespace); with StartMovableBackends also a second address per
+// cluster, after the first ones. Close removes everything.
 type Backends struct {
 	// Addrs maps each cluster to its backend's IP address.
 	Addrs map[string]string
+	// Alts maps each cluster to its second address, which answers as that cluster too
+	// (StartMovableBackends; empty otherwise): a name can move between the two, as a DNS
+	// change does, with both serving.
+	Alts map[string]string
 
 	netns, hostLink string
 	cmd             *exec.Cmd
@@ -87,12 +92,30 @@ type Backends struct {
 // StartBackends makes the namespace and starts one backend answering for each cluster, and
 // returns once each answers from the root namespace. It needs root (ip netns) and a binary
 // that calls ServeBackendsIfAsked at its start.
-func StartBackends(clusters ...string) (_ *Backends, err error) {
+func StartBackends(clusters ...string) (*Backends, error) {
+	return startBackends(clusters, false)
+}
+
+// StartMovableBackends is StartBackends with a second address per cluster (Alts) that
+// answers as that cluster too, so that a hostname can move between them. At most 126
+// clusters fit the /24.
+func StartMovableBackends(clusters ...string) (*Backends, error) {
+	return startBackends(clusters, true)
+}
+
+func startBackends(clusters []string, movable bool) (_ *Backends, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the backends need a network namespace and a veth pair: run as root")
 	}
+	perCluster := 1
+	if movable {
+		perCluster = 2
+	}
+	if len(clusters)*perCluster > 253 {
+		return nil, fmt.Errorf("%d clusters with %d addresses each do not fit a /24", len(clusters), perCluster)
+	}
 	id := fmt.Sprintf("%06x", randUint(1<<24))
-	b := &Backends{Addrs: map[string]string{}, netns: "tmpe2e-" + id, hostLink: "tme" + id + "h"}
+	b := &Backends{Addrs: map[string]string{}, Alts: map[string]string{}, netns: "tmpe2e-" + id, hostLink: "tme" + id + "h"}
 	prefix, err := freePrefix()
 	if err != nil {
 		return nil, err
@@ -113,11 +136,17 @@ func StartBackends(clusters ...string) (_ *Backends, err error) {
 		{"link", "set", b.hostLink, "up"},
 	}
 	var spec []string
-	for i, c := range clusters {
-		ip := fmt.Sprintf("%s.%d", prefix, i+2)
-		b.Addrs[c] = ip
-		steps = append(steps, []string{"-n", b.netns, "addr", "add", ip + "/24", "dev", peer})
-		spec = append(spec, net.JoinHostPort(ip, strconv.Itoa(BackendPort))+"="+c)
+	for k := range perCluster {
+		for i, c := range clusters {
+			ip := fmt.Sprintf("%s.%d", prefix, k*len(clusters)+i+2)
+			if k == 0 {
+				b.Addrs[c] = ip
+			} else {
+				b.Alts[c] = ip
+			}
+			steps = append(steps, []string{"-n", b.netns, "addr", "add", ip + "/24", "dev", peer})
+			spec = append(spec, net.JoinHostPort(ip, strconv.Itoa(BackendPort))+"="+c)
+		}
 	}
 	steps = append(steps, []string{"-n", b.netns, "link", "set", peer, "up"}, []string{"-n", b.netns, "link", "set", "lo", "up"})
 	for _, args := range steps {
@@ -129,8 +158,13 @@ func StartBackends(clusters ...string) (_ *Backends, err error) {
 		return nil, err
 	}
 	// The host's side reaches every backend directly (the veth's /24 is on-link).
-	for c := range b.Addrs {
-		if err := b.waitAnswer(c, 30*time.Second); err != nil {
+	for c, ip := range b.Addrs {
+		if err := waitAnswer(c, ip, 30*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	for c, ip := range b.Alts {
+		if err := waitAnswer(c, ip, 30*time.Second); err != nil {
 			return nil, err
 		}
 	}
@@ -165,16 +199,17 @@ func (b *Backends) start(spec []string) error {
 	return nil
 }
 
-// waitAnswer waits until cluster's backend answers with its name.
-func (b *Backends) waitAnswer(cluster string, timeout time.Duration) error {
+// waitAnswer waits until cluster's backend at ip answers with its name.
+func waitAnswer(cluster, ip string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
+	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(BackendPort))
 	for {
-		a, err := Ask(http.DefaultClient, b.URL(cluster), "")
+		a, err := Ask(http.DefaultClient, url, "")
 		if err == nil && a.Who == cluster {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("backend of %s at %s does not answer (got %q): %w", cluster, b.URL(cluster), a.Who, err)
+			return fmt.Errorf("backend of %s at %s does not answer (got %q): %w", cluster, url, a.Who, err)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
