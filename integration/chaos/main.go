@@ -78,7 +78,7 @@ func parseFlags() options {
 	flag.BoolVar(&o.verbose, "v", false, "log every fault and operation")
 	flag.BoolVar(&o.roundRobin, "round-robin", false, "inject the fault kinds in turn instead of at random")
 	flag.StringVar(&o.plant, "plant", "", "plant this lie in the publisher (built with -tags lieplant): "+kindList())
-	flag.BoolVar(&o.mutation, "mutation", false, "plant every lie in turn, one short run each, and report which the checker caught (section \""+plantHeading+"\" of -out)")
+	flag.BoolVar(&o.mutation, "mutation", false, "plant every lie in turn (with -plant: that one only, printed only), one short run each in its kind's scene, and report which the checker caught (section \""+plantHeading+"\" of -out)")
 	flag.DurationVar(&o.plantDuration, "plant-duration", 45*time.Second, "how long the workload and the faults run for each lie of -mutation")
 	flag.StringVar(&o.gateways, "gateways", "", "the folder bash hack/gateways.sh prints: also publish -traefik-maps maps to a real Traefik and judge the traffic through it (needs root); empty: off")
 	flag.IntVar(&o.traefikMaps, "traefik-maps", 4, "with -gateways: TrafficMaps in the namespace "+nsTraefik+", published to Traefik")
