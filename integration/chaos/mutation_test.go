@@ -74,18 +74,18 @@ func TestPlantScenes(t *testing.T) {
 	assert.Equal(t, 25*time.Second, unacked.taintEvery)
 
 	ignored := scenes[lieplant.KindIgnoredInput].apply(o)
-	assert.Equal(t, 5*time.Second, ignored.taintEvery)
+	assert.Equal(t, 25*time.Second, ignored.taintEvery)
 	assert.NotEmpty(t, ignored.faults)
 	for _, k := range ignored.faults {
 		assert.False(t, mayChangeLeader(k), "%s may change the leader", k)
 	}
 	assert.Len(t, ignored.faults, len(faultKinds)-6, "every kind but the six that may change the leader")
-	assert.Contains(t, ignored.ops, "taint")
-	assert.Contains(t, ignored.ops, "untaint")
-	assert.Len(t, ignored.ops, len(operations)-len(drainOps), "every operation but the drains")
-	for _, op := range drainOps {
+	assert.Contains(t, ignored.ops, "bad-input")
+	assert.Contains(t, ignored.ops, "drain")
+	for _, op := range []string{"fix", "taint", "untaint"} {
 		assert.NotContains(t, ignored.ops, op)
 	}
+	assert.Len(t, ignored.ops, len(operations)-3)
 	assert.Nil(t, unacked.ops, "the unacked-client scene keeps the whole workload")
 
 	for kind := range scenes {
