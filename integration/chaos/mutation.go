@@ -67,6 +67,15 @@ type scene struct {
 
 // scenes are the kinds whose lie the default schedule leaves to chance.
 var scenes = map[lieplant.Kind]scene{
+	// The lie is a True on a stored route the gateway has not accepted: it needs a
+	// gateway that is slow or rejects while a route changes, for the stand-in gateway
+	// accepts within milliseconds otherwise. With every kind in turn there is one of each
+	// in 100 s, right after a kill that may change the leader (two lies in the runs of
+	// 100 s so far, none in one of 45 s).
+	lieplant.KindPrematureAccept: {
+		faults: func(kind string) bool { return kind == faultGatewaySlow || kind == faultGatewayReject },
+		note:   "only the gateway's faults (slow acceptance, a rejected route): a route the gateway has not accepted while the leader writes True",
+	},
 	// The lie is a True while one relevant client has not ACKed: it needs a client that
 	// lags (frozen, or partitioned with its stream open) while a map it subscribes to
 	// changes and the leader writes True. With every kind in turn there is one freeze and

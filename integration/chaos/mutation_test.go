@@ -73,6 +73,10 @@ func TestPlantScenes(t *testing.T) {
 	assert.Equal(t, []string{faultXDSPartition, faultFreeze}, scheduleKinds(roundRobinKinds, unacked.faults))
 	assert.Equal(t, 25*time.Second, unacked.taintEvery)
 
+	premature := scenes[lieplant.KindPrematureAccept].apply(o)
+	assert.Equal(t, []string{faultGatewaySlow, faultGatewayReject}, scheduleKinds(roundRobinKinds, premature.faults))
+	assert.Nil(t, premature.ops)
+
 	ignored := scenes[lieplant.KindIgnoredInput].apply(o)
 	assert.Equal(t, 25*time.Second, ignored.taintEvery)
 	assert.NotEmpty(t, ignored.faults)
