@@ -104,6 +104,9 @@ type faults struct {
 	roundRobin bool
 	// dns is the target of the "dns answer change" fault (-gateways; nil: no such fault).
 	dns *dnsTarget
+	// only limits the schedule to the kinds it holds (nil: every kind); the others keep
+	// their order.
+	only []string
 
 	mu      sync.Mutex
 	log     []injection
@@ -116,6 +119,11 @@ func (f *faults) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	kinds, order := f.scheduleKinds()
+	random, turns := scheduleKinds(kinds, f.only), scheduleKinds(order, f.only)
+	if len(turns) == 0 {
+		<-ctx.Done() // no fault kind left: the workload runs alone
+		return
+	}
 	for i := 0; ; i++ {
 		select {
 		case <-ctx.Done():
@@ -123,9 +131,9 @@ func (f *faults) Run(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		kind := kinds[f.rng.IntN(len(kinds))]
+		kind := random[f.rng.IntN(len(random))]
 		if f.roundRobin {
-			kind = order[i%len(order)]
+			kind = turns[i%len(turns)]
 		}
 		d := time.Duration(1000+f.rng.IntN(5000)) * time.Millisecond
 		pick := f.rng.Int()
@@ -163,6 +171,23 @@ func (f *faults) inject(ctx context.Context, kind string, d time.Duration, pick 
 	f.mu.Lock()
 	f.log = append(f.log, in)
 	f.mu.Unlock()
+}
+
+// scheduleKinds is kinds without those only does not hold, in their order (every one of
+// kinds when only is nil).
+func scheduleKinds(kinds, only []string) []string {
+	if only == nil {
+		return kinds
+	}
+	return slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return !slices.Contains(only, k) })
+}
+
+// mayChangeLeader: a fault of kind may cost a leader change (outage adds leaderChange for
+// it: always for a kill, for an API server outage past the renew deadline, for the
+// leader's partition from the API server). The new leader confirms no new content of the
+// old leader's clients for --xds-peer-grace, so it writes few Trues meanwhile.
+func mayChangeLeader(kind string) bool {
+	return processFault(kind) || kind == faultAPIPartition
 }
 
 // processFault: kind stops a replica or the API server.

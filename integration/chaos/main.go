@@ -44,6 +44,12 @@ type options struct {
 	out, workDir   string
 	verbose        bool
 	roundRobin     bool
+	// faults limits the schedule to these fault kinds (nil: every kind); -mutation sets it
+	// per planted kind (scenes).
+	faults []string
+	// ops limits the workload to these operation kinds (nil: every kind); -mutation sets
+	// it per planted kind (scenes).
+	ops []string
 	// plant is the lie planted in the publisher (lieplant.Kind; "" none); mutation runs
 	// one run of plantDuration per kind instead of one run.
 	plant         string
@@ -72,7 +78,7 @@ func parseFlags() options {
 	flag.BoolVar(&o.verbose, "v", false, "log every fault and operation")
 	flag.BoolVar(&o.roundRobin, "round-robin", false, "inject the fault kinds in turn instead of at random")
 	flag.StringVar(&o.plant, "plant", "", "plant this lie in the publisher (built with -tags lieplant): "+kindList())
-	flag.BoolVar(&o.mutation, "mutation", false, "plant every lie in turn, one short run each, and report which the checker caught (section \""+plantHeading+"\" of -out)")
+	flag.BoolVar(&o.mutation, "mutation", false, "plant every lie in turn (with -plant: that one only, printed only), one short run each in its kind's scene, and report which the checker caught (section \""+plantHeading+"\" of -out)")
 	flag.DurationVar(&o.plantDuration, "plant-duration", 45*time.Second, "how long the workload and the faults run for each lie of -mutation")
 	flag.StringVar(&o.gateways, "gateways", "", "the folder bash hack/gateways.sh prints: also publish -traefik-maps maps to a real Traefik and judge the traffic through it (needs root); empty: off")
 	flag.IntVar(&o.traefikMaps, "traefik-maps", 4, "with -gateways: TrafficMaps in the namespace "+nsTraefik+", published to Traefik")
@@ -205,7 +211,7 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	rng := rand.New(rand.NewPCG(o.seed, o.seed^0x9e3779b97f4a7c15))
 	w := newWorkload(workloadConfig{Kube: cl.kube, Dynamic: cl.dyn, OME: cl.ome, Namespace: nsChaos, Rival: nsRival,
 		Maps: o.maps, Clusters: o.clusters, RNG: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), Bin: bin, Kubeconfig: cp.Kubeconfig(),
-		FleetEvery: stepsOf(o.taintEvery, o.opEvery)})
+		FleetEvery: stepsOf(o.taintEvery, o.opEvery), Kinds: o.ops})
 	if err := w.Setup(ctx); err != nil {
 		return nil, fmt.Errorf("workload setup: %w", err)
 	}
@@ -223,7 +229,7 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 	}
 	defer fleet.closeLinks()
 	f := &faults{rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), cp: cp, replicas: replicas, probes: fleet.checked,
-		nacker: fleet.nacker, links: fleet.links, gateway: gateway, kube: cl.kube, gw: cl.gw, routing: standin.Routing{Client: cl.ome}, maps: w.Maps, logf: logf, stable: "c", roundRobin: o.roundRobin}
+		nacker: fleet.nacker, links: fleet.links, gateway: gateway, kube: cl.kube, gw: cl.gw, routing: standin.Routing{Client: cl.ome}, maps: w.Maps, logf: logf, stable: "c", roundRobin: o.roundRobin, only: o.faults}
 	chk := newChecker(checkerConfig{OME: cl.ome, Kube: cl.kube, Gateway: cl.gw, Dynamic: cl.dyn,
 		Namespaces: []string{nsChaos, nsRival}, GatewayNS: nsGateway, GatewayName: gwName, HostTemplate: hostTmpl,
 		Probes: func() []*probe { return fleet.checked }, ProbeMaps: fleet.subscribes, Lag: f.lagAt, Logf: logf})
