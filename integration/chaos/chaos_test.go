@@ -24,7 +24,7 @@ func TestSmoke(t *testing.T) {
 	res, err := run(ctx, o, t.Logf)
 	require.NoError(t, err)
 	require.NotNil(t, res)
-	t.Log("\n" + res.markdown())
+	t.Log("\n" + res.markdown(false))
 	assert.Empty(t, res.checks.Lies, "Published said True while the route, the gateway or an xds client disagreed")
 	assert.Empty(t, res.lost, "maps not correct at the end")
 	assert.Empty(t, res.orphans, "objects left behind")

@@ -104,8 +104,8 @@ func main() {
 	}
 	res, err := run(ctx, o, logf)
 	if res != nil {
-		table := res.markdown()
-		fmt.Println(table)
+		fmt.Println(res.markdown(false))
+		table := res.markdown(true)
 		if o.out != "" && o.plant != "" {
 			fmt.Fprintln(os.Stderr, "chaos: a run with a planted lie is printed only (-mutation writes its own section)")
 		} else if o.out != "" {

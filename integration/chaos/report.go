@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/trafficmap/publisher/integration/gatewaykit"
 	"github.com/trafficmap/publisher/integration/mdsection"
@@ -142,8 +143,10 @@ func (r *result) longestFalse() (map[string]int, map[string]time.Duration) {
 	return count, longest
 }
 
-// markdown renders the run as the body of the chaos run's section (see chaosHeading).
-func (r *result) markdown() string {
+// markdown renders the run: whole for the run's output, brief for the chaos run's section
+// of BENCHMARKS.md (see chaosHeading), which lists a lie on one line and at most 5 of each
+// list, so the results document stays short.
+func (r *result) markdown(brief bool) string {
 	var b strings.Builder
 	o := r.opts
 	b.WriteString(mdsection.Wrap(fmt.Sprintf("N = %d maps, seed %d, %s of faults. Written by `go run ./integration/chaos`: "+
@@ -214,31 +217,66 @@ func (r *result) markdown() string {
 		counts = append(counts, fmt.Sprintf("%s %d/%d/%d/%d", id, st.Responses, st.ACKs, st.NACKs, st.Connects))
 	}
 	b.WriteString("\n" + mdsection.Wrap("xDS clients (responses/ACKs/NACKs/connects): "+strings.Join(counts, ", ")+".", mdsection.LineWidth))
-	for _, l := range r.checks.Lies {
-		fmt.Fprintf(&b, "\nLIE %s rv %s at %s: %s: %s\n```\n%s```\n", l.Map, l.RV, l.At.Format(timeLayout), l.Rule, l.Detail, l.Timeline)
+	limit := 20 // items of a list
+	if brief {
+		limit = 5
 	}
 	list := func(title string, items []string) {
 		if len(items) == 0 {
 			return
 		}
-		if len(items) > 20 {
-			items = append(slices.Clone(items[:20]), fmt.Sprintf("... and %d more", len(items)-20))
+		if len(items) > limit {
+			items = append(slices.Clone(items[:limit]), fmt.Sprintf("... and %d more", len(items)-limit))
 		}
 		fmt.Fprintf(&b, "\n%s:\n- %s\n", title, strings.Join(items, "\n- "))
 	}
-	for _, l := range r.traefikChecks.Lies {
-		fmt.Fprintf(&b, "\nLIE (Traefik) %s rv %s at %s: %s: %s\n```\n%s```\n", l.Map, l.RV, l.At.Format(timeLayout), l.Rule, l.Detail, l.Timeline)
-	}
-	for _, l := range r.traffic.Lies[:min(len(r.traffic.Lies), maxTimelines)] {
-		fmt.Fprintf(&b, "\nTRAFFIC LIE %s: request sent %s for %s reached %s, weight 0 in the True observed %s (rv %s)\n```\n%s```\n",
-			l.Map, l.Request.Sent.Format(timeLayout), l.Request.Host, l.Request.Who, l.Standing.From.Format(timeLayout), l.Standing.Map.ResourceVersion, l.Timeline)
+	if brief { // a row a lie, no timelines: the run's output has them
+		var rows []string
+		for _, l := range r.checks.Lies {
+			rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s |", l.Map, l.At.Format(timeLayout), l.Rule, cutText(l.Detail, 300)))
+		}
+		for _, l := range r.traefikChecks.Lies {
+			rows = append(rows, fmt.Sprintf("| %s (Traefik) | %s | %s | %s |", l.Map, l.At.Format(timeLayout), l.Rule, cutText(l.Detail, 300)))
+		}
+		for _, l := range r.traffic.Lies {
+			rows = append(rows, fmt.Sprintf("| %s (traffic) | %s | traffic | a request reached %s, weight 0 in the True observed %s |", l.Map,
+				l.Request.Sent.Format(timeLayout), l.Request.Who, l.Standing.From.Format(timeLayout)))
+		}
+		if len(rows) > 2*limit {
+			rows = append(rows[:2*limit], fmt.Sprintf("| ... and %d more | | | |", len(rows)-2*limit))
+		}
+		if len(rows) > 0 {
+			b.WriteString("\n| Lie (the run's output has its timeline) | At | Rule | Detail |\n| --- | --- | --- | --- |\n" + strings.Join(rows, "\n") + "\n")
+		}
+	} else {
+		for _, l := range r.checks.Lies {
+			fmt.Fprintf(&b, "\nLIE %s rv %s at %s: %s: %s\n```\n%s```\n", l.Map, l.RV, l.At.Format(timeLayout), l.Rule, l.Detail, l.Timeline)
+		}
+		for _, l := range r.traefikChecks.Lies {
+			fmt.Fprintf(&b, "\nLIE (Traefik) %s rv %s at %s: %s: %s\n```\n%s```\n", l.Map, l.RV, l.At.Format(timeLayout), l.Rule, l.Detail, l.Timeline)
+		}
+		for _, l := range r.traffic.Lies[:min(len(r.traffic.Lies), maxTimelines)] {
+			fmt.Fprintf(&b, "\nTRAFFIC LIE %s: request sent %s for %s reached %s, weight 0 in the True observed %s (rv %s)\n```\n%s```\n",
+				l.Map, l.Request.Sent.Format(timeLayout), l.Request.Host, l.Request.Who, l.Standing.From.Format(timeLayout), l.Standing.Map.ResourceVersion, l.Timeline)
+		}
 	}
 	list("Lost", r.lost)
 	list("Orphans", r.orphans)
 	list("Crashes", r.crashes)
 	list("Unchecked", r.checks.Unchecked)
-	list("Stuck", describe(r.checks.Judged.Stuck, r.judgedAt, 20))
+	list("Stuck", describe(r.checks.Judged.Stuck, r.judgedAt, limit))
 	return b.String()
+}
+
+// cutText is s cut to at most n bytes at a rune boundary, ending in "…" when cut.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // chaosHeading is the heading of the BENCHMARKS.md section a run replaces. Other documents

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -129,12 +130,38 @@ func TestMarkdownLines(t *testing.T) {
 	r := &result{opts: options{maps: 200, seed: 9, duration: 30 * time.Minute, faultEvery: 10 * time.Second,
 		opEvery: 250 * time.Millisecond, taintEvery: 25 * time.Second}, commit: "abc1234", refused: 7,
 		probes: map[string]probeStats{"envoy-a envoy-sotw": {Responses: 1}, "grpc-a-delta grpc-delta": {Responses: 2}}}
-	md := r.markdown()
+	md := r.markdown(false)
 	assert.True(t, strings.HasPrefix(md, "N = 200 maps, seed 9, 30m0s of faults."), md)
 	assert.Contains(t, md, "-seed 9 -fault-every 10s")
 	assert.Contains(t, md, " at abc1234, wall ")
 	assert.Contains(t, md, "| **Lies** | **0** |")
 	for _, line := range strings.Split(md, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			assert.LessOrEqual(t, len(line), 100, line)
+		}
+	}
+}
+
+// The section in BENCHMARKS.md is brief: a lie is one row (its timeline is in the run's
+// output), at most ten of them, and at most five items of each list.
+func TestMarkdownBrief(t *testing.T) {
+	r := &result{opts: options{maps: 200, seed: 9, duration: 30 * time.Minute}, commit: "abc1234"}
+	for i := range 12 {
+		r.checks.Lies = append(r.checks.Lies, lie{Map: fmt.Sprintf("chaos/svc-%04d", i), Rule: "True not retracted",
+			Detail: strings.Repeat("x", 400), Timeline: "  a timeline\n"})
+	}
+	for i := range 7 {
+		r.lost = append(r.lost, fmt.Sprintf("trafficmap chaos/svc-%04d", i))
+	}
+	brief, whole := r.markdown(true), r.markdown(false)
+	assert.NotContains(t, brief, "a timeline")
+	assert.Contains(t, whole, "a timeline")
+	assert.Contains(t, brief, "| chaos/svc-0009 |")
+	assert.NotContains(t, brief, "| chaos/svc-0010 |")
+	assert.Contains(t, brief, "| ... and 2 more | | | |")
+	assert.Contains(t, brief, "- ... and 2 more")
+	assert.Contains(t, brief, strings.Repeat("x", 300)+"…")
+	for _, line := range strings.Split(brief, "\n") {
 		if !strings.HasPrefix(line, "|") {
 			assert.LessOrEqual(t, len(line), 100, line)
 		}
