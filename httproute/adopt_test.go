@@ -69,8 +69,8 @@ type mapStore struct {
 
 func (s mapStore) Route(string, string) (*gwapiv1.HTTPRoute, error)     { return s.route, nil }
 func (s mapStore) Services(httproute.Source) ([]*corev1.Service, error) { return s.services, nil }
-func (mapStore) RoutesSeen(string) string                              { return "" }
-func (mapStore) ServicesSeen(string) string                            { return "" }
+func (mapStore) RoutesSeen(string) string                               { return "" }
+func (mapStore) ServicesSeen(string) string                             { return "" }
 
 // Issue 44, D5: a map handed over from OME's publisher and deleted before its route was
 // adopted leaves nothing of OME's: with adoption on, Delete removes OME's route and backend

@@ -384,18 +384,9 @@ func keyOfIndexed(index, value string) (string, bool) {
 	return "", false
 }
 
-// Route implements httproute.Store.
+// Route returns the cached route at namespace/name, or nil.
 func (c *caches) Route(namespace, name string) (*gwapiv1.HTTPRoute, error) {
 	return cached[*gwapiv1.HTTPRoute](c, c.routes, namespace, name)
-}
-
-// RoutesSeen implements httproute.Store: the resourceVersion the route informer of
-// namespace has received events up to ("" when there is none).
-func (c *caches) RoutesSeen(namespace string) string { return seen(informerFor(c.scopes, c.routes, namespace)) }
-
-// ServicesSeen implements httproute.Store, as RoutesSeen for the owned Services.
-func (c *caches) ServicesSeen(namespace string) string {
-	return seen(informerFor(c.scopes, c.services, namespace))
 }
 
 // seen is inf's last synced resourceVersion, "" for none.
@@ -411,9 +402,31 @@ func (c *caches) record(namespace, name string) (*corev1.ConfigMap, error) {
 	return cached[*corev1.ConfigMap](c, c.records, namespace, name)
 }
 
+// sinkStore is the caches as the HTTPRoute sink reads them (httproute.Store).
+type sinkStore struct{ c *caches }
+
+var _ httproute.Store = sinkStore{}
+
+// Route implements httproute.Store.
+func (s sinkStore) Route(namespace, name string) (*gwapiv1.HTTPRoute, error) {
+	return s.c.Route(namespace, name)
+}
+
+// RoutesSeen implements httproute.Store: the resourceVersion the route informer of
+// namespace has received events up to ("" when there is none).
+func (s sinkStore) RoutesSeen(namespace string) string {
+	return seen(informerFor(s.c.scopes, s.c.routes, namespace))
+}
+
+// ServicesSeen implements httproute.Store, as RoutesSeen for the owned Services.
+func (s sinkStore) ServicesSeen(namespace string) string {
+	return seen(informerFor(s.c.scopes, s.c.services, namespace))
+}
+
 // Services implements httproute.Store: each cached Service (a cachedService) as a
 // *corev1.Service built for this read.
-func (c *caches) Services(src httproute.Source) ([]*corev1.Service, error) {
+func (s sinkStore) Services(src httproute.Source) ([]*corev1.Service, error) {
+	c := s.c
 	inf := informerFor(c.scopes, c.services, src.Namespace)
 	if inf == nil {
 		return nil, nil
@@ -432,8 +445,6 @@ func (c *caches) Services(src httproute.Source) ([]*corev1.Service, error) {
 	}
 	return out, nil
 }
-
-var _ httproute.Store = (*caches)(nil)
 
 // indexServiceBySource indexes an owned Service by its TrafficMap's namespace/name, so a
 // reconcile reads its map's Services without scanning every Service of the namespace.

@@ -212,14 +212,14 @@ func addRouteSinks(p *Publisher, route httproute.Config) {
 		}
 		sink = httproute.NewSink(httproute.SinkConfig{Route: route, RequireAccepted: cfg.RequireRouteAccepted,
 			RetainLastPositive: cfg.NoPositivePolicy == RetainLastPositive, BackendKind: cfg.BackendKind,
-			ControllerNames: p.classes.controllerName, Resolver: p.resolver, Settle: cfg.RouteSettle}, writer, p.caches)
+			ControllerNames: p.classes.controllerName, Resolver: p.resolver, Settle: cfg.RouteSettle}, writer, sinkStore{p.caches})
 		p.sinks = append(p.sinks, sink)
 	}
 	if !cfg.sinkOn(SinkHTTPRoute) {
 		// What the HTTPRoute sink wrote before it was turned off goes in order (weights,
 		// then removal) before a map is Published without it.
 		p.sinks = append(p.sinks, httproute.NewRetiringSink(httproute.SinkConfig{Route: route, RequireAccepted: cfg.RequireRouteAccepted},
-			httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager), p.caches))
+			httproute.NewWriter(c.kube, c.gateway, cfg.FieldManager), sinkStore{p.caches}))
 	}
 }
 

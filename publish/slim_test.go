@@ -255,7 +255,7 @@ func TestServiceCacheHoldsSlimServices(t *testing.T) {
 	require.Len(t, objs, 1)
 	assert.IsType(t, &cachedService{}, objs[0])
 	src := httproute.Source{Namespace: "bench", Name: benchMapName(0)}
-	got, err := cs.Services(src)
+	got, err := sinkStore{cs}.Services(src)
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	assert.Equal(t, stored.Name, got[0].Name)
@@ -263,13 +263,13 @@ func TestServiceCacheHoldsSlimServices(t *testing.T) {
 	assert.Equal(t, stored.ResourceVersion, got[0].ResourceVersion)
 	assert.Equal(t, stored.OwnerReferences, got[0].OwnerReferences)
 	assert.Equal(t, stored.Spec.ExternalName, got[0].Spec.ExternalName)
-	other, err := cs.Services(httproute.Source{Namespace: "bench", Name: benchMapName(1)})
+	other, err := sinkStore{cs}.Services(httproute.Source{Namespace: "bench", Name: benchMapName(1)})
 	require.NoError(t, err)
 	assert.Empty(t, other)
 
 	require.NoError(t, kube.CoreV1().Services("bench").Delete(ctx, stored.Name, metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool {
-		got, err := cs.Services(src)
+		got, err := sinkStore{cs}.Services(src)
 		return err == nil && len(got) == 0
 	}, 10*time.Second, 10*time.Millisecond)
 }

@@ -20,13 +20,13 @@ func (r *Replica) Clients() []ClientState { return r.s.server.Tracker().Clients(
 // relevant client streams did with it. A map it serves nothing for is left out (its plan
 // fails here, for example a missing service: nothing of it waits on this replica's
 // clients, and the leader holds a map absent from a report while it is not Published).
-// It lists the clients that arrived here within the departed grace (Tracker.Arrived), and
+// It lists the clients that arrived here within the departed grace (arrivals), and
 // leaves out of the departed streams' holds those whose client another replica lists so.
 // The report is bounded in bytes when encoded (replicas.Encode), not here.
 func (r *Replica) Report(keys []string) replicas.Report {
 	s := r.s
 	clients := s.server.Tracker().Clients()
-	rep := replicas.Report{Clients: len(clients), Arrived: s.server.Tracker().Arrived()}
+	rep := replicas.Report{Clients: len(clients), Arrived: arrivals(s.server.Tracker())}
 	back := arrivedAtPeers(s)
 	keys = slices.Sorted(slices.Values(keys))
 	served := make(map[string]Service, len(keys))

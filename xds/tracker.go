@@ -275,7 +275,7 @@ type stream struct {
 	named   map[string]bool         // types the stream has named resources of (legacy wildcard over)
 	subGen  uint64                  // counts setSub calls (resubscribe compares only after one)
 	// identified is when the stream first identified itself (its node), by the departures'
-	// clock (see Tracker.Arrived).
+	// clock (see arrivals).
 	identified time.Time
 	// fresh is ClientState.Fresh (replaced, never modified, on every change); freshAt, per
 	// type URL, when its names or a switch to a wildcard were last subscribed to (see
@@ -1394,12 +1394,12 @@ func (t *Tracker) Clients() []ClientState {
 // stateOf is the ClientState of the identified stream s of key; a delta stream's Unacked
 // maps are shared with the stream from then on (the caller marks them). Called with the
 // Tracker's mu held.
-// Arrived returns the tags (replicas.ClientTag) of the clients whose connected stream
-// identified itself within the departed grace, sorted: at most replicas.MaxArrived, the
+// arrivals returns the tags (replicas.ClientTag) of the clients whose stream connected to
+// t identified itself within the departed grace, sorted: at most replicas.MaxArrived, the
 // newest. Another replica that remembers such a client as departed holds nothing for it
 // any more, since this replica counts it now (replicas.Report.Arrived). Nil without a
 // departed grace.
-func (t *Tracker) Arrived() []string {
+func arrivals(t *Tracker) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.departed == nil || t.departed.grace <= 0 {
