@@ -525,6 +525,8 @@ func (c *checker) settleRaces(now time.Time, outage func(time.Time) time.Duratio
 		r := &c.races[i]
 		if next, ok := c.nextChange(r.Map, r.At); ok {
 			r.Retracted = next.Sub(r.At)
+		} else if back, ok := c.agreedAgain(r.Map, r.At, now); ok {
+			r.Retracted = back.Sub(r.At) // the inputs came back to what the True was about
 		}
 		bound := retractWithin + outage(r.At)
 		if (r.Retracted == 0 && now.Sub(r.At) > bound) || r.Retracted > bound {
@@ -550,6 +552,19 @@ func (c *checker) settleMonitor(now time.Time, outage func(time.Time) time.Durat
 			Timeline: c.timeline(e.Map, e.Start)})
 		c.cfg.Logf("LIE %s at %s: True not retracted: %s", e.Map, e.Start.Format(timeLayout), e.Detail)
 	}
+}
+
+// agreedAgain is when a True about older inputs became right again without a change of
+// the condition: the inputs came back (a malformed annotation put back as it was) and the
+// continuous judge finds the map agreeing now. It is the inputs' last change after at (the
+// inputLog); false while the judge still finds a disagreement, or when nothing changed.
+// The caller holds mu; the monitor's lock is taken under it (never the other way round).
+func (c *checker) agreedAgain(key string, at, now time.Time) (time.Time, bool) {
+	if c.mon == nil || c.mon.disagrees(key) {
+		return time.Time{}, false
+	}
+	back := c.inputs.LastChange(key, c.sources[key], at, now)
+	return back, back.After(at)
 }
 
 // nextChange is when the map's condition next changed after at. The caller holds mu.
@@ -784,7 +799,14 @@ func (c *checker) finalState(ctx context.Context, ns, name string) error {
 		return fmt.Errorf("trafficmap %s/%s: Published is %s/%s at generation %d (map generation %d): %s; %s", ns, name, st.Status, st.Reason,
 			st.ObservedGeneration, tm.Generation, st.Message, c.probeView(ns+"/"+name))
 	}
-	s, err := c.read(ctx, tm, tm.ResourceVersion)
+	// The inputs as they are now, not as at the map's last write: a True written before an
+	// input changed and changed back (a malformed annotation put back as it was) is right
+	// again without a write.
+	now, err := c.cfg.OME.OmeV1beta1().TrafficMaps(ns).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return fmt.Errorf("list trafficmaps in %s: %w", ns, err)
+	}
+	s, err := c.read(ctx, tm, now.ResourceVersion)
 	if err != nil {
 		return err
 	}

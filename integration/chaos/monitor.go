@@ -97,6 +97,7 @@ type look struct {
 // rules are unit-tested; the monitor owns it under its lock.
 type tracker struct {
 	open       map[string]*episode // kind + " " + map
+	checked    map[checkKey]bool   // open episodes whose caches were found current (monitorfresh.go)
 	closed     []episode
 	trueSince  map[string]time.Time
 	judgements int
@@ -104,7 +105,7 @@ type tracker struct {
 }
 
 func newTracker() *tracker {
-	return &tracker{open: map[string]*episode{}, trueSince: map[string]time.Time{}, skips: map[string]int{}}
+	return &tracker{open: map[string]*episode{}, checked: map[checkKey]bool{}, trueSince: map[string]time.Time{}, skips: map[string]int{}}
 }
 
 // step takes one tick's looks at now. Maps absent from looks were deleted: their episodes
@@ -197,6 +198,7 @@ func (t *tracker) end(kind, m string, now time.Time, how string) {
 		e.End, e.How = now, how
 		t.closed = append(t.closed, *e)
 		delete(t.open, kind+" "+m)
+		delete(t.checked, checkKey{kind, m, e.Start})
 	}
 }
 
@@ -314,7 +316,10 @@ func (m *monitor) Start(ctx context.Context) error {
 			return fmt.Errorf("monitor caches: %w", ctx.Err())
 		}
 	}
-	go wait.NonSlidingUntilWithContext(ctx, func(context.Context) { m.tick(time.Now()) }, monitorEvery)
+	go wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
+		m.tick(time.Now())
+		m.check(ctx, time.Now())
+	}, monitorEvery)
 	return nil
 }
 
@@ -324,6 +329,15 @@ func (m *monitor) tick(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.tr.step(now, looks)
+}
+
+// disagrees reports whether the map key stands True while the data plane and the inputs
+// disagree, as the last tick saw it (an open True episode).
+func (m *monitor) disagrees(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, open := m.tr.open[episodeTrue+" "+key]
+	return open
 }
 
 // Judge applies the bounds at now (see tracker.judge).

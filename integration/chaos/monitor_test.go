@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -222,4 +223,33 @@ func TestJudgeXDSWindow(t *testing.T) {
 			assert.Equal(t, tc.skips, c.Results(seen).Skips)
 		})
 	}
+}
+
+// An episode past its least bound is due for the freshness check once. Found current, it
+// counts as it runs (a lie past its bound); found behind the API server, it is dropped, a
+// counted skip, and the next disagreeing tick begins a new episode, due in its turn.
+func TestTrackerFreshnessCheck(t *testing.T) {
+	tr := newTracker()
+	ticks(tr, strings.Repeat("L", 31)) // seconds 0..30: True while disagreeing
+	assert.Empty(t, tr.due(at(30)), "not past retractWithin yet")
+	due := tr.due(at(31))
+	require.Len(t, due, 1)
+	assert.Equal(t, checkKey{episodeTrue, "chaos/a", at(0)}, due[0])
+
+	tr.drop(due[0]) // the caches were behind: the True had been retracted meanwhile
+	assert.Equal(t, 1, tr.skips[skipCacheBehind])
+	assert.Empty(t, tr.judge(at(31), noOutage).Lies, "a dropped episode is no lie")
+	tr.step(at(31), []look{{Map: "chaos/a", True: true, Host: "a.example.com", Problems: []string{"route weights: differ"}}})
+	assert.Empty(t, tr.due(at(40)), "the new episode began at 31")
+	due = tr.due(at(62))
+	require.Len(t, due, 1)
+	assert.Equal(t, at(31), due[0].start)
+
+	tr.checkedFresh(due[0]) // the caches were current: it stands
+	assert.Empty(t, tr.due(at(63)), "checked once")
+	lies := tr.judge(at(63), noOutage).Lies
+	require.Len(t, lies, 1)
+	assert.Equal(t, at(31), lies[0].Start)
+	tr.step(at(64), []look{{Map: "chaos/a", True: true, Host: "a.example.com"}})
+	assert.Empty(t, tr.checked, "an ended episode's check is forgotten")
 }
