@@ -264,7 +264,7 @@ func (r *result) markdown(brief bool) string {
 	list("Orphans", r.orphans)
 	list("Crashes", r.crashes)
 	list("Unchecked", r.checks.Unchecked)
-	list("Stuck", describe(r.checks.Judged.Stuck, r.judgedAt, limit))
+	list("Stuck", describe(r.checks.Judged.Stuck, r.judgedAt, len(r.checks.Judged.Stuck)))
 	return b.String()
 }
 
