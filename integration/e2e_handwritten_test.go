@@ -27,9 +27,13 @@ func TestE2ETraefikHandWritten(t *testing.T) {
 	backendService(t, ns, "split-b", b.Addrs["worker-b"])
 	host := "split." + ns + ".example.com"
 	createRoute(t, ns, "split", host, []string{gatewayName}, weightedRef("split-a", 1), weightedRef("split-b", 3))
-	cond := routeParentCondition(t, ns, "split", gatewayName, traefikController, string(gwapiv1.RouteConditionResolvedRefs))
-	require.Equal(t, metav1.ConditionTrue, cond.Status, "%s: %s", cond.Reason, cond.Message)
-	cond = routeParentCondition(t, ns, "split", gatewayName, traefikController, string(gwapiv1.RouteConditionAccepted))
+	// Traefik may read the route before its informer holds split-b's EndpointSlice (False,
+	// "endpointslices not found"); it reports again once it does.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		cond := routeParentCondition(t, ns, "split", gatewayName, traefikController, string(gwapiv1.RouteConditionResolvedRefs))
+		assert.Equal(c, metav1.ConditionTrue, cond.Status, "%s: %s", cond.Reason, cond.Message)
+	}, waitTimeout, tick)
+	cond := routeParentCondition(t, ns, "split", gatewayName, traefikController, string(gwapiv1.RouteConditionAccepted))
 	require.Equal(t, metav1.ConditionTrue, cond.Status, "%s: %s", cond.Reason, cond.Message)
 
 	// Traefik loads the route a throttle interval after the status: wait for the first answer.
