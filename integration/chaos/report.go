@@ -305,8 +305,8 @@ func (r *result) trafficRows(row func(string, any)) {
 	row(fmt.Sprintf("Traefik %s: maps, True transitions checked, lies, stuck", gatewaykit.TraefikVersion),
 		fmt.Sprintf("%d, %d of %d, **%d**, %d", r.opts.traefikMaps, c.Checked, c.Trues, len(c.Lies), len(c.Judged.Stuck)))
 	row("Traefik workload operations", opsText(r.scene.work.Ops()))
-	row(fmt.Sprintf("Traffic through Traefik: requests (one per map every %s), judged (sent over %s after a True was seen, while it stood, for its hostname)", requestEvery, trafficGrace),
-		fmt.Sprintf("%d, %d", t.Requests, t.Judged))
+	row(fmt.Sprintf("Traffic through Traefik: requests (one per map every %s), judged (sent over %s after a True was seen, while it stood and before a read of the API server found it standing, for its hostname), unconfirmed (not judged: sent after the last such read)", requestEvery, trafficGrace),
+		fmt.Sprintf("%d, %d, %d", t.Requests, t.Judged, t.Unconfirmed))
 	row("**Traffic lies** (a judged request reached a cluster the standing True gives weight 0)", fmt.Sprintf("**%d**", t.Excluded))
 	row("EndpointSlices following the DNS (a map standing True while its slices' ready addresses differed from the answer, until they agreed or Published left True)",
 		percentiles(c.Judged.Slices))

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
@@ -22,10 +23,20 @@ import (
 // a Published=True was observed, while that True stands, must not reach a cluster the True
 // gives weight 0. Traefik's route settle (3 s by default, --route-settle auto) comes before
 // the True, so the grace only covers the watch's delivery and one request's flight.
+//
+// The judge's watch can fall behind the API server for long (after an API server restart
+// its informer re-lists on the reflector's backoff: a 30-minute run judged 310 requests
+// against a True retracted 14 s before its watch said so). So a stretch is confirmed from
+// the API server: every confirmEvery the judge reads each standing map and, while its live
+// Published condition is still the stretch's True (status, reason, message, generation and
+// transition time alike), moves the stretch's Confirmed mark to the read's start. Only a
+// request sent before that mark is judged; the rest are counted as unconfirmed.
 const (
 	trafficGrace = 500 * time.Millisecond
 	// requestEvery is each map's request loop period.
 	requestEvery = 75 * time.Millisecond
+	// confirmEvery is the period of the stretches' confirmation from the API server.
+	confirmEvery = time.Second
 )
 
 // sentRequest is one request of a loop, as sent and answered.
@@ -44,7 +55,10 @@ type sentRequest struct {
 // it wrote holds those (Race).
 type standing struct {
 	From, To time.Time
-	Map      *v1beta1.TrafficMap
+	// Confirmed is the start of the last read of the API server that found this True
+	// standing: the True stood throughout From..Confirmed (zero: never confirmed).
+	Confirmed time.Time
+	Map       *v1beta1.TrafficMap
 	Claim    *verdict // nil until read
 	Race     bool
 	Err      error // the inputs could not be read: the stretch is not judged
@@ -66,6 +80,9 @@ type trafficResults struct {
 	Maps      int
 	Requests  int
 	Judged    int // sent while a True stood, past the grace, with the True's hostname
+	// Unconfirmed are requests sent in a True stretch, past the grace and for its hostname,
+	// after the last read that found the True still standing: not judged.
+	Unconfirmed int
 	Excluded  int // judged requests answered by a cluster of weight 0: the lies
 	ServerErr int // 5xx answers (all of them; Traefik answers 500 when every weight is 0)
 	NotFound  int // 404 answers (no route for the host yet or any more)
@@ -121,6 +138,11 @@ func (j *trafficJudge) Start(ctx context.Context, maps []mapRef) error {
 	}
 	j.wg.Add(1)
 	go func() { defer j.wg.Done(); j.readClaims(ctx) }()
+	j.wg.Add(1)
+	go func() {
+		defer j.wg.Done()
+		wait.UntilWithContext(ctx, j.confirm, confirmEvery)
+	}()
 	for _, m := range maps {
 		j.wg.Add(1)
 		go func() { defer j.wg.Done(); j.loop(ctx, m) }()
@@ -128,12 +150,57 @@ func (j *trafficJudge) Start(ctx context.Context, maps []mapRef) error {
 	return nil
 }
 
-// Stop ends the loops and the claim reader and waits for them; Results is final after it.
+// Stop ends the loops and the claim reader and waits for them, then confirms the standing
+// stretches once more (so the last requests are judged); Results is final after it.
 func (j *trafficJudge) Stop() {
 	if j.cancel != nil {
 		j.cancel()
 	}
 	j.wg.Wait()
+	if j.chk != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		j.confirm(ctx)
+	}
+}
+
+// confirm reads every map with a standing True from the API server and moves the stretch's
+// Confirmed mark to the read's start while the live condition is still that True. A map
+// that cannot be read keeps its mark (its later requests stay unconfirmed).
+func (j *trafficJudge) confirm(ctx context.Context) {
+	j.mu.Lock()
+	open := map[string]*standing{}
+	for key, ss := range j.stands {
+		if n := len(ss); n > 0 && ss[n-1].To.IsZero() {
+			open[key] = ss[n-1]
+		}
+	}
+	j.mu.Unlock()
+	for key, s := range open {
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		live, err := j.chk.cfg.OME.OmeV1beta1().TrafficMaps(s.Map.Namespace).Get(rctx, s.Map.Name, metav1.GetOptions{})
+		cancel()
+		if err != nil {
+			continue
+		}
+		if sameTrue(s.Map, live) {
+			j.mu.Lock()
+			s.Confirmed = start
+			j.mu.Unlock()
+		} else {
+			j.logf("traffic judge: %s: the watch's True is not the live condition any more", key)
+		}
+	}
+}
+
+// sameTrue: live's Published condition is the True that stood in seen, at seen's generation.
+func sameTrue(seen, live *v1beta1.TrafficMap) bool {
+	a := meta.FindStatusCondition(seen.Status.Conditions, v1beta1.ConditionPublished)
+	b := meta.FindStatusCondition(live.Status.Conditions, v1beta1.ConditionPublished)
+	return a != nil && b != nil && b.Status == metav1.ConditionTrue && live.Generation == seen.Generation &&
+		a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message &&
+		a.ObservedGeneration == b.ObservedGeneration && a.LastTransitionTime.Equal(&b.LastTransitionTime)
 }
 
 // observe closes the map's standing True when the condition changed and opens a new one
@@ -288,6 +355,10 @@ func (j *trafficJudge) Results() trafficResults {
 			if s == nil || s.Claim == nil || !s.Claim.TrueAllowed || r.Host != s.Claim.Hostname {
 				continue
 			}
+			if !r.Sent.Before(s.Confirmed) {
+				res.Unconfirmed++
+				continue
+			}
 			res.Judged++
 			if w, known := s.Claim.Weights[r.Who]; r.Status == http.StatusOK && (!known || w == 0) {
 				res.Excluded++
@@ -328,7 +399,7 @@ func (j *trafficJudge) timeline(l trafficLie) string {
 			if s.Claim != nil {
 				claim = render(s.Claim.Weights) + " host " + s.Claim.Hostname
 			}
-			fmt.Fprintf(&b, "  True %s .. %s rv %s gen %d claim %s race %v: %s\n", s.From.Format(timeLayout), to, s.Map.ResourceVersion, s.Map.Generation, claim, s.Race, c.Message)
+			fmt.Fprintf(&b, "  True %s .. %s (confirmed to %s) rv %s gen %d claim %s race %v: %s\n", s.From.Format(timeLayout), to, s.Confirmed.Format(timeLayout), s.Map.ResourceVersion, s.Map.Generation, claim, s.Race, c.Message)
 		}
 	}
 	for _, r := range j.requests[l.Map] {
