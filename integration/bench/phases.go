@@ -126,6 +126,10 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 		if _, err := selfProfile(filepath.Join(b.o.workDir, "bench-cpu-cold.pprof"), 30*time.Second); err != nil {
 			logf("P2: no bench profile: %v", err)
 		}
+		// The heap as of the last collection, in the middle of the cold start (what its peak holds).
+		if err := b.pub.profile(ctx, "heap", filepath.Join(b.o.workDir, "heap-cold.pprof")); err != nil {
+			logf("P2: no heap profile of the cold start: %v", err)
+		}
 		cpuProfile <- b.profileWhenUp(ctx, "profile?seconds=30", "cpu-cold.pprof")
 	}()
 
@@ -195,7 +199,27 @@ func (b *bench) received() string {
 		s := by[l]
 		parts = append(parts, fmt.Sprintf("%s %.1f MB / %d", l, float64(s.bytes)/float64(s.clients)/1e6, s.responses/s.clients))
 	}
+	if final := b.envoyConfigBytes(); final > 0 {
+		for _, l := range []string{"Envoy SotW", "Envoy delta"} {
+			if s := by[l]; s != nil {
+				parts = append(parts, fmt.Sprintf("%s %.1fx", l, float64(s.bytes)/float64(s.clients)/float64(final)))
+			}
+		}
+		parts = append(parts, fmt.Sprintf("of the Envoy flavour's configuration at the end (%.1f MB: the last response of each type to an Envoy SotW client)", float64(final)/1e6))
+	}
 	return strings.Join(parts, "; ")
+}
+
+// envoyConfigBytes is the size of the Envoy flavour's whole configuration as an Envoy
+// state-of-the-world client holds it now (the last response of each type: each carries
+// the whole type), 0 without such a client.
+func (b *bench) envoyConfigBytes() int64 {
+	for _, cl := range b.xds {
+		if cl.kind == "envoy" && !cl.delta {
+			return cl.held()
+		}
+	}
+	return 0
 }
 
 // profileWhenUp waits for the publisher's HTTP server and saves a profile.

@@ -57,6 +57,10 @@ type xdsClient struct {
 	acks    int // responses ACKed
 
 	bytes     atomic.Int64 // response bytes received
+	// last is, per type URL, the bytes of the last response of that type (state of the
+	// world only): for an Envoy SotW client, whose every response of a type carries the
+	// whole type (one route configuration), their sum is its configuration's size.
+	last      sync.Map // type URL -> int64
 	resources atomic.Int64 // resources received (delta: added or changed; SotW: every one in a response)
 	responses atomic.Int64
 	errs      chan error
@@ -166,6 +170,7 @@ func (c *xdsClient) serveSotW(ctx context.Context, ads discoveryv3.AggregatedDis
 			return fmt.Errorf("receive: %w", err)
 		}
 		c.count(proto.Size(resp), len(resp.GetResources()))
+		c.last.Store(resp.GetTypeUrl(), int64(proto.Size(resp)))
 		// A state-of-the-world response carries the full state only of listeners and
 		// clusters; one of route configurations may carry only the changed ones.
 		changed, err := c.applyRoutes(resp.GetTypeUrl(), resp.GetResources(), nil, cachev3.ResourceRequiresFullStateInSotw(resp.GetTypeUrl()))
@@ -210,6 +215,13 @@ func (c *xdsClient) serveDelta(ctx context.Context, ads discoveryv3.AggregatedDi
 		}
 		c.acked(changed)
 	}
+}
+
+// held is the sum of the last state-of-the-world response of each type (see last).
+func (c *xdsClient) held() int64 {
+	var n int64
+	c.last.Range(func(_, v any) bool { n += v.(int64); return true })
+	return n
 }
 
 func (c *xdsClient) count(bytes, resources int) {
