@@ -518,7 +518,7 @@ type race struct {
 // settleRaces turns every race whose True stood longer than retractWithin (plus
 // outage(at): how long the API server or the leader could not write meanwhile) into a lie
 // and records how long the others stood. Called once the queue is drained.
-func (c *checker) settleRaces(now time.Time, outage func(time.Time) time.Duration) {
+func (c *checker) settleRaces(now time.Time, outage outageFunc) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range c.races {
@@ -528,7 +528,7 @@ func (c *checker) settleRaces(now time.Time, outage func(time.Time) time.Duratio
 		} else if back, ok := c.agreedAgain(r.Map, r.At, now); ok {
 			r.Retracted = back.Sub(r.At) // the inputs came back to what the True was about
 		}
-		bound := retractWithin + outage(r.At)
+		bound := retractWithin + outage(r.At, retractWithin)
 		if (r.Retracted == 0 && now.Sub(r.At) > bound) || r.Retracted > bound {
 			c.lies = append(c.lies, lie{Map: r.Map, RV: r.RV, At: r.At, Rule: "stale True",
 				Detail:   fmt.Sprintf("about the inputs before resourceVersion %d and not retracted within %s", r.Changed, bound),
@@ -540,7 +540,7 @@ func (c *checker) settleRaces(now time.Time, outage func(time.Time) time.Duratio
 // settleMonitor applies the continuous judge's bounds at now (tracker.judge) and adds each
 // True that stood past its bound as the lie "True not retracted". Called once, after the
 // run.
-func (c *checker) settleMonitor(now time.Time, outage func(time.Time) time.Duration) {
+func (c *checker) settleMonitor(now time.Time, outage outageFunc) {
 	j := c.mon.Judge(now, outage)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -548,7 +548,7 @@ func (c *checker) settleMonitor(now time.Time, outage func(time.Time) time.Durat
 	for _, e := range j.Lies {
 		c.lies = append(c.lies, lie{Map: e.Map, At: e.Start, Rule: "True not retracted",
 			Detail: fmt.Sprintf("Published stood True for %s (%s) while the data plane and the inputs disagreed, bound %s: %s",
-				e.length(now).Round(time.Millisecond), e.How, retractWithin+outage(e.Start), e.Detail),
+				e.length(now).Round(time.Millisecond), e.How, retractWithin+outage(e.Start, retractWithin), e.Detail),
 			Timeline: c.timeline(e.Map, e.Start)})
 		c.cfg.Logf("LIE %s at %s: True not retracted: %s", e.Map, e.Start.Format(timeLayout), e.Detail)
 	}

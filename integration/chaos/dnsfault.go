@@ -187,12 +187,12 @@ func (t *dnsTarget) sliceState(ctx context.Context, c string, want []string) (se
 }
 
 // dnsOutage is how long from t on the publisher may go on serving answers of the DNS server
-// that changed: dnsObserve for every change of an answer within [t, t+retractWithin] (a
-// "dns answer change" injection changes twice).
-func (f *faults) dnsOutage(t time.Time) time.Duration {
+// that changed: dnsObserve for every change of an answer within [t, t+within] (a "dns
+// answer change" injection changes twice).
+func (f *faults) dnsOutage(t time.Time, within time.Duration) time.Duration {
 	var d time.Duration
 	for _, in := range f.Log() {
-		if in.Kind == faultDNSChange && !in.Start.After(t.Add(retractWithin)) && !in.End.Before(t) {
+		if in.Kind == faultDNSChange && !in.Start.After(t.Add(within)) && !in.End.Before(t) {
 			d += 2 * dnsObserve
 		}
 	}
@@ -201,7 +201,9 @@ func (f *faults) dnsOutage(t time.Time) time.Duration {
 
 // traefikOutage is the outage bound of the Traefik maps: the run's (outage) plus the DNS
 // changes' (dnsOutage).
-func (f *faults) traefikOutage(t time.Time) time.Duration { return f.outage(t) + f.dnsOutage(t) }
+func (f *faults) traefikOutage(t time.Time, within time.Duration) time.Duration {
+	return f.outage(t, within) + f.dnsOutage(t, within)
+}
 
 // scheduleKinds are the kinds the schedule picks from at random and the round-robin order:
 // faultKinds and roundRobinKinds, with gatewayKinds when their target is there.

@@ -44,10 +44,10 @@ func TestDNSOutage(t *testing.T) {
 		{Kind: faultDNSChange, Start: t0.Add(-20 * time.Second), End: t0.Add(-10 * time.Second)}, // over before t0
 		{Kind: faultGatewaySlow, Start: t0, End: t0.Add(3 * time.Second)},
 	}}
-	assert.Equal(t, 2*dnsObserve, f.dnsOutage(t0))
-	assert.Equal(t, 2*dnsObserve+f.outage(t0), f.traefikOutage(t0))
-	assert.Equal(t, 4*dnsObserve, f.dnsOutage(t0.Add(-15*time.Second)))
-	assert.Zero(t, f.dnsOutage(t0.Add(time.Minute)))
+	assert.Equal(t, 2*dnsObserve, f.dnsOutage(t0, retractWithin))
+	assert.Equal(t, 2*dnsObserve+f.outage(t0, retractWithin), f.traefikOutage(t0, retractWithin))
+	assert.Equal(t, 4*dnsObserve, f.dnsOutage(t0.Add(-15*time.Second), retractWithin))
+	assert.Zero(t, f.dnsOutage(t0.Add(time.Minute), retractWithin))
 }
 
 // The fault's wait for the slices: only the maps standing True count, each Service's ready

@@ -143,7 +143,7 @@ func TestJudgedSlices(t *testing.T) {
 	tr.step(t0, []look{{Map: "ns/a", True: true, Problems: []string{slice}}, {Map: "ns/b", True: true, Problems: []string{"route weights: x"}}})
 	tr.step(t0.Add(1500*time.Millisecond), []look{{Map: "ns/a", True: true}, {Map: "ns/b", True: true, Problems: []string{"route weights: x"}}})
 	tr.step(t0.Add(2*time.Second), []look{{Map: "ns/a", True: true}, {Map: "ns/b", True: true}})
-	j := tr.judge(t0.Add(3*time.Second), func(time.Time) time.Duration { return 0 })
+	j := tr.judge(t0.Add(3*time.Second), func(time.Time, time.Duration) time.Duration { return 0 })
 	assert.Equal(t, []time.Duration{1500 * time.Millisecond}, j.Slices)
 	assert.Len(t, j.Retract, 2)
 	assert.Empty(t, j.Lies)

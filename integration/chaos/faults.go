@@ -538,9 +538,9 @@ func (f *faults) lagAt(t time.Time) time.Duration {
 	return lag
 }
 
-// outage is how long, from t on within retractWithin, the API server or the leader could
-// not write: the length of every fault on the API server or a replica's way to it and
-// every kill whose reach overlaps [t, t+retractWithin], plus leaderChange for each that
+// outage is how long, from t on within within, the API server or the leader could not
+// write: the length of every fault on the API server or a replica's way to it and every
+// kill whose reach overlaps [t, t+within], plus leaderChange for each that
 // may have changed the leader: a kill (of the leader, or of a replica that may lead), an
 // API server outage past the renew deadline, the leader's partition. A fault's reach is
 // its own length, and leaderChange more for one that may have changed the leader: the new
@@ -549,7 +549,7 @@ func (f *faults) lagAt(t time.Time) time.Duration {
 // 30-minute run counted ten maps stuck 15-19 s that a leader change 2-29 s earlier held).
 // A fault that began before t adds its whole length: the bound errs by the part already
 // elapsed, never short.
-func (f *faults) outage(t time.Time) time.Duration {
+func (f *faults) outage(t time.Time, within time.Duration) time.Duration {
 	var d time.Duration
 	for _, in := range f.Log() {
 		length, change := in.End.Sub(in.Start), leaderChanged(in)
@@ -557,7 +557,7 @@ func (f *faults) outage(t time.Time) time.Duration {
 		if change {
 			reach = reach.Add(leaderChange)
 		}
-		if in.Start.After(t.Add(retractWithin)) || reach.Before(t) {
+		if in.Start.After(t.Add(within)) || reach.Before(t) {
 			continue
 		}
 		switch in.Kind {

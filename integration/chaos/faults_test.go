@@ -30,7 +30,33 @@ func TestOutage(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := &faults{log: []injection{tc.in}}
-			assert.Equal(t, tc.want, f.outage(t0))
+			assert.Equal(t, tc.want, f.outage(t0, retractWithin))
+		})
+	}
+}
+
+// TestStuckBound: the stuck bound is stuckWithin plus the outages that begin before it runs
+// out, each pushing it further; an outage that begins once the map is overdue does not.
+func TestStuckBound(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	stall := func(s int) injection { return injection{Kind: faultAPIStall, Start: at(s), End: at(s + 1)} } // 1 s, no leader change
+	kill := func(s int) injection { return injection{Kind: faultLeaderKill, Start: at(s), End: at(s + 2)} }
+	for name, tc := range map[string]struct {
+		log  []injection
+		want time.Duration
+	}{
+		"no fault":                         {nil, stuckWithin},
+		"a stall within the bound":         {[]injection{stall(10)}, stuckWithin + time.Second},
+		"a stall just past the bound":      {[]injection{stall(16)}, stuckWithin},
+		"a stall the first one brings in":  {[]injection{stall(10), stall(15)}, stuckWithin + 2*time.Second},
+		"three leader changes in a row":    {[]injection{kill(4), kill(34), kill(60)}, stuckWithin + 3*(2*time.Second+leaderChange)},
+		"a leader change before the start": {[]injection{kill(-20)}, stuckWithin + 2*time.Second + leaderChange},
+		"a leader change once overdue":     {[]injection{stall(3), kill(20)}, stuckWithin + time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := &faults{log: tc.log}
+			assert.Equal(t, tc.want, stuckBound(t0, f.outage))
 		})
 	}
 }

@@ -233,9 +233,13 @@ type judged struct {
 	Stuck  []episode // maps agreed on but not True past their bound
 }
 
+// outageFunc is how long from t on within within the publisher could not act (faults.outage).
+type outageFunc func(t time.Time, within time.Duration) time.Duration
+
 // judge applies the bounds to the episodes: a True episode longer than retractWithin plus
-// outage(start) is a lie; a stuck one longer than stuckWithin plus outage(start) is stuck.
-func (t *tracker) judge(now time.Time, outage func(time.Time) time.Duration) judged {
+// the outages within retractWithin of its start is a lie; a stuck one longer than its
+// stuckBound is stuck.
+func (t *tracker) judge(now time.Time, outage outageFunc) judged {
 	j := judged{Judgements: t.judgements, Skips: maps.Clone(t.skips)}
 	for _, e := range t.episodes() {
 		d := e.length(now)
@@ -245,16 +249,33 @@ func (t *tracker) judge(now time.Time, outage func(time.Time) time.Duration) jud
 			if strings.HasPrefix(e.Detail, ruleSliceAddresses+":") {
 				j.Slices = append(j.Slices, d)
 			}
-			if d > retractWithin+outage(e.Start) {
+			if d > retractWithin+outage(e.Start, retractWithin) {
 				j.Lies = append(j.Lies, e)
 			}
 		case episodeStuck:
-			if d > stuckWithin+outage(e.Start) {
+			if d > stuckBound(e.Start, outage) {
 				j.Stuck = append(j.Stuck, e)
 			}
 		}
 	}
 	return j
+}
+
+// stuckBound is how long a map every part agrees on from start may stay not True:
+// stuckWithin plus the outages that begin before that bound runs out, each of which
+// pushes it further (a fixpoint: a leader change during the wait restarts the new
+// leader's graces, and a run with three in a row held a map 66 s by design), but no
+// outage that begins after the map was already overdue.
+func stuckBound(start time.Time, outage outageFunc) time.Duration {
+	bound := stuckWithin
+	for range 100 { // monotone and bounded by the run's faults; 100 rounds is far more than any run needs
+		next := stuckWithin + outage(start, bound)
+		if next == bound {
+			break
+		}
+		bound = next
+	}
+	return bound
 }
 
 // percentiles renders count, p50, p99 and max of ds.
@@ -341,7 +362,7 @@ func (m *monitor) disagrees(key string) bool {
 }
 
 // Judge applies the bounds at now (see tracker.judge).
-func (m *monitor) Judge(now time.Time, outage func(time.Time) time.Duration) judged {
+func (m *monitor) Judge(now time.Time, outage outageFunc) judged {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.tr.judge(now, outage)

@@ -16,7 +16,7 @@ var t0 = time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 
 func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 
-func noOutage(time.Time) time.Duration { return 0 }
+func noOutage(time.Time, time.Duration) time.Duration { return 0 }
 
 // ticks feeds the tracker one look of map "chaos/a" per second from second 0: each
 // character of states is one tick: T agree and True, L True and disagreeing, F not True and
@@ -70,7 +70,7 @@ func TestTrackerEpisodes(t *testing.T) {
 			tr := newTracker()
 			ticks(tr, tc.states)
 			now := at(float64(len(tc.states) - 1))
-			j := tr.judge(now, func(time.Time) time.Duration { return tc.outage })
+			j := tr.judge(now, func(time.Time, time.Duration) time.Duration { return tc.outage })
 			assert.Len(t, j.Lies, tc.lies)
 			assert.Len(t, j.Stuck, tc.stuck)
 			require.Len(t, j.Retract, tc.retracts)

@@ -54,7 +54,7 @@ func TestSettleRaces(t *testing.T) {
 	}
 	c.changes["chaos/retracted"] = []time.Time{at.Add(-time.Second), at, at.Add(300 * time.Millisecond)}
 	c.changes["chaos/late"] = []time.Time{at, at.Add(31 * time.Second)}
-	c.settleRaces(at.Add(40*time.Second), func(time.Time) time.Duration { return 0 })
+	c.settleRaces(at.Add(40*time.Second), func(time.Time, time.Duration) time.Duration { return 0 })
 	var lied []string
 	for _, l := range c.lies {
 		lied = append(lied, l.Map)

@@ -59,9 +59,9 @@ type standing struct {
 	// standing: the True stood throughout From..Confirmed (zero: never confirmed).
 	Confirmed time.Time
 	Map       *v1beta1.TrafficMap
-	Claim    *verdict // nil until read
-	Race     bool
-	Err      error // the inputs could not be read: the stretch is not judged
+	Claim     *verdict // nil until read
+	Race      bool
+	Err       error // the inputs could not be read: the stretch is not judged
 }
 
 // trafficLie is a request that reached a cluster the standing True gives weight 0.
@@ -77,20 +77,20 @@ const maxTimelines = 10
 
 // trafficResults are the traffic judge's figures.
 type trafficResults struct {
-	Maps      int
-	Requests  int
-	Judged    int // sent while a True stood, past the grace, with the True's hostname
+	Maps     int
+	Requests int
+	Judged   int // sent while a True stood, past the grace, with the True's hostname
 	// Unconfirmed are requests sent in a True stretch, past the grace and for its hostname,
 	// after the last read that found the True still standing: not judged.
 	Unconfirmed int
-	Excluded  int // judged requests answered by a cluster of weight 0: the lies
-	ServerErr int // 5xx answers (all of them; Traefik answers 500 when every weight is 0)
-	NotFound  int // 404 answers (no route for the host yet or any more)
-	Failed    int // transport errors
-	Trues     int // True stretches seen
-	Races     int // Trues claiming the inputs before a change that landed during their write
-	Unread    int // True stretches whose inputs could not be read (not judged)
-	Lies      []trafficLie
+	Excluded    int // judged requests answered by a cluster of weight 0: the lies
+	ServerErr   int // 5xx answers (all of them; Traefik answers 500 when every weight is 0)
+	NotFound    int // 404 answers (no route for the host yet or any more)
+	Failed      int // transport errors
+	Trues       int // True stretches seen
+	Races       int // Trues claiming the inputs before a change that landed during their write
+	Unread      int // True stretches whose inputs could not be read (not judged)
+	Lies        []trafficLie
 }
 
 // trafficJudge watches the Published condition of the maps of one namespace, records each
