@@ -262,20 +262,13 @@ func (t *tracker) judge(now time.Time, outage outageFunc) judged {
 }
 
 // stuckBound is how long a map every part agrees on from start may stay not True:
-// stuckWithin plus the outages that begin before that bound runs out, each of which
-// pushes it further (a fixpoint: a leader change during the wait restarts the new
-// leader's graces, and a run with three in a row held a map 66 s by design), but no
-// outage that begins after the map was already overdue.
+// stuckWithin plus the outages that begin within retractWithin of start (or whose
+// aftermath reaches into it). Not a fixpoint over later outages: under the run's schedule
+// a leader change comes every 20-30 s and its aftermath lasts 39 s, so a bound pushed by
+// every outage that begins before it runs out never runs out, and the rule would judge
+// nothing.
 func stuckBound(start time.Time, outage outageFunc) time.Duration {
-	bound := stuckWithin
-	for range 100 { // monotone and bounded by the run's faults; 100 rounds is far more than any run needs
-		next := stuckWithin + outage(start, bound)
-		if next == bound {
-			break
-		}
-		bound = next
-	}
-	return bound
+	return stuckWithin + outage(start, retractWithin)
 }
 
 // percentiles renders count, p50, p99 and max of ds.

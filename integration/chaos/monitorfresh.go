@@ -23,7 +23,7 @@ import (
 // episode, which is checked in its turn. A lie that stands is so caught one bound later.
 
 // skipCacheBehind counts the episodes dropped because the monitor's caches were behind.
-const skipCacheBehind = "continuous: the judge's caches behind the API server (episode dropped, judged again)"
+const skipCacheBehind = "the judge's caches behind the API server (episode dropped, judged again)"
 
 // checkKey names an open episode for the freshness check: its kind, map and start.
 type checkKey struct {
