@@ -81,7 +81,7 @@ func parseFlags() options {
 	flag.StringVar(&o.logLevel, "log-level", "info", "publisher --log-level")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown file whose section for this N and mix (\"## Results: N = 1,000, realistic mix\") is replaced by this run's figures")
 	flag.StringVar(&o.src, "src", "", "source tree the publisher binary is built from (default: this repository), e.g. an older checkout to compare")
-	flag.StringVar(&o.memoryLimit, "memory-limit", "", "GOMEMLIMIT for the publisher process (e.g. 288MiB: what --memory-limit-ratio 0.9 sets under the chart's 320Mi container limit); empty: none, as outside a container")
+	flag.StringVar(&o.memoryLimit, "memory-limit", "", "GOMEMLIMIT for the publisher process (e.g. 230MiB: what --memory-limit-ratio 0.9 sets under the chart's 320Mi container limit, 90% of it less 64 MiB; 403MiB under 512Mi); empty: none, as outside a container")
 	flag.DurationVar(&o.coldProfileAfter, "cold-profile-after", 0, "P2: how long after the publisher starts the 30 s CPU profiles of the publisher, the API server and the bench process begin (0: as soon as the publisher serves http)")
 	flag.StringVar(&o.workDir, "work-dir", "", "where the publisher log and profiles go (default: a new temporary directory)")
 	flag.Parse()
