@@ -109,7 +109,9 @@ func (c codec) Name() string { return protoenc.Name }
 // Unmarshal is grpc-go's.
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
 
-// Marshal is grpc-go's for a message up to pooledMax; a larger one gets a buffer from c.large.
+// Marshal is grpc-go's for a message up to pooledMax; a larger response references its
+// resources' shared encodings in place (marshalShared), any other large message gets a
+// buffer from c.large.
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
@@ -118,6 +120,12 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	size := proto.Size(m)
 	if size <= pooledMax {
 		return c.proto.Marshal(v)
+	}
+	if out, ok, err := marshalShared(v); ok {
+		if err != nil {
+			return nil, fmt.Errorf("xds codec: marshal %T: %w", v, err)
+		}
+		return out, nil
 	}
 	// UseCachedSize is safe: Size just computed it, and served messages are never modified.
 	buf := c.large.Get(size)

@@ -15,27 +15,30 @@ import (
 func TestCodecRoundTripsAndKeepsLargeBuffersBounded(t *testing.T) {
 	c := newCodec()
 	assert.Equal(t, "proto", c.Name())
+	response := func(size int) proto.Message {
+		return &discoveryv3.DiscoveryResponse{VersionInfo: "v1",
+			Resources: []*anypb.Any{{TypeUrl: "t", Value: []byte(strings.Repeat("x", size))}}}
+	}
 	for _, tc := range []struct {
 		name  string
-		size  int
+		msg   proto.Message
 		large bool
 	}{
-		{"ack", 100, false},
-		{"a map's resources", 8 << 10, false},
-		{"at the limit", pooledMax - 64, false},
-		{"the fleet's route configuration", 6 << 20, true},
+		{"ack", response(100), false},
+		{"a map's resources", response(8 << 10), false},
+		{"at the limit", response(pooledMax - 64), false},
+		{"the fleet's route configuration: referenced in place, no buffer", response(6 << 20), false},
+		{"another large message", &anypb.Any{TypeUrl: "t", Value: []byte(strings.Repeat("x", 6<<20))}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			msg := &discoveryv3.DiscoveryResponse{VersionInfo: "v1",
-				Resources: []*anypb.Any{{TypeUrl: "t", Value: []byte(strings.Repeat("x", tc.size))}}}
-			data, err := c.Marshal(msg)
+			data, err := c.Marshal(tc.msg)
 			require.NoError(t, err)
-			var got discoveryv3.DiscoveryResponse
-			require.NoError(t, c.Unmarshal(data, &got))
-			assert.True(t, proto.Equal(msg, &got))
+			got := tc.msg.ProtoReflect().New().Interface()
+			require.NoError(t, c.Unmarshal(data, got))
+			assert.True(t, proto.Equal(tc.msg, got))
 			kept := c.large.bytes
 			data.Free() // written: the buffer goes back to its pool
-			assert.Equal(t, tc.large, c.large.bytes > kept, "a large response's buffer is kept by the codec's own pool")
+			assert.Equal(t, tc.large, c.large.bytes > kept, "a large message's buffer is kept by the codec's own pool")
 		})
 	}
 	_, err := c.Marshal("not a message")

@@ -20,6 +20,7 @@ import (
 	omeac "github.com/trafficmap/publisher/api/client/applyconfiguration/api/v1beta1"
 	omeclient "github.com/trafficmap/publisher/api/client/clientset/versioned"
 	"github.com/trafficmap/publisher/api/v1beta1"
+	"github.com/trafficmap/publisher/httproute"
 	"github.com/trafficmap/publisher/model"
 	"github.com/trafficmap/publisher/model/statusapply"
 )
@@ -29,10 +30,10 @@ const floorNamespace = "bench-floor"
 
 // floorWritesPerMap is what the publisher must write for a new map under OME's publisher
 // protocol: a backend Service per cluster, the route, the TrafficMap's finalizer (before
-// any effect), its claim journal (durable before any sink serves the names) and its
-// Published condition (after the sinks confirm): the journal and Published cannot be one
-// write.
-const floorWritesPerMap = clustersPerMap + 4
+// any effect), its claim journal (durable before any sink serves the names), its record
+// ConfigMap (the last valid drains, kept for the fallback) and its Published condition
+// (after the sinks confirm): the journal and Published cannot be one write.
+const floorWritesPerMap = clustersPerMap + 5
 
 // floorGatewayWritesPerMap is what the gateway writes for a new map in the same cold start:
 // its verdict on the route (one route status write; the stand-in's count in the publisher's
@@ -127,7 +128,7 @@ func floorSetUp(ctx context.Context, c clients, n int) error {
 
 // floorMapWrites makes one map's writes other than its Services, in the publisher's
 // order: the route, the gateway's verdict on it (with gateway's client), the finalizer, the
-// claim journal, then Published True.
+// claim journal, the record ConfigMap, then Published True.
 func floorMapWrites(ctx context.Context, c, gateway clients, name string, apply metav1.ApplyOptions) error {
 	route, err := c.gw.GatewayV1().HTTPRoutes(floorNamespace).Apply(ctx, gwapplyv1.HTTPRoute(name, floorNamespace).
 		WithSpec(gwapplyv1.HTTPRouteSpec().WithHostnames(gwapiv1.Hostname(name+".example.com")).
@@ -146,6 +147,12 @@ func floorMapWrites(ctx context.Context, c, gateway clients, name string, apply 
 	journal := &v1beta1.TrafficMapPublisherStatus{PublisherName: "bench-floor",
 		ClaimedTargets: []string{"grpc:" + name + "." + floorNamespace, "hostname:" + name + "." + floorNamespace + ".example.com"}}
 	if tm, err = maps.ApplyStatus(ctx, statusapply.Apply(tm, false, 0, nil, nil, journal), apply); err != nil {
+		return err
+	}
+	record := corev1ac.ConfigMap(httproute.RecordName(name), floorNamespace).
+		WithLabels(httproute.OwnerLabels(httproute.Source{Namespace: floorNamespace, Name: name, Service: name})).
+		WithData(map[string]string{model.RecordKeyContent: fmt.Sprintf("%064x", len(name))})
+	if _, err := c.kube.CoreV1().ConfigMaps(floorNamespace).Apply(ctx, record, apply); err != nil {
 		return err
 	}
 	cond := &metav1.Condition{Type: v1beta1.ConditionPublished, Status: metav1.ConditionTrue, Reason: "Published",
@@ -170,7 +177,9 @@ func floorGatewayVerdict(ctx context.Context, c clients, route *gwapiv1.HTTPRout
 	return nil
 }
 
-// floorCleanUp deletes the floor's objects: the Services, the routes, and the TrafficMaps
+// floorCleanUp deletes the floor's objects: the Services, the routes, the record
+// ConfigMaps (and the namespace's own kube-root-ca.crt, which the namespace controller
+// makes again), and the TrafficMaps
 // after their finalizer (the bare writer's own field) is released.
 func floorCleanUp(ctx context.Context, c clients, n int) error {
 	if err := parallelDo(n*clustersPerMap, 16, func(k int) error {
@@ -180,6 +189,9 @@ func floorCleanUp(ctx context.Context, c clients, n int) error {
 	}
 	if err := c.gw.GatewayV1().HTTPRoutes(floorNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		return fmt.Errorf("delete the bare writer's routes: %w", err)
+	}
+	if err := c.kube.CoreV1().ConfigMaps(floorNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return fmt.Errorf("delete the bare writer's record configmaps: %w", err)
 	}
 	release := metav1.ApplyOptions{FieldManager: "bench-floor", Force: true}
 	if err := parallelDo(n, 16, func(i int) error {

@@ -159,7 +159,7 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 	logf("P2: every map Published True after %s (bare-write floor %s, rate-limit arithmetic %s; %d writes made by the API server's count, %d needed)", elapsed.Round(time.Millisecond), bare.Round(time.Millisecond), floor, mapWrites, minWrites)
 	b.report.add("P2 cold start: publisher start to every map Published True", dur(elapsed),
 		fmt.Sprintf("<= 1.3x bare-write floor (%s)", dur(time.Duration(1.3*float64(bare)))), float64(elapsed) <= 1.3*float64(bare))
-	b.report.add("P2 floor: a bare client making the same writes (per map: a Service per cluster, the route, the TrafficMap's finalizer, claim journal and Published at the same QPS; the gateway's route status write with the gateway's client), same API server, just before",
+	b.report.add("P2 floor: a bare client making the same writes (per map: a Service per cluster, the route, the TrafficMap's finalizer, claim journal, record ConfigMap and Published at the same QPS; the gateway's route status write with the gateway's client), same API server, just before",
 		fmt.Sprintf("%s (%d writes at %g QPS, burst %d; %d of them the gateway's)", dur(bare), bareWritesN, qps, burst, b.o.maps*floorGatewayWritesPerMap), "", true)
 	b.report.add("P2 the stand-in gateway's route status writes during the cold start (the floor makes one per map)",
 		fmt.Sprintf("%d (%.2f per map)", routeStatus, float64(routeStatus)/float64(b.o.maps)), "", true)
