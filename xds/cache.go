@@ -447,6 +447,7 @@ func (c *typeCache) encodedAll() []*anypb.Any {
 				c.all = append(c.all, r)
 			}
 		}
+		sharedBodies.register(c.all)
 	}
 	return c.all
 }

@@ -65,17 +65,26 @@ func anySize(a *anypb.Any) int {
 
 // writeAny writes a as field num of its parent.
 func (w *sharedWriter) writeAny(num protowire.Number, a *anypb.Any) {
-	w.buf = protowire.AppendTag(w.buf, num, protowire.BytesType)
-	w.buf = protowire.AppendVarint(w.buf, uint64(anySize(a)))
-	if tu := a.GetTypeUrl(); tu != "" {
-		w.buf = protowire.AppendTag(w.buf, 1, protowire.BytesType)
-		w.buf = protowire.AppendString(w.buf, tu)
-	}
+	w.buf = appendAnyHead(w.buf, num, a)
 	if v := a.GetValue(); len(v) > 0 {
-		w.buf = protowire.AppendTag(w.buf, 2, protowire.BytesType)
-		w.buf = protowire.AppendVarint(w.buf, uint64(len(v)))
 		w.bytes(v)
 	}
+}
+
+// appendAnyHead appends the encoding of a as field num of its parent up to its value's
+// bytes: the field's tag and length, the type URL, the value's tag and length.
+func appendAnyHead(b []byte, num protowire.Number, a *anypb.Any) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(anySize(a)))
+	if tu := a.GetTypeUrl(); tu != "" {
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendString(b, tu)
+	}
+	if v := a.GetValue(); len(v) > 0 {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(len(v)))
+	}
+	return b
 }
 
 // writeString writes s as field num (nothing when empty, as proto3 does).
@@ -119,6 +128,15 @@ func marshalShared(v any) (mem.BufferSlice, bool, error) {
 		tail, err := rest(m)
 		if err != nil {
 			return nil, true, err
+		}
+		if b, ok := sharedBodies.get(m.GetResources()); ok {
+			w := &sharedWriter{buf: make([]byte, 0, len(m.GetVersionInfo())+len(tail)+16)}
+			w.writeString(1, m.GetVersionInfo())
+			w.flush()
+			w.out = append(w.out, mem.SliceBuffer(b))
+			w.buf = append(w.buf, tail...)
+			w.flush()
+			return w.out, true, nil
 		}
 		w := &sharedWriter{buf: make([]byte, 0, 64*len(m.GetResources())+len(tail)+64)}
 		w.writeString(1, m.GetVersionInfo())
