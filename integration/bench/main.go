@@ -74,7 +74,7 @@ func parseFlags() options {
 	flag.IntVar(&o.drains, "drains", 200, "P1: drains measured, spread across the maps")
 	flag.IntVar(&o.churnRate, "churn-rate", 100, "P4: drain annotation writes per second")
 	flag.DurationVar(&o.churnFor, "churn-for", 30*time.Second, "P4: how long the churn lasts")
-	flag.StringVar(&o.phases, "phases", "cold,memory,drain,churn", "phases to run, comma-separated: cold (P2), memory (P3), drain (P1, P5), churn (P4); cold always runs")
+	flag.StringVar(&o.phases, "phases", "cold,memory,restart,drain,churn", "phases to run, comma-separated: cold (P2), memory (P3), restart (P6), drain (P1, P5), churn (P4); cold always runs")
 	flag.Float64Var(&o.qps, "kube-api-qps", 500, "publisher --kube-api-qps (0: the publisher's default)")
 	flag.IntVar(&o.burst, "kube-api-burst", 1000, "publisher --kube-api-burst (with --kube-api-qps)")
 	flag.IntVar(&o.workers, "workers", 8, "publisher --workers (0: the publisher's default)")
@@ -118,7 +118,7 @@ func (o options) newClients() []*xdsClient {
 // phasesRun lists the phases this run measures, in the order it runs them.
 func (o options) phasesRun() string {
 	run := []string{"cold"}
-	for _, p := range []string{"memory", "drain", "churn"} {
+	for _, p := range []string{"memory", "restart", "drain", "churn"} {
 		if o.phase(p) {
 			run = append(run, p)
 		}
@@ -260,6 +260,11 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	if o.phase("memory") {
 		if err := b.memory(ctx); err != nil {
+			return err
+		}
+	}
+	if o.phase("restart") {
+		if err := b.restart(ctx, bin, kubeconfig); err != nil {
 			return err
 		}
 	}

@@ -64,6 +64,16 @@ type xdsClient struct {
 	resources atomic.Int64 // resources received (delta: added or changed; SotW: every one in a response)
 	responses atomic.Int64
 	errs      chan error
+
+	// Across a publisher restart (restart): while dropping is set, a stream that ends is not
+	// a failure; the client waits for the new publisher's address on reconnect and
+	// resubscribes as Envoy does, stating what it holds: per type its last ACKed version
+	// (state of the world) or each resource's version (delta). Only the goroutine receiving
+	// the stream's responses uses versions and resourceVersions.
+	dropping         atomic.Bool
+	reconnect        chan string
+	versions         map[string]string            // type URL -> last ACKed version (SotW)
+	resourceVersions map[string]map[string]string // type URL -> resource name -> version (delta)
 }
 
 // routeWaiter fires with the time of the ACK of the first response after which the route
@@ -75,7 +85,8 @@ type routeWaiter struct {
 
 func newXDSClient(id string, delta bool, flavour xds.Flavour, kind string) *xdsClient {
 	return &xdsClient{id: id, delta: delta, flavour: flavour, kind: kind, names: map[string][]string{},
-		routes: map[string]string{}, waiters: map[string][]routeWaiter{}, errs: make(chan error, 1)}
+		routes: map[string]string{}, waiters: map[string][]routeWaiter{}, errs: make(chan error, 1),
+		reconnect: make(chan string, 1), versions: map[string]string{}, resourceVersions: map[string]map[string]string{}}
 }
 
 // newWildcardClient is a stress-mix client: gRPC flavour, wildcard on every type.
@@ -131,10 +142,23 @@ func (c *xdsClient) node() *corev3.Node {
 }
 
 // run connects to addr and serves the stream until ctx ends; a failure is sent on errs.
+// A stream that ends while dropping is set is followed by one to the address reconnect
+// gives.
 func (c *xdsClient) run(ctx context.Context, addr string) {
-	err := c.serve(ctx, addr)
-	if err != nil && ctx.Err() == nil {
-		c.errs <- fmt.Errorf("xds client %s: %w", c.id, err)
+	for {
+		err := c.serve(ctx, addr)
+		if ctx.Err() != nil {
+			return
+		}
+		if !c.dropping.Load() {
+			c.errs <- fmt.Errorf("xds client %s: %w", c.id, err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case addr = <-c.reconnect:
+		}
 	}
 }
 
@@ -160,7 +184,7 @@ func (c *xdsClient) serveSotW(ctx context.Context, ads discoveryv3.AggregatedDis
 		return fmt.Errorf("open sotw stream: %w", err)
 	}
 	for _, t := range xdsTypes {
-		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node(), TypeUrl: t, ResourceNames: c.names[t]}); err != nil {
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node(), TypeUrl: t, ResourceNames: c.names[t], VersionInfo: c.versions[t]}); err != nil {
 			return fmt.Errorf("subscribe %s: %w", t, err)
 		}
 	}
@@ -181,6 +205,7 @@ func (c *xdsClient) serveSotW(ctx context.Context, ads discoveryv3.AggregatedDis
 			VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
 			return fmt.Errorf("ack: %w", err)
 		}
+		c.versions[resp.GetTypeUrl()] = resp.GetVersionInfo()
 		c.acked(changed)
 	}
 }
@@ -191,7 +216,8 @@ func (c *xdsClient) serveDelta(ctx context.Context, ads discoveryv3.AggregatedDi
 		return fmt.Errorf("open delta stream: %w", err)
 	}
 	for _, t := range xdsTypes {
-		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: c.node(), TypeUrl: t, ResourceNamesSubscribe: c.names[t]}); err != nil {
+		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: c.node(), TypeUrl: t, ResourceNamesSubscribe: c.names[t],
+			InitialResourceVersions: c.resourceVersions[t]}); err != nil {
 			return fmt.Errorf("subscribe %s: %w", t, err)
 		}
 	}
@@ -202,8 +228,17 @@ func (c *xdsClient) serveDelta(ctx context.Context, ads discoveryv3.AggregatedDi
 		}
 		c.count(proto.Size(resp), len(resp.GetResources()))
 		anys := make([]*anypb.Any, 0, len(resp.GetResources()))
+		held := c.resourceVersions[resp.GetTypeUrl()]
+		if held == nil {
+			held = map[string]string{}
+			c.resourceVersions[resp.GetTypeUrl()] = held
+		}
 		for _, r := range resp.GetResources() {
 			anys = append(anys, r.GetResource())
+			held[r.GetName()] = r.GetVersion()
+		}
+		for _, name := range resp.GetRemovedResources() {
+			delete(held, name)
 		}
 		changed, err := c.applyRoutes(resp.GetTypeUrl(), anys, resp.GetRemovedResources(), false)
 		if err != nil {
