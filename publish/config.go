@@ -50,10 +50,11 @@ const DefaultXDSPeerGrace = 30 * time.Second
 // there for why).
 const DefaultXDSDepartedGrace = xds.DefaultDepartedGrace
 
-// The CLI's --xds-max-names, --xds-max-streams-per-connection and
+// The CLI's --xds-max-names, --xds-max-request-bytes, --xds-max-streams-per-connection and
 // --xds-max-connections-per-client: xds.Limits' defaults (see there for why).
 const (
 	DefaultXDSMaxNames                = xds.DefaultMaxNames
+	DefaultXDSMaxRequestBytes         = xds.DefaultMaxRequestBytes
 	DefaultXDSMaxStreamsPerConnection = xds.DefaultMaxStreamsPerConnection
 	DefaultXDSMaxConnectionsPerClient = xds.DefaultMaxConnectionsPerClient
 )
@@ -127,10 +128,11 @@ type Config struct {
 	RequireXDSAck bool
 	// XDSMinClients makes Published wait until at least this many xDS clients are connected.
 	XDSMinClients int
-	// XDSMaxNames, XDSMaxStreamsPerConnection and XDSMaxConnectionsPerClient bound what one
-	// xDS client may make the server hold (xds.Limits); 0: the default (xds.DefaultMaxNames,
+	// XDSMaxNames, XDSMaxRequestBytes, XDSMaxStreamsPerConnection and
+	// XDSMaxConnectionsPerClient bound what one xDS client may make the server hold
+	// (xds.Limits); 0: the default (xds.DefaultMaxNames, xds.DefaultMaxRequestBytes,
 	// xds.DefaultMaxStreamsPerConnection, xds.DefaultMaxConnectionsPerClient).
-	XDSMaxNames, XDSMaxStreamsPerConnection, XDSMaxConnectionsPerClient int
+	XDSMaxNames, XDSMaxRequestBytes, XDSMaxStreamsPerConnection, XDSMaxConnectionsPerClient int
 	// XDSReconnectGrace is how long after the xDS server starts, and after this replica
 	// becomes leader, a map whose content was not published before (see
 	// model.Standing.PublishedBefore) stays Published False, so clients of the previous publisher
@@ -417,7 +419,7 @@ func (c Config) validateXDSLimits() []error {
 	for _, l := range []struct {
 		flag string
 		v    int
-	}{{"--xds-max-names", c.XDSMaxNames}, {"--xds-max-streams-per-connection", c.XDSMaxStreamsPerConnection},
+	}{{"--xds-max-names", c.XDSMaxNames}, {"--xds-max-request-bytes", c.XDSMaxRequestBytes}, {"--xds-max-streams-per-connection", c.XDSMaxStreamsPerConnection},
 		{"--xds-max-connections-per-client", c.XDSMaxConnectionsPerClient}} {
 		if l.v < 0 || l.v > math.MaxInt32 {
 			errs = append(errs, fmt.Errorf("%w: %s %d: must be positive (0: the default)", ErrInvalidConfig, l.flag, l.v))

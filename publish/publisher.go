@@ -251,7 +251,8 @@ func addXDSSink(p *Publisher) error {
 		ReconnectGrace: cfg.XDSReconnectGrace,
 		DepartedGrace:  cfg.XDSDepartedGrace,
 		Peers:          peers,
-		Limits: xds.Limits{MaxNames: cfg.XDSMaxNames, MaxStreamsPerConnection: uint32(cfg.XDSMaxStreamsPerConnection), // validated: 0..MaxInt32
+		Limits: xds.Limits{MaxNames: cfg.XDSMaxNames, MaxRequestBytes: cfg.XDSMaxRequestBytes,
+			MaxStreamsPerConnection: uint32(cfg.XDSMaxStreamsPerConnection), // validated: 0..MaxInt32
 			MaxConnectionsPerClient: cfg.XDSMaxConnectionsPerClient},
 	}, log.Named("xds"))
 	if errors.Is(err, xds.ErrInvalidSinkConfig) {

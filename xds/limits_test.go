@@ -58,10 +58,44 @@ func TestSubscriptionLimit(t *testing.T) {
 	}
 	assert.Len(t, delta.Subscribed[resource.ClusterType].Names, 3, "the refused request changed nothing")
 
-	err = cb.OnStreamDeltaRequest(1, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, InitialResourceVersions: map[string]string{"a": "1", "b": "1", "c": "1", "d": "1"}})
-	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
 	err = cb.OnStreamDeltaRequest(1, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{string(make([]byte, 2000))}})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "a name of 2,000 bytes: %v", err)
+}
+
+// A delta stream's initial_resource_versions are bounded by the request's size, not by
+// MaxNames: an Envoy reconnecting declares every cluster it holds by wildcard, the whole
+// fleet's (80,000 at 10,000 maps of 8 clusters), and was refused with MaxNames (10,000)
+// until 2026-12-08, so it could not reconnect to a restarted publisher. A request above
+// MaxRequestBytes ends its stream with ResourceExhausted.
+func TestDeclarationBoundedBySize(t *testing.T) {
+	s := xds.NewServer(xds.ServerConfig{Log: zaptest.NewLogger(t), Limits: xds.Limits{MaxNames: 3, MaxRequestBytes: 64 << 10}})
+	ads, _ := xds.ServeLoopback(t, s)
+	node := &corev3.Node{Id: "envoy-1"}
+
+	declared := map[string]string{}
+	for _, n := range nameList("bench/svc-00001/worker", 1000) {
+		declared[n] = "0123456789abcdef"
+	}
+	st, err := ads.DeltaAggregatedResources(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.ClusterType, InitialResourceVersions: declared}))
+	require.Eventually(t, func() bool {
+		for _, c := range s.Tracker().Clients() {
+			if c.NodeID == "envoy-1" && c.Subscribed[resource.ClusterType].Wildcard {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, time.Millisecond, "1,000 declared names, above MaxNames 3: the stream is kept")
+
+	big, err := ads.DeltaAggregatedResources(t.Context())
+	require.NoError(t, err)
+	for _, n := range nameList("bench/svc-00002/worker", 3000) {
+		declared[n] = "0123456789abcdef"
+	}
+	require.NoError(t, big.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "envoy-2"}, TypeUrl: resource.ClusterType, InitialResourceVersions: declared}))
+	_, err = big.Recv()
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "a request above 64 KiB: %v", err)
 }
 
 // D4: a client (here its IP address: no TLS) has at most MaxConnectionsPerClient

@@ -100,6 +100,7 @@ func NewServer(cfg ServerConfig) *Server {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.MaxConcurrentStreams(limits.MaxStreamsPerConnection),
+		grpc.MaxRecvMsgSize(limits.MaxRequestBytes),
 		grpc.ChainUnaryInterceptor(s.recoverUnary),
 		grpc.ChainStreamInterceptor(s.recoverStream, s.fence.intercept),
 		grpc.ForceServerCodecV2(newCodec()),

@@ -66,12 +66,13 @@ type xdsClient struct {
 	errs      chan error
 
 	// Across a publisher restart (restart): while dropping is set, a stream that ends is not
-	// a failure; the client waits for the new publisher's address on reconnect and
-	// resubscribes as Envoy does, stating what it holds: per type its last ACKed version
-	// (state of the world) or each resource's version (delta). Only the goroutine receiving
-	// the stream's responses uses versions and resourceVersions.
+	// a failure; the client reconnects, as Envoy does with backoff, to target once it is set
+	// (empty while no publisher runs), and resubscribes stating what it holds: per type its
+	// last ACKed version (state of the world) or each resource's version (delta). Only the
+	// goroutine receiving the stream's responses uses versions and resourceVersions.
 	dropping         atomic.Bool
-	reconnect        chan string
+	target           atomic.Pointer[string]
+	redials          atomic.Int64 // streams opened after the first
 	versions         map[string]string            // type URL -> last ACKed version (SotW)
 	resourceVersions map[string]map[string]string // type URL -> resource name -> version (delta)
 }
@@ -86,7 +87,7 @@ type routeWaiter struct {
 func newXDSClient(id string, delta bool, flavour xds.Flavour, kind string) *xdsClient {
 	return &xdsClient{id: id, delta: delta, flavour: flavour, kind: kind, names: map[string][]string{},
 		routes: map[string]string{}, waiters: map[string][]routeWaiter{}, errs: make(chan error, 1),
-		reconnect: make(chan string, 1), versions: map[string]string{}, resourceVersions: map[string]map[string]string{}}
+		versions: map[string]string{}, resourceVersions: map[string]map[string]string{}}
 }
 
 // newWildcardClient is a stress-mix client: gRPC flavour, wildcard on every type.
@@ -142,8 +143,8 @@ func (c *xdsClient) node() *corev3.Node {
 }
 
 // run connects to addr and serves the stream until ctx ends; a failure is sent on errs.
-// A stream that ends while dropping is set is followed by one to the address reconnect
-// gives.
+// A stream that ends while dropping is set is followed, after 200 ms, by one to target
+// once it is set.
 func (c *xdsClient) run(ctx context.Context, addr string) {
 	for {
 		err := c.serve(ctx, addr)
@@ -154,13 +155,23 @@ func (c *xdsClient) run(ctx context.Context, addr string) {
 			c.errs <- fmt.Errorf("xds client %s: %w", c.id, err)
 			return
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case addr = <-c.reconnect:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			if t := c.target.Load(); t != nil && *t != "" {
+				addr = *t
+				break
+			}
 		}
+		c.redials.Add(1)
 	}
 }
+
+// retarget sets the address the client reconnects to after a dropped stream ("": none yet).
+func (c *xdsClient) retarget(addr string) { c.target.Store(&addr) }
 
 func (c *xdsClient) serve(ctx context.Context, addr string) error {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),

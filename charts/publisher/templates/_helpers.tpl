@@ -129,6 +129,9 @@ args:
   {{- with .maxNames }}
   - --xds-max-names={{ . }}
   {{- end }}
+  {{- with .maxRequestBytes }}
+  - --xds-max-request-bytes={{ . }}
+  {{- end }}
   {{- with .maxStreamsPerConnection }}
   - --xds-max-streams-per-connection={{ . }}
   {{- end }}

@@ -157,6 +157,7 @@ type runFlags struct {
 	requireXDSAck                      bool
 	xdsMinClients                      int
 	xdsMaxNames, xdsMaxStreamsPerConn  int
+	xdsMaxRequestBytes                 int
 	xdsMaxConnsPerClient               int
 	xdsReconnectGrace                  time.Duration
 	xdsPeerGrace                       time.Duration
@@ -212,6 +213,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.requireXDSAck, "require-xds-ack", true, "Published waits until every relevant xDS client (one subscribed to the map's resources) has ACKed a version with the map's current weights")
 	fs.IntVar(&f.xdsMinClients, "xds-min-clients", 0, "Published waits until at least this many xDS clients are connected")
 	fs.IntVar(&f.xdsMaxNames, "xds-max-names", publish.DefaultXDSMaxNames, "most resource names one xDS stream may subscribe to per resource type (a state-of-the-world request's names, a delta stream's subscription); a request beyond it ends its stream with RESOURCE_EXHAUSTED naming the field")
+	fs.IntVar(&f.xdsMaxRequestBytes, "xds-max-request-bytes", publish.DefaultXDSMaxRequestBytes, "largest xDS request accepted, in bytes; a larger one ends its stream with RESOURCE_EXHAUSTED. A delta Envoy reconnecting declares every resource it holds (about 50 to 80 bytes a cluster): raise it for fleets above about 25,000 maps of 8 clusters")
 	fs.IntVar(&f.xdsMaxStreamsPerConn, "xds-max-streams-per-connection", publish.DefaultXDSMaxStreamsPerConnection, "most concurrent xDS streams on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): a client queues further streams until one ends")
 	fs.IntVar(&f.xdsMaxConnsPerClient, "xds-max-connections-per-client", publish.DefaultXDSMaxConnectionsPerClient, "most connections with open xDS streams per client: its certificate identity with --xds-client-ca, else its IP address; a stream on a further connection is refused with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&f.xdsPeerGrace, "xds-peer-grace", publish.DefaultXDSPeerGrace, "with leader election, how long the leader still counts a replica whose report expired while it had xDS clients (a frozen replica cannot close their connections; they keep what it served until their keepalive gives up): set it above your clients' keepalive time plus timeout; 0 stops counting at expiry")
@@ -295,6 +297,7 @@ func (f runFlags) config() publish.Config {
 		RequireXDSAck:              f.requireXDSAck,
 		XDSMinClients:              f.xdsMinClients,
 		XDSMaxNames:                f.xdsMaxNames,
+		XDSMaxRequestBytes:         f.xdsMaxRequestBytes,
 		XDSMaxStreamsPerConnection: f.xdsMaxStreamsPerConn,
 		XDSMaxConnectionsPerClient: f.xdsMaxConnsPerClient,
 		XDSReconnectGrace:          f.xdsReconnectGrace,
