@@ -171,7 +171,7 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 	b.report.add("P2 every write the publisher made, by the API server's count (Services, routes, TrafficMap finalizers and status: claim journal and Published) / Events",
 		fmt.Sprintf("%d (%.2f per map) / %d", mapWrites, float64(mapWrites)/float64(b.o.maps), events),
 		fmt.Sprintf("%d (%d per map: the protocol's minimum)", minWrites, floorWritesPerMap), mapWrites == minWrites)
-	b.report.add("P2 what the xDS clients received during the cold start, per client of each kind (mean): bytes / responses", b.received(), "", true)
+	b.report.add("P2 what the xDS clients received during the cold start, per client of each kind (mean): bytes / responses", b.received(nil, b.envoyConfigBytes()), "", true)
 	close(ended)
 	if err := <-cpuProfile; err != nil {
 		logf("cold start cpu profile: %v", err)
@@ -180,8 +180,10 @@ func (b *bench) coldStart(ctx context.Context, bin, kubeconfig string) error {
 }
 
 // received is what each kind of xDS client received so far, per client (mean), e.g.
-// "Envoy SotW 1811.3 MB / 161; Envoy delta 292.9 MB / 161; gRPC SotW 0.0 MB / 17".
-func (b *bench) received() string {
+// "Envoy SotW 1811.3 MB / 161; Envoy delta 292.9 MB / 161; gRPC SotW 0.0 MB / 17", with
+// the Envoys' bytes as a multiple of final, the Envoy flavour's whole configuration (none
+// when 0). Counted from since (a client's bytes and responses then; nil: from the start).
+func (b *bench) received(since map[*xdsClient]received, final int64) string {
 	type sum struct{ bytes, responses, clients int64 }
 	by := map[string]*sum{}
 	for _, cl := range b.xds {
@@ -190,8 +192,8 @@ func (b *bench) received() string {
 			s = &sum{}
 			by[cl.label()] = s
 		}
-		s.bytes += cl.bytes.Load()
-		s.responses += cl.responses.Load()
+		s.bytes += cl.bytes.Load() - since[cl].bytes
+		s.responses += cl.responses.Load() - since[cl].responses
 		s.clients++
 	}
 	var parts []string
@@ -199,16 +201,19 @@ func (b *bench) received() string {
 		s := by[l]
 		parts = append(parts, fmt.Sprintf("%s %.1f MB / %d", l, float64(s.bytes)/float64(s.clients)/1e6, s.responses/s.clients))
 	}
-	if final := b.envoyConfigBytes(); final > 0 {
+	if final > 0 {
 		for _, l := range []string{"Envoy SotW", "Envoy delta"} {
 			if s := by[l]; s != nil {
-				parts = append(parts, fmt.Sprintf("%s %.1fx", l, float64(s.bytes)/float64(s.clients)/float64(final)))
+				parts = append(parts, fmt.Sprintf("%s %.2fx", l, float64(s.bytes)/float64(s.clients)/float64(final)))
 			}
 		}
 		parts = append(parts, fmt.Sprintf("of the Envoy flavour's configuration at the end (%.1f MB: the last response of each type to an Envoy SotW client)", float64(final)/1e6))
 	}
 	return strings.Join(parts, "; ")
 }
+
+// received is what one client had received at a moment.
+type received struct{ bytes, responses int64 }
 
 // envoyConfigBytes is the size of the Envoy flavour's whole configuration as an Envoy
 // state-of-the-world client holds it now (the last response of each type: each carries

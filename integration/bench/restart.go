@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -23,12 +22,12 @@ import (
 // change nothing.
 func (b *bench) restart(ctx context.Context, bin, kubeconfig string) error {
 	before := map[*xdsClient]map[string]string{}
-	bytes0, responses0 := map[*xdsClient]int64{}, map[*xdsClient]int64{}
+	since := map[*xdsClient]received{}
 	for _, cl := range b.xds {
 		cl.mu.Lock()
 		before[cl] = maps.Clone(cl.routes)
 		cl.mu.Unlock()
-		bytes0[cl], responses0[cl] = cl.bytes.Load(), cl.responses.Load()
+		since[cl] = received{bytes: cl.bytes.Load(), responses: cl.responses.Load()}
 		cl.retarget("")
 		cl.dropping.Store(true)
 	}
@@ -69,41 +68,24 @@ func (b *bench) restart(ctx context.Context, bin, kubeconfig string) error {
 		return err
 	}
 
-	type sum struct{ bytes, responses, clients int64 }
-	by := map[string]*sum{}
 	changed, redials := 0, int64(0)
 	for _, cl := range b.xds {
 		redials += cl.redials.Load()
-		s := by[cl.label()]
-		if s == nil {
-			s = &sum{}
-			by[cl.label()] = s
-		}
-		s.bytes += cl.bytes.Load() - bytes0[cl]
-		s.responses += cl.responses.Load() - responses0[cl]
-		s.clients++
 		cl.mu.Lock()
 		if !maps.Equal(before[cl], cl.routes) {
 			changed++
 		}
 		cl.mu.Unlock()
 	}
-	var received string
-	for _, l := range slices.Sorted(maps.Keys(by)) {
-		s := by[l]
-		received += fmt.Sprintf("%s %.1f MB / %d; ", l, float64(s.bytes)/float64(s.clients)/1e6, s.responses/s.clients)
-		if (l == "Envoy SotW" || l == "Envoy delta") && final > 0 {
-			received += fmt.Sprintf("%s %.2fx of the final configuration (%.1f MB); ", l, float64(s.bytes)/float64(s.clients)/float64(final), float64(final)/1e6)
-		}
-	}
+	got := b.received(since, final)
 	mu.Lock()
 	nLeft := len(left)
 	mu.Unlock()
 	logf("P6: settled %s after the new publisher started; peak %s; maps that left Published True %d; clients whose routes changed %d; streams opened %d for %d clients; received %s",
-		dur(settled), mib(float64(ms.peak)), nLeft, changed, redials, len(b.xds), received)
+		dur(settled), mib(float64(ms.peak)), nLeft, changed, redials, len(b.xds), got)
 	b.report.add("P6 restart with the fleet published: new process start to settled (every client reconnected, every map Published True, then no reconcile for 10 s, not counted)", dur(settled), "", true)
 	b.report.add("P6 restart: the new process's peak resident memory (VmHWM) / resident once settled", mib(float64(ms.peak))+" / "+mib(float64(ms.rss)), "", true)
-	b.report.add("P6 restart: what each xDS client received from the new process until settled, per client of each kind (mean): bytes / responses", received, "", true)
+	b.report.add("P6 restart: what each xDS client received from the new process until settled, per client of each kind (mean): bytes / responses", got, "", true)
 	b.report.add("P6 restart: maps that left Published True / clients whose routes changed / streams opened to the new process beyond one per client (a stream refused or ended)",
 		fmt.Sprintf("%d / %d / %d", nLeft, changed, redials-int64(len(b.xds))), "0 / 0 / 0", nLeft == 0 && changed == 0 && redials == int64(len(b.xds)))
 	return b.clientErr()

@@ -56,11 +56,11 @@ type xdsClient struct {
 	waiters map[string][]routeWaiter
 	acks    int // responses ACKed
 
-	bytes     atomic.Int64 // response bytes received
+	bytes atomic.Int64 // response bytes received
 	// last is, per type URL, the bytes of the last response of that type (state of the
 	// world only): for an Envoy SotW client, whose every response of a type carries the
 	// whole type (one route configuration), their sum is its configuration's size.
-	last      sync.Map // type URL -> int64
+	last      sync.Map     // type URL -> int64
 	resources atomic.Int64 // resources received (delta: added or changed; SotW: every one in a response)
 	responses atomic.Int64
 	errs      chan error
@@ -72,7 +72,7 @@ type xdsClient struct {
 	// goroutine receiving the stream's responses uses versions and resourceVersions.
 	dropping         atomic.Bool
 	target           atomic.Pointer[string]
-	redials          atomic.Int64 // streams opened after the first
+	redials          atomic.Int64                 // streams opened after the first
 	versions         map[string]string            // type URL -> last ACKed version (SotW)
 	resourceVersions map[string]map[string]string // type URL -> resource name -> version (delta)
 }
